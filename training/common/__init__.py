@@ -1,0 +1,1 @@
+"""Pieces shared by every workload: checkpointing, metrics, FLOPs accounting, distributed setup."""

@@ -1,0 +1,115 @@
+"""Training metrics: Prometheus gauges on every rank, `metrics.jsonl` and `summary.json` on rank 0.
+
+Metric names (all carry labels run_id, model, rank, node):
+
+    trainkit_train_loss                  mean loss over the global batch at the last logged step
+    trainkit_learning_rate               learning rate at the last logged step
+    trainkit_tokens_per_second           tokens/s of the whole job at the last logged step
+    trainkit_step_time_seconds           wall time of the last optimizer step
+    trainkit_mfu_ratio                   model FLOPs utilisation (0..1); absent without a peak FLOP/s
+    trainkit_peak_memory_bytes           peak accelerator memory of this rank (max RSS on CPU)
+    trainkit_train_step                  last completed optimizer step
+    trainkit_checkpoint_duration_seconds wall time of the last checkpoint save
+    trainkit_restarts                    times this run resumed from a checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+log = logging.getLogger(__name__)
+
+GAUGES = {
+    "trainkit_train_loss": "Mean training loss over the global batch at the last logged step.",
+    "trainkit_learning_rate": "Learning rate at the last logged step.",
+    "trainkit_tokens_per_second": "Training tokens per second, whole job.",
+    "trainkit_step_time_seconds": "Wall time of the last optimizer step in seconds.",
+    "trainkit_mfu_ratio": "Model FLOPs utilisation, 0..1.",
+    "trainkit_peak_memory_bytes": "Peak memory of this rank in bytes.",
+    "trainkit_train_step": "Last completed optimizer step.",
+    "trainkit_checkpoint_duration_seconds": "Wall time of the last checkpoint save in seconds.",
+    "trainkit_restarts": "Times this run resumed from a checkpoint.",
+}
+_FIELD_TO_GAUGE = {
+    "loss": "trainkit_train_loss",
+    "lr": "trainkit_learning_rate",
+    "tokens_per_s": "trainkit_tokens_per_second",
+    "step_time_s": "trainkit_step_time_seconds",
+    "mfu": "trainkit_mfu_ratio",
+    "peak_memory_bytes": "trainkit_peak_memory_bytes",
+    "step": "trainkit_train_step",
+}
+
+
+class MetricsSink:
+    def __init__(self, run_dir: Path, labels: dict[str, str], is_main: bool, port: int | None):
+        self.run_dir = Path(run_dir)
+        self.is_main = is_main
+        self.jsonl = self.run_dir / "metrics.jsonl"
+        if is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.registry = CollectorRegistry()
+        names = sorted(labels)
+        self._gauges = {name: Gauge(name, doc, names, registry=self.registry) for name, doc in GAUGES.items()}
+        self._labels = labels
+        if port:
+            try:
+                start_http_server(port, registry=self.registry)
+            except OSError as error:  # a busy port must not kill a training run
+                log.warning("metrics port %d unavailable (%s); Prometheus export disabled for this rank", port, error)
+
+    def set(self, gauge: str, value: float) -> None:
+        self._gauges[gauge].labels(**self._labels).set(value)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop lines for steps beyond `step` (written before a crash and now redone)."""
+        if not self.is_main or not self.jsonl.exists():
+            return
+        kept = [line for line in self.jsonl.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        tmp = self.jsonl.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(self.jsonl)
+
+    def log_step(self, record: dict) -> None:
+        for field, gauge in _FIELD_TO_GAUGE.items():
+            if record.get(field) is not None:
+                self.set(gauge, record[field])
+        if self.is_main:
+            with self.jsonl.open("a") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    def read_records(self) -> list[dict]:
+        if not self.jsonl.exists():
+            return []
+        return [json.loads(line) for line in self.jsonl.read_text().splitlines() if line]
+
+    def write_summary(self, extra: dict) -> Path:
+        records = self.read_records()
+        measured = [r for r in records if not r.get("warmup")]
+
+        def median(key: str) -> float | None:
+            values = [r[key] for r in measured if r.get(key) is not None]
+            return statistics.median(values) if values else None
+
+        summary = {
+            "steps": records[-1]["step"] if records else 0,
+            "first_loss": records[0]["loss"] if records else None,
+            "last_loss": records[-1]["loss"] if records else None,
+            "tokens_per_s_median": median("tokens_per_s"),
+            "mfu_median": median("mfu"),
+            "step_time_s_median": median("step_time_s"),
+            "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in records), default=None),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        summary.update(extra)
+        path = self.run_dir / "summary.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.replace(path)
+        return path

@@ -1,0 +1,21 @@
+"""Fine-tune Llama 2 with Accelerate FSDP. Run under torchrun (the launcher does this for you):
+
+    torchrun --nproc-per-node 2 -m training.llm.train --run-dir runs/demo \
+        --dataset data.jsonl --model-config config.json --steps 60
+"""
+
+from __future__ import annotations
+
+from training.common.cli import parse_dataclass
+
+from .config import TrainConfig
+from .trainer import Trainer
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_dataclass(TrainConfig, argv)
+    Trainer(config).fit()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""The training loop, in one place: one method per stage (load, step, log, save, export)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import resource
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from accelerate.utils import set_seed
+from torch.distributed.fsdp import FSDPModule
+from tqdm import tqdm
+
+from training.common.checkpoint import CheckpointManager
+from training.common.distributed import make_accelerator, verify_sharding
+from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
+from training.common.metrics import MetricsSink
+
+from .config import TrainConfig
+from .data import IGNORE_INDEX, PackedDataset, StepSampler, load_records, tokenize_examples
+from .model import DECODER_LAYER, build_model, consolidated_copy
+from .tokenizer import load_tokenizer
+
+
+def lr_multiplier(step: int, warmup: int, total: int, schedule: str) -> float:
+    """Linear warmup to 1, then constant or cosine decay to 0.1 at the last step."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def peak_memory_bytes() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        set_seed(cfg.seed)
+        self.accelerator = acc = make_accelerator(
+            cfg.sharding, cfg.precision, cfg.activation_checkpointing, DECODER_LAYER, cfg.nodes
+        )
+        self.rank, self.world = acc.process_index, acc.num_processes
+        self.tokenizer = load_tokenizer(cfg.tokenizer)
+        self.dataset, self.sampler = self._build_data()
+        self.total_steps = cfg.steps or cfg.epochs * self.sampler.steps_per_epoch
+
+        model = build_model(cfg.model_config, cfg.weights, cfg.seed)
+        self.config = model.config
+        if cfg.activation_checkpointing and cfg.sharding == "NO_SHARD":  # FSDP applies it in prepare
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        on_gpu = torch.cuda.is_available()
+        optimizer = torch.optim.AdamW(
+            model.parameters(),
+            lr=cfg.lr,
+            betas=(0.9, 0.95),
+            weight_decay=cfg.weight_decay,
+            fused=on_gpu or None,
+            foreach=None if on_gpu else True,
+        )
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer.optimizer,
+            lambda step: lr_multiplier(step, cfg.warmup_steps, self.total_steps, cfg.schedule),
+        )
+        acc.register_for_checkpointing(self.scheduler)
+        shard_group = self.world // cfg.nodes if cfg.sharding == "HYBRID_SHARD" else self.world
+        self.sharding_report = verify_sharding(self.model, cfg.sharding, self.world, shard_group)
+
+        self.checkpoints = CheckpointManager(
+            self.run_dir / "checkpoints", cfg.keep_checkpoints, acc.is_main_process, acc.wait_for_everyone
+        )
+        labels = {
+            "run_id": cfg.run_id,
+            "model": cfg.model_name,
+            "rank": str(self.rank),
+            "node": str(self.rank // max(1, self.world // cfg.nodes)),
+        }
+        port = cfg.metrics_port + acc.local_process_index if cfg.metrics_port else None
+        self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
+        shape = TransformerShape(
+            layers=self.config.num_hidden_layers,
+            hidden=self.config.hidden_size,
+            heads=self.config.num_attention_heads,
+            kv_heads=self.config.num_key_value_heads,
+            ffn=self.config.intermediate_size,
+            vocab=self.config.vocab_size,
+        )
+        self.flops_per_token = shape.flops_per_token(cfg.seq_len)
+        device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
+        self.peak_tflops = cfg.peak_tflops or device_peak
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ data
+
+    def _build_data(self) -> tuple[PackedDataset, StepSampler]:
+        cfg = self.cfg
+        ids, labels = tokenize_examples(load_records(cfg.dataset, cfg.dataset_split), self.tokenizer)
+        dataset = PackedDataset.pack(ids, labels, cfg.seq_len)
+        sampler = StepSampler(
+            len(dataset), cfg.global_batch_size, cfg.micro_batch_size, self.rank, self.world, cfg.seed
+        )
+        return dataset, sampler
+
+    # ------------------------------------------------------------------ stages
+
+    def load_checkpoint(self) -> int:
+        """Resume from `latest` if there is one; returns the first step to run."""
+        self.checkpoints.clean_partial()
+        latest = self.checkpoints.latest()
+        if latest is None:
+            return 0
+        self.accelerator.load_state(str(latest))
+        state = self.checkpoints.read_state(latest)
+        self.restarts = state.get("restarts", 0) + 1
+        self.metrics.truncate_after(state["step"])
+        self.metrics.set("trainkit_restarts", self.restarts)
+        return state["step"]
+
+    def _no_gradient_sync(self, last_micro: bool):
+        if isinstance(self.model, FSDPModule):
+            self.model.set_requires_gradient_sync(last_micro)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last_micro else self.accelerator.no_sync(self.model)
+
+    def train_step(self, step: int) -> tuple[float, float]:
+        """One optimizer step over the global batch; returns (mean loss, grad norm)."""
+        device = self.accelerator.device
+        micro = self.sampler.micro_batches(step)
+        batches = [(self.dataset.input_ids[i].to(device), self.dataset.labels[i].to(device)) for i in micro]
+        # Normalise by the loss tokens of the whole global batch, so the loss and the gradient do
+        # not depend on how the batch is split over ranks and accumulation steps.
+        counted = torch.tensor(sum(int((y[:, 1:] != IGNORE_INDEX).sum()) for _, y in batches), device=device)
+        dist.all_reduce(counted)
+        scale = self.world / counted.clamp(min=1)
+        loss_sum = torch.zeros((), device=device)
+        for index, (inputs, labels) in enumerate(batches):
+            with self._no_gradient_sync(index == len(batches) - 1):
+                logits = self.model(input_ids=inputs).logits
+                token_loss = F.cross_entropy(
+                    logits[:, :-1].flatten(0, 1).float(),
+                    labels[:, 1:].flatten(),
+                    ignore_index=IGNORE_INDEX,
+                    reduction="sum",
+                )
+                self.accelerator.backward(token_loss * scale)
+            loss_sum += token_loss.detach()
+        grad_norm = torch.zeros(())
+        if self.cfg.grad_clip > 0:
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum)
+        return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm)
+
+    def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, first: bool) -> dict:
+        tokens = self.cfg.global_batch_size * self.cfg.seq_len
+        tokens_per_s = tokens / step_time
+        record = {
+            "step": step,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "tokens_per_s": tokens_per_s,
+            "step_time_s": step_time,
+            "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
+            "peak_memory_bytes": peak_memory_bytes(),
+            "tokens_seen": step * tokens,
+            "epoch": (step - 1) // self.sampler.steps_per_epoch,
+            "warmup": first,  # first step after (re)start includes one-off setup costs
+        }
+        self.metrics.log_step(record)
+        return record
+
+    def save(self, step: int) -> None:
+        started = time.perf_counter()
+        self.checkpoints.save(
+            step,
+            lambda directory: self.accelerator.save_state(str(directory)),
+            {"restarts": self.restarts, "total_steps": self.total_steps, "model": self.cfg.model_name},
+        )
+        self.metrics.set("trainkit_checkpoint_duration_seconds", time.perf_counter() - started)
+
+    def export(self) -> Path | None:
+        """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory."""
+        state_dict = self.accelerator.get_state_dict(self.model)
+        target = self.run_dir / "model"
+        if self.accelerator.is_main_process:
+            tmp = self.run_dir / ".tmp-model"
+            shutil.rmtree(tmp, ignore_errors=True)
+            consolidated_copy(self.config, state_dict).save_pretrained(tmp, safe_serialization=True)
+            self.tokenizer.save_pretrained(tmp)
+            label = {"truncated": self.cfg.truncated_label, "run_id": self.cfg.run_id}
+            (tmp / "trainkit.json").write_text(json.dumps(label, indent=2) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        self.accelerator.wait_for_everyone()
+        return target
+
+    # ------------------------------------------------------------------ driver
+
+    def fit(self) -> None:
+        cfg, acc = self.cfg, self.accelerator
+        began = time.perf_counter()
+        start = self.load_checkpoint()
+        if acc.is_main_process and cfg.truncated_label:
+            print(f"NOTE: {cfg.truncated_label}", flush=True)
+        bar = tqdm(
+            total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step"
+        )
+        first = True
+        for step in range(start, self.total_steps):
+            lr = self.scheduler.get_last_lr()[0]
+            started = time.perf_counter()
+            loss, grad_norm = self.train_step(step)
+            elapsed = time.perf_counter() - started
+            done = step + 1
+            if done % cfg.log_interval == 0 or done == self.total_steps:
+                record = self.log(done, loss, grad_norm, lr, elapsed, first)
+                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
+            first = False
+            bar.update(1)
+            if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0 and done != self.total_steps:
+                self.save(done)
+        bar.close()
+        latest = self.checkpoints.latest()
+        if latest is None or self.checkpoints.read_state(latest)["step"] != self.total_steps:
+            self.save(self.total_steps)
+        exported = self.export() if cfg.export else None
+        if acc.is_main_process:
+            summary = self.metrics.write_summary(
+                {
+                    "run_id": cfg.run_id,
+                    "model": cfg.model_name,
+                    "truncated": cfg.truncated_label,
+                    "world_size": self.world,
+                    "sharding": self.sharding_report,
+                    "resumed_from": start or None,
+                    "restarts": self.restarts,
+                    "hf_model_dir": str(exported) if exported else None,
+                    "peak_tflops": self.peak_tflops,
+                    "wall_time_s": time.perf_counter() - began,
+                }
+            )
+            print(f"summary: {summary}", flush=True)
+        acc.end_training()

@@ -1,0 +1,63 @@
+"""What a machine offers: accelerators on this host, and AWS GPU instance types for plans and jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """An AWS GPU instance type as the planner and the job backends see it."""
+
+    name: str
+    gpu: str
+    gpus: int
+    gpu_memory_gib: int
+    efa_interfaces: int
+
+
+# GPUs, GPU memory and EFA interface counts from the EC2 accelerated-computing instance pages.
+INSTANCE_TYPES = {
+    "p4d.24xlarge": InstanceType("p4d.24xlarge", "A100", 8, 40, 4),
+    "p4de.24xlarge": InstanceType("p4de.24xlarge", "A100", 8, 80, 4),
+    "p5.48xlarge": InstanceType("p5.48xlarge", "H100", 8, 80, 32),
+    "p5e.48xlarge": InstanceType("p5e.48xlarge", "H200", 8, 141, 32),
+    "p5en.48xlarge": InstanceType("p5en.48xlarge", "H200", 8, 141, 16),
+}
+
+# On-demand Linux list prices in us-east-1, USD per instance-hour, as published on the EC2
+# on-demand pricing page and quoted by The Next Platform ("H100 GPU Instance Pricing On AWS",
+# 2023-07-27). AWS announced cuts of up to 45% for P4 and P5 in June 2025 and prices differ by
+# region and purchase option (Savings Plans, Capacity Blocks): pass --price-per-hour with your rate.
+PRICE_TABLE_AS_OF = "2023-07-27 list prices (pre June-2025 reduction)"
+ON_DEMAND_USD_PER_HOUR = {
+    "p4d.24xlarge": 32.77,
+    "p5.48xlarge": 98.32,
+}
+
+
+def local_gpu_count() -> int:
+    """NVIDIA GPUs visible on this host, without importing torch (0 when there is no driver)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    result = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return 0
+    count = sum(1 for line in result.stdout.splitlines() if line.startswith("GPU "))
+    if visible:
+        count = min(count, len([v for v in visible.split(",") if v.strip()]))
+    return count
+
+
+def local_cpu_count() -> int:
+    """CPUs this process may run on (respects affinity masks and container limits)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
