@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -139,7 +141,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _load_profile(profile: str) -> dict[str, Any]:
+def load_profile(profile: str) -> dict[str, Any]:
     path = PROFILES_DIR / f"{profile}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
@@ -151,6 +153,28 @@ def _load_profile(profile: str) -> dict[str, Any]:
     return data
 
 
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Flags arrive as text from the command line; turn them into the field's type."""
+    hint = typing.get_type_hints(JobSpec)[name]
+    if isinstance(hint, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if not isinstance(value, str) or hint is str:
+        return value
+    text = value.strip().lower()
+    if hint is bool:
+        if text in _TRUE + _FALSE:
+            return text in _TRUE
+        raise SpecError(f"{_flag(name)} must be true or false (got {value!r})")
+    try:
+        return hint(value)
+    except ValueError:
+        kind = "an integer" if hint is int else "a number"
+        raise SpecError(f"{_flag(name)} must be {kind} (got {value!r})") from None
+
+
 def build_spec(overrides: dict[str, Any], profile: str = "local") -> JobSpec:
     """Merge recipe, profile and flags (None means 'not given'), then validate."""
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -158,7 +182,8 @@ def build_spec(overrides: dict[str, Any], profile: str = "local") -> JobSpec:
     unknown = set(given) - known
     if unknown:
         raise SpecError(f"unknown option(s): {', '.join(_flag(u) for u in sorted(unknown))}")
-    merged: dict[str, Any] = dict(_load_profile(profile))
+    given = {k: _coerce(k, v) for k, v in given.items()}
+    merged: dict[str, Any] = dict(load_profile(profile))
     merged.update(given)
     merged["profile"] = profile
     spec = JobSpec(**merged)
@@ -256,6 +281,14 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     else:
         _require(spec.weights is None, "--weights is only used with --init pretrained")
 
+    _require(
+        spec.rdzv != "etcd" or bool(spec.rdzv_endpoint),
+        "--rdzv etcd needs --rdzv-endpoint host:port of a running etcd server (or use --rdzv c10d)",
+    )
+    _require(
+        spec.target != "local" or spec.nodes == 1,
+        f"--nodes {spec.nodes}: the local target runs one node; use --nodes 1",
+    )
     _validate_processes(spec)
     if not micro_batch_given:
         _fit_micro_batch(spec)

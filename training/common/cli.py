@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _field_docs(cls: type) -> dict[str, str]:
+def field_docs(cls: type) -> dict[str, str]:
     """Docstrings written under each field (the attribute-docstring convention)."""
     docs: dict[str, str] = {}
     tree = ast.parse(inspect.getsource(cls))
@@ -36,7 +36,7 @@ def _base_type(annotation: Any) -> Any:
 
 def parse_dataclass(cls: type[T], argv: list[str] | None = None, description: str | None = None) -> T:
     hints = typing.get_type_hints(cls)
-    docs = _field_docs(cls)
+    docs = field_docs(cls)
     parser = argparse.ArgumentParser(description=description or cls.__doc__)
     for field in dataclasses.fields(cls):
         flag = "--" + field.name.replace("_", "-")

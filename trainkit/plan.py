@@ -1,0 +1,213 @@
+"""Memory, throughput and cost estimates for a job, before anything runs or is paid for.
+
+Memory per GPU (bytes), N parameters, mixed precision as the trainer runs it (FSDP2 keeps fp32
+master parameters, fp32 gradients and fp32 AdamW moments, and all-gathers bf16 copies to compute):
+
+    parameters       4N / S        S = shard group: all GPUs (FULL_SHARD, SHARD_GRAD_OP),
+    gradients        4N / S            GPUs per node (HYBRID_SHARD), 1 (NO_SHARD)
+    optimizer        8N / S        AdamW exp_avg + exp_avg_sq
+    gathered params  bf16 working copies: 2 x (largest FSDP unit) x 2 for prefetch when resharding
+                     after forward (FULL_SHARD, HYBRID_SHARD); all 2N kept from forward to backward
+                     (SHARD_GRAD_OP); none beyond the fp32 replica (NO_SHARD)
+    activations      per layer 34*s*b*h bytes without recomputation (Korthikanti et al. 2022,
+                     "Reducing Activation Recomputation in Large Transformer Models", eq. 1, with the
+                     5*a*s/h attention-score term removed because SDPA/flash attention does not store
+                     scores); with activation checkpointing, 2*s*b*h per layer (the saved layer input)
+                     plus one layer's 34*s*b*h while it is recomputed
+    logits           8*s*b*V: fp32 logits and their gradient
+
+A GPU "fits" when the total is at most 90% of its memory (the rest: CUDA context, NCCL buffers,
+allocator fragmentation). Step time = model FLOPs per step / (MFU x peak x GPUs), with the FLOPs
+formula of `training.common.flops` and a stated MFU assumption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from training.common.flops import PEAK_BF16_TFLOPS
+
+from .errors import SpecError
+from .hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
+from .models import get_model
+from .spec import SHARDING_STRATEGIES
+
+GIB = 1024**3
+USABLE_FRACTION = 0.9
+
+
+@dataclass
+class PlanInputs:
+    model: str
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    instance_type: str = "p5.48xlarge"
+    sharding: str = "FULL_SHARD"
+    seq_len: int | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    activation_checkpointing: bool | None = None
+    mfu: float = 0.40
+    price_per_hour: float | None = None
+    epoch_tokens: int = 100_000_000
+    layers: int | None = None
+
+
+@dataclass
+class MemoryBreakdown:
+    parameters: float
+    gradients: float
+    optimizer: float
+    gathered_parameters: float
+    activations: float
+    logits: float
+
+    @property
+    def total(self) -> float:
+        return sum(asdict(self).values())
+
+
+@dataclass
+class Plan:
+    inputs: PlanInputs
+    param_count: int
+    world_size: int
+    shard_group: int
+    global_batch_size: int
+    grad_accum_steps: int
+    memory_per_gpu: dict[str, MemoryBreakdown]
+    gpu_memory_bytes: float
+    fits: dict[str, bool]
+    flops_per_token: float
+    step_time_s: float
+    tokens_per_s: float
+    usd_per_hour: float | None
+    usd_per_epoch: float | None
+    price_source: str
+
+
+def shard_group_size(sharding: str, world: int, gpus_per_node: int) -> int:
+    return {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": gpus_per_node, "NO_SHARD": 1}[sharding]
+
+
+def memory_per_gpu(inputs: PlanInputs, sharding: str, world: int) -> MemoryBreakdown:
+    entry = get_model(inputs.model)
+    arch = entry.arch.truncated(inputs.layers)
+    shape = arch.shape()
+    n = shape.param_count()
+    s, b, h, v, layers = inputs.seq_len, inputs.micro_batch_size, arch.hidden_size, arch.vocab_size, shape.layers
+    group = shard_group_size(sharding, world, inputs.gpus_per_node)
+    largest_unit = max(shape.params_per_layer(), v * h)
+    gathered = {
+        "FULL_SHARD": 2 * largest_unit * 2,
+        "HYBRID_SHARD": 2 * largest_unit * 2,
+        "SHARD_GRAD_OP": 2 * n,
+        "NO_SHARD": 0,
+    }[sharding]
+    per_layer_full = 34 * s * b * h
+    if inputs.activation_checkpointing:
+        activations = layers * 2 * s * b * h + per_layer_full
+    else:
+        activations = layers * per_layer_full
+    return MemoryBreakdown(
+        parameters=4 * n / group,
+        gradients=4 * n / group,
+        optimizer=8 * n / group,
+        gathered_parameters=gathered,
+        activations=activations,
+        logits=8 * s * b * v,
+    )
+
+
+def make_plan(inputs: PlanInputs) -> Plan:
+    entry = get_model(inputs.model)
+    if inputs.instance_type not in INSTANCE_TYPES:
+        raise SpecError(f"--instance-type {inputs.instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}")
+    if inputs.sharding not in SHARDING_STRATEGIES:
+        raise SpecError(f"--sharding {inputs.sharding!r} is not valid; choose one of: {', '.join(SHARDING_STRATEGIES)}")
+    if not 0 < inputs.mfu <= 1:
+        raise SpecError(f"--mfu must be in (0, 1] (got {inputs.mfu}); 0.3-0.5 is typical for FSDP on H100")
+    if inputs.nodes < 1:
+        raise SpecError(f"--nodes must be a positive integer (got {inputs.nodes})")
+    instance = INSTANCE_TYPES[inputs.instance_type]
+    recipe = entry.recipe
+    inputs.gpus_per_node = inputs.gpus_per_node or instance.gpus
+    inputs.seq_len = inputs.seq_len or recipe.seq_len
+    inputs.micro_batch_size = inputs.micro_batch_size or recipe.micro_batch_size
+    if inputs.activation_checkpointing is None:
+        inputs.activation_checkpointing = recipe.activation_checkpointing
+    world = inputs.nodes * inputs.gpus_per_node
+    per_step = inputs.micro_batch_size * world
+    global_batch = inputs.global_batch_size or max(recipe.global_batch_size, per_step)
+    if global_batch % per_step:
+        if inputs.global_batch_size:
+            raise SpecError(
+                f"--global-batch-size {global_batch} is not divisible by micro batch {inputs.micro_batch_size} x "
+                f"{world} GPUs = {per_step}; use a multiple of {per_step}"
+            )
+        global_batch = -(-global_batch // per_step) * per_step
+    memory = {name: memory_per_gpu(inputs, name, world) for name in SHARDING_STRATEGIES}
+    gpu_bytes = instance.gpu_memory_gib * GIB
+    fits = {name: breakdown.total <= USABLE_FRACTION * gpu_bytes for name, breakdown in memory.items()}
+    shape = entry.arch.truncated(inputs.layers).shape()
+    flops_per_token = shape.flops_per_token(inputs.seq_len)
+    tokens_per_step = global_batch * inputs.seq_len
+    peak = PEAK_BF16_TFLOPS[instance.gpu] * 1e12
+    step_time = flops_per_token * tokens_per_step / (inputs.mfu * peak * world)
+    tokens_per_s = tokens_per_step / step_time
+    price = inputs.price_per_hour or ON_DEMAND_USD_PER_HOUR.get(inputs.instance_type)
+    usd_per_hour = price * inputs.nodes if price else None
+    usd_per_epoch = usd_per_hour * inputs.epoch_tokens / tokens_per_s / 3600 if usd_per_hour else None
+    source = "--price-per-hour" if inputs.price_per_hour else f"on-demand us-east-1, {PRICE_TABLE_AS_OF}"
+    return Plan(
+        inputs=inputs,
+        param_count=shape.param_count(),
+        world_size=world,
+        shard_group=shard_group_size(inputs.sharding, world, inputs.gpus_per_node),
+        global_batch_size=global_batch,
+        grad_accum_steps=global_batch // per_step,
+        memory_per_gpu=memory,
+        gpu_memory_bytes=gpu_bytes,
+        fits=fits,
+        flops_per_token=flops_per_token,
+        step_time_s=step_time,
+        tokens_per_s=tokens_per_s,
+        usd_per_hour=usd_per_hour,
+        usd_per_epoch=usd_per_epoch,
+        price_source=source if price else "no price known; pass --price-per-hour",
+    )
+
+
+def render_plan(plan: Plan) -> str:
+    i = plan.inputs
+    label = f" (truncated to {i.layers} layers)" if i.layers else ""
+    lines = [
+        f"Plan: {i.model}{label} on {i.nodes} x {i.instance_type} ({plan.world_size} GPUs)",
+        f"  parameters          {plan.param_count:,} ({plan.param_count / 1e9:.2f} B)",
+        f"  batch               global {plan.global_batch_size} x seq {i.seq_len}, micro {i.micro_batch_size}, "
+        f"grad accumulation {plan.grad_accum_steps}, activation checkpointing {'on' if i.activation_checkpointing else 'off'}",
+        "",
+        f"  memory per GPU (GiB; {USABLE_FRACTION:.0%} of {plan.gpu_memory_bytes / GIB:.0f} GiB usable)",
+        f"  {'strategy':<14}{'params':>9}{'grads':>9}{'optim':>9}{'gathered':>10}{'activ':>9}{'logits':>9}{'total':>9}  fits",
+    ]
+    for name, m in plan.memory_per_gpu.items():
+        marker = "*" if name == i.sharding else " "
+        cells = [m.parameters, m.gradients, m.optimizer, m.gathered_parameters, m.activations, m.logits, m.total]
+        widths = [9, 9, 9, 10, 9, 9, 9]
+        row = "".join(f"{value / GIB:>{w}.1f}" for value, w in zip(cells, widths))
+        lines.append(f" {marker}{name:<14}{row}  {'yes' if plan.fits[name] else 'NO'}")
+    lines += [
+        "",
+        f"  throughput ({i.sharding}, assuming MFU {i.mfu:.0%} of {plan.flops_per_token / 1e9:.1f} GFLOP/token)",
+        f"    step time         {plan.step_time_s:.2f} s",
+        f"    tokens/s          {plan.tokens_per_s:,.0f} ({plan.tokens_per_s / plan.world_size:,.0f} per GPU)",
+    ]
+    if plan.usd_per_hour is not None:
+        lines += [
+            f"  cost ({plan.price_source})",
+            f"    $ per hour        {plan.usd_per_hour:,.2f}",
+            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {i.epoch_tokens:,} tokens; set --epoch-tokens)",
+        ]
+    else:
+        lines.append(f"  cost                {plan.price_source}")
+    return "\n".join(lines)

@@ -1,0 +1,45 @@
+"""Hugging Face token lookup. The token is only ever passed on in a child's environment.
+
+Sources, first found wins: the HF_TOKEN environment variable, the file given by --hf-token-file,
+the file named by HF_TOKEN_PATH, then the Hugging Face CLI's default `~/.cache/huggingface/token`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import SpecError
+
+
+def _token_files(token_file: str | None) -> list[Path]:
+    candidates = []
+    if token_file:
+        candidates.append(Path(token_file).expanduser())
+    if os.environ.get("HF_TOKEN_PATH"):
+        candidates.append(Path(os.environ["HF_TOKEN_PATH"]).expanduser())
+    hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
+    candidates.append(hf_home / "token")
+    return candidates
+
+
+def resolve_hf_token(token_file: str | None = None) -> str | None:
+    if os.environ.get("HF_TOKEN", "").strip():
+        return os.environ["HF_TOKEN"].strip()
+    if token_file and not Path(token_file).expanduser().is_file():
+        raise SpecError(f"--hf-token-file {token_file} does not exist; write your token there or set HF_TOKEN")
+    for path in _token_files(token_file):
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+    return None
+
+
+def require_hf_token(weights: str, token_file: str | None) -> str:
+    token = resolve_hf_token(token_file)
+    if token is None:
+        raise SpecError(
+            f"--init pretrained downloads {weights} from the Hugging Face hub, which needs an access token: "
+            "set HF_TOKEN in the environment, or write the token to ~/.cache/huggingface/token "
+            "(or a file passed with --hf-token-file). Never pass the token itself on the command line."
+        )
+    return token
