@@ -17,6 +17,8 @@ def train(overrides: dict[str, Any], profile: str = "local") -> int:
     spec = build_spec(overrides, profile=profile)
     run = prepare_run(spec)
     label = f" [{spec.truncated_label}]" if spec.truncated_label else ""
+    for note in spec.notes:
+        print(f"note: {note}", flush=True)
     print(
         f"run {spec.run_id}{label}: {spec.model}, {spec.nodes} node(s) x {spec.nproc} process(es), "
         f"{spec.sharding}, {spec.steps or f'{spec.epochs} epoch(s)'} steps -> {spec.run_dir}",

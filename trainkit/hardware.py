@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ ON_DEMAND_USD_PER_HOUR = {
 }
 
 
+@functools.cache
 def local_gpu_count() -> int:
     """NVIDIA GPUs visible on this host, without importing torch (0 when there is no driver)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -31,7 +31,10 @@ PROFILES_DIR = Path(__file__).parent / "profiles"
 
 # Fields that do not change what is trained: a run may be resumed with other values for them.
 _RESUMABLE_FIELDS = frozenset(
-    {"run_id", "runs_dir", "log_interval", "metrics_port", "keep_checkpoints", "rdzv", "rdzv_endpoint", "target", "profile"}
+    {
+        "run_id", "runs_dir", "log_interval", "metrics_port", "keep_checkpoints", "rdzv", "rdzv_endpoint",
+        "target", "profile", "notes", "hf_token_file",
+    }
 )
 
 
@@ -109,6 +112,8 @@ class JobSpec:
     """File holding a Hugging Face token (the token itself is never part of the spec)."""
     truncated_label: str | None = field(default=None)
     """Set by validation when `layers` truncates the model, so every output says so."""
+    notes: list[str] = field(default_factory=list)
+    """Adjustments the launcher made to the defaults, shown to the user and kept in spec.json."""
 
     # ------------------------------------------------------------------ derived values
 
@@ -189,6 +194,14 @@ def build_spec(overrides: dict[str, Any], profile: str = "local") -> JobSpec:
     spec = JobSpec(**merged)
     entry = get_model(spec.model)
     recipe = dataclasses.asdict(entry.recipe)
+    cpu_batch = recipe.pop("cpu_batch")
+    batch_given = spec.global_batch_size is not None or spec.micro_batch_size is not None
+    if cpu_batch and not batch_given and spec.target == "local" and hardware.local_gpu_count() == 0:
+        spec.global_batch_size, spec.micro_batch_size = cpu_batch
+        spec.notes.append(
+            f"no GPU: using the CPU batch of the {spec.model} recipe (global {cpu_batch[0]}, micro "
+            f"{cpu_batch[1]}); set --global-batch-size / --micro-batch-size to change it"
+        )
     for name, value in recipe.items():
         if name == "steps" and spec.epochs is not None:
             continue

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from training.common.cli import parse_dataclass
+from training.common.lifecycle import die_with_parent
 
 from .config import TrainConfig
 from .trainer import Trainer
@@ -14,6 +15,7 @@ from .trainer import Trainer
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_dataclass(TrainConfig, argv)
+    die_with_parent()
     Trainer(config).fit()
 
 

@@ -1,0 +1,68 @@
+# trainkit: thin doors over Invoke (tasks.py). `make help` lists them.
+SHELL = bash -o pipefail
+.SHELLFLAGS = -ec
+.DEFAULT_GOAL = help
+
+PYTHON ?= python3
+VENV ?= .venv
+MODEL ?= llama2-tiny
+PROFILE ?= local
+# Extra pip arguments for torch, e.g. PyTorch's CPU wheel index on a CPU-only machine elsewhere.
+TORCH_PIP_ARGS ?=
+# Extra flags for `invoke train`, e.g. ARGS="--steps 100 --nproc 4".
+ARGS ?=
+PYTEST_ARGS ?=
+
+BIN = $(VENV)/bin
+STAMP = $(VENV)/.trainkit-installed
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target> [VAR=value]\n"} \
+	  /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Setup
+
+.PHONY: setup
+setup: $(STAMP) ## Create $(VENV) and install trainkit with its pinned dependencies.
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+##@ Training
+
+.PHONY: train
+train: setup ## Train MODEL (default llama2-tiny) with the local profile; ARGS="..." adds flags.
+	$(BIN)/invoke train --model $(MODEL) --profile $(PROFILE) $(ARGS)
+
+.PHONY: plan
+plan: setup ## Memory / throughput / cost estimate for MODEL; ARGS="--nodes 2" adds flags.
+	$(BIN)/invoke plan --model $(MODEL) $(ARGS)
+
+##@ Infrastructure
+
+.PHONY: up
+up: setup ## Bring up PROFILE (local: report this machine's capacity).
+	$(BIN)/invoke infra.up --profile $(PROFILE)
+
+.PHONY: down
+down: setup ## Take down PROFILE.
+	$(BIN)/invoke infra.down --profile $(PROFILE)
+
+##@ Quality
+
+.PHONY: test
+test: setup ## Run the whole test suite, offline.
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: setup ## Ruff lint and format check.
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

@@ -1,0 +1,78 @@
+"""Shared helpers: run the product the way a user does (invoke / make) and read what it leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_port_pair() -> int:
+    """A port p with p and p+1 free (rank 0 and rank 1 metrics)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair")
+
+
+def invoke(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "invoke"), *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_invoke(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(BIN / "invoke"), *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def only_run_dir(runs_dir: Path) -> Path:
+    runs = [p for p in runs_dir.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session."""
+    runs = tmp_path_factory.mktemp("tiny")
+    port = free_port_pair()
+    result = subprocess.run(
+        ["make", "train", "MODEL=llama2-tiny", f"ARGS=--runs-dir {runs} --metrics-port {port}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return only_run_dir(runs)

@@ -1,0 +1,53 @@
+"""Checkpoint publishing: atomic, `latest` moves only after a complete write, keep the last K."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from training.common.checkpoint import COMPLETE_MARKER, CheckpointManager
+
+
+def manager(root: Path, keep: int = 2) -> CheckpointManager:
+    return CheckpointManager(root, keep=keep, is_main=True, barrier=lambda: None)
+
+
+def write_shard(directory: Path) -> None:
+    (directory / "shard.bin").write_bytes(b"x" * 16)
+
+
+def test_publish_moves_latest_and_prunes(tmp_path):
+    ckpt = manager(tmp_path, keep=2)
+    assert ckpt.latest() is None
+    for step in (10, 20, 30):
+        ckpt.save(step, write_shard, {"restarts": 0})
+    assert ckpt.latest().name == "step-00000030"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000020", "step-00000030"]
+    assert ckpt.read_state(ckpt.latest()) == {"restarts": 0, "step": 30}
+
+
+def test_a_write_that_dies_midway_leaves_the_previous_checkpoint(tmp_path):
+    ckpt = manager(tmp_path)
+    ckpt.save(10, write_shard, {})
+
+    def dies(directory: Path) -> None:
+        write_shard(directory)
+        raise KeyboardInterrupt  # the process is gone before publishing
+
+    try:
+        ckpt.save(20, dies, {})
+    except KeyboardInterrupt:
+        pass
+    assert (tmp_path / ".tmp-step-00000020").is_dir()
+    assert ckpt.latest().name == "step-00000010"
+    ckpt.clean_partial()
+    assert not (tmp_path / ".tmp-step-00000020").exists()
+
+
+def test_latest_pointing_at_an_incomplete_directory_falls_back(tmp_path):
+    ckpt = manager(tmp_path, keep=5)
+    ckpt.save(10, write_shard, {})
+    ckpt.save(20, write_shard, {})
+    (tmp_path / "step-00000020" / COMPLETE_MARKER).unlink()  # e.g. a torn copy
+    assert ckpt.latest().name == "step-00000010"
+    (tmp_path / "latest").write_text("step-00000099\n")  # pointer to something missing
+    assert ckpt.latest().name == "step-00000010"

@@ -1,0 +1,85 @@
+"""Job spec: precedence, coercion, derived values, and errors that name the flag to change."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainkit import hardware
+from trainkit.errors import SpecError
+from trainkit.spec import build_spec, write_spec
+
+
+def spec_of(**flags):
+    return build_spec(flags)
+
+
+def test_recipe_then_profile_then_flags(tmp_path):
+    spec = spec_of(model="llama2-tiny", runs_dir=str(tmp_path), steps="7", lr="0.01")
+    assert spec.steps == 7 and spec.lr == 0.01  # flags (as text) win and are typed
+    assert spec.seq_len == 128 and spec.global_batch_size == 16  # from the llama2-tiny recipe
+    assert spec.rdzv == "c10d" and spec.target == "local"  # from profiles/local.yaml
+    assert spec.grad_accum_steps == spec.global_batch_size // (spec.micro_batch_size * spec.world_size)
+
+
+def test_run_id_is_stable_for_the_same_training_and_changes_with_it(tmp_path):
+    a = spec_of(runs_dir=str(tmp_path), steps=10)
+    b = spec_of(runs_dir=str(tmp_path), steps=10, log_interval=5, metrics_port=0)
+    c = spec_of(runs_dir=str(tmp_path), steps=11)
+    assert a.run_id == b.run_id  # logging does not change what is trained: same run, resumable
+    assert a.run_id != c.run_id
+    assert a.run_id.startswith("llama2-tiny-")
+
+
+def test_recipe_micro_batch_shrinks_to_fit_processes(monkeypatch, tmp_path):
+    monkeypatch.setattr(hardware, "local_gpu_count", lambda: 8)
+    spec = spec_of(runs_dir=str(tmp_path))  # 16 sequences over 8 GPUs: micro 8 cannot fit
+    assert spec.nproc == 8 and spec.micro_batch_size == 2 and spec.grad_accum_steps == 1
+
+
+def test_layers_label_and_limits(tmp_path):
+    spec = spec_of(model="llama2-7b", layers=2, seq_len=128, runs_dir=str(tmp_path))
+    assert spec.truncated_label == "llama2-7b truncated to 2 of 32 layers"
+    with pytest.raises(SpecError, match=r"--layers 33 exceeds llama2-7b's 32 layers"):
+        spec_of(model="llama2-7b", layers=33)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"model": "gpt5"}, r"--model 'gpt5' is not a known model; choose one of: llama2-7b, llama2-13b"),
+        ({"steps": "-3"}, r"--steps must be a positive integer \(got -3\)"),
+        ({"steps": "ten"}, r"--steps must be an integer \(got 'ten'\)"),
+        ({"global_batch_size": 10, "micro_batch_size": 4}, r"--global-batch-size 10 is not divisible by"),
+        ({"nproc": 4096}, r"--nproc 4096 x --nodes 1 needs 4096 processes but this machine has"),
+        ({"sharding": "ZERO3"}, r"--sharding 'ZERO3' is not valid; choose one of: FULL_SHARD, HYBRID_SHARD"),
+        ({"sharding": "HYBRID_SHARD"}, r"HYBRID_SHARD shards within a node .* needs --nodes >= 2"),
+        ({"seq_len": 4096}, r"--seq-len 4096 exceeds llama2-tiny's context of 512 tokens"),
+        ({"init": "pretrained"}, r"llama2-tiny has no published weights"),
+        ({"weights": "/x"}, r"--weights is only used with --init pretrained"),
+        ({"rdzv": "etcd"}, r"--rdzv etcd needs --rdzv-endpoint"),
+        ({"steps": 5, "epochs": 1}, r"give either --steps or --epochs"),
+        ({"activation_checkpointing": "maybe"}, r"--activation-checkpointing must be true or false"),
+        ({"run_id": "../escape"}, r"--run-id '../escape' may only contain"),
+        ({"lr": "0"}, r"--lr must be positive"),
+    ],
+)
+def test_bad_input_names_the_flag(flags, message):
+    with pytest.raises(SpecError, match=message):
+        spec_of(**flags)
+
+
+def test_unknown_profile_lists_the_known_ones():
+    with pytest.raises(SpecError, match=r"--profile 'nope' does not exist; choose one of: local"):
+        build_spec({}, profile="nope")
+
+
+def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path):
+    spec = spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10)
+    path = write_spec(spec)
+    data = json.loads(path.read_text())
+    assert data["steps"] == 10 and data["world_size"] == spec.world_size and data["run_id"] == "demo"
+    write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, log_interval=3))  # resumable change
+    with pytest.raises(SpecError, match=r"run 'demo' already exists with different lr"):
+        write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5))
