@@ -2,45 +2,111 @@
 
 from __future__ import annotations
 
+import functools
+
 from invoke import Collection, Exit, task
 
+from training.common.cli import field_docs
 from trainkit import commands
 from trainkit.errors import SpecError
 from trainkit.plan import PlanInputs
 from trainkit.spec import JobSpec
-from training.common.cli import field_docs
 
 TRAIN_FLAGS = [
-    "model", "init", "weights", "layers", "dataset", "dataset_split", "steps", "epochs",
-    "global_batch_size", "micro_batch_size", "seq_len", "lr", "schedule", "warmup_steps", "weight_decay",
-    "grad_clip", "sharding", "precision", "activation_checkpointing", "checkpoint_interval",
-    "keep_checkpoints", "log_interval", "nodes", "nproc", "rdzv", "rdzv_endpoint", "target", "seed",
-    "peak_tflops", "metrics_port", "run_id", "runs_dir", "hf_token_file",
+    "model",
+    "init",
+    "weights",
+    "layers",
+    "dataset",
+    "dataset_split",
+    "steps",
+    "epochs",
+    "global_batch_size",
+    "micro_batch_size",
+    "seq_len",
+    "lr",
+    "schedule",
+    "warmup_steps",
+    "weight_decay",
+    "grad_clip",
+    "sharding",
+    "precision",
+    "activation_checkpointing",
+    "checkpoint_interval",
+    "keep_checkpoints",
+    "log_interval",
+    "nodes",
+    "nproc",
+    "rdzv",
+    "rdzv_endpoint",
+    "target",
+    "seed",
+    "peak_tflops",
+    "metrics_port",
+    "run_id",
+    "runs_dir",
+    "hf_token_file",
 ]
 
 
 SPEC_HELP = {name.replace("_", "-"): doc for name, doc in field_docs(JobSpec).items() if name in TRAIN_FLAGS}
 
 
-def _fail(error: SpecError) -> Exit:
-    return Exit(f"error: {error}", code=2)
+def user_errors(function):
+    """Invalid input ends the task with its message and exit code 2 (no traceback)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except SpecError as error:
+            raise Exit(f"error: {error}", code=2) from None
+
+    return wrapper
 
 
 @task(help={**SPEC_HELP, "profile": "Profile YAML under trainkit/profiles (default: local)."})
+@user_errors
 def train(
-    c, model="llama2-tiny", profile="local", init=None, weights=None, layers=None, dataset=None,
-    dataset_split=None, steps=None, epochs=None, global_batch_size=None, micro_batch_size=None, seq_len=None,
-    lr=None, schedule=None, warmup_steps=None, weight_decay=None, grad_clip=None, sharding=None, precision=None,
-    activation_checkpointing=None, checkpoint_interval=None, keep_checkpoints=None, log_interval=None,
-    nodes=None, nproc=None, rdzv=None, rdzv_endpoint=None, target=None, seed=None, peak_tflops=None,
-    metrics_port=None, run_id=None, runs_dir=None, hf_token_file=None,
+    c,
+    model="llama2-tiny",
+    profile="local",
+    init=None,
+    weights=None,
+    layers=None,
+    dataset=None,
+    dataset_split=None,
+    steps=None,
+    epochs=None,
+    global_batch_size=None,
+    micro_batch_size=None,
+    seq_len=None,
+    lr=None,
+    schedule=None,
+    warmup_steps=None,
+    weight_decay=None,
+    grad_clip=None,
+    sharding=None,
+    precision=None,
+    activation_checkpointing=None,
+    checkpoint_interval=None,
+    keep_checkpoints=None,
+    log_interval=None,
+    nodes=None,
+    nproc=None,
+    rdzv=None,
+    rdzv_endpoint=None,
+    target=None,
+    seed=None,
+    peak_tflops=None,
+    metrics_port=None,
+    run_id=None,
+    runs_dir=None,
+    hf_token_file=None,
 ):
     """Train a model: validate the job spec, write runs/<run-id>/, launch (local: torchrun here)."""
     values = locals()
-    try:
-        code = commands.train({name: values[name] for name in TRAIN_FLAGS}, profile=profile)
-    except SpecError as error:
-        raise _fail(error) from None
+    code = commands.train({name: values[name] for name in TRAIN_FLAGS}, profile=profile)
     if code:
         raise Exit(f"training exited with code {code}", code=code)
 
@@ -63,41 +129,56 @@ def train(
         "json": "Print the plan as JSON.",
     }
 )
+@user_errors
 def plan(
-    c, model="llama2-7b", nodes=1, gpus_per_node=0, instance_type="p5.48xlarge", sharding="FULL_SHARD",
-    seq_len=0, micro_batch_size=0, global_batch_size=0, activation_checkpointing="", mfu=0.40,
-    price_per_hour=0.0, epoch_tokens=100_000_000, layers=0, json=False,
+    c,
+    model="llama2-7b",
+    nodes=1,
+    gpus_per_node=0,
+    instance_type="p5.48xlarge",
+    sharding="FULL_SHARD",
+    seq_len=0,
+    micro_batch_size=0,
+    global_batch_size=0,
+    activation_checkpointing="",
+    mfu=0.40,
+    price_per_hour=0.0,
+    epoch_tokens=100_000_000,
+    layers=0,
+    json=False,
 ):
     """Estimate memory per GPU, step time, tokens/s and cost for a job. Runs nothing, creates nothing."""
     checkpointing = {"": None, "true": True, "false": False}.get(str(activation_checkpointing).lower())
     inputs = PlanInputs(
-        model=model, nodes=nodes, gpus_per_node=gpus_per_node or None, instance_type=instance_type,
-        sharding=sharding, seq_len=seq_len or None, micro_batch_size=micro_batch_size or None,
-        global_batch_size=global_batch_size or None, activation_checkpointing=checkpointing, mfu=mfu,
-        price_per_hour=price_per_hour or None, epoch_tokens=epoch_tokens, layers=layers or None,
+        model=model,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node or None,
+        instance_type=instance_type,
+        sharding=sharding,
+        seq_len=seq_len or None,
+        micro_batch_size=micro_batch_size or None,
+        global_batch_size=global_batch_size or None,
+        activation_checkpointing=checkpointing,
+        mfu=mfu,
+        price_per_hour=price_per_hour or None,
+        epoch_tokens=epoch_tokens,
+        layers=layers or None,
     )
-    try:
-        print(commands.plan(inputs, as_json=json))
-    except SpecError as error:
-        raise _fail(error) from None
+    print(commands.plan(inputs, as_json=json))
 
 
 @task(help={"profile": "local (this machine)."})
+@user_errors
 def up(c, profile="local"):
     """Bring up what the profile needs to run jobs, and report what this machine offers."""
-    try:
-        print(commands.up(profile))
-    except SpecError as error:
-        raise _fail(error) from None
+    print(commands.up(profile))
 
 
 @task(help={"profile": "local (this machine)."})
+@user_errors
 def down(c, profile="local"):
     """Take down what `up` created for the profile."""
-    try:
-        print(commands.down(profile))
-    except SpecError as error:
-        raise _fail(error) from None
+    print(commands.down(profile))
 
 
 infra = Collection("infra", up, down)

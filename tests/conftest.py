@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,15 +43,46 @@ def invoke(*args: str, env: dict | None = None, timeout: float = 600) -> subproc
     )
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
 def start_invoke(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
+    """Start a command in the background; whatever a test leaves running is stopped after it.
+
+    Output goes to a file (a pipe nobody reads would fill up and stall the job); `output(process)`
+    reads it.
+    """
+    log = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(
         [str(BIN / "invoke"), *args],
         cwd=REPO,
         env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    process.log = log
+    _STARTED.append(process)
+    return process
+
+
+def output(process: subprocess.Popen) -> str:
+    process.log.seek(0)
+    return process.log.read()
+
+
+@pytest.fixture(autouse=True)
+def stop_background_jobs():
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # the launcher stops its whole job
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -15,8 +15,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.conftest import free_port_pair, invoke, only_run_dir, read_jsonl, start_invoke
+from tests.conftest import free_port_pair, invoke, only_run_dir, output, read_jsonl, start_invoke
 from training.common.checkpoint import STALL_ENV
+from training.llm.data import load_records, tokenize_examples
+from training.llm.dialogues import write_dialogues
+from training.llm.tokenizer import byte_tokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -127,14 +130,31 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
 # --------------------------------------------------------------------------- strategies and guards
 
 
+def small_dataset(path: Path, count: int) -> tuple[Path, int]:
+    """A local JSONL data set and how many optimizer steps one epoch of it is at global batch 16."""
+    write_dialogues(path, count=count, seed=5)
+    ids, _ = tokenize_examples(load_records(str(path)), byte_tokenizer())
+    return path, (len(ids) // 128) // 16
+
+
 @pytest.mark.parametrize(("strategy", "share"), [("SHARD_GRAD_OP", 0.5), ("NO_SHARD", 1.0)])
-def test_other_strategies_run_and_distribute_parameters_as_named(strategy, share, tmp_path):
-    result = invoke(*tiny_args(tmp_path, "--sharding", strategy, "--steps", "3"))
+def test_other_strategies_run_an_epoch_of_a_local_jsonl_and_distribute_parameters_as_named(strategy, share, tmp_path):
+    dataset, steps_per_epoch = small_dataset(tmp_path / "small.jsonl", count=60)
+    runs = tmp_path / "runs"
+    result = invoke(*tiny_args(runs, "--sharding", strategy, "--epochs", "1", "--dataset", str(dataset)))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    summary = json.loads((only_run_dir(runs) / "summary.json").read_text())
     sharding = summary["sharding"]
-    assert sharding["strategy"] == strategy and summary["steps"] == 3
+    assert sharding["strategy"] == strategy and summary["steps"] == steps_per_epoch > 0
     assert sharding["local_params"] == pytest.approx(share * sharding["total_params"], rel=0.02)
+
+
+def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "no prompt or response here"}\n' * 50)
+    result = invoke(*tiny_args(tmp_path / "runs", "--dataset", str(bad), "--steps", "2"))
+    assert result.returncode == 1
+    assert "expected 'prompt' and 'response', or 'dialogue' and 'summary'" in result.stdout + result.stderr
 
 
 def test_hybrid_shard_on_one_node_is_rejected_before_anything_starts(tmp_path):
@@ -170,9 +190,9 @@ def test_pretrained_weights_load_and_the_token_never_reaches_files_or_argv(tiny_
     while process.poll() is None:
         seen_argv += [line for line in job_processes(str(tmp_path)) if token in line]
         time.sleep(0.2)
-    output = process.stdout.read()
-    assert process.returncode == 0, output[-3000:]
-    assert not seen_argv and token not in output
+    text = output(process)
+    assert process.returncode == 0, text[-3000:]
+    assert not seen_argv and token not in text
     run_dir = only_run_dir(tmp_path)
     for path in run_dir.rglob("*"):
         if path.is_file() and path.stat().st_size < 50_000_000:
@@ -184,8 +204,9 @@ def test_pretrained_weights_load_and_the_token_never_reaches_files_or_argv(tiny_
 
 def test_ctrl_c_stops_every_process_and_the_exit_code_says_so(tmp_path):
     port = free_port_pair()
-    process = start_invoke("train", "--model", "llama2-tiny", "--runs-dir", str(tmp_path), "--steps", "500",
-                           "--metrics-port", str(port))
+    process = start_invoke(
+        "train", "--model", "llama2-tiny", "--runs-dir", str(tmp_path), "--steps", "500", "--metrics-port", str(port)
+    )
     run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
     wait_for(lambda: (run_dir / "metrics.jsonl").exists(), 120, "first logged step")
     for rank in (0, 1):  # every rank serves its metrics, labelled
@@ -202,9 +223,26 @@ def test_ctrl_c_stops_every_process_and_the_exit_code_says_so(tmp_path):
 
 
 def test_llama2_7b_truncated_to_two_layers_trains_with_true_shapes(tmp_path):
-    result = invoke("train", "--model", "llama2-7b", "--init", "random", "--layers", "2", "--seq-len", "128",
-                    "--steps", "2", "--nproc", "2", "--runs-dir", str(tmp_path), "--metrics-port", "0",
-                    timeout=900)
+    result = invoke(
+        "train",
+        "--model",
+        "llama2-7b",
+        "--init",
+        "random",
+        "--layers",
+        "2",
+        "--seq-len",
+        "128",
+        "--steps",
+        "2",
+        "--nproc",
+        "2",
+        "--runs-dir",
+        str(tmp_path),
+        "--metrics-port",
+        "0",
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "llama2-7b truncated to 2 of 32 layers" in result.stdout
     run_dir = only_run_dir(tmp_path)

@@ -122,7 +122,9 @@ def memory_per_gpu(inputs: PlanInputs, sharding: str, world: int) -> MemoryBreak
 def make_plan(inputs: PlanInputs) -> Plan:
     entry = get_model(inputs.model)
     if inputs.instance_type not in INSTANCE_TYPES:
-        raise SpecError(f"--instance-type {inputs.instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}")
+        raise SpecError(
+            f"--instance-type {inputs.instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}"
+        )
     if inputs.sharding not in SHARDING_STRATEGIES:
         raise SpecError(f"--sharding {inputs.sharding!r} is not valid; choose one of: {', '.join(SHARDING_STRATEGIES)}")
     if not 0 < inputs.mfu <= 1:
@@ -181,20 +183,22 @@ def make_plan(inputs: PlanInputs) -> Plan:
 def render_plan(plan: Plan) -> str:
     i = plan.inputs
     label = f" (truncated to {i.layers} layers)" if i.layers else ""
+    checkpointing = "on" if i.activation_checkpointing else "off"
+    columns = [("params", 9), ("grads", 9), ("optim", 9), ("gathered", 10), ("activ", 9), ("logits", 9), ("total", 9)]
+    header = "".join(f"{title:>{width}}" for title, width in columns)
     lines = [
         f"Plan: {i.model}{label} on {i.nodes} x {i.instance_type} ({plan.world_size} GPUs)",
         f"  parameters          {plan.param_count:,} ({plan.param_count / 1e9:.2f} B)",
         f"  batch               global {plan.global_batch_size} x seq {i.seq_len}, micro {i.micro_batch_size}, "
-        f"grad accumulation {plan.grad_accum_steps}, activation checkpointing {'on' if i.activation_checkpointing else 'off'}",
+        f"grad accumulation {plan.grad_accum_steps}, activation checkpointing {checkpointing}",
         "",
         f"  memory per GPU (GiB; {USABLE_FRACTION:.0%} of {plan.gpu_memory_bytes / GIB:.0f} GiB usable)",
-        f"  {'strategy':<14}{'params':>9}{'grads':>9}{'optim':>9}{'gathered':>10}{'activ':>9}{'logits':>9}{'total':>9}  fits",
+        f"  {'strategy':<14}{header}  fits",
     ]
     for name, m in plan.memory_per_gpu.items():
         marker = "*" if name == i.sharding else " "
         cells = [m.parameters, m.gradients, m.optimizer, m.gathered_parameters, m.activations, m.logits, m.total]
-        widths = [9, 9, 9, 10, 9, 9, 9]
-        row = "".join(f"{value / GIB:>{w}.1f}" for value, w in zip(cells, widths))
+        row = "".join(f"{value / GIB:>{width}.1f}" for value, (_, width) in zip(cells, columns, strict=True))
         lines.append(f" {marker}{name:<14}{row}  {'yes' if plan.fits[name] else 'NO'}")
     lines += [
         "",

@@ -32,8 +32,17 @@ PROFILES_DIR = Path(__file__).parent / "profiles"
 # Fields that do not change what is trained: a run may be resumed with other values for them.
 _RESUMABLE_FIELDS = frozenset(
     {
-        "run_id", "runs_dir", "log_interval", "metrics_port", "keep_checkpoints", "rdzv", "rdzv_endpoint",
-        "target", "profile", "notes", "hf_token_file",
+        "run_id",
+        "runs_dir",
+        "log_interval",
+        "metrics_port",
+        "keep_checkpoints",
+        "rdzv",
+        "rdzv_endpoint",
+        "target",
+        "profile",
+        "notes",
+        "hf_token_file",
     }
 )
 

@@ -18,7 +18,7 @@ def field_docs(cls: type) -> dict[str, str]:
     docs: dict[str, str] = {}
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, following in zip(body, body[1:]):
+    for node, following in zip(body, body[1:], strict=False):
         if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr):
             value = following.value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):

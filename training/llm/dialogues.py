@@ -13,13 +13,37 @@ import random
 from pathlib import Path
 
 NAMES = [
-    "Alice", "Bruno", "Chen", "Dara", "Emeka", "Fatima", "Goran", "Hana", "Ivan", "Jonas",
-    "Kemal", "Lena", "Mateo", "Nadia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tariq",
+    "Alice",
+    "Bruno",
+    "Chen",
+    "Dara",
+    "Emeka",
+    "Fatima",
+    "Goran",
+    "Hana",
+    "Ivan",
+    "Jonas",
+    "Kemal",
+    "Lena",
+    "Mateo",
+    "Nadia",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sven",
+    "Tariq",
 ]
 ACTIVITIES = [
-    ("play tennis", "sports"), ("study for the exam", "school"), ("see a film", "leisure"),
-    ("review the budget", "work"), ("go hiking", "sports"), ("fix the bike", "chores"),
-    ("cook dinner", "leisure"), ("plan the trip", "travel"), ("visit the museum", "leisure"),
+    ("play tennis", "sports"),
+    ("study for the exam", "school"),
+    ("see a film", "leisure"),
+    ("review the budget", "work"),
+    ("go hiking", "sports"),
+    ("fix the bike", "chores"),
+    ("cook dinner", "leisure"),
+    ("plan the trip", "travel"),
+    ("visit the museum", "leisure"),
     ("prepare the slides", "work"),
 ]
 PLACES = ["the library", "the station", "the park", "the office", "the cafe", "the gym", "the market"]

@@ -218,9 +218,7 @@ class Trainer:
         start = self.load_checkpoint()
         if acc.is_main_process and cfg.truncated_label:
             print(f"NOTE: {cfg.truncated_label}", flush=True)
-        bar = tqdm(
-            total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step"
-        )
+        bar = tqdm(total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step")
         first = True
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]

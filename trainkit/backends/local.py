@@ -37,16 +37,28 @@ def rendezvous_id(spec: JobSpec) -> str:
 def torchrun_command(run: PreparedRun, endpoint: str) -> list[str]:
     spec = run.spec
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(spec.nodes),
-        "--nproc-per-node", str(spec.nproc),
-        "--rdzv-backend", spec.rdzv,
-        "--rdzv-endpoint", endpoint,
-        "--rdzv-id", rendezvous_id(spec),
-        "--max-restarts", "0",
-        "--log-dir", str(spec.run_dir / "logs"),
-        "--tee", "3",
-        "-m", run.module, *run.args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(spec.nodes),
+        "--nproc-per-node",
+        str(spec.nproc),
+        "--rdzv-backend",
+        spec.rdzv,
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        rendezvous_id(spec),
+        "--max-restarts",
+        "0",
+        "--log-dir",
+        str(spec.run_dir / "logs"),
+        "--tee",
+        "3",
+        "-m",
+        run.module,
+        *run.args,
     ]
 
 
@@ -108,4 +120,3 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
-

@@ -1,0 +1,49 @@
+"""Bad input through the real command line: exit code 2, a message naming the flag, nothing created."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import invoke
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model", "llama3-8b"], "--model 'llama3-8b' is not a known model; choose one of:"),
+        (["--steps=-5"], "--steps must be a positive integer (got -5)"),
+        (["--global-batch-size", "12", "--micro-batch-size", "8"], "--global-batch-size 12 is not divisible"),
+        (["--nproc", "999"], "--nproc 999 x --nodes 1 needs 999 processes but this machine has"),
+        (["--dataset", "missing/file.jsonl"], "--dataset missing/file.jsonl does not exist"),
+        (["--profile", "aws"], "--profile 'aws' does not exist; choose one of: local"),
+    ],
+)
+def test_bad_flags_fail_fast_and_create_nothing(flags, message, tmp_path):
+    result = invoke("train", "--runs-dir", str(tmp_path / "runs"), *flags)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_token_for_pretrained_weights_says_where_to_put_one(tmp_path):
+    env = {"HF_TOKEN": "", "HF_HOME": str(tmp_path / "hf"), "HF_TOKEN_PATH": ""}
+    result = invoke("train", "--model", "llama2-7b", "--init", "pretrained", "--runs-dir", str(tmp_path / "r"), env=env)
+    assert result.returncode == 2
+    assert "needs an access token: set HF_TOKEN" in result.stderr and "meta-llama/Llama-2-7b-hf" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_token_file_that_does_not_exist(tmp_path):
+    result = invoke(
+        "train",
+        "--model",
+        "llama2-7b",
+        "--init",
+        "pretrained",
+        "--hf-token-file",
+        str(tmp_path / "nope"),
+        "--runs-dir",
+        str(tmp_path / "r"),
+        env={"HF_TOKEN": ""},
+    )
+    assert result.returncode == 2 and "--hf-token-file" in result.stderr and "does not exist" in result.stderr

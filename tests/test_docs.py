@@ -1,0 +1,19 @@
+"""The README keeps its two set-up commands at the top and documents every train flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks import TRAIN_FLAGS
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_readme_opens_with_exactly_the_two_setup_commands():
+    commands = [line.split("#")[0].strip() for line in README.splitlines()[2:4]]
+    assert commands == ["make train MODEL=llama2-tiny", "make test"]
+
+
+def test_every_train_flag_is_documented():
+    missing = [name for name in TRAIN_FLAGS if f"--{name.replace('_', '-')}" not in README]
+    assert not missing, missing
