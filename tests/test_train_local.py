@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.conftest import free_port_pair, invoke, only_run_dir, output, read_jsonl, start_invoke
+from tests.conftest import REPO, free_port_pair, invoke, only_run_dir, output, read_jsonl, start_invoke
 from training.common.checkpoint import STALL_ENV
 from training.llm.data import load_records, tokenize_examples
 from training.llm.dialogues import write_dialogues
@@ -68,6 +69,14 @@ def test_make_train_learns_and_exports_a_loadable_hf_model(tiny_run):
     assert model(input_ids=ids).logits.shape == (1, ids.shape[1], 512)
     spec = json.loads((tiny_run / "spec.json").read_text())
     assert spec["model"] == "llama2-tiny" and spec["sharding"] == "FULL_SHARD" and spec["nproc"] == 2
+
+
+def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_run):
+    before = (tiny_run / "summary.json").read_text()
+    result = invoke("train", "--model", "llama2-tiny", "--runs-dir", str(tiny_run.parent), "--metrics-port", "0")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"run {tiny_run.name} already finished at step 60" in result.stdout
+    assert (tiny_run / "summary.json").read_text() == before
 
 
 def test_fsdp_really_shards_each_rank_holds_half(tiny_run):
@@ -167,7 +176,8 @@ def test_guard_stops_fsdp_that_accelerate_silently_turned_into_ddp_or_copies():
     """Run the guard under torchrun with Accelerate left stock: it must refuse, not train."""
     script = Path(__file__).parent / "helpers" / "guard_check.py"
     result = subprocess.run(
-        ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=180,

@@ -25,17 +25,24 @@ class PreparedRun:
     env: dict[str, str] = field(default_factory=dict, repr=False)  # secrets live here, never in args
 
 
+def _local_dataset(spec: JobSpec) -> Path | None:
+    """The dataset as a local path, None for a hub name; a local-looking path that is missing is an error."""
+    path = Path(spec.dataset).expanduser()
+    if path.exists():
+        return path
+    if spec.dataset.endswith((".jsonl", ".json")) or spec.dataset.startswith((".", "/", "~")):
+        raise SpecError(f"--dataset {spec.dataset} does not exist; give a JSONL file, a dataset name or 'synthetic'")
+    return None
+
+
 def _dataset_argument(spec: JobSpec) -> str:
     if spec.dataset == SYNTHETIC:
         path = spec.run_dir / "data" / "dialogues.jsonl"
         if not path.exists():
             write_dialogues(path, seed=spec.seed)
         return str(path)
-    path = Path(spec.dataset).expanduser()
-    looks_local = spec.dataset.endswith((".jsonl", ".json")) or spec.dataset.startswith((".", "/", "~"))
-    if looks_local and not path.exists():
-        raise SpecError(f"--dataset {spec.dataset} does not exist; give a JSONL file, a dataset name or 'synthetic'")
-    return str(path) if path.exists() else spec.dataset
+    local = _local_dataset(spec)
+    return str(local) if local else spec.dataset
 
 
 def _needs_token(spec: JobSpec) -> bool:
@@ -47,8 +54,8 @@ def prepare_run(spec: JobSpec) -> PreparedRun:
     env: dict[str, str] = {}
     if _needs_token(spec):
         env["HF_TOKEN"] = require_hf_token(spec.weights, spec.hf_token_file)
-    if spec.dataset != SYNTHETIC and spec.dataset.endswith((".jsonl", ".json")):
-        _dataset_argument(spec)  # fails before anything is written
+    if spec.dataset != SYNTHETIC:
+        _local_dataset(spec)  # fails before anything is written
     entry = get_model(spec.model)
     write_spec(spec)
     args = [

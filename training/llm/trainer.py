@@ -216,6 +216,15 @@ class Trainer:
         cfg, acc = self.cfg, self.accelerator
         began = time.perf_counter()
         start = self.load_checkpoint()
+        if start >= self.total_steps and (self.run_dir / "summary.json").exists():
+            if acc.is_main_process:
+                print(
+                    f"run {cfg.run_id} already finished at step {start}; outputs in {self.run_dir} "
+                    "(pass a new --run-id or more --steps to train again)",
+                    flush=True,
+                )
+            acc.end_training()
+            return
         if acc.is_main_process and cfg.truncated_label:
             print(f"NOTE: {cfg.truncated_label}", flush=True)
         bar = tqdm(total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step")
