@@ -129,7 +129,7 @@ class Trainer:
         self.metrics.set("trainkit_restarts", self.restarts)
         return state["step"]
 
-    def _no_gradient_sync(self, last_micro: bool):
+    def _gradient_sync_only_if(self, last_micro: bool):
         if isinstance(self.model, FSDPModule):
             self.model.set_requires_gradient_sync(last_micro)
             return contextlib.nullcontext()
@@ -147,7 +147,7 @@ class Trainer:
         scale = self.world / counted.clamp(min=1)
         loss_sum = torch.zeros((), device=device)
         for index, (inputs, labels) in enumerate(batches):
-            with self._no_gradient_sync(index == len(batches) - 1):
+            with self._gradient_sync_only_if(index == len(batches) - 1):
                 logits = self.model(input_ids=inputs).logits
                 token_loss = F.cross_entropy(
                     logits[:, :-1].flatten(0, 1).float(),
