@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -20,14 +22,20 @@ class InstanceType:
     efa_interfaces: int
 
 
-# GPUs, GPU memory and EFA interface counts from the EC2 accelerated-computing instance pages.
-INSTANCE_TYPES = {
-    "p4d.24xlarge": InstanceType("p4d.24xlarge", "A100", 8, 40, 4),
-    "p4de.24xlarge": InstanceType("p4de.24xlarge", "A100", 8, 80, 4),
-    "p5.48xlarge": InstanceType("p5.48xlarge", "H100", 8, 80, 32),
-    "p5e.48xlarge": InstanceType("p5e.48xlarge", "H200", 8, 141, 32),
-    "p5en.48xlarge": InstanceType("p5en.48xlarge", "H200", 8, 141, 16),
-}
+# One table for Terraform (the gpu-nodegroup module reads it with jsondecode) and for Python.
+INSTANCE_TABLE = Path(__file__).resolve().parents[1] / "terraform" / "modules" / "gpu-nodegroup" / "instance_types.json"
+
+
+def _load_instance_types() -> dict[str, InstanceType]:
+    table = json.loads(INSTANCE_TABLE.read_text())
+    return {
+        name: InstanceType(name, row["gpu"], row["gpus"], row["gpu_memory_gib"], row["efa_interfaces"])
+        for name, row in table.items()
+        if not name.startswith("_")
+    }
+
+
+INSTANCE_TYPES = _load_instance_types()
 
 # On-demand Linux list prices in us-east-1, USD per instance-hour, as published on the EC2
 # on-demand pricing page and quoted by The Next Platform ("H100 GPU Instance Pricing On AWS",

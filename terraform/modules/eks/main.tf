@@ -1,0 +1,270 @@
+################################################################################
+# Cluster
+################################################################################
+
+data "aws_partition" "current" {}
+
+locals {
+  create    = var.create
+  partition = data.aws_partition.current.partition
+  policy    = "arn:${data.aws_partition.current.partition}:iam::aws:policy"
+}
+
+data "aws_iam_policy_document" "cluster_assume" {
+  statement {
+    actions = ["sts:AssumeRole", "sts:TagSession"]
+    principals {
+      type        = "Service"
+      identifiers = ["eks.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "cluster" {
+  count = local.create ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-cluster-"
+  assume_role_policy = data.aws_iam_policy_document.cluster_assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "cluster" {
+  count = local.create ? 1 : 0
+
+  role       = aws_iam_role.cluster[0].name
+  policy_arn = "${local.policy}/AmazonEKSClusterPolicy"
+}
+
+resource "aws_cloudwatch_log_group" "cluster" {
+  count = local.create ? 1 : 0
+
+  # EKS writes to this fixed name; creating it first sets retention and encryption.
+  name              = "/aws/eks/${var.name}/cluster"
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.kms_key_arn
+  tags              = var.tags
+}
+
+resource "aws_eks_cluster" "this" {
+  count = local.create ? 1 : 0
+
+  name                      = var.name
+  version                   = var.kubernetes_version
+  role_arn                  = aws_iam_role.cluster[0].arn
+  enabled_cluster_log_types = var.log_types
+
+  vpc_config {
+    subnet_ids              = var.subnet_ids
+    endpoint_private_access = true
+    endpoint_public_access  = var.endpoint_public_access
+    public_access_cidrs     = var.public_access_cidrs
+  }
+
+  access_config {
+    authentication_mode                         = "API"
+    bootstrap_cluster_creator_admin_permissions = true
+  }
+
+  encryption_config {
+    resources = ["secrets"]
+    provider {
+      key_arn = var.kms_key_arn
+    }
+  }
+
+  tags = var.tags
+
+  depends_on = [aws_iam_role_policy_attachment.cluster, aws_cloudwatch_log_group.cluster]
+}
+
+################################################################################
+# Access entries
+################################################################################
+
+resource "aws_eks_access_entry" "admin" {
+  for_each = local.create && var.enable_access_entries ? toset(var.admin_principal_arns) : toset([])
+
+  cluster_name  = aws_eks_cluster.this[0].name
+  principal_arn = each.value
+  tags          = var.tags
+}
+
+resource "aws_eks_access_policy_association" "admin" {
+  for_each = aws_eks_access_entry.admin
+
+  cluster_name  = aws_eks_cluster.this[0].name
+  principal_arn = each.value.principal_arn
+  policy_arn    = "arn:${local.partition}:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+  access_scope {
+    type = "cluster"
+  }
+}
+
+################################################################################
+# Node IAM role (system and GPU node groups)
+################################################################################
+
+data "aws_iam_policy_document" "node_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "node" {
+  count = local.create ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-node-"
+  assume_role_policy = data.aws_iam_policy_document.node_assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "node" {
+  for_each = local.create ? toset(["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"]) : toset([])
+
+  role       = aws_iam_role.node[0].name
+  policy_arn = "${local.policy}/${each.value}"
+}
+
+################################################################################
+# System node group
+################################################################################
+
+resource "aws_launch_template" "system" {
+  count = local.create ? 1 : 0
+
+  name_prefix = "${var.name}-system-"
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 2
+  }
+
+  block_device_mappings {
+    device_name = "/dev/xvda"
+    ebs {
+      volume_size           = var.system_node_group.disk_size_gb
+      volume_type           = "gp3"
+      encrypted             = true
+      kms_key_id            = var.kms_key_arn
+      delete_on_termination = true
+    }
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(var.tags, { Name = "${var.name}-system" })
+  }
+
+  tags = var.tags
+}
+
+resource "aws_eks_node_group" "system" {
+  count = local.create ? 1 : 0
+
+  cluster_name    = aws_eks_cluster.this[0].name
+  node_group_name = "system"
+  node_role_arn   = aws_iam_role.node[0].arn
+  subnet_ids      = var.subnet_ids
+  ami_type        = "AL2023_x86_64_STANDARD"
+  instance_types  = var.system_node_group.instance_types
+
+  launch_template {
+    id      = aws_launch_template.system[0].id
+    version = aws_launch_template.system[0].latest_version
+  }
+
+  scaling_config {
+    min_size     = var.system_node_group.min_size
+    desired_size = var.system_node_group.desired_size
+    max_size     = var.system_node_group.max_size
+  }
+
+  labels = { "trainkit/pool" = "system" }
+  tags   = var.tags
+
+  depends_on = [aws_iam_role_policy_attachment.node]
+}
+
+################################################################################
+# Managed add-ons and the FSx CSI driver's pod identity
+################################################################################
+
+resource "aws_eks_addon" "this" {
+  for_each = local.create && var.enable_addons ? var.addons : {}
+
+  cluster_name                = aws_eks_cluster.this[0].name
+  addon_name                  = each.key
+  addon_version               = each.value.version
+  resolve_conflicts_on_create = "OVERWRITE"
+  resolve_conflicts_on_update = "PRESERVE"
+  tags                        = var.tags
+
+  # CoreDNS and the CSI controllers need nodes to schedule on.
+  depends_on = [aws_eks_node_group.system]
+}
+
+data "aws_iam_policy_document" "pod_identity_assume" {
+  statement {
+    actions = ["sts:AssumeRole", "sts:TagSession"]
+    principals {
+      type        = "Service"
+      identifiers = ["pods.eks.amazonaws.com"]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "fsx_csi" {
+  # What the FSx CSI controller calls (aws-fsx-csi-driver docs: example IAM policy for dynamic
+  # provisioning), narrowed to FSx and the service-linked role it needs.
+  statement {
+    actions = [
+      "fsx:CreateFileSystem", "fsx:DeleteFileSystem", "fsx:DescribeFileSystems", "fsx:UpdateFileSystem",
+      "fsx:TagResource", "fsx:ListTagsForResource",
+    ]
+    resources = ["*"]
+  }
+  statement {
+    actions   = ["iam:CreateServiceLinkedRole", "iam:AttachRolePolicy", "iam:PutRolePolicy"]
+    resources = ["arn:${local.partition}:iam::*:role/aws-service-role/fsx.amazonaws.com/*"]
+  }
+  statement {
+    actions   = ["iam:CreateServiceLinkedRole"]
+    resources = ["*"]
+    condition {
+      test     = "StringLike"
+      variable = "iam:AWSServiceName"
+      values   = ["fsx.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "fsx_csi" {
+  count = local.create && var.enable_pod_identity ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-fsx-csi-"
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy" "fsx_csi" {
+  count = local.create && var.enable_pod_identity ? 1 : 0
+
+  role   = aws_iam_role.fsx_csi[0].id
+  policy = data.aws_iam_policy_document.fsx_csi.json
+}
+
+resource "aws_eks_pod_identity_association" "fsx_csi" {
+  count = local.create && var.enable_pod_identity ? 1 : 0
+
+  cluster_name    = aws_eks_cluster.this[0].name
+  namespace       = "kube-system"
+  service_account = "fsx-csi-controller-sa"
+  role_arn        = aws_iam_role.fsx_csi[0].arn
+  tags            = var.tags
+}

@@ -1,0 +1,38 @@
+################################################################################
+# Cluster
+################################################################################
+
+output "cluster_name" {
+  description = "EKS cluster name."
+  value       = try(aws_eks_cluster.this[0].name, null)
+}
+
+output "cluster_endpoint" {
+  description = "Kubernetes API endpoint."
+  value       = try(aws_eks_cluster.this[0].endpoint, null)
+}
+
+output "cluster_certificate_authority_data" {
+  description = "Base64 CA certificate of the API endpoint (for kubeconfig)."
+  value       = try(aws_eks_cluster.this[0].certificate_authority[0].data, null)
+}
+
+output "cluster_security_group_id" {
+  description = "Security group EKS attaches to the control plane and managed nodes."
+  value       = try(aws_eks_cluster.this[0].vpc_config[0].cluster_security_group_id, null)
+}
+
+output "node_role_arn" {
+  description = "IAM role of the node groups."
+  value       = try(aws_iam_role.node[0].arn, null)
+}
+
+output "addons" {
+  description = "Installed managed add-ons."
+  value       = keys(aws_eks_addon.this)
+}
+
+output "secrets_kms_key_arn" {
+  description = "KMS key that envelope-encrypts Kubernetes secrets."
+  value       = try(one([for c in aws_eks_cluster.this[0].encryption_config : c.provider[0].key_arn if contains(c.resources, "secrets")]), null)
+}

@@ -1,0 +1,136 @@
+################################################################################
+# Cluster
+################################################################################
+
+variable "create" {
+  description = "Create the cluster. false creates nothing (outputs are null)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "name" {
+  description = "Cluster name."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-zA-Z][a-zA-Z0-9-]{0,99}$", var.name))
+    error_message = "name must start with a letter and contain only letters, digits and '-', at most 100 characters."
+  }
+}
+
+variable "kubernetes_version" {
+  description = "EKS Kubernetes version, e.g. 1.33."
+  type        = string
+  default     = "1.33"
+
+  validation {
+    condition     = can(regex("^1\\.[0-9]+$", var.kubernetes_version))
+    error_message = "kubernetes_version must look like 1.33."
+  }
+}
+
+variable "vpc_id" {
+  description = "VPC of the cluster."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Private subnets (at least two AZs) for the control-plane ENIs and the system node group."
+  type        = list(string)
+}
+
+variable "endpoint_public_access" {
+  description = "Expose the Kubernetes API endpoint publicly (restricted to public_access_cidrs). The private endpoint is always on."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "public_access_cidrs" {
+  description = "CIDRs allowed to reach the public API endpoint. Narrow this to your office/VPN range."
+  type        = list(string)
+  default     = ["0.0.0.0/0"]
+}
+
+variable "log_types" {
+  description = "Control-plane log types sent to CloudWatch (api, audit, authenticator, controllerManager, scheduler)."
+  type        = list(string)
+  default     = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+}
+
+variable "log_retention_days" {
+  description = "Retention of the control-plane log group in days."
+  type        = number
+  default     = 365
+}
+
+variable "kms_key_arn" {
+  description = "KMS key for envelope encryption of Kubernetes secrets and for the log group."
+  type        = string
+}
+
+variable "admin_principal_arns" {
+  description = "IAM principals given cluster-admin through EKS access entries (the caller is added by EKS itself)."
+  type        = list(string)
+  default     = []
+}
+
+variable "enable_access_entries" {
+  description = "Create access entries for admin_principal_arns (off only for emulators that lack the API)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "addons" {
+  description = "Managed add-ons by name; version null = the default for the cluster version."
+  type = map(object({
+    version = optional(string)
+  }))
+  default = {
+    vpc-cni                = {}
+    coredns                = {}
+    kube-proxy             = {}
+    eks-pod-identity-agent = {}
+    aws-fsx-csi-driver     = {}
+  }
+}
+
+variable "enable_addons" {
+  description = "Install the managed add-ons (off only for emulators that lack the API)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "enable_pod_identity" {
+  description = "Create the FSx CSI controller's pod identity association (off only for emulators)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "system_node_group" {
+  description = "Small CPU node group for cluster services (CoreDNS, operators, Prometheus)."
+  type = object({
+    instance_types = optional(list(string), ["m7i.xlarge"])
+    min_size       = optional(number, 2)
+    desired_size   = optional(number, 2)
+    max_size       = optional(number, 4)
+    disk_size_gb   = optional(number, 100)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = var.system_node_group.min_size <= var.system_node_group.desired_size && var.system_node_group.desired_size <= var.system_node_group.max_size
+    error_message = "system_node_group needs min_size <= desired_size <= max_size."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every resource."
+  type        = map(string)
+  default     = {}
+}

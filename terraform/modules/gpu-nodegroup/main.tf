@@ -1,0 +1,165 @@
+################################################################################
+# GPU node group
+#
+# One launch template per node group with every EFA interface its instance type offers, one
+# cluster placement group per node group, all in the single GPU subnet.
+################################################################################
+
+locals {
+  instance_table = { for k, v in jsondecode(file("${path.module}/instance_types.json")) : k => v if !startswith(k, "_") }
+  node_groups    = var.create ? var.node_groups : {}
+
+  # Network card 0 carries the primary interface (ENA + EFA). P5 family: the other cards get
+  # efa-only interfaces (no IP address consumed); earlier types get full efa interfaces.
+  interfaces = {
+    for key, ng in local.node_groups : key => [
+      for card in range(local.instance_table[ng.instance_type].efa_interfaces) : {
+        network_card_index = card
+        device_index       = card == 0 ? 0 : 1
+        interface_type     = card == 0 || !local.instance_table[ng.instance_type].efa_only_secondary ? "efa" : "efa-only"
+      }
+    ]
+  }
+}
+
+resource "aws_security_group" "efa" {
+  count = var.create ? 1 : 0
+
+  name_prefix = "${var.cluster_name}-efa-"
+  description = "EFA: all traffic between GPU nodes (EFA requires a self-referencing rule)"
+  vpc_id      = var.vpc_id
+  tags        = merge(var.tags, { Name = "${var.cluster_name}-efa" })
+}
+
+resource "aws_vpc_security_group_ingress_rule" "efa_self" {
+  count = var.create ? 1 : 0
+
+  security_group_id            = aws_security_group.efa[0].id
+  referenced_security_group_id = aws_security_group.efa[0].id
+  ip_protocol                  = "-1"
+  description                  = "All traffic from other GPU nodes (EFA, NCCL)"
+}
+
+resource "aws_vpc_security_group_egress_rule" "efa_self" {
+  count = var.create ? 1 : 0
+
+  security_group_id            = aws_security_group.efa[0].id
+  referenced_security_group_id = aws_security_group.efa[0].id
+  ip_protocol                  = "-1"
+  description                  = "All traffic to other GPU nodes (EFA, NCCL)"
+}
+
+resource "aws_placement_group" "this" {
+  for_each = var.enable_placement_group ? local.node_groups : {}
+
+  name     = "${var.cluster_name}-${coalesce(each.value.name, each.key)}"
+  strategy = "cluster"
+  tags     = var.tags
+}
+
+resource "aws_launch_template" "this" {
+  for_each = local.node_groups
+
+  name_prefix = "${var.cluster_name}-${coalesce(each.value.name, each.key)}-"
+
+  dynamic "network_interfaces" {
+    for_each = local.interfaces[each.key]
+    content {
+      network_card_index    = network_interfaces.value.network_card_index
+      device_index          = network_interfaces.value.device_index
+      interface_type        = network_interfaces.value.interface_type
+      subnet_id             = var.subnet_id
+      security_groups       = [var.cluster_security_group_id, aws_security_group.efa[0].id]
+      delete_on_termination = true
+    }
+  }
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required" # IMDSv2 only
+    http_put_response_hop_limit = 2          # pods (one hop further) can still reach IMDS
+  }
+
+  block_device_mappings {
+    device_name = "/dev/xvda"
+    ebs {
+      volume_size           = each.value.root_volume_gb
+      volume_type           = "gp3"
+      encrypted             = true
+      kms_key_id            = var.kms_key_arn
+      delete_on_termination = true
+    }
+  }
+
+  dynamic "placement" {
+    for_each = var.enable_placement_group ? [1] : []
+    content {
+      group_name = aws_placement_group.this[each.key].name
+    }
+  }
+
+  dynamic "capacity_reservation_specification" {
+    for_each = each.value.capacity_reservation_id != null ? [1] : []
+    content {
+      capacity_reservation_target {
+        capacity_reservation_id = each.value.capacity_reservation_id
+      }
+    }
+  }
+
+  dynamic "instance_market_options" {
+    for_each = each.value.market == "capacity-block" ? [1] : []
+    content {
+      market_type = "capacity-block"
+    }
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = merge(var.tags, { Name = "${var.cluster_name}-${coalesce(each.value.name, each.key)}" })
+  }
+
+  tags = var.tags
+}
+
+resource "aws_eks_node_group" "this" {
+  for_each = local.node_groups
+
+  cluster_name    = var.cluster_name
+  node_group_name = coalesce(each.value.name, each.key)
+  node_role_arn   = var.node_role_arn
+  subnet_ids      = [var.subnet_id]
+  ami_type        = "AL2023_x86_64_NVIDIA"
+  instance_types  = [each.value.instance_type]
+  capacity_type   = each.value.market == "capacity-block" ? "CAPACITY_BLOCK" : "ON_DEMAND"
+
+  launch_template {
+    id      = aws_launch_template.this[each.key].id
+    version = aws_launch_template.this[each.key].latest_version
+  }
+
+  scaling_config {
+    min_size     = each.value.min_size
+    desired_size = each.value.desired_size
+    max_size     = each.value.max_size
+  }
+
+  # Training pods select on these labels and tolerate the taint; nothing else lands on GPUs.
+  labels = merge(each.value.labels, {
+    "trainkit/pool"                 = "gpu"
+    "trainkit/node-group"           = coalesce(each.value.name, each.key)
+    "vpc.amazonaws.com/efa.present" = "true"
+  })
+
+  taint {
+    key    = "nvidia.com/gpu"
+    value  = "true"
+    effect = "NO_SCHEDULE"
+  }
+
+  update_config {
+    max_unavailable = 1
+  }
+
+  tags = var.tags
+}

@@ -1,0 +1,28 @@
+################################################################################
+# GPU node group
+################################################################################
+
+output "instance_types" {
+  description = "The instance table (GPUs, GPU memory, EFA interfaces) this module uses."
+  value       = local.instance_table
+}
+
+output "node_groups" {
+  description = "Per node group: name, instance type, GPUs and EFA interfaces per node, max nodes, placement group."
+  value = {
+    for key, ng in local.node_groups : key => {
+      name            = try(aws_eks_node_group.this[key].node_group_name, null)
+      instance_type   = ng.instance_type
+      gpus_per_node   = local.instance_table[ng.instance_type].gpus
+      efa_per_node    = local.instance_table[ng.instance_type].efa_interfaces
+      max_size        = ng.max_size
+      desired_size    = ng.desired_size
+      placement_group = try(aws_placement_group.this[key].name, null)
+    }
+  }
+}
+
+output "efa_security_group_id" {
+  description = "Security group that lets GPU nodes reach each other over EFA."
+  value       = try(aws_security_group.efa[0].id, null)
+}

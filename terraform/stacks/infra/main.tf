@@ -1,0 +1,170 @@
+################################################################################
+# Infra stack: network, KMS, EKS, GPU node groups, FSx for Lustre, ECR (hashicorp/aws only)
+################################################################################
+
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+
+data "aws_availability_zones" "available" {
+  state = "available"
+}
+
+locals {
+  tags = merge(var.extra_tags, {
+    project             = "trainkit"
+    stack               = "infra"
+    owner               = var.owner
+    "trainkit:stack-id" = var.stack_id
+  })
+  account   = data.aws_caller_identity.current.account_id
+  partition = data.aws_partition.current.partition
+}
+
+################################################################################
+# KMS: one key for Kubernetes secrets, logs, EBS root volumes, FSx and ECR
+################################################################################
+
+data "aws_iam_policy_document" "kms" {
+  statement {
+    sid       = "AccountAdministers"
+    actions   = ["kms:*"]
+    resources = ["*"]
+    principals {
+      type        = "AWS"
+      identifiers = ["arn:${local.partition}:iam::${local.account}:root"]
+    }
+  }
+
+  statement {
+    sid       = "CloudWatchLogsEncrypt"
+    actions   = ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"]
+    resources = ["*"]
+    principals {
+      type        = "Service"
+      identifiers = ["logs.${var.region}.amazonaws.com"]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "kms:EncryptionContext:aws:logs:arn"
+      values   = ["arn:${local.partition}:logs:${var.region}:${local.account}:*"]
+    }
+  }
+
+  # Managed node groups launch through Auto Scaling, whose service-linked role must use the key
+  # for the encrypted root volumes (EC2 user guide, "Required KMS key policy for use with encrypted volumes").
+  statement {
+    sid       = "AutoScalingUsesKeyForVolumes"
+    actions   = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
+    resources = ["*"]
+    principals {
+      type        = "AWS"
+      identifiers = ["arn:${local.partition}:iam::${local.account}:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"]
+    }
+  }
+
+  statement {
+    sid       = "AutoScalingGrantsForVolumes"
+    actions   = ["kms:CreateGrant"]
+    resources = ["*"]
+    principals {
+      type        = "AWS"
+      identifiers = ["arn:${local.partition}:iam::${local.account}:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"]
+    }
+    condition {
+      test     = "Bool"
+      variable = "kms:GrantIsForAWSResource"
+      values   = ["true"]
+    }
+  }
+}
+
+resource "aws_kms_key" "this" {
+  description             = "trainkit ${var.name}: EKS secrets, logs, volumes, FSx, ECR"
+  enable_key_rotation     = true
+  deletion_window_in_days = 7
+  policy                  = data.aws_iam_policy_document.kms.json
+}
+
+resource "aws_kms_alias" "this" {
+  name          = "alias/${var.name}"
+  target_key_id = aws_kms_key.this.key_id
+}
+
+################################################################################
+# Modules
+################################################################################
+
+module "network" {
+  source = "../../modules/network"
+
+  name        = var.name
+  azs         = var.availability_zones
+  gpu_az      = var.gpu_availability_zone
+  kms_key_arn = aws_kms_key.this.arn
+}
+
+module "eks" {
+  source = "../../modules/eks"
+
+  name                  = var.name
+  kubernetes_version    = var.kubernetes_version
+  vpc_id                = module.network.vpc_id
+  subnet_ids            = module.network.private_subnet_ids
+  kms_key_arn           = aws_kms_key.this.arn
+  public_access_cidrs   = var.public_access_cidrs
+  admin_principal_arns  = var.admin_principal_arns
+  enable_addons         = var.enable_eks_addons
+  enable_access_entries = var.enable_access_entries
+  enable_pod_identity   = var.enable_pod_identity
+}
+
+module "gpu_nodegroup" {
+  source = "../../modules/gpu-nodegroup"
+
+  cluster_name              = module.eks.cluster_name
+  node_role_arn             = module.eks.node_role_arn
+  vpc_id                    = module.network.vpc_id
+  subnet_id                 = module.network.gpu_subnet_id
+  cluster_security_group_id = module.eks.cluster_security_group_id
+  kms_key_arn               = aws_kms_key.this.arn
+  enable_placement_group    = var.enable_placement_group
+
+  node_groups = {
+    gpu = {
+      instance_type           = var.gpu_instance_type
+      min_size                = var.gpu_min_nodes
+      desired_size            = var.gpu_desired_nodes
+      max_size                = var.gpu_max_nodes
+      market                  = var.gpu_market
+      capacity_reservation_id = var.gpu_capacity_reservation_id
+    }
+  }
+}
+
+module "fsx_lustre" {
+  source = "../../modules/fsx-lustre"
+
+  create                    = var.enable_fsx
+  name                      = var.name
+  vpc_id                    = module.network.vpc_id
+  subnet_id                 = module.network.gpu_subnet_id
+  client_security_group_ids = [module.eks.cluster_security_group_id, module.gpu_nodegroup.efa_security_group_id]
+  storage_capacity_gib      = var.fsx_storage_capacity_gib
+  throughput_per_tib        = var.fsx_throughput_per_tib
+  kms_key_arn               = aws_kms_key.this.arn
+  s3_import_path            = var.fsx_s3_import_path
+}
+
+module "ecr" {
+  source = "../../modules/ecr"
+
+  name_prefix = var.name
+  kms_key_arn = aws_kms_key.this.arn
+}
+
+check "gpu_az_exists_in_region" {
+  assert {
+    condition     = contains(data.aws_availability_zones.available.names, var.gpu_availability_zone)
+    error_message = "gpu_availability_zone ${var.gpu_availability_zone} is not an available AZ of ${var.region} for this account."
+  }
+}

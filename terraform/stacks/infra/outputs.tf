@@ -1,0 +1,73 @@
+################################################################################
+# What the launcher needs
+################################################################################
+
+output "region" {
+  description = "AWS region of the stack."
+  value       = var.region
+}
+
+output "cluster_name" {
+  description = "EKS cluster name."
+  value       = module.eks.cluster_name
+}
+
+output "cluster_endpoint" {
+  description = "Kubernetes API endpoint."
+  value       = module.eks.cluster_endpoint
+}
+
+output "cluster_certificate_authority_data" {
+  description = "Base64 CA certificate of the API endpoint."
+  value       = module.eks.cluster_certificate_authority_data
+}
+
+output "fsx_file_system_id" {
+  description = "FSx for Lustre id (null when FSx is switched off)."
+  value       = module.fsx_lustre.file_system_id
+}
+
+output "fsx_mount_name" {
+  description = "FSx for Lustre mount name."
+  value       = module.fsx_lustre.mount_name
+}
+
+output "fsx_dns_name" {
+  description = "FSx for Lustre DNS name."
+  value       = module.fsx_lustre.dns_name
+}
+
+output "ecr_repository_urls" {
+  description = "ECR repository URLs by image (train, data-prep)."
+  value       = module.ecr.repository_urls
+}
+
+output "gpu_instance_type" {
+  description = "GPU instance type of the training nodes."
+  value       = var.gpu_instance_type
+}
+
+output "gpu_nodes_max" {
+  description = "Most GPU nodes available to a job."
+  value       = var.gpu_max_nodes
+}
+
+output "gpus_per_node" {
+  description = "GPUs per GPU node."
+  value       = module.gpu_nodegroup.node_groups["gpu"].gpus_per_node
+}
+
+output "efa_interfaces_per_node" {
+  description = "EFA interfaces per GPU node (the vpc.amazonaws.com/efa resource a pod may request)."
+  value       = module.gpu_nodegroup.node_groups["gpu"].efa_per_node
+}
+
+output "gpu_availability_zone" {
+  description = "AZ of the GPU nodes and FSx."
+  value       = module.network.gpu_az
+}
+
+output "stack_id" {
+  description = "Value of the trainkit:stack-id tag on every resource."
+  value       = var.stack_id
+}

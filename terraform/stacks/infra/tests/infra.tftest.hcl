@@ -1,0 +1,127 @@
+mock_provider "aws" {
+  source = "../../tests/mocks"
+}
+
+# The GPU subnet gets its own id so "FSx lives in the GPU subnet" cannot pass by accident.
+override_resource {
+  target = module.network.aws_subnet.gpu[0]
+  values = { id = "subnet-0fffffffffffffff1", availability_zone = "us-east-1b" }
+}
+
+variables {
+  region                = "us-east-1"
+  availability_zones    = ["us-east-1a", "us-east-1b", "us-east-1c"]
+  gpu_availability_zone = "us-east-1b"
+  owner                 = "ci@example.com"
+  stack_id              = "trainkit-test"
+}
+
+run "fsx_lives_in_the_gpu_subnet_and_its_az" {
+  command = apply
+
+  assert {
+    condition     = module.fsx_lustre.subnet_id == "subnet-0fffffffffffffff1" && module.network.gpu_subnet_id == "subnet-0fffffffffffffff1"
+    error_message = "FSx must sit in the GPU subnet."
+  }
+  assert {
+    condition     = output.gpu_availability_zone == var.gpu_availability_zone
+    error_message = "The GPU subnet (and so FSx) is in gpu_availability_zone."
+  }
+}
+
+run "secrets_volumes_and_fsx_use_the_stack_kms_key" {
+  command = apply
+
+  assert {
+    condition     = module.eks.secrets_kms_key_arn == aws_kms_key.this.arn
+    error_message = "Kubernetes secrets must be envelope-encrypted with the stack's KMS key."
+  }
+  assert {
+    condition     = module.fsx_lustre.kms_key_id == aws_kms_key.this.arn
+    error_message = "FSx must be encrypted with the stack's KMS key."
+  }
+  assert {
+    condition     = aws_kms_key.this.enable_key_rotation
+    error_message = "KMS key rotation must be on."
+  }
+}
+
+run "outputs_the_launcher_needs" {
+  command = apply
+
+  assert {
+    condition     = output.gpus_per_node == 8 && output.efa_interfaces_per_node == 32 && output.gpu_instance_type == "p5.48xlarge"
+    error_message = "Defaults: p5.48xlarge with 8 GPUs and 32 EFA interfaces."
+  }
+  assert {
+    condition     = startswith(output.cluster_endpoint, "https://") && output.fsx_file_system_id == "fs-0a1b2c3d4e5f60718"
+    error_message = "Cluster endpoint and FSx id are exported."
+  }
+  assert {
+    condition     = toset(keys(output.ecr_repository_urls)) == toset(["train", "data-prep"])
+    error_message = "Both image repositories are exported."
+  }
+}
+
+run "p4d_changes_the_efa_count" {
+  command = apply
+
+  variables {
+    gpu_instance_type = "p4d.24xlarge"
+  }
+
+  assert {
+    condition     = output.efa_interfaces_per_node == 4
+    error_message = "p4d.24xlarge has 4 EFA interfaces."
+  }
+}
+
+run "emulator_switches_turn_off_unsupported_apis" {
+  command = apply
+
+  variables {
+    enable_fsx             = false
+    enable_placement_group = false
+    enable_eks_addons      = false
+    enable_access_entries  = false
+    enable_pod_identity    = false
+  }
+
+  assert {
+    condition     = output.fsx_file_system_id == null && length(module.eks.addons) == 0
+    error_message = "Switches off FSx and add-ons."
+  }
+}
+
+run "unknown_instance_type" {
+  command = plan
+  variables {
+    gpu_instance_type = "p9.huge"
+  }
+  expect_failures = [var.gpu_instance_type]
+}
+
+run "az_not_in_region" {
+  command = plan
+  variables {
+    gpu_availability_zone = "eu-west-1a"
+  }
+  expect_failures = [var.gpu_availability_zone]
+}
+
+run "fsx_size_not_an_increment" {
+  command = plan
+  variables {
+    fsx_storage_capacity_gib = 3000
+  }
+  expect_failures = [var.fsx_storage_capacity_gib]
+}
+
+run "desired_above_max" {
+  command = plan
+  variables {
+    gpu_desired_nodes = 4
+    gpu_max_nodes     = 2
+  }
+  expect_failures = [var.gpu_desired_nodes]
+}

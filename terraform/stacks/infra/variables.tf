@@ -1,0 +1,215 @@
+################################################################################
+# Placement
+################################################################################
+
+variable "region" {
+  description = "AWS region, e.g. us-east-1."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", var.region))
+    error_message = "region must be an AWS region name such as us-east-1."
+  }
+}
+
+variable "availability_zones" {
+  description = "AZs for the private and public subnets (2 to 4, in the region). Must include gpu_availability_zone."
+  type        = list(string)
+
+  validation {
+    condition     = alltrue([for az in var.availability_zones : startswith(az, var.region)])
+    error_message = "Every availability zone must be in the region (e.g. us-east-1a for region us-east-1)."
+  }
+}
+
+variable "gpu_availability_zone" {
+  description = "AZ of the GPU nodes and FSx for Lustre: pick one with capacity for gpu_instance_type."
+  type        = string
+
+  validation {
+    condition     = startswith(var.gpu_availability_zone, var.region) && contains(var.availability_zones, var.gpu_availability_zone)
+    error_message = "gpu_availability_zone must be in the region and listed in availability_zones."
+  }
+}
+
+################################################################################
+# Cluster
+################################################################################
+
+variable "name" {
+  description = "Name of the stack: the EKS cluster, the ECR prefix and every resource's Name."
+  type        = string
+  default     = "trainkit"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,30}$", var.name))
+    error_message = "name must be 3-31 lowercase letters, digits or '-', starting with a letter."
+  }
+}
+
+variable "kubernetes_version" {
+  description = "EKS Kubernetes version."
+  type        = string
+  default     = "1.33"
+}
+
+variable "admin_principal_arns" {
+  description = "IAM roles/users given cluster-admin through EKS access entries (the creator has it already)."
+  type        = list(string)
+  default     = []
+}
+
+variable "public_access_cidrs" {
+  description = "CIDRs allowed to reach the public Kubernetes API endpoint."
+  type        = list(string)
+  default     = ["0.0.0.0/0"]
+}
+
+################################################################################
+# GPU nodes
+################################################################################
+
+variable "gpu_instance_type" {
+  description = "GPU instance type: p5.48xlarge (default), p5e.48xlarge, p5en.48xlarge, p4d.24xlarge, p4de.24xlarge."
+  type        = string
+  default     = "p5.48xlarge"
+
+  validation {
+    condition     = contains(keys(jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))), var.gpu_instance_type) && !startswith(var.gpu_instance_type, "_")
+    error_message = "gpu_instance_type must be one of p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge."
+  }
+}
+
+variable "gpu_min_nodes" {
+  description = "Minimum GPU nodes (0 lets the group scale to nothing between runs)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.gpu_min_nodes >= 0 && var.gpu_min_nodes <= var.gpu_desired_nodes
+    error_message = "gpu_min_nodes must be between 0 and gpu_desired_nodes."
+  }
+}
+
+variable "gpu_desired_nodes" {
+  description = "GPU nodes to start with."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.gpu_desired_nodes <= var.gpu_max_nodes
+    error_message = "gpu_desired_nodes must not exceed gpu_max_nodes."
+  }
+}
+
+variable "gpu_max_nodes" {
+  description = "Most GPU nodes the group may grow to (elastic jobs scale up to this)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.gpu_max_nodes >= 1
+    error_message = "gpu_max_nodes must be at least 1."
+  }
+}
+
+variable "gpu_market" {
+  description = "on-demand, or capacity-block (needs gpu_capacity_reservation_id)."
+  type        = string
+  default     = "on-demand"
+}
+
+variable "gpu_capacity_reservation_id" {
+  description = "On-demand capacity reservation or capacity block (cr-...) the GPU nodes launch into; null for none."
+  type        = string
+  default     = null
+}
+
+################################################################################
+# Storage
+################################################################################
+
+variable "fsx_storage_capacity_gib" {
+  description = "FSx for Lustre capacity in GiB: 1200 or a multiple of 2400."
+  type        = number
+  default     = 2400
+
+  validation {
+    condition     = var.fsx_storage_capacity_gib == 1200 || (var.fsx_storage_capacity_gib >= 2400 && var.fsx_storage_capacity_gib % 2400 == 0)
+    error_message = "fsx_storage_capacity_gib must be 1200 or a multiple of 2400 (PERSISTENT_2 increments), e.g. 2400, 4800, 9600."
+  }
+}
+
+variable "fsx_throughput_per_tib" {
+  description = "FSx for Lustre PERSISTENT_2 throughput per TiB (125, 250, 500, 1000 MB/s)."
+  type        = number
+  default     = 250
+}
+
+variable "fsx_s3_import_path" {
+  description = "s3://bucket/prefix linked to FSx (datasets in, checkpoints out); null for none."
+  type        = string
+  default     = null
+}
+
+################################################################################
+# Tags and switches
+################################################################################
+
+variable "owner" {
+  description = "Who answers for this stack (email or team); tagged on everything."
+  type        = string
+}
+
+variable "stack_id" {
+  description = "Value of the trainkit:stack-id tag on every resource; `invoke infra.audit` finds leftovers by it."
+  type        = string
+  default     = "trainkit"
+}
+
+variable "extra_tags" {
+  description = "More tags for every resource."
+  type        = map(string)
+  default     = {}
+}
+
+variable "aws_max_retries" {
+  description = "AWS API retries. Keep the default on AWS; emulator runs set it low so errors fail fast."
+  type        = number
+  default     = 25
+}
+
+variable "enable_placement_group" {
+  description = "Cluster placement group for the GPU nodes. Off only for emulators without the API."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "enable_fsx" {
+  description = "Create FSx for Lustre. Off only for emulators without the API."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "enable_eks_addons" {
+  description = "Install EKS managed add-ons. Off only for emulators without the API."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "enable_access_entries" {
+  description = "Create EKS access entries. Off only for emulators without the API."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "enable_pod_identity" {
+  description = "Create EKS pod identity associations. Off only for emulators without the API."
+  type        = bool
+  default     = true
+  nullable    = false
+}

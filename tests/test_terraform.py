@@ -1,0 +1,76 @@
+"""Terraform, offline: fmt, init from the local provider mirror, validate, and `terraform test` with mocks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from trainkit.infra.cli_config import find_provider_mirror, render_cli_config, write_cli_config
+
+REPO = Path(__file__).resolve().parents[1]
+TERRAFORM = REPO / "terraform"
+ROOTS = sorted(
+    [p.relative_to(TERRAFORM) for p in (TERRAFORM / "modules").iterdir() if p.is_dir()]
+    + [p.relative_to(TERRAFORM) for p in (TERRAFORM / "stacks").iterdir() if p.is_dir()]
+)
+
+
+@pytest.fixture(scope="session")
+def tf(tmp_path_factory):
+    binary = shutil.which("terraform")
+    assert binary, "terraform is not installed: install Terraform >= 1.9 (this suite runs it offline)"
+    state = tmp_path_factory.mktemp("tf")
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": str(write_cli_config(state)), "TF_IN_AUTOMATION": "1"}
+
+    def run(directory: Path, *args: str) -> subprocess.CompletedProcess:
+        data_dir = state / str(directory).replace("/", "_")
+        return subprocess.run(
+            [binary, *args],
+            cwd=TERRAFORM / directory,
+            env={**env, "TF_DATA_DIR": str(data_dir)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    return run
+
+
+def test_cli_config_uses_the_mirror_when_present_and_the_registry_otherwise(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    (mirror / "registry.terraform.io" / "hashicorp" / "aws").mkdir(parents=True)
+    monkeypatch.setenv("TRAINKIT_TF_PROVIDER_MIRROR", str(mirror))
+    assert find_provider_mirror() == mirror
+    text = render_cli_config(mirror)
+    assert f'path    = "{mirror}"' in text and 'exclude = ["registry.terraform.io/hashicorp/aws"]' in text
+    monkeypatch.setenv("TRAINKIT_TF_PROVIDER_MIRROR", str(tmp_path / "empty"))
+    assert find_provider_mirror() is None
+    assert "filesystem_mirror" not in render_cli_config(None)
+
+
+def test_fmt(tf):
+    result = tf(Path("."), "fmt", "-check", "-recursive", "-diff")
+    assert result.returncode == 0, f"run `terraform fmt -recursive terraform/`:\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=str)
+def test_init_validate_and_test(tf, root):
+    init = tf(root, "init", "-backend=false", "-input=false", "-no-color")
+    assert init.returncode == 0, init.stdout + init.stderr
+    validate = tf(root, "validate", "-no-color")
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    if (TERRAFORM / root / "tests").is_dir():
+        test = tf(root, "test", "-no-color")
+        assert test.returncode == 0, test.stdout + test.stderr
+        assert " 0 failed" in test.stdout and "passed" in test.stdout
+
+
+def test_python_and_terraform_read_one_instance_table():
+    from trainkit.hardware import INSTANCE_TYPES
+
+    assert INSTANCE_TYPES["p5.48xlarge"].efa_interfaces == 32 and INSTANCE_TYPES["p4d.24xlarge"].efa_interfaces == 4
+    assert INSTANCE_TYPES["p5.48xlarge"].gpu_memory_gib == 80
