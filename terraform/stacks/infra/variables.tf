@@ -60,9 +60,13 @@ variable "admin_principal_arns" {
 }
 
 variable "public_access_cidrs" {
-  description = "CIDRs allowed to reach the public Kubernetes API endpoint."
+  description = "CIDRs allowed to reach the public Kubernetes API endpoint: where you run invoke/kubectl from. Required."
   type        = list(string)
-  default     = ["0.0.0.0/0"]
+
+  validation {
+    condition     = length(var.public_access_cidrs) > 0 && alltrue([for c in var.public_access_cidrs : can(cidrhost(c, 0))])
+    error_message = "public_access_cidrs must list at least one valid IPv4 CIDR, e.g. [\"203.0.113.0/24\"] (your office or VPN range)."
+  }
 }
 
 ################################################################################

@@ -13,6 +13,7 @@ variables {
   availability_zones    = ["us-east-1a", "us-east-1b", "us-east-1c"]
   gpu_availability_zone = "us-east-1b"
   owner                 = "ci@example.com"
+  public_access_cidrs   = ["203.0.113.0/24"]
   stack_id              = "trainkit-test"
 }
 
