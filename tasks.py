@@ -167,19 +167,47 @@ def plan(
     print(commands.plan(inputs, as_json=json))
 
 
-@task(help={"profile": "local (this machine)."})
+INFRA_HELP = {
+    "profile": "local (this machine) or aws (Terraform infra stack).",
+    "yes": "Do not ask for confirmation (aws).",
+    "var-file": "tfvars for the infra stack (default terraform/stacks/infra/terraform.tfvars).",
+}
+
+
+@task(help=INFRA_HELP)
 @user_errors
-def up(c, profile="local"):
-    """Bring up what the profile needs to run jobs, and report what this machine offers."""
-    print(commands.up(profile))
+def up(c, profile="local", yes=False, var_file=None):
+    """Bring up a profile. aws: plan, cost per hour, confirm, apply, write a kubeconfig."""
+    print(commands.up(profile, yes=yes, var_file=var_file))
 
 
-@task(help={"profile": "local (this machine)."})
+@task(help=INFRA_HELP)
 @user_errors
-def down(c, profile="local"):
-    """Take down what `up` created for the profile."""
-    print(commands.down(profile))
+def down(c, profile="local", yes=False, var_file=None):
+    """Take a profile down. aws: destroy in order, then audit that nothing tagged is left (exit 2 if so)."""
+    print(commands.down(profile, yes=yes, var_file=var_file))
 
 
-infra = Collection("infra", up, down)
+@task(name="plan", help={"var-file": INFRA_HELP["var-file"]})
+@user_errors
+def infra_plan(c, var_file=None):
+    """Show what `infra.up --profile aws` would create and its GPU cost per hour. Changes nothing."""
+    print(commands.aws_plan(var_file))
+
+
+@task
+@user_errors
+def outputs(c):
+    """Print the infra stack's outputs (cluster, FSx, ECR, GPU shape) as JSON."""
+    print(commands.aws_outputs())
+
+
+@task(help={"var-file": INFRA_HELP["var-file"]})
+@user_errors
+def audit(c, var_file=None):
+    """List AWS resources still tagged with the stack id; exit 2 when any are left."""
+    print(commands.aws_audit(var_file))
+
+
+infra = Collection("infra", up, down, infra_plan, outputs, audit)
 namespace = Collection(train, plan, infra)

@@ -7,9 +7,10 @@ from dataclasses import asdict
 from typing import Any
 
 from .backends import get_backend
+from .errors import SpecError
 from .launch import prepare_run
 from .plan import PlanInputs, make_plan, render_plan
-from .spec import build_spec, load_profile, machine_process_limit
+from .spec import build_spec, machine_process_limit
 
 
 def train(overrides: dict[str, Any], profile: str = "local") -> int:
@@ -37,11 +38,21 @@ def plan(inputs: PlanInputs, as_json: bool = False) -> str:
     return render_plan(result)
 
 
-def up(profile: str) -> str:
-    """Local profile: there is no infrastructure to create; report what this machine offers."""
+INFRA_PROFILES = ("local", "aws")
+
+
+def _infra_profile(profile: str) -> str:
+    if profile not in INFRA_PROFILES:
+        raise SpecError(f"--profile {profile!r} is not valid here; choose one of: {', '.join(INFRA_PROFILES)}")
+    return profile
+
+
+def up(profile: str, yes: bool = False, var_file: str | None = None) -> str:
+    """local: nothing to create, report this machine. aws: plan, show cost, confirm, apply, kubeconfig."""
     import importlib.util
 
-    load_profile(profile)
+    if _infra_profile(profile) == "aws":
+        return aws_up(yes, var_file)
     limit, what = machine_process_limit()
     torch_ok = importlib.util.find_spec("torch") is not None
     return "\n".join(
@@ -53,6 +64,74 @@ def up(profile: str) -> str:
     )
 
 
-def down(profile: str) -> str:
-    load_profile(profile)
+def down(profile: str, yes: bool = False, var_file: str | None = None) -> str:
+    if _infra_profile(profile) == "aws":
+        return aws_down(yes, var_file)
     return f"{profile} profile: no services to stop; run outputs under runs/ are kept."
+
+
+def aws_plan(var_file: str | None = None) -> str:
+    from .infra import aws
+
+    path = aws.resolve_var_file(var_file)
+    aws.check_credentials()
+    stack = aws.stack()
+    stack.init()
+    plan = stack.plan(path)
+    return f"{plan.describe()}\n{aws.estimate_cost(plan).describe()}"
+
+
+def aws_up(yes: bool, var_file: str | None) -> str:
+    from .infra import aws
+
+    path = aws.resolve_var_file(var_file)
+    aws.check_credentials()
+    stack = aws.stack()
+    stack.init()
+    plan = stack.plan(path)
+    print(plan.describe())
+    print(aws.estimate_cost(plan).describe(), flush=True)
+    if plan.has_changes:
+        aws.confirm("Create these resources (they are billed until `make down PROFILE=aws`)?", yes)
+        stack.apply(plan)
+    outputs = stack.outputs()
+    kubeconfig = aws.write_kubeconfig(outputs, aws.kubeconfig_path())
+    return f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
+
+
+def aws_down(yes: bool, var_file: str | None) -> str:
+    """Destroy in order (platform stack first once it exists, then infra), then audit by tag."""
+    from .infra import aws
+
+    path = aws.resolve_var_file(var_file)
+    aws.check_credentials()
+    stack = aws.stack()
+    stack.init()
+    stack_id, region, name = aws.stack_identity(path)
+    if stack.has_state():
+        aws.confirm(f"Destroy everything in stack {stack_id} (cluster, GPU nodes, FSx data)?", yes)
+        stack.destroy(path)
+    leftovers = aws.audit(stack_id, region, name)
+    aws.kubeconfig_path().unlink(missing_ok=True)
+    if leftovers:
+        raise SpecError("teardown left billable resources behind:\n  " + "\n  ".join(leftovers))
+    return f"stack {stack_id} destroyed; audit of {region} found nothing tagged {aws.STACK_TAG}={stack_id}"
+
+
+def aws_outputs() -> str:
+    from .infra import aws
+
+    stack = aws.stack()
+    stack.init()
+    return json.dumps(stack.outputs(), indent=2)
+
+
+def aws_audit(var_file: str | None = None) -> str:
+    from .infra import aws
+
+    path = aws.resolve_var_file(var_file)
+    aws.check_credentials()
+    leftovers = aws.audit(*aws.stack_identity(path))
+    if leftovers:
+        raise SpecError("resources still tagged for this stack:\n  " + "\n  ".join(leftovers))
+    return "audit: nothing left"

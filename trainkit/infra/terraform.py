@@ -41,6 +41,7 @@ class PlanSummary:
     path: Path
     changes: Counter
     resources: list[dict]
+    variables: dict
 
     @property
     def has_changes(self) -> bool:
@@ -106,7 +107,8 @@ class TerraformStack:
             for r in shown.get("resource_changes", [])
         ]
         changes = Counter(action for r in resources for action in r["actions"])
-        return PlanSummary(plan_path, changes, resources)
+        variables = {name: item.get("value") for name, item in shown.get("variables", {}).items()}
+        return PlanSummary(plan_path, changes, resources, variables)
 
     def apply(self, plan: PlanSummary, stream: bool = True) -> None:
         """Apply exactly the saved plan the user saw (no re-plan in between)."""

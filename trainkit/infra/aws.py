@@ -1,0 +1,198 @@
+"""The aws profile: `infra.plan|up|down|outputs|audit` over the infra stack, with boto3 checks.
+
+Cloud-only facts (real capacity, quotas, prices) cannot be proven offline; the emulator test
+(tests/test_infra_e2e.py) drives this module against moto on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+from ..errors import SpecError
+from ..hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
+from .terraform import PlanSummary, TerraformStack
+
+REPO = Path(__file__).resolve().parents[2]
+INFRA_STACK = REPO / "terraform" / "stacks" / "infra"
+STATE_DIR = REPO / ".trainkit" / "aws"
+STACK_TAG = "trainkit:stack-id"
+
+
+def default_var_file() -> Path:
+    return INFRA_STACK / "terraform.tfvars"
+
+
+def resolve_var_file(var_file: str | None) -> Path:
+    path = Path(var_file).expanduser().resolve() if var_file else default_var_file()
+    if not path.is_file():
+        example = INFRA_STACK / "terraform.tfvars.example"
+        raise SpecError(
+            f"{path} does not exist: copy {example.relative_to(REPO)} to {default_var_file().relative_to(REPO)} "
+            "and edit it (or pass --var-file)"
+        )
+    return path
+
+
+def _unquote(value):
+    if isinstance(value, str):
+        return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+    if isinstance(value, list):
+        return [_unquote(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _unquote(v) for k, v in value.items()}
+    return value
+
+
+def read_tfvars(path: Path) -> dict:
+    """Values set in a .tfvars file (python-hcl2 keeps string quotes; they are removed here)."""
+    import hcl2
+
+    with path.open() as handle:
+        data = hcl2.load(handle)
+    return {k: _unquote(v) for k, v in data.items() if not k.startswith("__")}
+
+
+def stack_identity(var_file: Path) -> tuple[str, str, str]:
+    """(stack_id, region, name) as the stack tags and names its resources."""
+    values = read_tfvars(var_file)
+    if "region" not in values:
+        raise SpecError(f"{var_file} does not set region")
+    return values.get("stack_id", "trainkit"), values["region"], values.get("name", "trainkit")
+
+
+def check_credentials() -> dict:
+    """Fail with one sentence when no usable AWS credentials are configured."""
+    try:
+        return boto3.client("sts", region_name=os.environ.get("AWS_REGION", "us-east-1")).get_caller_identity()
+    except NoCredentialsError:
+        raise SpecError(
+            "no AWS credentials found: set AWS_PROFILE (e.g. after `aws sso login`) or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then run this again"
+        ) from None
+    except (ClientError, BotoCoreError) as error:
+        raise SpecError(f"AWS rejected the configured credentials ({error}); refresh them and run this again") from None
+
+
+def stack(extra_env: dict[str, str] | None = None) -> TerraformStack:
+    return TerraformStack(INFRA_STACK, STATE_DIR, extra_env)
+
+
+@dataclass
+class CostEstimate:
+    instance_type: str
+    nodes: int
+    usd_per_hour: float | None
+
+    def describe(self) -> str:
+        if self.usd_per_hour is None:
+            return f"GPU nodes: {self.nodes} x {self.instance_type} (no price in the table; check the EC2 pricing page)"
+        return (
+            f"Estimated cost: ${self.usd_per_hour:,.2f}/hour for {self.nodes} x {self.instance_type} "
+            f"(on-demand list price, {PRICE_TABLE_AS_OF}); EKS control plane, FSx, NAT and storage come on top"
+        )
+
+
+def estimate_cost(plan: PlanSummary) -> CostEstimate:
+    instance_type = plan.variables.get("gpu_instance_type", "p5.48xlarge")
+    nodes = int(plan.variables.get("gpu_desired_nodes", 0))
+    price = ON_DEMAND_USD_PER_HOUR.get(instance_type)
+    return CostEstimate(instance_type, nodes, price * nodes if price is not None else None)
+
+
+def confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise SpecError(f"{question} needs confirmation: run it in a terminal, or pass --yes")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise SpecError("stopped: nothing was changed")
+
+
+def write_kubeconfig(outputs: dict, path: Path) -> Path:
+    """A kubeconfig whose credentials come from `aws eks get-token` (no token stored in the file)."""
+    name, region = outputs["cluster_name"], outputs["region"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {
+                    "server": outputs["cluster_endpoint"],
+                    "certificate-authority-data": outputs["cluster_certificate_authority_data"],
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["eks", "get-token", "--cluster-name", name, "--region", region, "--output", "json"],
+                    }
+                },
+            }
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is valid YAML for kubectl
+    path.chmod(0o600)
+    return path
+
+
+def kubeconfig_path() -> Path:
+    return STATE_DIR / "kubeconfig"
+
+
+def audit(stack_id: str, region: str, name: str) -> list[str]:
+    """Everything still tagged with this stack id (or named after it), by ARN or id."""
+    session = boto3.session.Session(region_name=region)
+    left: set[str] = set()
+    tagging = session.client("resourcegroupstaggingapi")
+    for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": STACK_TAG, "Values": [stack_id]}]):
+        left.update(item["ResourceARN"] for item in page["ResourceTagMappingList"])
+    kms = session.client("kms")
+    for arn in [a for a in left if ":kms:" in a]:
+        # A key scheduled for deletion is not billed and cannot be deleted sooner than its window.
+        if kms.describe_key(KeyId=arn)["KeyMetadata"]["KeyState"] == "PendingDeletion":
+            left.discard(arn)
+    ec2 = session.client("ec2")
+    tag_filter = [{"Name": f"tag:{STACK_TAG}", "Values": [stack_id]}]
+    for vpc in ec2.describe_vpcs(Filters=tag_filter)["Vpcs"]:
+        left.add(vpc["VpcId"])
+    for reservation in ec2.describe_instances(Filters=tag_filter)["Reservations"]:
+        left.update(i["InstanceId"] for i in reservation["Instances"] if i["State"]["Name"] != "terminated")
+    for volume in ec2.describe_volumes(Filters=tag_filter)["Volumes"]:
+        left.add(volume["VolumeId"])
+    for address in ec2.describe_addresses(Filters=tag_filter)["Addresses"]:
+        left.add(address["AllocationId"])
+    for gateway in ec2.describe_nat_gateways(Filters=tag_filter)["NatGateways"]:
+        if gateway["State"] not in ("deleted", "deleting"):
+            left.add(gateway["NatGatewayId"])
+    eks = session.client("eks")
+    if name in eks.list_clusters()["clusters"]:
+        left.add(f"eks cluster {name}")
+    ecr = session.client("ecr")
+    for repo in ecr.describe_repositories()["repositories"]:
+        if repo["repositoryName"].startswith(f"{name}/"):
+            left.add(repo["repositoryArn"])
+    try:
+        for fs in session.client("fsx").describe_file_systems()["FileSystems"]:
+            tags = {t["Key"]: t["Value"] for t in fs.get("Tags", [])}
+            if tags.get(STACK_TAG) == stack_id and fs["Lifecycle"] != "DELETING":
+                left.add(fs["FileSystemId"])
+    except ClientError as error:  # some emulators lack FSx: say so instead of claiming it is clean
+        left.add(f"FSx not audited: {error.response['Error'].get('Code')}")
+    return sorted(left)
