@@ -60,12 +60,12 @@ plan: setup ## Memory / throughput / cost estimate for MODEL; ARGS="--nodes 2" a
 ##@ Infrastructure
 
 .PHONY: up
-up: setup ## Bring up PROFILE (local: report this machine's capacity).
-	$(BIN)/invoke infra.up --profile $(PROFILE)
+up: setup ## Bring up PROFILE (local: report capacity; aws: Terraform infra). ARGS="--yes --var-file f".
+	$(BIN)/invoke infra.up --profile $(PROFILE) $(ARGS)
 
 .PHONY: down
-down: setup ## Take down PROFILE.
-	$(BIN)/invoke infra.down --profile $(PROFILE)
+down: setup ## Take down PROFILE (aws: ordered destroy, then an audit by tag).
+	$(BIN)/invoke infra.down --profile $(PROFILE) $(ARGS)
 
 ##@ Quality
 

@@ -32,11 +32,14 @@ def free_port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
-def invoke(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def invoke(
+    *args: str, env: dict | None = None, timeout: float = 600, drop_env_prefix: str | None = None
+) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not (drop_env_prefix and k.startswith(drop_env_prefix))}
     return subprocess.run(
         [str(BIN / "invoke"), *args],
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        env={**base, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

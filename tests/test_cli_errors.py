@@ -47,3 +47,25 @@ def test_token_file_that_does_not_exist(tmp_path):
         env={"HF_TOKEN": ""},
     )
     assert result.returncode == 2 and "--hf-token-file" in result.stderr and "does not exist" in result.stderr
+
+
+def test_infra_plan_without_aws_credentials_is_one_clear_sentence(tmp_path):
+    env = {
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "TRAINKIT_STATE_DIR": str(tmp_path / "state"),
+    }
+    example = "terraform/stacks/infra/terraform.tfvars.example"
+    result = invoke("infra.plan", "--var-file", example, env=env, drop_env_prefix="AWS_")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: no AWS credentials found: set AWS_PROFILE (e.g. after `aws sso login`) or "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, then run this again"
+    ]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_missing_tfvars_says_to_copy_the_example(tmp_path):
+    result = invoke("infra.up", "--profile", "aws", "--var-file", str(tmp_path / "nope.tfvars"))
+    assert result.returncode == 2 and "copy terraform/stacks/infra/terraform.tfvars.example" in result.stderr

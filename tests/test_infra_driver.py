@@ -9,6 +9,10 @@ import pytest
 from trainkit.infra.terraform import TerraformError, TerraformStack
 
 CONFIG = """
+terraform {
+  backend "local" {}
+}
+
 variable "name" {
   type = string
 }

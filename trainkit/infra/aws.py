@@ -21,7 +21,7 @@ from .terraform import PlanSummary, TerraformStack
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA_STACK = REPO / "terraform" / "stacks" / "infra"
-STATE_DIR = REPO / ".trainkit" / "aws"
+STATE_DIR = Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit")) / "aws"
 STACK_TAG = "trainkit:stack-id"
 
 
@@ -163,12 +163,16 @@ def audit(stack_id: str, region: str, name: str) -> list[str]:
     tagging = session.client("resourcegroupstaggingapi")
     for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": STACK_TAG, "Values": [stack_id]}]):
         left.update(item["ResourceARN"] for item in page["ResourceTagMappingList"])
-    kms = session.client("kms")
-    for arn in [a for a in left if ":kms:" in a]:
-        # A key scheduled for deletion is not billed and cannot be deleted sooner than its window.
-        if kms.describe_key(KeyId=arn)["KeyMetadata"]["KeyState"] == "PendingDeletion":
-            left.discard(arn)
     ec2 = session.client("ec2")
+    kms = session.client("kms")
+    for arn in list(left):
+        # The tagging API still lists resources that are gone but not yet forgotten; they cost nothing.
+        if ":kms:" in arn and kms.describe_key(KeyId=arn)["KeyMetadata"]["KeyState"] == "PendingDeletion":
+            left.discard(arn)  # a key scheduled for deletion is not billed
+        elif ":natgateway/" in arn:
+            gateways = ec2.describe_nat_gateways(NatGatewayIds=[arn.rsplit("/", 1)[1]])["NatGateways"]
+            if all(g["State"] in ("deleted", "deleting") for g in gateways):
+                left.discard(arn)
     tag_filter = [{"Name": f"tag:{STACK_TAG}", "Values": [stack_id]}]
     for vpc in ec2.describe_vpcs(Filters=tag_filter)["Vpcs"]:
         left.add(vpc["VpcId"])

@@ -62,7 +62,11 @@ class TerraformStack:
             raise SpecError("terraform is not installed: install Terraform >= 1.9 and make sure it is on PATH")
         self.directory = Path(directory)
         self.state_dir = Path(state_dir)
-        self.env = {"TF_CLI_CONFIG_FILE": str(write_cli_config(self.state_dir)), "TF_IN_AUTOMATION": "1"}
+        self.env = {
+            "TF_CLI_CONFIG_FILE": str(write_cli_config(self.state_dir)),
+            "TF_IN_AUTOMATION": "1",
+            "TF_DATA_DIR": str(self.state_dir / "tf-data"),  # keeps .terraform out of the repository
+        }
         self.env.update(extra_env or {})
         self.tf = Terraform(working_dir=str(self.directory), terraform_bin_path=binary)
 
@@ -88,7 +92,10 @@ class TerraformStack:
         return out or ""
 
     def init(self) -> None:
-        self._run("init", input=False, upgrade=False)
+        """Initialise; roots declare `backend "local" {}` and their state lives in the state dir."""
+        self._run(
+            "init", input=False, upgrade=False, backend_config={"path": str(self.state_dir / "terraform.tfstate")}
+        )
 
     def plan(self, var_file: Path | None = None, destroy: bool = False, stream: bool = True) -> PlanSummary:
         """Write a saved plan under the state dir and summarise it from `terraform show -json`."""
