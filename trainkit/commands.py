@@ -105,12 +105,18 @@ def aws_down(yes: bool, var_file: str | None) -> str:
 
     path = aws.resolve_var_file(var_file)
     aws.check_credentials()
-    stack = aws.stack()
-    stack.init()
     stack_id, region, name = aws.stack_identity(path)
-    if stack.has_state():
-        aws.confirm(f"Destroy everything in stack {stack_id} (cluster, GPU nodes, FSx data)?", yes)
-        stack.destroy(path)
+    confirmed = False
+    for stack_name in aws.teardown_order():
+        stack = aws.stack(stack_name)
+        stack.init()
+        if not stack.has_state():
+            continue
+        if not confirmed:
+            aws.confirm(f"Destroy everything in stack {stack_id} (cluster, GPU nodes, FSx data)?", yes)
+            confirmed = True
+        print(f"destroying the {stack_name} stack", flush=True)
+        stack.destroy(path if stack_name == "infra" else None)  # the platform stack reads infra outputs
     leftovers = aws.audit(stack_id, region, name)
     aws.kubeconfig_path().unlink(missing_ok=True)
     if leftovers:

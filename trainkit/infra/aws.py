@@ -20,7 +20,10 @@ from ..hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from .terraform import PlanSummary, TerraformStack
 
 REPO = Path(__file__).resolve().parents[2]
-INFRA_STACK = REPO / "terraform" / "stacks" / "infra"
+STACKS_DIR = REPO / "terraform" / "stacks"
+INFRA_STACK = STACKS_DIR / "infra"
+# Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
+STACK_ORDER = ("infra", "platform")
 STATE_DIR = Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit")) / "aws"
 STACK_TAG = "trainkit:stack-id"
 
@@ -80,8 +83,13 @@ def check_credentials() -> dict:
         raise SpecError(f"AWS rejected the configured credentials ({error}); refresh them and run this again") from None
 
 
-def stack(extra_env: dict[str, str] | None = None) -> TerraformStack:
-    return TerraformStack(INFRA_STACK, STATE_DIR, extra_env)
+def stack(name: str = "infra") -> TerraformStack:
+    return TerraformStack(STACKS_DIR / name, STATE_DIR / name if name != "infra" else STATE_DIR)
+
+
+def teardown_order() -> list[str]:
+    """Stacks present in the repository, last applied first."""
+    return [name for name in reversed(STACK_ORDER) if any((STACKS_DIR / name).glob("*.tf"))]
 
 
 @dataclass

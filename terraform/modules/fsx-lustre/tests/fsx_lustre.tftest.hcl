@@ -1,0 +1,64 @@
+mock_provider "aws" {
+  source = "../../tests/mocks"
+}
+
+variables {
+  name                      = "trainkit"
+  vpc_id                    = "vpc-0a1b2c3d4e5f60718"
+  subnet_id                 = "subnet-0fffffffffffffff1"
+  client_security_group_ids = ["sg-0c1a2b3c4d5e6f708", "sg-0d1a2b3c4d5e6f709"]
+  kms_key_arn               = "arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+}
+
+run "persistent_2_encrypted_in_the_gpu_subnet" {
+  command = apply
+
+  assert {
+    condition     = aws_fsx_lustre_file_system.this[0].deployment_type == "PERSISTENT_2" && aws_fsx_lustre_file_system.this[0].per_unit_storage_throughput == 250
+    error_message = "PERSISTENT_2 at the default 250 MB/s/TiB."
+  }
+  assert {
+    condition     = length(aws_fsx_lustre_file_system.this[0].subnet_ids) == 1 && aws_fsx_lustre_file_system.this[0].subnet_ids[0] == var.subnet_id && aws_fsx_lustre_file_system.this[0].kms_key_id == var.kms_key_arn
+    error_message = "FSx sits in the GPU subnet, encrypted with the given key."
+  }
+}
+
+run "lustre_ports_only_from_client_groups_and_itself" {
+  command = apply
+
+  assert {
+    condition     = length(aws_vpc_security_group_ingress_rule.lustre) == 6
+    error_message = "TCP 988 and 1018-1023 from each of the 2 client groups and from the file system's own group."
+  }
+  assert {
+    condition     = alltrue([for r in aws_vpc_security_group_ingress_rule.lustre : r.cidr_ipv4 == null && r.cidr_ipv6 == null && r.referenced_security_group_id != null])
+    error_message = "No Lustre ingress from a CIDR (least of all 0.0.0.0/0): only from security groups."
+  }
+  assert {
+    condition     = toset([for r in aws_vpc_security_group_ingress_rule.lustre : "${r.from_port}-${r.to_port}"]) == toset(["988-988", "1018-1023"])
+    error_message = "Only the Lustre ports are open."
+  }
+}
+
+run "s3_association_imports_and_exports" {
+  command = apply
+
+  variables {
+    s3_import_path = "s3://my-datasets/imagenet"
+  }
+
+  assert {
+    condition     = aws_fsx_data_repository_association.s3[0].data_repository_path == "s3://my-datasets/imagenet"
+    error_message = "The data repository association links the S3 prefix."
+  }
+}
+
+run "capacity_must_be_a_persistent_2_increment" {
+  command = plan
+
+  variables {
+    storage_capacity_gib = 3000
+  }
+
+  expect_failures = [var.storage_capacity_gib]
+}
