@@ -34,14 +34,7 @@ class LlamaArch:
         return replace(self, num_hidden_layers=layers)
 
     def shape(self) -> TransformerShape:
-        return TransformerShape(
-            layers=self.num_hidden_layers,
-            hidden=self.hidden_size,
-            heads=self.num_attention_heads,
-            kv_heads=self.num_key_value_heads,
-            ffn=self.intermediate_size,
-            vocab=self.vocab_size,
-        )
+        return TransformerShape.from_hf_config(self)
 
     def hf_config(self) -> dict:
         """A `config.json` body that `transformers.LlamaConfig` / `AutoConfig` accept."""

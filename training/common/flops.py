@@ -36,6 +36,18 @@ class TransformerShape:
     ffn: int
     vocab: int
 
+    @classmethod
+    def from_hf_config(cls, config) -> TransformerShape:
+        """From anything with `transformers.LlamaConfig` attribute names (a config or the registry's arch)."""
+        return cls(
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            heads=config.num_attention_heads,
+            kv_heads=config.num_key_value_heads,
+            ffn=config.intermediate_size,
+            vocab=config.vocab_size,
+        )
+
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads

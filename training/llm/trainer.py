@@ -90,15 +90,7 @@ class Trainer:
         }
         port = cfg.metrics_port + acc.local_process_index if cfg.metrics_port else None
         self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
-        shape = TransformerShape(
-            layers=self.config.num_hidden_layers,
-            hidden=self.config.hidden_size,
-            heads=self.config.num_attention_heads,
-            kv_heads=self.config.num_key_value_heads,
-            ffn=self.config.intermediate_size,
-            vocab=self.config.vocab_size,
-        )
-        self.flops_per_token = shape.flops_per_token(cfg.seq_len)
+        self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(cfg.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
         self.peak_tflops = cfg.peak_tflops or device_peak
         self.restarts = 0
