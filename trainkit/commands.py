@@ -49,10 +49,10 @@ def _infra_profile(profile: str) -> str:
 
 def up(profile: str, yes: bool = False, var_file: str | None = None) -> str:
     """local: nothing to create, report this machine. aws: plan, show cost, confirm, apply, kubeconfig."""
-    import importlib.util
-
     if _infra_profile(profile) == "aws":
         return aws_up(yes, var_file)
+    import importlib.util
+
     limit, what = machine_process_limit()
     torch_ok = importlib.util.find_spec("torch") is not None
     return "\n".join(
@@ -70,7 +70,8 @@ def down(profile: str, yes: bool = False, var_file: str | None = None) -> str:
     return f"{profile} profile: no services to stop; run outputs under runs/ are kept."
 
 
-def aws_plan(var_file: str | None = None) -> str:
+def _plan_infra(var_file: str | None):
+    """Checks that need no Terraform first (tfvars, credentials), then a saved plan of the infra stack."""
     from .infra import aws
 
     path = aws.resolve_var_file(var_file)
@@ -78,19 +79,18 @@ def aws_plan(var_file: str | None = None) -> str:
     stack = aws.stack()
     stack.init()
     plan = stack.plan(path)
-    return f"{plan.describe()}\n{aws.estimate_cost(plan).describe()}"
+    return stack, plan, f"{plan.describe()}\n{aws.estimate_cost(plan).describe()}"
+
+
+def aws_plan(var_file: str | None = None) -> str:
+    return _plan_infra(var_file)[2]
 
 
 def aws_up(yes: bool, var_file: str | None) -> str:
     from .infra import aws
 
-    path = aws.resolve_var_file(var_file)
-    aws.check_credentials()
-    stack = aws.stack()
-    stack.init()
-    plan = stack.plan(path)
-    print(plan.describe())
-    print(aws.estimate_cost(plan).describe(), flush=True)
+    stack, plan, summary = _plan_infra(var_file)
+    print(summary, flush=True)
     if plan.has_changes:
         aws.confirm("Create these resources (they are billed until `make down PROFILE=aws`)?", yes)
         stack.apply(plan)
