@@ -10,7 +10,7 @@ from training.common.cli import field_docs
 from trainkit import commands
 from trainkit.errors import SpecError
 from trainkit.plan import PlanInputs
-from trainkit.spec import JobSpec
+from trainkit.spec import JobSpec, parse_bool
 
 TRAIN_FLAGS = [
     "model",
@@ -148,7 +148,9 @@ def plan(
     json=False,
 ):
     """Estimate memory per GPU, step time, tokens/s and cost for a job. Runs nothing, creates nothing."""
-    checkpointing = {"": None, "true": True, "false": False}.get(str(activation_checkpointing).lower())
+    checkpointing = (
+        parse_bool("--activation-checkpointing", activation_checkpointing) if activation_checkpointing else None
+    )
     inputs = PlanInputs(
         model=model,
         nodes=nodes,

@@ -64,3 +64,8 @@ def test_invoke_plan_prints_the_table_and_json():
     assert "68,976,648,192" in text.stdout and "*FULL_SHARD" in text.stdout and "$ per hour" in text.stdout
     data = json.loads(invoke("plan", "--model", "llama2-7b", "--json").stdout)
     assert data["param_count"] == N7 and data["memory_per_gpu"]["FULL_SHARD"]["total"] > 0
+
+
+def test_invoke_plan_rejects_a_bad_boolean():
+    result = invoke("plan", "--activation-checkpointing", "maybe")
+    assert result.returncode == 2 and "--activation-checkpointing must be true or false" in result.stderr

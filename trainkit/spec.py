@@ -170,6 +170,14 @@ def load_profile(profile: str) -> dict[str, Any]:
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
+def parse_bool(flag: str, value: str) -> bool:
+    """true/false (also yes/no, 1/0, on/off) from the command line, or a SpecError naming the flag."""
+    text = value.strip().lower()
+    if text in _TRUE + _FALSE:
+        return text in _TRUE
+    raise SpecError(f"{flag} must be true or false (got {value!r})")
+
+
 def _coerce(name: str, value: Any) -> Any:
     """Flags arrive as text from the command line; turn them into the field's type."""
     hint = typing.get_type_hints(JobSpec)[name]
@@ -177,11 +185,8 @@ def _coerce(name: str, value: Any) -> Any:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if not isinstance(value, str) or hint is str:
         return value
-    text = value.strip().lower()
     if hint is bool:
-        if text in _TRUE + _FALSE:
-            return text in _TRUE
-        raise SpecError(f"{_flag(name)} must be true or false (got {value!r})")
+        return parse_bool(_flag(name), value)
     try:
         return hint(value)
     except ValueError:
