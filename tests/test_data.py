@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
+from training.common.sampling import StepSampler
 from training.llm.data import (
     IGNORE_INDEX,
     PackedDataset,
-    StepSampler,
     load_records,
     to_prompt_response,
     tokenize_examples,

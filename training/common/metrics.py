@@ -4,13 +4,18 @@ Metric names (all carry labels run_id, model, rank, node):
 
     trainkit_train_loss                  mean loss over the global batch at the last logged step
     trainkit_learning_rate               learning rate at the last logged step
-    trainkit_tokens_per_second           tokens/s of the whole job at the last logged step
+    trainkit_tokens_per_second           tokens/s of the whole job at the last logged step (language models)
+    trainkit_samples_per_second          samples (sequences or images) per second of the whole job
+    trainkit_data_wait_seconds           time the last step waited for its input batch (vision)
     trainkit_step_time_seconds           wall time of the last optimizer step
     trainkit_mfu_ratio                   model FLOPs utilisation (0..1); absent without a peak FLOP/s
     trainkit_peak_memory_bytes           peak accelerator memory of this rank (max RSS on CPU)
     trainkit_train_step                  last completed optimizer step
     trainkit_checkpoint_duration_seconds wall time of the last checkpoint save
     trainkit_restarts                    times this run resumed from a checkpoint
+    trainkit_val_top1_ratio              top-1 accuracy on the validation set after the last epoch (0..1)
+    trainkit_val_top5_ratio              top-5 accuracy on the validation set after the last epoch (0..1)
+    trainkit_epoch_time_seconds          wall time of the last complete epoch (training only)
 """
 
 from __future__ import annotations
@@ -29,22 +34,34 @@ GAUGES = {
     "trainkit_train_loss": "Mean training loss over the global batch at the last logged step.",
     "trainkit_learning_rate": "Learning rate at the last logged step.",
     "trainkit_tokens_per_second": "Training tokens per second, whole job.",
+    "trainkit_samples_per_second": "Training samples (sequences or images) per second, whole job.",
+    "trainkit_data_wait_seconds": "Time the last step waited for its input batch in seconds.",
     "trainkit_step_time_seconds": "Wall time of the last optimizer step in seconds.",
     "trainkit_mfu_ratio": "Model FLOPs utilisation, 0..1.",
     "trainkit_peak_memory_bytes": "Peak memory of this rank in bytes.",
     "trainkit_train_step": "Last completed optimizer step.",
     "trainkit_checkpoint_duration_seconds": "Wall time of the last checkpoint save in seconds.",
     "trainkit_restarts": "Times this run resumed from a checkpoint.",
+    "trainkit_val_top1_ratio": "Top-1 validation accuracy after the last epoch, 0..1.",
+    "trainkit_val_top5_ratio": "Top-5 validation accuracy after the last epoch, 0..1.",
+    "trainkit_epoch_time_seconds": "Wall time of the last complete training epoch in seconds.",
 }
 _FIELD_TO_GAUGE = {
     "loss": "trainkit_train_loss",
     "lr": "trainkit_learning_rate",
     "tokens_per_s": "trainkit_tokens_per_second",
+    "samples_per_s": "trainkit_samples_per_second",
+    "data_wait_s": "trainkit_data_wait_seconds",
     "step_time_s": "trainkit_step_time_seconds",
     "mfu": "trainkit_mfu_ratio",
     "peak_memory_bytes": "trainkit_peak_memory_bytes",
     "step": "trainkit_train_step",
+    "val_top1": "trainkit_val_top1_ratio",
+    "val_top5": "trainkit_val_top5_ratio",
+    "epoch_time_s": "trainkit_epoch_time_seconds",
 }
+# Per-step rates whose median (over steps that are not warm-up) goes into summary.json.
+_MEDIANS = ("tokens_per_s", "samples_per_s", "mfu", "step_time_s", "data_wait_s", "epoch_time_s")
 
 
 class MetricsSink:
@@ -101,9 +118,7 @@ class MetricsSink:
             "steps": records[-1]["step"] if records else 0,
             "first_loss": records[0]["loss"] if records else None,
             "last_loss": records[-1]["loss"] if records else None,
-            "tokens_per_s_median": median("tokens_per_s"),
-            "mfu_median": median("mfu"),
-            "step_time_s_median": median("step_time_s"),
+            **{f"{key}_median": median(key) for key in _MEDIANS},
             "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in records), default=None),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

@@ -75,39 +75,3 @@ class PackedDataset:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
-
-
-class StepSampler:
-    """Which blocks each rank reads at each optimizer step: a pure function of (seed, step).
-
-    Epoch e uses permutation(seed + e); step s reads global positions [s*G, (s+1)*G) of the epoch,
-    rank r takes the r-th contiguous slice of G/world, split into micro batches.
-    """
-
-    def __init__(self, num_blocks: int, global_batch: int, micro_batch: int, rank: int, world: int, seed: int):
-        if num_blocks < global_batch:
-            raise ValueError(
-                f"dataset packs into {num_blocks} sequences, fewer than one global batch of {global_batch}; "
-                "use more data, a smaller --global-batch-size or a shorter --seq-len"
-            )
-        self.num_blocks, self.global_batch, self.micro_batch = num_blocks, global_batch, micro_batch
-        self.rank, self.world, self.seed = rank, world, seed
-        self.steps_per_epoch = num_blocks // global_batch
-        self._cached_epoch = -1
-        self._order = torch.empty(0, dtype=torch.long)
-
-    def _permutation(self, epoch: int) -> torch.Tensor:
-        if epoch != self._cached_epoch:
-            generator = torch.Generator().manual_seed(self.seed + epoch)
-            self._order = torch.randperm(self.num_blocks, generator=generator)
-            self._cached_epoch = epoch
-        return self._order
-
-    def micro_batches(self, step: int) -> list[torch.Tensor]:
-        """Block indices for each micro batch this rank runs at `step` (0-based)."""
-        epoch, within = divmod(step, self.steps_per_epoch)
-        order = self._permutation(epoch)
-        per_rank = self.global_batch // self.world
-        start = within * self.global_batch + self.rank * per_rank
-        mine = order[start : start + per_rank]
-        return list(mine.split(self.micro_batch))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import resource
 import shutil
 import time
 from pathlib import Path
@@ -17,31 +15,16 @@ from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
 from tqdm import tqdm
 
-from training.common.checkpoint import CheckpointManager
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
-from training.common.metrics import MetricsSink
+from training.common.run import RunContext, peak_memory_bytes
+from training.common.sampling import StepSampler
+from training.common.schedule import lr_multiplier
 
 from .config import TrainConfig
-from .data import IGNORE_INDEX, PackedDataset, StepSampler, load_records, tokenize_examples
+from .data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
 from .model import DECODER_LAYER, build_model, consolidated_copy
 from .tokenizer import load_tokenizer
-
-
-def lr_multiplier(step: int, warmup: int, total: int, schedule: str) -> float:
-    """Linear warmup to 1, then constant or cosine decay to 0.1 at the last step."""
-    if step < warmup:
-        return (step + 1) / warmup
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def peak_memory_bytes() -> int:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 class Trainer:
@@ -79,21 +62,12 @@ class Trainer:
         shard_group = self.world // cfg.nodes if cfg.sharding == "HYBRID_SHARD" else self.world
         self.sharding_report = verify_sharding(self.model, cfg.sharding, self.world, shard_group)
 
-        self.checkpoints = CheckpointManager(
-            self.run_dir / "checkpoints", cfg.keep_checkpoints, acc.is_main_process, acc.wait_for_everyone
+        self.run = RunContext(
+            acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, cfg.nodes
         )
-        labels = {
-            "run_id": cfg.run_id,
-            "model": cfg.model_name,
-            "rank": str(self.rank),
-            "node": str(self.rank // max(1, self.world // cfg.nodes)),
-        }
-        port = cfg.metrics_port + acc.local_process_index if cfg.metrics_port else None
-        self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
         self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(cfg.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
         self.peak_tflops = cfg.peak_tflops or device_peak
-        self.restarts = 0
 
     # ------------------------------------------------------------------ data
 
@@ -102,24 +76,17 @@ class Trainer:
         ids, labels = tokenize_examples(load_records(cfg.dataset, cfg.dataset_split), self.tokenizer)
         dataset = PackedDataset.pack(ids, labels, cfg.seq_len)
         sampler = StepSampler(
-            len(dataset), cfg.global_batch_size, cfg.micro_batch_size, self.rank, self.world, cfg.seed
+            len(dataset),
+            cfg.global_batch_size,
+            cfg.micro_batch_size,
+            self.rank,
+            self.world,
+            cfg.seed,
+            hint="use more data, a smaller --global-batch-size or a shorter --seq-len",
         )
         return dataset, sampler
 
     # ------------------------------------------------------------------ stages
-
-    def load_checkpoint(self) -> int:
-        """Resume from `latest` if there is one; returns the first step to run."""
-        self.checkpoints.clean_partial()
-        latest = self.checkpoints.latest()
-        if latest is None:
-            return 0
-        self.accelerator.load_state(str(latest))
-        state = self.checkpoints.read_state(latest)
-        self.restarts = state.get("restarts", 0) + 1
-        self.metrics.truncate_after(state["step"])
-        self.metrics.set("trainkit_restarts", self.restarts)
-        return state["step"]
 
     def _gradient_sync_only_if(self, last_micro: bool):
         if isinstance(self.model, FSDPModule):
@@ -167,6 +134,7 @@ class Trainer:
             "lr": lr,
             "grad_norm": grad_norm,
             "tokens_per_s": tokens_per_s,
+            "samples_per_s": self.cfg.global_batch_size / step_time,
             "step_time_s": step_time,
             "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
             "peak_memory_bytes": peak_memory_bytes(),
@@ -174,17 +142,8 @@ class Trainer:
             "epoch": (step - 1) // self.sampler.steps_per_epoch,
             "warmup": first,  # first step after (re)start includes one-off setup costs
         }
-        self.metrics.log_step(record)
+        self.run.metrics.log_step(record)
         return record
-
-    def save(self, step: int) -> None:
-        started = time.perf_counter()
-        self.checkpoints.save(
-            step,
-            lambda directory: self.accelerator.save_state(str(directory)),
-            {"restarts": self.restarts, "total_steps": self.total_steps, "model": self.cfg.model_name},
-        )
-        self.metrics.set("trainkit_checkpoint_duration_seconds", time.perf_counter() - started)
 
     def export(self) -> Path | None:
         """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory."""
@@ -205,17 +164,9 @@ class Trainer:
     # ------------------------------------------------------------------ driver
 
     def fit(self) -> None:
-        cfg, acc = self.cfg, self.accelerator
-        began = time.perf_counter()
-        start = self.load_checkpoint()
-        if start >= self.total_steps and (self.run_dir / "summary.json").exists():
-            if acc.is_main_process:
-                print(
-                    f"run {cfg.run_id} already finished at step {start}; outputs in {self.run_dir} "
-                    "(pass a new --run-id or more --steps to train again)",
-                    flush=True,
-                )
-            acc.end_training()
+        cfg, acc, run = self.cfg, self.accelerator, self.run
+        start = run.resume()
+        if run.already_finished(start, self.total_steps):
             return
         if acc.is_main_process and cfg.truncated_label:
             print(f"NOTE: {cfg.truncated_label}", flush=True)
@@ -233,26 +184,17 @@ class Trainer:
             first = False
             bar.update(1)
             if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0 and done != self.total_steps:
-                self.save(done)
+                run.save(done, self.total_steps)
         bar.close()
-        latest = self.checkpoints.latest()
-        if latest is None or self.checkpoints.read_state(latest)["step"] != self.total_steps:
-            self.save(self.total_steps)
+        run.save_final(self.total_steps)
         exported = self.export() if cfg.export else None
-        if acc.is_main_process:
-            summary = self.metrics.write_summary(
-                {
-                    "run_id": cfg.run_id,
-                    "model": cfg.model_name,
-                    "truncated": cfg.truncated_label,
-                    "world_size": self.world,
-                    "sharding": self.sharding_report,
-                    "resumed_from": start or None,
-                    "restarts": self.restarts,
-                    "hf_model_dir": str(exported) if exported else None,
-                    "peak_tflops": self.peak_tflops,
-                    "wall_time_s": time.perf_counter() - began,
-                }
-            )
-            print(f"summary: {summary}", flush=True)
+        run.write_summary(
+            start,
+            {
+                "truncated": cfg.truncated_label,
+                "sharding": self.sharding_report,
+                "hf_model_dir": str(exported) if exported else None,
+                "peak_tflops": self.peak_tflops,
+            },
+        )
         acc.end_training()
