@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV ?= .venv
 MODEL ?= llama2-tiny
 PROFILE ?= local
-# Extra pip arguments for torch, e.g. PyTorch's CPU wheel index on a CPU-only machine elsewhere.
+# Extra pip arguments for torch and torchvision, e.g. PyTorch's CPU wheel index on a CPU-only machine
+# elsewhere (--index-url https://download.pytorch.org/whl/cpu), which makes the torchvision shim unnecessary.
 TORCH_PIP_ARGS ?=
 # Extra flags for `invoke train`, e.g. ARGS="--steps 100 --nproc 4".
 ARGS ?=
@@ -35,8 +36,9 @@ setup: $(STAMP) ## Create $(VENV) and install trainkit with its pinned dependenc
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/pip install --quiet torch==2.13.0 torchvision==0.28.0 $(TORCH_PIP_ARGS)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m trainkit.devenv.torchvision_cpu
 	touch $@
 
 .PHONY: scan-tools

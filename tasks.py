@@ -29,6 +29,12 @@ TRAIN_FLAGS = [
     "warmup_steps",
     "weight_decay",
     "grad_clip",
+    "image_size",
+    "optimizer",
+    "label_smoothing",
+    "loader_workers",
+    "synthetic",
+    "warmup_epochs",
     "sharding",
     "precision",
     "activation_checkpointing",
@@ -65,7 +71,14 @@ def user_errors(function):
     return wrapper
 
 
-@task(help={**SPEC_HELP, "profile": "Profile YAML under trainkit/profiles (default: local)."})
+@task(
+    help={
+        **SPEC_HELP,
+        "profile": "Profile YAML under trainkit/profiles (default: local).",
+        "data": "Alias of --dataset, e.g. an ImageFolder root with train/ and val/ for vision models.",
+        "synthetic": SPEC_HELP["synthetic"],
+    }
+)
 @user_errors
 def train(
     c,
@@ -75,6 +88,7 @@ def train(
     weights=None,
     layers=None,
     dataset=None,
+    data=None,
     dataset_split=None,
     steps=None,
     epochs=None,
@@ -86,6 +100,12 @@ def train(
     warmup_steps=None,
     weight_decay=None,
     grad_clip=None,
+    image_size=None,
+    optimizer=None,
+    label_smoothing=None,
+    loader_workers=None,
+    synthetic=False,
+    warmup_epochs=None,
     sharding=None,
     precision=None,
     activation_checkpointing=None,
@@ -105,7 +125,9 @@ def train(
     hf_token_file=None,
 ):
     """Train a model: validate the job spec, write runs/<run-id>/, launch (local: torchrun here)."""
-    values = locals()
+    if data is not None and dataset is not None:
+        raise Exit("error: --data is an alias of --dataset; give one of them", code=2)
+    values = dict(locals(), dataset=data if data is not None else dataset, synthetic=synthetic or None)
     code = commands.train({name: values[name] for name in TRAIN_FLAGS}, profile=profile)
     if code:
         raise Exit(f"training exited with code {code}", code=code)
@@ -211,5 +233,50 @@ def audit(c, var_file=None):
     print(commands.aws_audit(var_file))
 
 
+@task(
+    help={
+        "dest": "Destination directory, the ImageFolder root (on EKS: a path on the FSx volume).",
+        "source": "s3://bucket/prefix/ holding train/<wnid>/, val/ (and LOC_val_solution.csv). Without it, only "
+        "re-lay out and check --dest.",
+        "val-csv": "LOC_val_solution.csv (local path or s3:// URL); default: the one at the source root or in --dest.",
+        "workers": "Parallel downloads (default 32).",
+    }
+)
+@user_errors
+def imagenet(c, dest, source=None, val_csv=None, workers=32):
+    """Copy ImageNet from S3 (parallel, resumable, retried), put val/ images into class folders, check the tree."""
+    for line in commands.data_imagenet(dest, source, val_csv, workers):
+        print(line)
+
+
+@task(
+    name="synthetic-imagenet",
+    help={
+        "dest": "Directory to create (must not exist, or be empty).",
+        "classes": "Number of classes (default 10).",
+        "per-class": "Training JPEGs per class (default 40).",
+        "val-per-class": "Validation JPEGs per class (default 10).",
+        "size": "Image side in pixels (default 40).",
+        "seed": "Seed; the same settings always give the same images.",
+        "flat-val": "Write val/ flat with LOC_val_solution.csv, as ILSVRC ships it.",
+    },
+)
+@user_errors
+def synthetic_imagenet(c, dest, classes=10, per_class=40, val_per_class=10, size=40, seed=0, flat_val=False):
+    """Write a small real-JPEG ImageNet-layout tree (train/<wnid>/, val/<wnid>/) for tests and the local demo."""
+    print(
+        commands.data_synthetic_imagenet(
+            dest,
+            classes=classes,
+            per_class=per_class,
+            val_per_class=val_per_class,
+            size=size,
+            seed=seed,
+            flat_val=flat_val,
+        )
+    )
+
+
 infra = Collection("infra", up, down, infra_plan, outputs, audit)
-namespace = Collection(train, plan, infra)
+data = Collection("data", imagenet, synthetic_imagenet)
+namespace = Collection(train, plan, infra, data)

@@ -22,10 +22,42 @@ def train(overrides: dict[str, Any], profile: str = "local") -> int:
         print(f"note: {note}", flush=True)
     print(
         f"run {spec.run_id}{label}: {spec.model}, {spec.nodes} node(s) x {spec.nproc} process(es), "
-        f"{spec.sharding}, {spec.steps or f'{spec.epochs} epoch(s)'} steps -> {spec.run_dir}",
+        f"{spec.sharding}, {f'{spec.steps} steps' if spec.steps else f'{spec.epochs} epoch(s)'} -> {spec.run_dir}",
         flush=True,
     )
     return get_backend(spec.target).submit(run)
+
+
+def data_imagenet(dest: str, source: str | None, val_csv: str | None, workers: int) -> list[str]:
+    """Copy from S3 (when a source is given), re-lay out val/, check the tree."""
+    from training.vision.layout import LayoutError
+    from training.vision.prep import PrepError, prepare_imagenet
+
+    if workers < 1:
+        raise SpecError(f"--workers must be a positive integer (got {workers})")
+    try:
+        return prepare_imagenet(dest, source, val_csv, workers)
+    except (PrepError, LayoutError) as error:
+        raise SpecError(str(error)) from None
+
+
+def data_synthetic_imagenet(dest: str, **settings: Any) -> str:
+    from training.vision.layout import LayoutError, check_image_folder
+    from training.vision.synthetic import SyntheticTree, write_tree
+
+    try:
+        tree = SyntheticTree(**settings)
+        root = write_tree(dest, tree)
+        if tree.flat_val:
+            return f"wrote {root} with a flat val/ and its label CSV; lay it out: invoke data.imagenet --dest {root}"
+        classes = check_image_folder(root, flag="--dest")
+    except LayoutError as error:
+        raise SpecError(str(error)) from None
+    images = tree.classes * (tree.per_class + tree.val_per_class)
+    return (
+        f"wrote {root}: {len(classes)} classes, {images} JPEGs of {tree.size}px -> "
+        f"invoke train --model resnet-tiny --data {root}"
+    )
 
 
 def plan(inputs: PlanInputs, as_json: bool = False) -> str:

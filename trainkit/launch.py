@@ -9,12 +9,13 @@ from pathlib import Path
 from training.llm.dialogues import write_dialogues
 
 from .errors import SpecError
-from .models import get_model
+from .models import ModelEntry, get_model
 from .secrets import require_hf_token
 from .spec import JobSpec, write_spec
 
-ENTRY_POINTS = {"llama": "training.llm.train"}
+ENTRY_POINTS = {"llama": "training.llm.train", "vision": "training.vision.train"}
 SYNTHETIC = "synthetic"
+SYNTHETIC_CLASSES = 10
 
 
 @dataclass
@@ -35,83 +36,117 @@ def _local_dataset(spec: JobSpec) -> Path | None:
     return None
 
 
-def _dataset_argument(spec: JobSpec) -> str:
-    if spec.dataset == SYNTHETIC:
-        path = spec.run_dir / "data" / "dialogues.jsonl"
-        if not path.exists():
-            write_dialogues(path, seed=spec.seed)
-        return str(path)
-    local = _local_dataset(spec)
-    return str(local) if local else spec.dataset
+def _check_image_folder(spec: JobSpec) -> Path:
+    from training.vision.layout import LayoutError, check_image_folder
+
+    try:
+        check_image_folder(spec.dataset, flag="--data")
+    except LayoutError as error:
+        raise SpecError(str(error)) from None
+    return Path(spec.dataset).expanduser()
 
 
 def _needs_token(spec: JobSpec) -> bool:
     return spec.init == "pretrained" and not Path(spec.weights).expanduser().is_dir()
 
 
-def prepare_run(spec: JobSpec) -> PreparedRun:
-    """Check what can only be checked now (token, dataset path), then create the run directory."""
+def _check_inputs(spec: JobSpec, family: str) -> dict[str, str]:
+    """What can only be checked now (token, data on disk), before anything is written. Returns secrets."""
     env: dict[str, str] = {}
     if _needs_token(spec):
         env["HF_TOKEN"] = require_hf_token(spec.weights, spec.hf_token_file)
     if spec.dataset != SYNTHETIC:
-        _local_dataset(spec)  # fails before anything is written
-    entry = get_model(spec.model)
-    write_spec(spec)
-    args = [
-        "--run-dir",
-        str(spec.run_dir),
-        "--run-id",
-        str(spec.run_id),
-        "--model-name",
-        spec.model,
-        "--dataset",
-        _dataset_argument(spec),
-        "--dataset-split",
-        spec.dataset_split,
-        "--global-batch-size",
-        str(spec.global_batch_size),
-        "--micro-batch-size",
-        str(spec.micro_batch_size),
-        "--seq-len",
-        str(spec.seq_len),
-        "--lr",
-        repr(spec.lr),
-        "--schedule",
-        spec.schedule,
-        "--warmup-steps",
-        str(spec.warmup_steps),
-        "--weight-decay",
-        repr(spec.weight_decay),
-        "--grad-clip",
-        repr(spec.grad_clip),
-        "--sharding",
-        spec.sharding,
-        "--nodes",
-        str(spec.nodes),
-        "--precision",
-        spec.precision,
-        "--checkpoint-interval",
-        str(spec.checkpoint_interval),
-        "--keep-checkpoints",
-        str(spec.keep_checkpoints),
-        "--log-interval",
-        str(spec.log_interval),
-        "--seed",
-        str(spec.seed),
-        "--metrics-port",
-        str(spec.metrics_port),
-        "--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing",
-    ]
-    args += ["--epochs", str(spec.epochs)] if spec.epochs is not None else ["--steps", str(spec.steps)]
-    if spec.peak_tflops is not None:
-        args += ["--peak-tflops", repr(spec.peak_tflops)]
-    if spec.truncated_label:
-        args += ["--truncated-label", spec.truncated_label]
-    if spec.init == "pretrained":
-        args += ["--weights", spec.weights, "--tokenizer", spec.weights]
+        _check_image_folder(spec) if family == "vision" else _local_dataset(spec)
+    return env
+
+
+def _flags(pairs: dict[str, object]) -> list[str]:
+    """--name value for every pair whose value is not None (floats kept exact with repr)."""
+    args: list[str] = []
+    for name, value in pairs.items():
+        if value is not None:
+            args += [f"--{name}", repr(value) if isinstance(value, float) else str(value)]
+    return args
+
+
+def _common_args(spec: JobSpec) -> list[str]:
+    return _flags(
+        {
+            "run-dir": spec.run_dir,
+            "run-id": spec.run_id,
+            "model-name": spec.model,
+            "steps": spec.steps,
+            "epochs": spec.epochs,
+            "global-batch-size": spec.global_batch_size,
+            "micro-batch-size": spec.micro_batch_size,
+            "lr": float(spec.lr),
+            "schedule": spec.schedule,
+            "warmup-steps": spec.warmup_steps,
+            "weight-decay": float(spec.weight_decay),
+            "grad-clip": float(spec.grad_clip),
+            "nodes": spec.nodes,
+            "precision": spec.precision,
+            "checkpoint-interval": spec.checkpoint_interval,
+            "keep-checkpoints": spec.keep_checkpoints,
+            "log-interval": spec.log_interval,
+            "seed": spec.seed,
+            "metrics-port": spec.metrics_port,
+        }
+    )
+
+
+def _llama_args(spec: JobSpec, entry: ModelEntry) -> list[str]:
+    if spec.dataset == SYNTHETIC:
+        dataset = spec.run_dir / "data" / "dialogues.jsonl"
+        if not dataset.exists():
+            write_dialogues(dataset, seed=spec.seed)
     else:
-        config_path = spec.run_dir / "model_config.json"
-        config_path.write_text(json.dumps(entry.arch.truncated(spec.layers).hf_config(), indent=2) + "\n")
-        args += ["--model-config", str(config_path), "--tokenizer", "byte"]
-    return PreparedRun(spec=spec, module=ENTRY_POINTS[entry.family], args=args, env=env)
+        dataset = _local_dataset(spec) or spec.dataset
+    args = _flags(
+        {
+            "dataset": dataset,
+            "dataset-split": spec.dataset_split,
+            "seq-len": spec.seq_len,
+            "sharding": spec.sharding,
+            "peak-tflops": spec.peak_tflops,
+            "truncated-label": spec.truncated_label,
+        }
+    )
+    args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
+    if spec.init == "pretrained":
+        return args + ["--weights", spec.weights, "--tokenizer", spec.weights]
+    config_path = spec.run_dir / "model_config.json"
+    config_path.write_text(json.dumps(entry.arch.truncated(spec.layers).hf_config(), indent=2) + "\n")
+    return args + ["--model-config", str(config_path), "--tokenizer", "byte"]
+
+
+def _vision_args(spec: JobSpec, entry: ModelEntry) -> list[str]:
+    from training.vision.layout import CROP_RATIO
+    from training.vision.synthetic import SyntheticTree, write_tree
+
+    if spec.synthetic:
+        data = ["--synthetic", "--num-classes", str(entry.arch.num_classes)]
+    elif spec.dataset == SYNTHETIC:
+        size = round(spec.image_size / CROP_RATIO)
+        root = write_tree(spec.run_dir / "data" / "imagenet", SyntheticTree(classes=SYNTHETIC_CLASSES, size=size))
+        data = ["--data", str(root)]
+    else:
+        data = ["--data", str(Path(spec.dataset).expanduser().resolve())]
+    return data + _flags(
+        {
+            "image-size": spec.image_size,
+            "optimizer": spec.optimizer,
+            "label-smoothing": float(spec.label_smoothing),
+            "loader-workers": spec.loader_workers,
+            "warmup-epochs": None if spec.warmup_epochs is None else float(spec.warmup_epochs),
+        }
+    )
+
+
+def prepare_run(spec: JobSpec) -> PreparedRun:
+    """Check the inputs, then create the run directory and build the entry point's arguments."""
+    entry = get_model(spec.model)
+    env = _check_inputs(spec, entry.family)
+    write_spec(spec)
+    extra = _vision_args(spec, entry) if entry.family == "vision" else _llama_args(spec, entry)
+    return PreparedRun(spec=spec, module=ENTRY_POINTS[entry.family], args=_common_args(spec) + extra, env=env)

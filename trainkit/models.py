@@ -3,6 +3,11 @@
 Llama 2 shapes are the published ones (Touvron et al. 2023, table 1 and the Hugging Face
 `config.json` of each `meta-llama/Llama-2-*-hf` repository): vocabulary 32,000, context 4,096,
 grouped-query attention with 8 KV heads for 70B only.
+
+Vision models are torchvision's (`training/vision/models.py` builds them); parameter counts are
+those of the 1000-class models and are checked against the built model in the tests. Training crops
+are the ones torchvision publishes with its ImageNet weights (`ResNet50_Weights.IMAGENET1K_V1`: 224,
+`EfficientNet_B7_Weights.IMAGENET1K_V1`: 600).
 """
 
 from __future__ import annotations
@@ -58,26 +63,45 @@ class LlamaArch:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """Defaults a model brings to the job spec; flags and profiles override them."""
+class VisionArch:
+    """An image classifier from torchvision, at ImageNet's 1000 classes."""
 
-    steps: int
+    parameters: int
+    image_size: int
+    num_classes: int = 1000
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Defaults a model brings to the job spec (JobSpec field names); flags and profiles override them.
+    None leaves the field to the spec's own rules."""
+
     global_batch_size: int
     micro_batch_size: int
-    seq_len: int
-    lr: float
-    warmup_steps: int
+    sharding: str
+    weight_decay: float
+    grad_clip: float
     checkpoint_interval: int
-    activation_checkpointing: bool
-    cpu_batch: tuple[int, int] | None = None
-    """(global, micro) batch used instead on a machine without GPUs, when no batch flag is given."""
+    steps: int | None = None
+    epochs: int | None = None
+    lr: float | None = None
+    warmup_steps: int | None = None
+    warmup_epochs: float | None = None
+    seq_len: int | None = None
+    activation_checkpointing: bool | None = None
+    image_size: int | None = None
+    optimizer: str | None = None
+    label_smoothing: float | None = None
+    loader_workers: int | None = None
+    cpu: dict = field(default_factory=dict)
+    """Overrides used instead on a machine without GPUs, for fields no flag or profile set."""
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
     family: str
-    arch: LlamaArch
+    arch: LlamaArch | VisionArch
     recipe: Recipe
     hub_id: str | None = None
     notes: str = field(default="")
@@ -89,13 +113,16 @@ def _finetune_recipe(micro_batch_size: int) -> Recipe:
         steps=1000,
         global_batch_size=64,
         micro_batch_size=micro_batch_size,
+        sharding="FULL_SHARD",
+        weight_decay=0.0,
+        grad_clip=1.0,
         seq_len=4096,
         lr=2e-5,
         warmup_steps=30,
         checkpoint_interval=200,
         activation_checkpointing=True,
         # A 7B-shaped layer stack runs ~10 s per 256 tokens on two CPU cores: keep CPU smoke runs short.
-        cpu_batch=(2, 1),
+        cpu={"global_batch_size": 2, "micro_batch_size": 1},
     )
 
 
@@ -110,7 +137,41 @@ def _tiny_recipe() -> Recipe:
         warmup_steps=6,
         checkpoint_interval=20,
         activation_checkpointing=False,
-        cpu_batch=None,  # already sized for CPU
+        cpu={},  # already sized for CPU
+    )
+
+
+def _imagenet_recipe(global_batch: int, micro_batch: int, image_size: int) -> Recipe:
+    """ImageNet from scratch with SGD + Nesterov: 90 epochs, 5 warmup epochs, cosine, label smoothing
+    0.1, weight decay 1e-4 on conv/linear weights. The learning rate follows the linear scaling rule
+    (0.1 per 256 images, Goyal et al. 2017) unless --lr is given. Four loader workers per process
+    were the seeds' best on p4d."""
+    return Recipe(
+        epochs=90,
+        global_batch_size=global_batch,
+        micro_batch_size=micro_batch,
+        sharding="NO_SHARD",
+        weight_decay=1e-4,
+        grad_clip=0.0,
+        checkpoint_interval=0,
+        warmup_epochs=5,
+        image_size=image_size,
+        optimizer="sgd",
+        label_smoothing=0.1,
+        loader_workers=4,
+        # A CPU smoke run: small batches, one loader worker per process on a two-core machine.
+        cpu={"global_batch_size": 8, "micro_batch_size": 4, "loader_workers": 1},
+    )
+
+
+def _resnet_tiny_recipe() -> Recipe:
+    """Local demo on the synthetic JPEG tree: learns its 10 classes in a few epochs on two CPU processes."""
+    return replace(
+        _imagenet_recipe(global_batch=40, micro_batch=20, image_size=32),
+        epochs=6,
+        warmup_epochs=1,
+        loader_workers=1,
+        cpu={},
     )
 
 
@@ -144,6 +205,26 @@ REGISTRY: dict[str, ModelEntry] = {
         arch=LlamaArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),
         recipe=_tiny_recipe(),
         notes="debug model; random init only unless --weights points at a local checkpoint",
+    ),
+    "resnet50": ModelEntry(
+        name="resnet50",
+        family="vision",
+        arch=VisionArch(parameters=25_557_032, image_size=224),
+        recipe=_imagenet_recipe(global_batch=1024, micro_batch=128, image_size=224),
+    ),
+    "efficientnet-b7": ModelEntry(
+        name="efficientnet-b7",
+        family="vision",
+        arch=VisionArch(parameters=66_347_960, image_size=600),
+        # 600 px crops: 8 images per GPU forward, accumulated to 256 per step on 8 GPUs.
+        recipe=_imagenet_recipe(global_batch=256, micro_batch=8, image_size=600),
+    ),
+    "resnet-tiny": ModelEntry(
+        name="resnet-tiny",
+        family="vision",
+        arch=VisionArch(parameters=4_910_922, image_size=32, num_classes=10),
+        recipe=_resnet_tiny_recipe(),
+        notes="debug model: torchvision ResNet with one BasicBlock per stage",
     ),
 }
 

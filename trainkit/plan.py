@@ -121,6 +121,12 @@ def memory_per_gpu(inputs: PlanInputs, sharding: str, world: int) -> MemoryBreak
 
 def make_plan(inputs: PlanInputs) -> Plan:
     entry = get_model(inputs.model)
+    if entry.family != "llama":
+        raise SpecError(
+            f"invoke plan estimates sharded language-model jobs; {inputs.model} trains data-parallel, so every GPU "
+            "holds the whole model: measure it with `invoke train --model "
+            f"{inputs.model} --synthetic --steps 20` instead"
+        )
     if inputs.instance_type not in INSTANCE_TYPES:
         raise SpecError(
             f"--instance-type {inputs.instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}"

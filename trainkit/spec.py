@@ -25,6 +25,7 @@ SHARDING_STRATEGIES = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD"
 INITS = ("random", "pretrained")
 PRECISIONS = ("auto", "bf16", "fp32")
 SCHEDULES = ("cosine", "constant")
+OPTIMIZERS = ("sgd", "lamb")
 RDZV_BACKENDS = ("c10d", "etcd")
 TARGETS = ("local",)
 PROFILES_DIR = Path(__file__).parent / "profiles"
@@ -60,7 +61,8 @@ class JobSpec:
     layers: int | None = None
     """Truncate the model to this many layers (benchmarks and tests; labelled in every output)."""
     dataset: str = "synthetic"
-    """`synthetic` (generated dialogue data), a local `.jsonl` file, or a Hugging Face dataset name."""
+    """`synthetic` (generated: dialogues for language models, a 10-class JPEG tree for vision), a local `.jsonl`
+    file or ImageFolder root (train/<class>/, val/<class>/), or a Hugging Face dataset name. Alias: --data."""
     dataset_split: str = "train"
     """Split to read from a Hugging Face dataset."""
     steps: int | None = None
@@ -78,19 +80,32 @@ class JobSpec:
     schedule: str = "cosine"
     """Learning-rate schedule after linear warmup: `cosine` (to 10% of peak) or `constant`."""
     warmup_steps: int | None = None
-    """Linear warmup steps."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this value (0 disables)."""
-    sharding: str = "FULL_SHARD"
-    """FSDP strategy: FULL_SHARD, HYBRID_SHARD (shard in a node, replicate across), SHARD_GRAD_OP, NO_SHARD."""
+    """Linear warmup steps (or --warmup-epochs)."""
+    weight_decay: float | None = None
+    """Weight decay (language models: AdamW, 0; vision: conv/linear weights, 1e-4); default from the recipe."""
+    grad_clip: float | None = None
+    """Clip the global gradient norm to this value (0 disables); recipe: 1.0 for language models, 0 for vision."""
+    sharding: str | None = None
+    """FSDP strategy: FULL_SHARD, HYBRID_SHARD (shard in a node, replicate across), SHARD_GRAD_OP, NO_SHARD (DDP).
+    Language models default to FULL_SHARD; vision models always train NO_SHARD."""
     precision: str = "auto"
     """`auto` (bf16 on GPUs that support it, fp32 on CPU), `bf16` or `fp32`."""
     activation_checkpointing: bool | None = None
     """Recompute each decoder layer's activations in backward; default from the model recipe."""
     checkpoint_interval: int | None = None
-    """Save a sharded checkpoint every N steps (0: only at the end)."""
+    """Save a checkpoint every N steps (0: only at the end; vision also saves at every epoch end)."""
+    image_size: int | None = None
+    """Vision: training crop in pixels (validation resizes to size/0.875, centre-crops); default from the recipe."""
+    optimizer: str | None = None
+    """Vision: `sgd` (Nesterov momentum 0.9) or `lamb` (layer-wise adaptive, for large batches). LLMs use AdamW."""
+    label_smoothing: float | None = None
+    """Vision: label smoothing of the cross-entropy loss (recipe: 0.1)."""
+    loader_workers: int | None = None
+    """Vision: data loader worker processes per training process (recipe: 4; 1 on a CPU-only machine)."""
+    synthetic: bool | None = None
+    """Vision: random tensors made on the device instead of images, to measure the compute ceiling."""
+    warmup_epochs: float | None = None
+    """Linear warmup in epochs (vision recipe: 5); alternative to --warmup-steps."""
     keep_checkpoints: int = 2
     """How many published checkpoints to keep."""
     log_interval: int = 1
@@ -207,22 +222,77 @@ def build_spec(overrides: dict[str, Any], profile: str = "local") -> JobSpec:
     merged["profile"] = profile
     spec = JobSpec(**merged)
     entry = get_model(spec.model)
+    _check_family(spec, entry.family, {k for k, v in merged.items() if v is not None})
     recipe = dataclasses.asdict(entry.recipe)
-    cpu_batch = recipe.pop("cpu_batch")
-    batch_given = spec.global_batch_size is not None or spec.micro_batch_size is not None
-    if cpu_batch and not batch_given and spec.target == "local" and hardware.local_gpu_count() == 0:
-        spec.global_batch_size, spec.micro_batch_size = cpu_batch
-        spec.notes.append(
-            f"no GPU: using the CPU batch of the {spec.model} recipe (global {cpu_batch[0]}, micro "
-            f"{cpu_batch[1]}); set --global-batch-size / --micro-batch-size to change it"
-        )
+    cpu = recipe.pop("cpu")
+    if cpu and spec.target == "local" and hardware.local_gpu_count() == 0:
+        _apply_cpu_recipe(spec, cpu)
+    if spec.synthetic:
+        if spec.steps is None and spec.epochs is None:
+            spec.steps = SYNTHETIC_STEPS
+            spec.notes.append(f"--synthetic has no epochs: running {SYNTHETIC_STEPS} steps (set --steps to change it)")
+        if spec.warmup_steps is None and spec.warmup_epochs is None:
+            spec.warmup_steps = 0  # no epochs to warm up over
+    given = {name for name in recipe if getattr(spec, name) is not None}
     for name, value in recipe.items():
-        if name == "steps" and spec.epochs is not None:
+        pair = _ALTERNATIVES.get(name)
+        if value is None or name in given or (pair and pair in given):
             continue
-        if getattr(spec, name) is None:
-            setattr(spec, name, value)
+        setattr(spec, name, value)
+    if entry.family == "vision" and spec.lr is None:
+        spec.lr = _scaled_lr(spec)
+        spec.notes.append(
+            f"learning rate {spec.lr:g} from the {spec.optimizer} scaling rule for a global batch of "
+            f"{spec.global_batch_size} (set --lr to change it)"
+        )
     validate(spec, micro_batch_given="micro_batch_size" in merged)
     return spec
+
+
+SYNTHETIC_STEPS = 50
+# Fields that are alternatives: giving one (flag or profile) drops the recipe's value for the other.
+_ALTERNATIVES = {"steps": "epochs", "epochs": "steps", "warmup_steps": "warmup_epochs", "warmup_epochs": "warmup_steps"}
+FAMILY_FIELDS = {
+    "llama": ("seq_len", "layers", "activation_checkpointing", "weights"),
+    "vision": ("image_size", "optimizer", "label_smoothing", "loader_workers", "synthetic", "warmup_epochs"),
+}
+
+
+def _check_family(spec: JobSpec, family: str, given: set[str]) -> None:
+    """A flag of the other workload is a mistake worth stopping for, not something to ignore silently."""
+    for other, names in FAMILY_FIELDS.items():
+        if other == family:
+            continue
+        for name in names:
+            if name in given:
+                kind = "language" if other == "llama" else "vision"
+                raise SpecError(f"{_flag(name)} applies to {kind} models, not to {spec.model}; drop it")
+    if family == "vision":
+        if spec.sharding not in (None, "NO_SHARD"):
+            raise SpecError(
+                f"--sharding {spec.sharding}: {spec.model} trains data-parallel (NO_SHARD, DDP); drop --sharding"
+            )
+        if spec.init != "random":
+            raise SpecError(f"--init {spec.init}: {spec.model} trains from random weights; use --init random")
+
+
+def _apply_cpu_recipe(spec: JobSpec, cpu: dict[str, Any]) -> None:
+    """The recipe's CPU-sized values, for fields nobody set; the two batch sizes go together."""
+    batch = ("global_batch_size", "micro_batch_size")
+    skip = set(batch) if any(getattr(spec, name) is not None for name in batch) else set()
+    applied = {k: v for k, v in cpu.items() if k not in skip and getattr(spec, k) is None}
+    for name, value in applied.items():
+        setattr(spec, name, value)
+    if applied:
+        settings = ", ".join(f"{_flag(k)} {v}" for k, v in applied.items())
+        spec.notes.append(f"no GPU: using the CPU settings of the {spec.model} recipe ({settings}); set them to change")
+
+
+def _scaled_lr(spec: JobSpec) -> float:
+    """SGD: linear scaling, 0.1 per 256 images (Goyal et al. 2017). LAMB: square-root scaling from 0.005
+    per 256 (You et al. 2019 scale LAMB's rate with the square root of the batch); an untuned start."""
+    ratio = spec.global_batch_size / 256
+    return 0.1 * ratio if spec.optimizer == "sgd" else 0.005 * ratio**0.5
 
 
 def _require(condition: bool, message: str) -> None:
@@ -262,6 +332,8 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     _choice(spec, "sharding", SHARDING_STRATEGIES)
     _choice(spec, "precision", PRECISIONS)
     _choice(spec, "schedule", SCHEDULES)
+    if spec.optimizer is not None:
+        _choice(spec, "optimizer", OPTIMIZERS)
     _choice(spec, "rdzv", RDZV_BACKENDS)
     _choice(spec, "target", TARGETS)
     _require(
@@ -272,10 +344,18 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
         _positive_int(spec, "epochs")
     else:
         _positive_int(spec, "steps")
-    for name in ("global_batch_size", "micro_batch_size", "seq_len", "nodes", "log_interval", "keep_checkpoints"):
+    _require(
+        spec.warmup_steps is None or spec.warmup_epochs is None,
+        "give either --warmup-steps or --warmup-epochs, not both",
+    )
+    for name in ("global_batch_size", "micro_batch_size", "nodes", "log_interval", "keep_checkpoints"):
         _positive_int(spec, name)
-    for name in ("warmup_steps", "checkpoint_interval", "metrics_port", "seed"):
+    for name in ("checkpoint_interval", "metrics_port", "seed"):
         _positive_int(spec, name, allow_zero=True)
+    if spec.warmup_steps is not None:
+        _positive_int(spec, "warmup_steps", allow_zero=True)
+    if spec.warmup_epochs is not None:
+        _require(spec.warmup_epochs >= 0, f"--warmup-epochs must be >= 0 (got {spec.warmup_epochs})")
     _require(spec.lr > 0, f"--lr must be positive (got {spec.lr})")
     _require(spec.weight_decay >= 0, f"--weight-decay must be >= 0 (got {spec.weight_decay})")
     _require(spec.grad_clip >= 0, f"--grad-clip must be >= 0 (got {spec.grad_clip}; 0 disables clipping)")
@@ -283,11 +363,15 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
         spec.peak_tflops is None or spec.peak_tflops > 0,
         f"--peak-tflops must be positive (got {spec.peak_tflops})",
     )
-    context = entry.arch.max_position_embeddings
-    _require(
-        spec.seq_len <= context,
-        f"--seq-len {spec.seq_len} exceeds {spec.model}'s context of {context} tokens; use --seq-len <= {context}",
-    )
+    if entry.family == "vision":
+        _validate_vision(spec)
+    else:
+        _positive_int(spec, "seq_len")
+        context = entry.arch.max_position_embeddings
+        _require(
+            spec.seq_len <= context,
+            f"--seq-len {spec.seq_len} exceeds {spec.model}'s context of {context} tokens; use --seq-len <= {context}",
+        )
     if spec.layers is not None:
         _positive_int(spec, "layers")
         full = entry.arch.num_hidden_layers
@@ -331,6 +415,23 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     _require(
         all(c.isalnum() or c in "-_." for c in spec.run_id) and not spec.run_id.startswith("."),
         f"--run-id {spec.run_id!r} may only contain letters, digits, '-', '_' and '.'",
+    )
+
+
+def _validate_vision(spec: JobSpec) -> None:
+    _positive_int(spec, "image_size")
+    _positive_int(spec, "loader_workers", allow_zero=True)
+    _require(
+        0 <= spec.label_smoothing < 1,
+        f"--label-smoothing must be in [0, 1) (got {spec.label_smoothing})",
+    )
+    _require(
+        not (spec.synthetic and spec.epochs is not None),
+        "--synthetic has no dataset to count epochs over; use --steps",
+    )
+    _require(
+        not (spec.synthetic and spec.dataset != "synthetic"),
+        f"--synthetic feeds random tensors; drop --data {spec.dataset} (or drop --synthetic to read it)",
     )
 
 

@@ -1,0 +1,252 @@
+"""The ImageNet training loop: one method per stage (data, step, evaluate, log, save), DDP through Accelerate."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm import tqdm
+
+from training.common.distributed import resolve_precision, verify_sharding
+from training.common.run import RunContext, peak_memory_bytes
+from training.common.sampling import StepSampler
+from training.common.schedule import lr_multiplier
+
+from .config import VisionConfig
+from .data import ClassFolder, SeededImages, synthetic_batch, train_loader, train_transform, val_loader, val_transform
+from .lamb import Lamb
+from .models import build_model, parameter_groups
+
+
+def _step_seed(seed: int, step: int, rank: int) -> int:
+    return seed * 7919 + step * 104_729 + rank
+
+
+class VisionTrainer:
+    def __init__(self, cfg: VisionConfig):
+        self.cfg = cfg
+        set_seed(cfg.seed)
+        self.on_gpu = torch.cuda.is_available()
+        self.accelerator = acc = Accelerator(mixed_precision=resolve_precision(cfg.precision), cpu=not self.on_gpu)
+        self.rank, self.world = acc.process_index, acc.num_processes
+        self.device = acc.device
+        self.micro_per_step = cfg.global_batch_size // (cfg.micro_batch_size * self.world)
+        if self.micro_per_step < 1 or cfg.global_batch_size % (cfg.micro_batch_size * self.world):
+            raise ValueError(
+                f"--global-batch-size {cfg.global_batch_size} must be a multiple of --micro-batch-size "
+                f"{cfg.micro_batch_size} x {self.world} processes"
+            )
+        self.classes = self._build_data()
+        self.total_steps = cfg.steps or cfg.epochs * self.sampler.steps_per_epoch
+        warmup = cfg.warmup_steps
+        if warmup is None:
+            warmup = round(cfg.warmup_epochs * self.steps_per_epoch)
+        self.warmup_steps = min(warmup, self.total_steps)
+
+        model = build_model(cfg.model_name, len(self.classes) if self.classes else cfg.num_classes)
+        self.memory_format = torch.channels_last if self.on_gpu else torch.contiguous_format
+        model = model.to(memory_format=self.memory_format)
+        groups = parameter_groups(model, cfg.weight_decay)
+        if cfg.optimizer == "lamb":
+            optimizer = Lamb(groups, lr=cfg.lr)
+        else:
+            optimizer = torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9, nesterov=True)
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer.optimizer,
+            lambda step: lr_multiplier(step, self.warmup_steps, self.total_steps, cfg.schedule),
+        )
+        acc.register_for_checkpointing(self.scheduler)
+        self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
+        self.run = RunContext(
+            acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, cfg.nodes
+        )
+        self.images = None
+
+    # ------------------------------------------------------------------ data
+
+    def _build_data(self) -> list[str] | None:
+        cfg = self.cfg
+        if cfg.synthetic:
+            self.sampler = None
+            self.steps_per_epoch = cfg.steps  # no dataset: one "epoch" is the run
+            self.fixed_batch = synthetic_batch(
+                cfg.micro_batch_size, cfg.image_size, cfg.num_classes, self.device, cfg.seed + self.rank
+            )
+            return None
+        root = Path(cfg.data)
+        train = ClassFolder(
+            str(root / "train"), classes=_train_classes(root), transform=train_transform(cfg.image_size)
+        )
+        self.train_images = SeededImages(train, cfg.seed)
+        self.val_images = ClassFolder(str(root / "val"), classes=train.classes, transform=val_transform(cfg.image_size))
+        self.sampler = StepSampler(
+            len(train), cfg.global_batch_size, cfg.micro_batch_size, self.rank, self.world, cfg.seed
+        )
+        self.steps_per_epoch = self.sampler.steps_per_epoch
+        return train.classes
+
+    def _micro_batches(self, start: int):
+        """Yields the micro batches of each step from `start` on, as tensors on the device."""
+        if self.cfg.synthetic:
+            while True:
+                yield self.fixed_batch
+        loader = train_loader(
+            self.train_images, self.sampler, start, self.total_steps, self.cfg.loader_workers, self.on_gpu
+        )
+        for images, labels in loader:
+            yield (
+                images.to(self.device, non_blocking=True, memory_format=self.memory_format),
+                labels.to(self.device, non_blocking=True),
+            )
+
+    # ------------------------------------------------------------------ stages
+
+    def train_step(self, step: int, batches) -> tuple[float, float, float]:
+        """One optimizer step over the global batch; returns (mean loss, grad norm, seconds waiting for data)."""
+        waited = time.perf_counter()
+        micro = [next(batches) for _ in range(self.micro_per_step)]
+        data_wait = time.perf_counter() - waited
+        torch.manual_seed(_step_seed(self.cfg.seed, step, self.rank))  # dropout, stochastic depth
+        self.model.train()
+        loss_sum = torch.zeros((), device=self.device)
+        for index, (images, labels) in enumerate(micro):
+            last = index == len(micro) - 1
+            with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+                logits = self.model(images)
+                loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
+                self.accelerator.backward(loss / len(micro))
+            loss_sum += loss.detach() / len(micro)
+        grad_norm = torch.zeros(())
+        if self.cfg.grad_clip > 0:
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum)
+        return (loss_sum / self.world).item(), float(grad_norm), data_wait
+
+    def _sync_buffers(self) -> None:
+        """BatchNorm statistics from rank 0 on every rank, so evaluation and checkpoints agree."""
+        for buffer in self.accelerator.unwrap_model(self.model).buffers():
+            dist.broadcast(buffer, src=0)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Top-1 / top-5 over the whole val/ split (each image once across ranks)."""
+        self._sync_buffers()
+        self.model.eval()
+        totals = torch.zeros(4, device=self.device, dtype=torch.float64)  # top1, top5, loss sum, count
+        loader = val_loader(
+            self.val_images, self.rank, self.world, self.cfg.micro_batch_size, self.cfg.loader_workers, self.on_gpu
+        )
+        k = min(5, len(self.classes))
+        for images, labels in loader:
+            images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
+            labels = labels.to(self.device, non_blocking=True)
+            logits = self.model(images).float()
+            top = logits.topk(k, dim=1).indices
+            totals[0] += (top[:, 0] == labels).sum()
+            totals[1] += (top == labels[:, None]).any(dim=1).sum()
+            totals[2] += F.cross_entropy(logits, labels, reduction="sum")
+            totals[3] += labels.numel()
+        dist.all_reduce(totals)
+        count = max(1.0, float(totals[3]))
+        return {
+            "val_top1": float(totals[0]) / count,
+            "val_top5": float(totals[1]) / count,
+            "val_loss": float(totals[2]) / count,
+            "val_images": int(totals[3]),
+        }
+
+    def replica_digests(self) -> list[str]:
+        """A digest of every rank's parameters; DDP keeps the replicas bit-identical, or the job stops."""
+        mine = torch.stack([p.detach().double().sum() for p in self.model.parameters()]).cpu()
+        gathered = [torch.empty_like(mine, device=self.device) for _ in range(self.world)]
+        dist.all_gather(gathered, mine.to(self.device))
+        digests = [hashlib.sha256(g.cpu().numpy().tobytes()).hexdigest()[:16] for g in gathered]
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"data-parallel replicas hold different weights ({digests}): gradients are not averaged")
+        return digests
+
+    def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, data_wait: float, extra):
+        record = {
+            "step": step,
+            "epoch": (step - 1) // self.steps_per_epoch,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "samples_per_s": self.cfg.global_batch_size / step_time,
+            "step_time_s": step_time,
+            "data_wait_s": data_wait,
+            "peak_memory_bytes": peak_memory_bytes(),
+            "samples_seen": step * self.cfg.global_batch_size,
+            **extra,
+        }
+        self.run.metrics.log_step(record)
+        return record
+
+    # ------------------------------------------------------------------ driver
+
+    def fit(self) -> None:
+        cfg, acc, run = self.cfg, self.accelerator, self.run
+        start = run.resume()
+        if run.already_finished(start, self.total_steps):
+            return
+        batches = self._micro_batches(start)
+        bar = tqdm(total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step")
+        first, evaluation = True, {}
+        epoch_started, epoch_whole = time.perf_counter(), start % self.steps_per_epoch == 0
+        for step in range(start, self.total_steps):
+            lr = self.scheduler.get_last_lr()[0]
+            started = time.perf_counter()
+            loss, grad_norm, data_wait = self.train_step(step, batches)
+            elapsed = time.perf_counter() - started
+            done = step + 1
+            epoch_end = done % self.steps_per_epoch == 0 or done == self.total_steps
+            extra: dict = {"warmup": first}
+            if epoch_end and not cfg.synthetic:
+                extra["epoch_time_s"] = time.perf_counter() - epoch_started if epoch_whole else None
+                evaluation = self.evaluate()
+                self.replica_digests()
+                extra.update(evaluation)
+            if done % cfg.log_interval == 0 or epoch_end:
+                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, extra)
+                bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{record['samples_per_s']:.0f}")
+            first = False
+            bar.update(1)
+            if epoch_end and done != self.total_steps:
+                run.save(done, self.total_steps)
+                epoch_started, epoch_whole = time.perf_counter(), True
+            elif cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0 and done != self.total_steps:
+                run.save(done, self.total_steps)
+        bar.close()
+        self._sync_buffers()
+        run.save_final(self.total_steps)
+        digests = self.replica_digests()
+        run.write_summary(
+            start,
+            {
+                "samples": "images",
+                "classes": len(self.classes) if self.classes else cfg.num_classes,
+                "synthetic": cfg.synthetic,
+                "replication": self.replication,
+                "replica_digests": digests,
+                "final_eval": evaluation or None,
+                "optimizer": cfg.optimizer,
+                "precision": resolve_precision(cfg.precision),
+                "channels_last": self.memory_format == torch.channels_last,
+            },
+        )
+        acc.end_training()
+
+
+def _train_classes(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "train").iterdir() if p.is_dir() and not p.name.startswith("."))
