@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.conftest import invoke
+from training.vision.synthetic import SyntheticTree, write_tree
 
 
 @pytest.mark.parametrize(
@@ -16,6 +19,9 @@ from tests.conftest import invoke
         (["--nproc", "999"], "--nproc 999 x --nodes 1 needs 999 processes but this machine has"),
         (["--dataset", "missing/file.jsonl"], "--dataset missing/file.jsonl does not exist"),
         (["--profile", "aws"], "--profile 'aws' does not exist; choose one of: local"),
+        (["--model", "resnet-tiny", "--data", "no/such/dir"], "--data no/such/dir does not exist; create one with"),
+        (["--model", "resnet-tiny", "--data", "tests", "--dataset", "x"], "--data is an alias of --dataset"),
+        (["--model", "resnet-tiny", "--seq-len", "64"], "--seq-len applies to language models, not to resnet-tiny"),
     ],
 )
 def test_bad_flags_fail_fast_and_create_nothing(flags, message, tmp_path):
@@ -69,3 +75,30 @@ def test_infra_plan_without_aws_credentials_is_one_clear_sentence(tmp_path):
 def test_missing_tfvars_says_to_copy_the_example(tmp_path):
     result = invoke("infra.up", "--profile", "aws", "--var-file", str(tmp_path / "nope.tfvars"))
     assert result.returncode == 2 and "copy terraform/stacks/infra/terraform.tfvars.example" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("no-train", "has no train/ folder; expected train/<class>/*.JPEG and val/<class>/*.JPEG"),
+        ("empty-class", "n00000001 has no images"),
+        ("flat-val", "images outside class folders (the ILSVRC layout)"),
+    ],
+)
+def test_a_bad_image_tree_fails_fast_and_creates_nothing(damage, message, tmp_path):
+    import shutil
+
+    from training.vision.synthetic import SyntheticTree, write_tree
+
+    tree = write_tree(
+        tmp_path / "data", SyntheticTree(classes=3, per_class=2, val_per_class=1, flat_val=damage == "flat-val")
+    )
+    if damage == "no-train":
+        shutil.rmtree(tree / "train")
+    elif damage == "empty-class":
+        for image in (tree / "train" / "n00000001").iterdir():
+            image.unlink()
+    result = invoke("train", "--model", "resnet-tiny", "--data", str(tree), "--runs-dir", str(tmp_path / "runs"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "runs").exists()

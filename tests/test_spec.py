@@ -83,3 +83,57 @@ def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path)
     write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, log_interval=3))  # resumable change
     with pytest.raises(SpecError, match=r"run 'demo' already exists with different lr"):
         write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5))
+
+
+def test_vision_recipe_on_gpus_scales_the_learning_rate_with_the_batch(monkeypatch, tmp_path):
+    monkeypatch.setattr(hardware, "local_gpu_count", lambda: 8)
+    spec = spec_of(model="resnet50", runs_dir=str(tmp_path))
+    assert (spec.global_batch_size, spec.micro_batch_size, spec.nproc) == (1024, 128, 8)
+    assert spec.sharding == "NO_SHARD" and spec.epochs == 90 and spec.steps is None
+    assert spec.lr == pytest.approx(0.4)  # 0.1 per 256 images x 1024
+    assert (spec.warmup_epochs, spec.warmup_steps, spec.loader_workers, spec.image_size) == (5, None, 4, 224)
+    assert (spec.grad_clip, spec.weight_decay, spec.label_smoothing) == (0.0, 1e-4, 0.1)
+    lamb = spec_of(model="resnet50", optimizer="lamb", global_batch_size="4096", runs_dir=str(tmp_path))
+    assert lamb.lr == pytest.approx(0.005 * 4)  # square root of 4096/256
+    given = spec_of(model="resnet50", lr="0.2", warmup_steps="100", steps="500", runs_dir=str(tmp_path))
+    assert (given.lr, given.warmup_steps, given.warmup_epochs, given.steps, given.epochs) == (0.2, 100, None, 500, None)
+    assert not any("learning rate" in note for note in given.notes)
+
+
+def test_vision_on_a_cpu_machine_uses_the_cpu_recipe_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setattr(hardware, "local_gpu_count", lambda: 0)
+    spec = spec_of(model="efficientnet-b7", runs_dir=str(tmp_path))
+    assert (spec.global_batch_size, spec.micro_batch_size, spec.loader_workers) == (8, 4, 1)
+    assert any(note.startswith("no GPU: using the CPU settings of the efficientnet-b7 recipe") for note in spec.notes)
+    own_batch = spec_of(model="efficientnet-b7", global_batch_size="16", runs_dir=str(tmp_path))
+    assert (own_batch.global_batch_size, own_batch.micro_batch_size) == (16, 8)  # batch flags keep the GPU micro
+
+
+def test_synthetic_input_runs_steps_without_warmup_epochs(tmp_path):
+    spec = spec_of(model="resnet-tiny", synthetic=True, runs_dir=str(tmp_path))
+    assert (spec.steps, spec.epochs, spec.warmup_steps, spec.warmup_epochs) == (50, None, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"model": "resnet50", "seq_len": "512"}, "--seq-len applies to language models, not to resnet50; drop it"),
+        ({"model": "llama2-tiny", "image_size": "64"}, "--image-size applies to vision models, not to llama2-tiny"),
+        ({"model": "llama2-tiny", "synthetic": True}, "--synthetic applies to vision models"),
+        ({"model": "resnet-tiny", "sharding": "FULL_SHARD"}, "trains data-parallel (NO_SHARD, DDP)"),
+        ({"model": "resnet-tiny", "init": "pretrained"}, "trains from random weights; use --init random"),
+        ({"model": "resnet-tiny", "optimizer": "adam"}, "--optimizer 'adam' is not valid; choose one of: sgd, lamb"),
+        ({"model": "resnet-tiny", "label_smoothing": "1.5"}, "--label-smoothing must be in [0, 1)"),
+        ({"model": "resnet-tiny", "image_size": "0"}, "--image-size must be a positive integer"),
+        ({"model": "resnet-tiny", "synthetic": True, "epochs": "2"}, "--synthetic has no dataset to count epochs"),
+        ({"model": "resnet-tiny", "synthetic": True, "dataset": "/data"}, "--synthetic feeds random tensors"),
+        (
+            {"model": "resnet-tiny", "warmup_steps": "3", "warmup_epochs": "1"},
+            "either --warmup-steps or --warmup-epochs",
+        ),
+    ],
+)
+def test_vision_flag_errors_name_the_flag(flags, message, tmp_path):
+    with pytest.raises(SpecError) as error:
+        spec_of(runs_dir=str(tmp_path), **flags)
+    assert message in str(error.value)
