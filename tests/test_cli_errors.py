@@ -86,10 +86,6 @@ def test_missing_tfvars_says_to_copy_the_example(tmp_path):
     ],
 )
 def test_a_bad_image_tree_fails_fast_and_creates_nothing(damage, message, tmp_path):
-    import shutil
-
-    from training.vision.synthetic import SyntheticTree, write_tree
-
     tree = write_tree(
         tmp_path / "data", SyntheticTree(classes=3, per_class=2, val_per_class=1, flat_val=damage == "flat-val")
     )
