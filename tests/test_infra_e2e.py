@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import FAKE_AWS, REPO, moto_server
 
 pytestmark = pytest.mark.slow
 
@@ -46,38 +43,8 @@ enable_pod_identity    = false
 
 @pytest.fixture
 def emulator(tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = (tmp_path / "moto.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, "MOTO_IAM_LOAD_MANAGED_POLICIES": "true"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise AssertionError("moto server did not start") from None
-            time.sleep(0.3)
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "TRAINKIT_STATE_DIR": str(tmp_path / "state"),
-    }
-    yield env
-    server.terminate()
-    server.wait(timeout=30)
+    with moto_server(tmp_path / "moto.log", {"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}) as endpoint:
+        yield {"AWS_ENDPOINT_URL": endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(tmp_path / "state")}
 
 
 def make(target: str, env: dict, var_file: Path, timeout: float = 600) -> subprocess.CompletedProcess:

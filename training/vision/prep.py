@@ -248,7 +248,10 @@ def _has_size(path: Path, size: int) -> bool:
 
 
 def _fetch_val_csv(val_csv: str | None, source: str, dest: Path, client) -> Path | None:
-    """The label CSV on local disk: a given local path, a given s3:// URL, or the one at the source's root."""
+    """The label CSV on local disk: a given local path, a given s3:// URL, or the one at the source's root.
+    Fetched like every other file: skipped when already present with the same size and ETag."""
+    from botocore.exceptions import ClientError
+
     if val_csv and not val_csv.startswith("s3://"):
         return Path(val_csv).expanduser()
     if val_csv:
@@ -256,14 +259,21 @@ def _fetch_val_csv(val_csv: str | None, source: str, dest: Path, client) -> Path
     else:
         bucket, prefix = parse_s3_url(source)
         key = f"{prefix.rstrip('/')}/{VAL_CSV_NAME}".lstrip("/")
-        from botocore.exceptions import ClientError
-
-        try:
-            client.head_object(Bucket=bucket, Key=key)
-        except ClientError:
+    try:
+        head = client.head_object(Bucket=bucket, Key=key)
+    except ClientError as error:
+        if not val_csv:
             return None  # no label CSV at the source: val/ must already be in class folders
+        raise PrepError(f"--val-csv {val_csv}: {error}") from None
+    obj = S3Object(key, VAL_CSV_NAME, head["ContentLength"], head["ETag"].strip('"'))
     target = dest / VAL_CSV_NAME
-    with_retries(lambda: client.download_file(bucket, key, str(target)), f"s3://{bucket}/{key}")
+    manifest = Manifest(dest / MANIFEST)
+    try:
+        if not already_present(obj, target, manifest):
+            download(client, bucket, obj, target)
+            manifest.record(obj)
+    finally:
+        manifest.close()
     return target
 
 
