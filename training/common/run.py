@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from tqdm import tqdm
 
 from .checkpoint import CheckpointManager
 from .metrics import MetricsSink
@@ -79,6 +80,11 @@ class RunContext:
             )
         self.accelerator.end_training()
         return True
+
+    def progress(self, start: int, total_steps: int) -> tqdm:
+        """A step progress bar on the main process (silent elsewhere)."""
+        quiet = not self.accelerator.is_main_process
+        return tqdm(total=total_steps, initial=start, disable=quiet, desc=self.run_id, unit="step")
 
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()

@@ -13,7 +13,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
-from tqdm import tqdm
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
@@ -170,7 +169,7 @@ class Trainer:
             return
         if acc.is_main_process and cfg.truncated_label:
             print(f"NOTE: {cfg.truncated_label}", flush=True)
-        bar = tqdm(total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step")
+        bar = run.progress(start, self.total_steps)
         first = True
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]

@@ -12,7 +12,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from tqdm import tqdm
 
 from training.common.distributed import resolve_precision, verify_sharding
 from training.common.run import RunContext, peak_memory_bytes
@@ -201,7 +200,7 @@ class VisionTrainer:
         if run.already_finished(start, self.total_steps):
             return
         batches = self._micro_batches(start)
-        bar = tqdm(total=self.total_steps, initial=start, disable=not acc.is_main_process, desc=cfg.run_id, unit="step")
+        bar = run.progress(start, self.total_steps)
         first, evaluation = True, {}
         epoch_started, epoch_whole = time.perf_counter(), start % self.steps_per_epoch == 0
         for step in range(start, self.total_steps):
