@@ -17,3 +17,11 @@ def test_readme_opens_with_exactly_the_two_setup_commands():
 def test_every_train_flag_is_documented():
     missing = [name for name in TRAIN_FLAGS if f"--{name.replace('_', '-')}" not in README]
     assert not missing, missing
+
+
+def test_every_exported_metric_is_in_the_metrics_contract():
+    from training.common.metrics import GAUGES
+
+    contract = (Path(__file__).resolve().parents[1] / "observability" / "README.md").read_text()
+    missing = [name for name in GAUGES if f"`{name}`" not in contract]
+    assert not missing, missing

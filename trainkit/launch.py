@@ -36,14 +36,13 @@ def _local_dataset(spec: JobSpec) -> Path | None:
     return None
 
 
-def _check_image_folder(spec: JobSpec) -> Path:
+def _check_image_folder(spec: JobSpec) -> None:
     from training.vision.layout import LayoutError, check_image_folder
 
     try:
         check_image_folder(spec.dataset, flag="--data")
     except LayoutError as error:
         raise SpecError(str(error)) from None
-    return Path(spec.dataset).expanduser()
 
 
 def _needs_token(spec: JobSpec) -> bool:
@@ -55,8 +54,10 @@ def _check_inputs(spec: JobSpec, family: str) -> dict[str, str]:
     env: dict[str, str] = {}
     if _needs_token(spec):
         env["HF_TOKEN"] = require_hf_token(spec.weights, spec.hf_token_file)
-    if spec.dataset != SYNTHETIC:
-        _check_image_folder(spec) if family == "vision" else _local_dataset(spec)
+    if spec.dataset != SYNTHETIC and family == "vision":
+        _check_image_folder(spec)
+    elif spec.dataset != SYNTHETIC:
+        _local_dataset(spec)
     return env
 
 
