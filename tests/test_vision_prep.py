@@ -139,3 +139,16 @@ def test_transient_failures_are_retried_and_request_errors_are_not():
 
     with pytest.raises(PrepError, match="TimeoutError: read timed out"):
         with_retries(always_down, "s3://b/k", attempts=3, base_delay=0)
+
+
+def test_without_a_label_csv_at_the_source_the_flat_val_is_laid_out_from_a_given_one(s3, tmp_path):
+    s3["client"].delete_object(Bucket=BUCKET, Key=f"{PREFIX}/{VAL_CSV_NAME}")
+    dest = tmp_path / "imagenet"
+    copied = prep(s3, dest)
+    assert copied.returncode == 2, copied.stdout + copied.stderr
+    assert "40 images outside class folders" in copied.stderr and "--val-csv" in copied.stderr
+    assert len(list((dest / "val").glob("*.JPEG"))) == 40  # the copy itself is complete; only the layout is not
+    csv = s3["objects"][VAL_CSV_NAME]
+    laid_out = invoke("data.imagenet", "--dest", str(dest), "--val-csv", str(csv), env=s3["env"])
+    assert laid_out.returncode == 0, laid_out.stderr
+    assert "val re-layout: moved 40" in laid_out.stdout and f"ready: {dest} (5 classes)" in laid_out.stdout
