@@ -21,6 +21,7 @@ from training.common.schedule import lr_multiplier
 from .config import VisionConfig
 from .data import ClassFolder, SeededImages, synthetic_batch, train_loader, train_transform, val_loader, val_transform
 from .lamb import Lamb
+from .layout import check_image_folder
 from .models import build_model, parameter_groups
 
 
@@ -67,7 +68,6 @@ class VisionTrainer:
         self.run = RunContext(
             acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, cfg.nodes
         )
-        self.images = None
 
     # ------------------------------------------------------------------ data
 
@@ -82,7 +82,7 @@ class VisionTrainer:
             return None
         root = Path(cfg.data)
         train = ClassFolder(
-            str(root / "train"), classes=_train_classes(root), transform=train_transform(cfg.image_size)
+            str(root / "train"), classes=check_image_folder(root), transform=train_transform(cfg.image_size)
         )
         self.train_images = SeededImages(train, cfg.seed)
         self.val_images = ClassFolder(str(root / "val"), classes=train.classes, transform=val_transform(cfg.image_size))
@@ -245,7 +245,3 @@ class VisionTrainer:
             },
         )
         acc.end_training()
-
-
-def _train_classes(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "train").iterdir() if p.is_dir() and not p.name.startswith("."))
