@@ -74,17 +74,20 @@ def test_two_process_ddp_learns_the_classes_with_identical_replicas(vision_run):
     assert (vision_run / "checkpoints" / "latest").read_text().strip() == "step-00000060"
 
 
-def test_sigkill_after_an_epoch_then_rerun_resumes_with_identical_losses(vision_run, image_tree, tmp_path):
-    process = start_invoke(*vision_args(tmp_path, image_tree))
+def test_sigkill_mid_epoch_then_rerun_resumes_with_identical_losses(vision_run, image_tree, tmp_path):
+    """Checkpoints every 7 steps (mid-epoch) as well as at epoch ends; killed, re-run, compared."""
+    args = vision_args(tmp_path, image_tree, "--checkpoint-interval", "7")
+    process = start_invoke(*args)
     run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
-    wait_for(lambda: latest_step(run_dir) >= 2 * STEPS_PER_EPOCH, 240, "checkpoint after epoch 2")
+    wait_for(lambda: latest_step(run_dir) >= 14, 240, "the checkpoint at step 14")
     os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
     process.kill()
     process.wait()
     resumed_from = latest_step(run_dir)
-    assert 20 <= resumed_from < 60
+    assert 14 <= resumed_from < 60
+    assert resumed_from % STEPS_PER_EPOCH, f"killed after the checkpoint at {resumed_from}: meant to land mid-epoch"
 
-    result = invoke(*vision_args(tmp_path, image_tree))
+    result = invoke(*args)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resumed_from"] == resumed_from and summary["restarts"] == 1
