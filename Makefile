@@ -15,6 +15,7 @@ ARGS ?=
 PYTEST_ARGS ?=
 
 BIN = $(VENV)/bin
+SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP = $(VENV)/.trainkit-installed
 # Security scanners live in their own venv: checkov pins an older boto3 than trainkit uses.
 SCAN_VENV ?= .venv-scan
@@ -71,8 +72,12 @@ down: setup ## Take down PROFILE (aws: ordered destroy, then an audit by tag).
 
 ##@ Quality
 
+.PHONY: test-services
+test-services: ## Install the servers the tests start themselves (etcd from Debian) when missing.
+	command -v etcd >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q etcd-server; }
+
 .PHONY: test
-test: setup scan-tools ## Run the whole test suite, offline.
+test: setup scan-tools test-services ## Run the whole test suite, offline.
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint

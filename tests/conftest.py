@@ -156,3 +156,44 @@ FAKE_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+
+
+@contextlib.contextmanager
+def etcd_server(data_dir: Path) -> Iterator[str]:
+    """A real etcd (Debian's etcd-server, v2 API on, as torch's etcd rendezvous needs) on 127.0.0.1.
+    Yields host:port of its client endpoint."""
+    client, peer = free_port_pair(), None
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        peer = sock.getsockname()[1]
+    url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    log = (data_dir.parent / f"{data_dir.name}.log").open("w")
+    server = subprocess.Popen(
+        [
+            "etcd",
+            "--enable-v2=true",
+            f"--data-dir={data_dir}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise AssertionError("etcd did not start; run `make test-services`") from None
+                time.sleep(0.2)
+        yield f"127.0.0.1:{client}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()

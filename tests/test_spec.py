@@ -137,3 +137,18 @@ def test_vision_flag_errors_name_the_flag(flags, message, tmp_path):
     with pytest.raises(SpecError) as error:
         spec_of(runs_dir=str(tmp_path), **flags)
     assert message in str(error.value)
+
+
+def test_elastic_node_range_and_restarts(monkeypatch, tmp_path):
+    spec = spec_of(nodes="1:2", nproc="1", max_restarts="5", runs_dir=str(tmp_path))
+    assert (spec.min_nodes, spec.nodes, spec.max_restarts, spec.world_size) == (1, 2, 5, 2)
+    fixed = spec_of(nodes="2", nproc="1", runs_dir=str(tmp_path))
+    assert fixed.min_nodes == 2 and fixed.run_id == spec.run_id  # elasticity does not change what is trained
+    with pytest.raises(SpecError, match=r"--nodes must be N or MIN:MAX, e\.g\. 1:2 \(got '1:x'\)"):
+        spec_of(nodes="1:x")
+    with pytest.raises(SpecError, match="--nodes 3:2: the minimum must not exceed the maximum"):
+        spec_of(nodes="3:2", nproc="1")
+    # 9 sequences split over 3 processes, but not over the 2 an elastic 2:3 job may shrink to.
+    monkeypatch.setattr(hardware, "local_cpu_count", lambda: 8)
+    with pytest.raises(SpecError, match=r"1 x 2 processes = 2 \(at 2 node\(s\), allowed by --nodes 2:3\)"):
+        spec_of(nodes="2:3", nproc="1", global_batch_size="9", micro_batch_size="1")

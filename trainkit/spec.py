@@ -44,6 +44,8 @@ _RESUMABLE_FIELDS = frozenset(
         "profile",
         "notes",
         "hf_token_file",
+        "min_nodes",
+        "max_restarts",
     }
 )
 
@@ -111,7 +113,12 @@ class JobSpec:
     log_interval: int = 1
     """Log metrics every N steps."""
     nodes: int = 1
-    """Nodes (machines) in the job."""
+    """Nodes (machines) in the job; `MIN:MAX` (e.g. `1:2`) makes the job elastic between the two.
+    On the local target each node is a torchrun agent on this machine."""
+    min_nodes: int | None = None
+    """Fewest nodes the job keeps training with (set by `--nodes MIN:MAX`); default: all of them."""
+    max_restarts: int = 3
+    """Times the agents restart the workers after a failure before the job fails."""
     nproc: int | None = None
     """Processes per node; default: all local GPUs, or 2 on a CPU-only machine."""
     rdzv: str = "c10d"
@@ -216,6 +223,11 @@ def build_spec(overrides: dict[str, Any], profile: str = "local") -> JobSpec:
     unknown = set(given) - known
     if unknown:
         raise SpecError(f"unknown option(s): {', '.join(_flag(u) for u in sorted(unknown))}")
+    if isinstance(given.get("nodes"), str) and ":" in given["nodes"]:
+        low, _, high = given["nodes"].partition(":")
+        if not (low.isdigit() and high.isdigit()):
+            raise SpecError(f"--nodes must be N or MIN:MAX, e.g. 1:2 (got {given['nodes']!r})")
+        given["min_nodes"], given["nodes"] = low, high
     given = {k: _coerce(k, v) for k, v in given.items()}
     merged: dict[str, Any] = dict(load_profile(profile))
     merged.update(given)
@@ -350,8 +362,15 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     )
     for name in ("global_batch_size", "micro_batch_size", "nodes", "log_interval", "keep_checkpoints"):
         _positive_int(spec, name)
-    for name in ("checkpoint_interval", "metrics_port", "seed"):
+    for name in ("checkpoint_interval", "metrics_port", "seed", "max_restarts"):
         _positive_int(spec, name, allow_zero=True)
+    if spec.min_nodes is None:
+        spec.min_nodes = spec.nodes
+    _positive_int(spec, "min_nodes")
+    _require(
+        spec.min_nodes <= spec.nodes,
+        f"--nodes {spec.min_nodes}:{spec.nodes}: the minimum must not exceed the maximum",
+    )
     if spec.warmup_steps is not None:
         _positive_int(spec, "warmup_steps", allow_zero=True)
     if spec.warmup_epochs is not None:
@@ -395,10 +414,6 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     _require(
         spec.rdzv != "etcd" or bool(spec.rdzv_endpoint),
         "--rdzv etcd needs --rdzv-endpoint host:port of a running etcd server (or use --rdzv c10d)",
-    )
-    _require(
-        spec.target != "local" or spec.nodes == 1,
-        f"--nodes {spec.nodes}: the local target runs one node; use --nodes 1",
     )
     _validate_processes(spec)
     if not micro_batch_given:
@@ -458,12 +473,16 @@ def _fit_micro_batch(spec: JobSpec) -> None:
 
 
 def _validate_batch(spec: JobSpec) -> None:
-    per_step = spec.micro_batch_size * spec.world_size
-    _require(
-        spec.global_batch_size % per_step == 0,
-        f"--global-batch-size {spec.global_batch_size} is not divisible by --micro-batch-size "
-        f"{spec.micro_batch_size} x {spec.world_size} processes = {per_step}; use a multiple of {per_step}",
-    )
+    """Every world size the job can run at (elastic: min..max nodes) must split the global batch."""
+    for nodes in range(spec.nodes, spec.min_nodes - 1, -1):
+        world = nodes * spec.nproc
+        per_step = spec.micro_batch_size * world
+        at = "" if nodes == spec.nodes else f" (at {nodes} node(s), allowed by --nodes {spec.min_nodes}:{spec.nodes})"
+        _require(
+            spec.global_batch_size % per_step == 0,
+            f"--global-batch-size {spec.global_batch_size} is not divisible by --micro-batch-size "
+            f"{spec.micro_batch_size} x {world} processes = {per_step}{at}; use a multiple of {per_step}",
+        )
 
 
 def write_spec(spec: JobSpec) -> Path:
