@@ -118,6 +118,19 @@ def tiny_run(tmp_path_factory) -> Path:
     return only_run_dir(runs)
 
 
+def wait_until_serving(url: str, server: subprocess.Popen, failure: str, timeout: float) -> None:
+    """Poll `url` until the server answers; fail at once if the server process has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise AssertionError(failure) from None
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def moto_server(log_path: Path, env: dict | None = None) -> Iterator[str]:
     """An AWS emulator (moto server) on 127.0.0.1; yields its endpoint URL. Real HTTP, real boto3 calls."""
@@ -132,16 +145,8 @@ def moto_server(log_path: Path, env: dict | None = None) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
     try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise AssertionError("moto server did not start") from None
-                time.sleep(0.3)
+        wait_until_serving(f"{endpoint}/moto-api/", server, "moto server did not start", timeout=60)
         yield endpoint
     finally:
         server.terminate()
@@ -162,10 +167,8 @@ FAKE_AWS = {
 def etcd_server(data_dir: Path) -> Iterator[str]:
     """A real etcd (Debian's etcd-server, v2 API on, as torch's etcd rendezvous needs) on 127.0.0.1.
     Yields host:port of its client endpoint."""
-    client, peer = free_port_pair(), None
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        peer = sock.getsockname()[1]
+    client = free_port_pair()
+    peer = client + 1
     url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     log = (data_dir.parent / f"{data_dir.name}.log").open("w")
     server = subprocess.Popen(
@@ -182,16 +185,8 @@ def etcd_server(data_dir: Path) -> Iterator[str]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 30
     try:
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise AssertionError("etcd did not start; run `make test-services`") from None
-                time.sleep(0.2)
+        wait_until_serving(f"{url}/health", server, "etcd did not start; run `make test-services`", timeout=30)
         yield f"127.0.0.1:{client}"
     finally:
         server.terminate()

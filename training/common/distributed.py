@@ -38,8 +38,13 @@ def resolve_precision(precision: str) -> str:
 
 
 def make_accelerator(
-    sharding: str, precision: str, activation_checkpointing: bool, layer_cls: str, nodes: int
+    sharding: str,
+    precision: str,
+    activation_checkpointing: bool = False,
+    layer_cls: str | None = None,
+    nodes: int = 1,
 ) -> Accelerator:
+    """The job's Accelerator; NO_SHARD (DDP, the vision workload) needs only the precision."""
     on_cpu = not torch.cuda.is_available()
     kwargs: dict = {"mixed_precision": resolve_precision(precision), "cpu": on_cpu}
     if sharding == "NO_SHARD":

@@ -10,10 +10,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 
-from training.common.distributed import resolve_precision, verify_sharding
+from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.run import RunContext, peak_memory_bytes
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
@@ -34,7 +33,7 @@ class VisionTrainer:
         self.cfg = cfg
         set_seed(cfg.seed)
         self.on_gpu = torch.cuda.is_available()
-        self.accelerator = acc = Accelerator(mixed_precision=resolve_precision(cfg.precision), cpu=not self.on_gpu)
+        self.accelerator = acc = make_accelerator("NO_SHARD", cfg.precision)
         self.rank, self.world = acc.process_index, acc.num_processes
         self.device = acc.device
         self.micro_per_step = cfg.global_batch_size // (cfg.micro_batch_size * self.world)
@@ -44,13 +43,14 @@ class VisionTrainer:
                 f"{cfg.micro_batch_size} x {self.world} processes"
             )
         self.classes = self._build_data()
+        self.num_classes = len(self.classes) if self.classes else cfg.num_classes
         self.total_steps = cfg.steps or cfg.epochs * self.sampler.steps_per_epoch
         warmup = cfg.warmup_steps
         if warmup is None:
             warmup = round(cfg.warmup_epochs * self.steps_per_epoch)
         self.warmup_steps = min(warmup, self.total_steps)
 
-        model = build_model(cfg.model_name, len(self.classes) if self.classes else cfg.num_classes)
+        model = build_model(cfg.model_name, self.num_classes)
         self.memory_format = torch.channels_last if self.on_gpu else torch.contiguous_format
         model = model.to(memory_format=self.memory_format)
         groups = parameter_groups(model, cfg.weight_decay)
@@ -234,7 +234,7 @@ class VisionTrainer:
             start,
             {
                 "samples": "images",
-                "classes": len(self.classes) if self.classes else cfg.num_classes,
+                "classes": self.num_classes,
                 "synthetic": cfg.synthetic,
                 "replication": self.replication,
                 "replica_digests": digests,
