@@ -43,6 +43,7 @@ TRAIN_FLAGS = [
     "log_interval",
     "nodes",
     "max_restarts",
+    "collective_timeout",
     "nproc",
     "rdzv",
     "rdzv_endpoint",
@@ -115,6 +116,7 @@ def train(
     log_interval=None,
     nodes=None,
     max_restarts=None,
+    collective_timeout=None,
     nproc=None,
     rdzv=None,
     rdzv_endpoint=None,
@@ -279,6 +281,44 @@ def synthetic_imagenet(c, dest, classes=10, per_class=40, val_per_class=10, size
     )
 
 
+CHAOS_HELP = {
+    "scenario": "Comma list of scenarios, or all (see README, Elastic training): worker-kill, node-kill, ...",
+    "rdzv": "Comma list of rendezvous backends or all: c10d, etcd (etcd: a local etcd is started per scenario).",
+    "parallel": "Scenarios run at once (1 gives undisturbed timings).",
+}
+
+
+@task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
+@user_errors
+def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
+    """Kill workers, nodes, agents or the rendezvous store of local elastic jobs and report what happened."""
+    _record, ok = commands.chaos(scenario, rdzv, workdir, int(parallel))
+    if not ok:
+        raise Exit("some scenarios did not end as expected (see above)", code=1)
+
+
+BENCHMARKS = ("elastic",)
+
+
+@task(
+    positional=["what"],
+    help={
+        "what": f"Which benchmark: {', '.join(BENCHMARKS)}.",
+        **CHAOS_HELP,
+        "output": "JSON results file (default: benchmarks/<what>.json).",
+        "readme": "README whose table is rewritten from the results ('' to leave it).",
+    },
+)
+@user_errors
+def bench(c, what, output=None, readme="README.md", scenario="all", rdzv="all", parallel=1):
+    """Run a benchmark and write its results file. elastic: recovery from every fault on both backends."""
+    if what not in BENCHMARKS:
+        raise Exit(f"error: unknown benchmark {what!r}; choose one of: {', '.join(BENCHMARKS)}", code=2)
+    output = output or f"benchmarks/{what}.json"
+    if not commands.bench_elastic(output, readme or None, scenario, rdzv, int(parallel)):
+        raise Exit("some scenarios did not end as expected (see above)", code=1)
+
+
 infra = Collection("infra", up, down, infra_plan, outputs, audit)
 data = Collection("data", imagenet, synthetic_imagenet)
-namespace = Collection(train, plan, infra, data)
+namespace = Collection(train, plan, chaos, bench, infra, data)

@@ -17,23 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from trainkit.services import EtcdServer, free_port_pair  # noqa: F401  (re-exported for tests)
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-
-
-def free_port_pair() -> int:
-    """A port p with p and p+1 free (rank 0 and rank 1 metrics)."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port pair")
 
 
 def invoke(
@@ -167,28 +154,5 @@ FAKE_AWS = {
 def etcd_server(data_dir: Path) -> Iterator[str]:
     """A real etcd (Debian's etcd-server, v2 API on, as torch's etcd rendezvous needs) on 127.0.0.1.
     Yields host:port of its client endpoint."""
-    client = free_port_pair()
-    peer = client + 1
-    url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    log = (data_dir.parent / f"{data_dir.name}.log").open("w")
-    server = subprocess.Popen(
-        [
-            "etcd",
-            "--enable-v2=true",
-            f"--data-dir={data_dir}",
-            f"--listen-client-urls={url}",
-            f"--advertise-client-urls={url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=default={peer_url}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_until_serving(f"{url}/health", server, "etcd did not start; run `make test-services`", timeout=30)
-        yield f"127.0.0.1:{client}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+    with EtcdServer(data_dir) as server:
+        yield server.endpoint

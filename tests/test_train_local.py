@@ -227,6 +227,10 @@ def test_ctrl_c_stops_every_process_and_the_exit_code_says_so(tmp_path):
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 130
     wait_for(lambda: not job_processes(str(run_dir)), 10, "all job processes gone")
+    # The stop ended at a step boundary with a checkpoint of that step: nothing to redo on resume.
+    last_logged = max(r["step"] for r in read_jsonl(run_dir / "metrics.jsonl"))
+    stops = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "stop"]
+    assert stops and stops[0]["checkpoint"] == last_logged == latest_step(run_dir), stops
 
 
 # --------------------------------------------------------------------------- real 7B layer shapes

@@ -173,3 +173,34 @@ def aws_audit(var_file: str | None = None) -> str:
     if leftovers:
         raise SpecError("resources still tagged for this stack:\n  " + "\n  ".join(leftovers))
     return "audit: nothing left"
+
+
+def chaos(scenarios: str, backends: str, workdir: str | None, parallel: int) -> tuple[dict, bool]:
+    """Run fault-injection scenarios on local elastic jobs; (benchmark record, every outcome as expected)."""
+    import tempfile
+    from pathlib import Path
+
+    from . import chaos as harness
+
+    pairs = harness.select(scenarios, backends)
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="trainkit-chaos-"))
+    print(f"{len(pairs)} scenario(s); runs under {root}", flush=True)
+    record = harness.run_matrix(pairs, root, parallel=parallel, report=lambda line: print(line, flush=True))
+    return record, all(result["ok"] for result in record["results"])
+
+
+def bench_elastic(output: str, readme: str | None, scenarios: str, backends: str, parallel: int) -> bool:
+    """`chaos` over the matrix, written to `output` (JSON) and the README's table; True when all as expected."""
+    from pathlib import Path
+
+    from . import chaos as harness
+
+    record, ok = chaos(scenarios, backends, None, parallel)
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
+    if readme:
+        harness.update_readme(Path(readme), record)
+        print(f"updated the elastic table in {readme}")
+    return ok

@@ -92,6 +92,7 @@ def _common_args(spec: JobSpec) -> list[str]:
             "log-interval": spec.log_interval,
             "seed": spec.seed,
             "metrics-port": spec.metrics_port,
+            "collective-timeout-s": float(spec.collective_timeout),
         }
     )
 

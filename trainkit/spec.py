@@ -46,6 +46,7 @@ _RESUMABLE_FIELDS = frozenset(
         "hf_token_file",
         "min_nodes",
         "max_restarts",
+        "collective_timeout",
     }
 )
 
@@ -119,6 +120,9 @@ class JobSpec:
     """Fewest nodes the job keeps training with (set by `--nodes MIN:MAX`); default: all of them."""
     max_restarts: int = 3
     """Times the agents restart the workers after a failure before the job fails."""
+    collective_timeout: int = 600
+    """Seconds a collective waits for a silent peer (a hung GPU, a partitioned node) before the rank
+    fails and the agents restart the group, instead of the job hanging."""
     nproc: int | None = None
     """Processes per node; default: all local GPUs, or 2 on a CPU-only machine."""
     rdzv: str = "c10d"
@@ -360,7 +364,14 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
         spec.warmup_steps is None or spec.warmup_epochs is None,
         "give either --warmup-steps or --warmup-epochs, not both",
     )
-    for name in ("global_batch_size", "micro_batch_size", "nodes", "log_interval", "keep_checkpoints"):
+    for name in (
+        "global_batch_size",
+        "micro_batch_size",
+        "nodes",
+        "log_interval",
+        "keep_checkpoints",
+        "collective_timeout",
+    ):
         _positive_int(spec, name)
     for name in ("checkpoint_interval", "metrics_port", "seed", "max_restarts"):
         _positive_int(spec, name, allow_zero=True)

@@ -17,12 +17,15 @@ Strategy mapping onto FSDP2 (`fully_shard`), which has no strategy enum of its o
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, PartialState
-from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, InitProcessGroupKwargs
 
 SHARDED_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD")
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0  # NCCL's default in torch; long enough for a large checkpoint barrier
 
 
 class ShardingError(RuntimeError):
@@ -43,10 +46,20 @@ def make_accelerator(
     activation_checkpointing: bool = False,
     layer_cls: str | None = None,
     nodes: int = 1,
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
 ) -> Accelerator:
-    """The job's Accelerator; NO_SHARD (DDP, the vision workload) needs only the precision."""
+    """The job's Accelerator; NO_SHARD (DDP, the vision workload) needs only the precision.
+
+    `collective_timeout_s` bounds every collective: a peer that stops answering without closing its
+    connections (a hung GPU, a partitioned node) fails this rank after that long, so the agent
+    restarts the group instead of the job hanging (gloo's own default is 30 minutes).
+    """
     on_cpu = not torch.cuda.is_available()
-    kwargs: dict = {"mixed_precision": resolve_precision(precision), "cpu": on_cpu}
+    kwargs: dict = {
+        "mixed_precision": resolve_precision(precision),
+        "cpu": on_cpu,
+        "kwargs_handlers": [InitProcessGroupKwargs(timeout=timedelta(seconds=collective_timeout_s))],
+    }
     if sharding == "NO_SHARD":
         return Accelerator(**kwargs)
     plugin = FullyShardedDataParallelPlugin(

@@ -1,9 +1,12 @@
-"""Worker lifetime: a training worker never outlives the agent (torchrun) that started it.
+"""Worker lifetime: a worker never outlives its agent, and a stop request ends at a step boundary.
 
 torchrun starts every worker in a session of its own, so signals to the agent's process group do
 not reach workers, and a SIGKILLed agent leaves them running as orphans that keep writing
 checkpoints. On Linux the worker asks the kernel for SIGKILL when its parent dies
 (PR_SET_PDEATHSIG), the same fate a worker meets when its node is lost.
+
+An orderly stop (torchrun forwards SIGTERM when its node is drained, preempted or the job is
+stopped) is turned into a flag, so the step in flight completes and a checkpoint can be written.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 
@@ -25,3 +29,45 @@ def die_with_parent() -> None:
         return  # best effort: without it, orphans are still stopped by the launcher's cleanup
     if os.getppid() != parent:  # the parent died before the request took effect
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# Seconds a stopping worker has before it is killed: torchrun's default worker shutdown timeout
+# (on Kubernetes, set terminationGracePeriodSeconds to at least this).
+STOP_GRACE_ENV = "TRAINKIT_STOP_GRACE_S"
+STOP_GRACE_S = 30.0
+
+
+class StopSignal:
+    """SIGTERM (or SIGINT) asks for a stop at the next step boundary instead of killing the step.
+
+    The trainer polls `pending()` once per step (all ranks agree through one all-reduce, see
+    RunContext.stop_requested), saves a checkpoint when the grace period allows it, and exits. A
+    second signal exits at once.
+    """
+
+    def __init__(self, grace_s: float | None = None, clock=time.monotonic):
+        self.grace_s = float(os.environ.get(STOP_GRACE_ENV, STOP_GRACE_S)) if grace_s is None else grace_s
+        self.clock = clock
+        self.received_at: float | None = None
+        self.signum: int | None = None
+
+    def install(self) -> StopSignal:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        if self.received_at is not None:
+            os._exit(128 + signum)
+        self.received_at, self.signum = self.clock(), signum
+
+    @property
+    def pending(self) -> bool:
+        return self.received_at is not None
+
+    def time_allows(self, seconds_needed: float) -> bool:
+        """Whether work of `seconds_needed` (with a 50% margin) ends inside the grace period."""
+        if self.received_at is None:
+            return True
+        left = self.grace_s - (self.clock() - self.received_at)
+        return 1.5 * seconds_needed < left

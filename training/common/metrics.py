@@ -94,6 +94,7 @@ class MetricsSink:
         tmp.replace(self.jsonl)
 
     def log_step(self, record: dict) -> None:
+        record.setdefault("time", time.time())  # wall clock: recovery times are measured across restarts
         for field, gauge in _FIELD_TO_GAUGE.items():
             if record.get(field) is not None:
                 self.set(gauge, record[field])

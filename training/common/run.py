@@ -2,22 +2,37 @@
 
 A trainer owns its model, data and step; `RunContext` owns `runs/<run-id>/`: the checkpoint
 directory (atomic publish, see checkpoint.py), metrics.jsonl and the Prometheus gauges, the restart
-count, and summary.json. Both workloads use it, so a resumed or finished run behaves the same way
+count, events.jsonl (every start, resume, checkpoint and stop, with wall-clock times: the run's
+history across restarts, which metrics.jsonl does not keep), the stop-at-step-boundary handling and
+summary.json. Both workloads use it, so a resumed or finished run behaves the same way
 whatever is being trained.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import resource
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from accelerate import Accelerator
 from tqdm import tqdm
 
 from .checkpoint import CheckpointManager
+from .lifecycle import StopSignal
 from .metrics import MetricsSink
+
+# Exit code of a worker that stops because a rank on another node was asked to stop: its agent
+# restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
+EXIT_PEER_STOPPED = 75
+
+
+def current_nodes(configured: int) -> int:
+    """Nodes in this round of an elastic job (torchrun's GROUP_WORLD_SIZE), else the configured count."""
+    return int(os.environ.get("GROUP_WORLD_SIZE", configured))
 
 
 def peak_memory_bytes() -> int:
@@ -54,19 +69,37 @@ class RunContext:
         port = metrics_port + acc.local_process_index if metrics_port else None
         self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
         self.restarts = 0
+        self.events = self.run_dir / "events.jsonl"
+        self.stop_signal = StopSignal().install()
+        self.saved_step: int | None = None
+        self.save_seconds = 0.0
+
+    def event(self, kind: str, **fields) -> None:
+        """Append one line to events.jsonl (main rank)."""
+        if self.accelerator.is_main_process:
+            with self.events.open("a") as handle:
+                handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
 
     def resume(self) -> int:
         """Load `latest` if there is one (every object registered with the accelerator); returns the next step."""
         self.checkpoints.clean_partial()
         latest = self.checkpoints.latest()
-        if latest is None:
-            return 0
-        self.accelerator.load_state(str(latest))
-        state = self.checkpoints.read_state(latest)
-        self.restarts = state.get("restarts", 0) + 1
-        self.metrics.truncate_after(state["step"])
-        self.metrics.set("trainkit_restarts", self.restarts)
-        return state["step"]
+        step = 0
+        if latest is not None:
+            self.accelerator.load_state(str(latest))
+            state = self.checkpoints.read_state(latest)
+            self.restarts = state.get("restarts", 0) + 1
+            self.metrics.truncate_after(state["step"])
+            self.metrics.set("trainkit_restarts", self.restarts)
+            step = self.saved_step = state["step"]
+        self.event(
+            "resume" if latest is not None else "start",
+            step=step,
+            world_size=self.accelerator.num_processes,
+            restarts=self.restarts,
+            agent_restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+        )
+        return step
 
     def already_finished(self, start: int, total_steps: int) -> bool:
         """A finished run is reported and left as it is; the caller returns."""
@@ -93,7 +126,40 @@ class RunContext:
             lambda directory: self.accelerator.save_state(str(directory)),
             {"restarts": self.restarts, "total_steps": total_steps, "model": self.model_name},
         )
-        self.metrics.set("trainkit_checkpoint_duration_seconds", time.perf_counter() - started)
+        self.save_seconds = time.perf_counter() - started
+        self.saved_step = step
+        self.metrics.set("trainkit_checkpoint_duration_seconds", self.save_seconds)
+        self.event("checkpoint", step=step, seconds=round(self.save_seconds, 3))
+
+    def stop_requested(self) -> tuple[bool, bool]:
+        """(stop now, a checkpoint fits in the time left): every rank's answer, agreed by one all-reduce.
+
+        Called once per step on every rank. Any rank that received SIGTERM/SIGINT stops the whole job at
+        this step boundary; the checkpoint is skipped when any stopping rank would run out of grace time.
+        """
+        stop = self.stop_signal
+        flags = torch.tensor(
+            [float(stop.pending), float(not stop.time_allows(self.save_seconds))], device=self.accelerator.device
+        )
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        requested, no_time = flags.tolist()
+        return bool(requested), not no_time
+
+    def stop_if_requested(self, step: int, total_steps: int) -> None:
+        """At a step boundary: when a stop was asked for, checkpoint (time allowing) and exit."""
+        requested, time_allows = self.stop_requested()
+        if not requested:
+            return
+        saved = time_allows and self.saved_step != step
+        if saved:
+            self.save(step, total_steps)
+        own = self.stop_signal.signum
+        self.event("stop", step=step, checkpoint=self.saved_step if saved else None, signal=own)
+        why = f"signal {own}" if own else "a rank on another node is stopping"
+        kept = f"checkpoint at step {step} saved" if saved else f"last checkpoint: step {self.saved_step}"
+        print(f"rank {self.accelerator.process_index}: stopping at step {step} ({why}); {kept}", flush=True)
+        raise SystemExit(128 + own if own else EXIT_PEER_STOPPED)
 
     def save_final(self, total_steps: int) -> None:
         """The last step is always checkpointed (once), so a finished run can be recognised and resumed from."""
@@ -114,4 +180,5 @@ class RunContext:
             "wall_time_s": time.perf_counter() - self.started,
         }
         path = self.metrics.write_summary({**common, **extra})
+        self.event("finish", step=json.loads(path.read_text())["steps"])
         print(f"summary: {path}", flush=True)

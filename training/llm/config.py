@@ -69,6 +69,8 @@ class TrainConfig:
     """Peak TFLOP/s per device for MFU (default from the device table; none on CPU)."""
     metrics_port: int = 0
     """Prometheus port of local rank 0 (rank r serves port + r); 0 disables."""
+    collective_timeout_s: float = 600.0
+    """Seconds a collective may wait for a silent peer before this rank fails and the group restarts."""
     export: bool = True
     """Export a consolidated Hugging Face model to run_dir/model at the end."""
 

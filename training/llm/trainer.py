@@ -16,7 +16,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
-from training.common.run import RunContext, peak_memory_bytes
+from training.common.run import RunContext, current_nodes, peak_memory_bytes
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
 
@@ -31,8 +31,14 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         set_seed(cfg.seed)
+        self.nodes = current_nodes(cfg.nodes)
         self.accelerator = acc = make_accelerator(
-            cfg.sharding, cfg.precision, cfg.activation_checkpointing, DECODER_LAYER, cfg.nodes
+            cfg.sharding,
+            cfg.precision,
+            cfg.activation_checkpointing,
+            DECODER_LAYER,
+            self.nodes,
+            cfg.collective_timeout_s,
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         self.tokenizer = load_tokenizer(cfg.tokenizer)
@@ -58,11 +64,11 @@ class Trainer:
             lambda step: lr_multiplier(step, cfg.warmup_steps, self.total_steps, cfg.schedule),
         )
         acc.register_for_checkpointing(self.scheduler)
-        shard_group = self.world // cfg.nodes if cfg.sharding == "HYBRID_SHARD" else self.world
+        shard_group = self.world // self.nodes if cfg.sharding == "HYBRID_SHARD" else self.world
         self.sharding_report = verify_sharding(self.model, cfg.sharding, self.world, shard_group)
 
         self.run = RunContext(
-            acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, cfg.nodes
+            acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, self.nodes
         )
         self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(cfg.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
@@ -182,8 +188,10 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             first = False
             bar.update(1)
-            if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0 and done != self.total_steps:
-                run.save(done, self.total_steps)
+            if done != self.total_steps:
+                if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
+                    run.save(done, self.total_steps)
+                run.stop_if_requested(done, self.total_steps)
         bar.close()
         run.save_final(self.total_steps)
         exported = self.export() if cfg.export else None

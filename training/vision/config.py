@@ -66,6 +66,8 @@ class VisionConfig:
     """Seed for init, data order and augmentation."""
     metrics_port: int = 0
     """Prometheus port of local rank 0 (rank r serves port + r); 0 disables."""
+    collective_timeout_s: float = 600.0
+    """Seconds a collective may wait for a silent peer before this rank fails and the group restarts."""
 
     def __post_init__(self) -> None:
         if (self.steps is None) == (self.epochs is None):

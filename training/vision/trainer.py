@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
-from training.common.run import RunContext, peak_memory_bytes
+from training.common.run import RunContext, current_nodes, peak_memory_bytes
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
 
@@ -33,7 +33,9 @@ class VisionTrainer:
         self.cfg = cfg
         set_seed(cfg.seed)
         self.on_gpu = torch.cuda.is_available()
-        self.accelerator = acc = make_accelerator("NO_SHARD", cfg.precision)
+        self.accelerator = acc = make_accelerator(
+            "NO_SHARD", cfg.precision, collective_timeout_s=cfg.collective_timeout_s
+        )
         self.rank, self.world = acc.process_index, acc.num_processes
         self.device = acc.device
         self.micro_per_step = cfg.global_batch_size // (cfg.micro_batch_size * self.world)
@@ -66,7 +68,13 @@ class VisionTrainer:
         acc.register_for_checkpointing(self.scheduler)
         self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
         self.run = RunContext(
-            acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, cfg.nodes
+            acc,
+            cfg.run_dir,
+            cfg.run_id,
+            cfg.model_name,
+            cfg.keep_checkpoints,
+            cfg.metrics_port,
+            current_nodes(cfg.nodes),
         )
 
     # ------------------------------------------------------------------ data
@@ -221,11 +229,13 @@ class VisionTrainer:
                 bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{record['samples_per_s']:.0f}")
             first = False
             bar.update(1)
-            if epoch_end and done != self.total_steps:
-                run.save(done, self.total_steps)
-                epoch_started, epoch_whole = time.perf_counter(), True
-            elif cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0 and done != self.total_steps:
-                run.save(done, self.total_steps)
+            if done != self.total_steps:
+                if epoch_end:
+                    run.save(done, self.total_steps)
+                    epoch_started, epoch_whole = time.perf_counter(), True
+                elif cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
+                    run.save(done, self.total_steps)
+                run.stop_if_requested(done, self.total_steps)
         bar.close()
         self._sync_buffers()
         run.save_final(self.total_steps)

@@ -31,10 +31,18 @@ from .. import hardware
 from ..launch import PreparedRun
 from ..spec import JobSpec
 
-GRACE_SECONDS = 20
+# Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
+# its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.
+GRACE_SECONDS = 40
 # Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
 LAST_CALL_TIMEOUT_S = 5
-RDZV_BACKENDS = {"c10d": "c10d", "etcd": "etcd-v2"}  # etcd: the dynamic rendezvous on etcd's v2 API
+# A node whose agent missed this many heartbeats, this many seconds apart, is dropped from the
+# rendezvous (torch's defaults: 5 s x 3). Measured here: node-loss recovery 22 s -> see README.
+KEEP_ALIVE_INTERVAL_S = 2
+KEEP_ALIVE_MAX_ATTEMPT = 3
+# c10d: torch's rendezvous in a TCP store hosted by node 0's agent. etcd: torch's dynamic
+# rendezvous on etcd's v2 API with retries across an etcd restart (trainkit/rendezvous.py).
+RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 
 
 def free_port() -> int:
@@ -67,7 +75,7 @@ def torchrun_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int = 
         "--rdzv-id",
         rdzv_id,
         "--rdzv-conf",
-        f"last_call_timeout={LAST_CALL_TIMEOUT_S}",
+        rdzv_conf(spec.rdzv, node),
         "--max-restarts",
         str(spec.max_restarts),
         "--log-dir",
@@ -78,6 +86,20 @@ def torchrun_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int = 
         run.module,
         *node_args(run, node),
     ]
+
+
+def rdzv_conf(backend: str, node: int) -> str:
+    """A short last call and heartbeat; with c10d, node 0 hosts the rendezvous store (decided, not
+    left to a bind race between agents on one host), so the store's single point of failure is a
+    known node."""
+    conf = [
+        f"last_call_timeout={LAST_CALL_TIMEOUT_S}",
+        f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S}",
+        f"keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPT}",
+    ]
+    if backend == "c10d":
+        conf.append(f"is_host={'true' if node == 0 else 'false'}")
+    return ",".join(conf)
 
 
 def node_args(run: PreparedRun, node: int) -> list[str]:
@@ -102,66 +124,122 @@ def job_environment(run: PreparedRun) -> dict[str, str]:
     return env
 
 
-def job_exit_code(codes: list[int]) -> int:
-    """The job's outcome from its agents' exit codes: a node that was killed (negative code) is a lost
-    node, not a failure, as long as the others finished; any agent that failed on its own fails the job."""
-    failed = [code for code in codes if code > 0]
+def job_exit_code(codes: list[int | None]) -> int:
+    """The job's outcome from its agents' exit codes. An agent exits 0 only when its workers finished
+    training, so one such agent means the job finished, even if other nodes were lost or stopped on
+    the way (elastic: the survivors carried on). Otherwise the first failure is the job's code; an
+    agent killed by a signal counts as 128 + signal."""
+    if any(code == 0 for code in codes):
+        return 0
+    failed = [code for code in codes if code is not None and code > 0]
     if failed:
         return failed[0]
-    return 0 if any(code == 0 for code in codes) else 128 - min(codes)
+    killed = [code for code in codes if code is not None and code < 0]
+    return 128 - min(killed) if killed else 1
+
+
+def explain_failure(spec: JobSpec, codes: list[int | None]) -> str | None:
+    """One clear sentence for the failure elastic training cannot recover from on its own."""
+    if spec.rdzv == "c10d" and spec.nodes > 1 and codes and codes[0] is not None and codes[0] < 0:
+        return (
+            "node 0 was lost and it hosted the c10d rendezvous store, so the other nodes cannot meet again "
+            "(c10d's single point of failure). Run the same command with the same --run-id to continue from "
+            "the last checkpoint; --rdzv etcd keeps the store outside the nodes."
+        )
+    return None
+
+
+class LocalJob:
+    """The agents of one submission: start them (or one node again), signal them, wait for them."""
+
+    def __init__(self, run: PreparedRun, output=None):
+        self.run = run
+        spec = run.spec
+        self.endpoint = spec.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+        self.rdzv_id = rendezvous_id(spec)
+        self.env = job_environment(run)
+        self.output = output  # None: the agents write to this process's stdout/stderr
+        self.agents: dict[int, subprocess.Popen] = {}
+        self.pid_file = spec.run_dir / "launcher.pid"
+
+    def start(self) -> None:
+        (self.run.spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for node in range(self.run.spec.nodes):
+            self.start_node(node)
+
+    def start_node(self, node: int) -> subprocess.Popen:
+        """Start (or start again, after a loss) the agent of one node."""
+        agent = subprocess.Popen(
+            torchrun_command(self.run, self.endpoint, self.rdzv_id, node),
+            env=self.env,
+            start_new_session=True,
+            stdout=self.output,
+            stderr=subprocess.STDOUT if self.output else None,
+        )
+        self.agents[node] = agent
+        self.pid_file.write_text("".join(f"{a.pid}\n" for a in self.agents.values()))
+        return agent
+
+    def codes(self) -> list[int | None]:
+        return [agent.poll() for _, agent in sorted(self.agents.items())]
+
+    def signal_all(self, sig: int) -> None:
+        for agent in self.agents.values():
+            signal_group(agent.pid, sig)
+
+    def kill_all(self) -> None:
+        """Nothing of the job outlives this: every agent's group, then wait for them."""
+        self.signal_all(signal.SIGKILL)
+        for agent in self.agents.values():
+            agent.wait()
+        self.pid_file.unlink(missing_ok=True)
+
+    def wait(self, stopping: list[int] | None = None, deadline: float | None = None) -> list[int | None] | None:
+        """Every agent's exit code, or None when `deadline` (monotonic) passes or the job outlives the
+        grace period after a stop was requested (`stopping` becomes non-empty)."""
+        grace_ends = None
+        while True:
+            codes = self.codes()
+            if all(code is not None for code in codes):
+                return codes
+            if stopping and grace_ends is None:
+                grace_ends = time.monotonic() + GRACE_SECONDS
+            now = time.monotonic()
+            if (grace_ends is not None and now > grace_ends) or (deadline is not None and now > deadline):
+                return None
+            time.sleep(0.2)
 
 
 class LocalBackend:
     def submit(self, run: PreparedRun) -> int:
-        spec = run.spec
-        endpoint = spec.rdzv_endpoint or f"127.0.0.1:{free_port()}"
-        rdzv_id = rendezvous_id(spec)
-        (spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        env = job_environment(run)
-        agents = [
-            subprocess.Popen(torchrun_command(run, endpoint, rdzv_id, node), env=env, start_new_session=True)
-            for node in range(spec.nodes)
-        ]
-        pid_file = spec.run_dir / "launcher.pid"
-        pid_file.write_text("".join(f"{agent.pid}\n" for agent in agents))
+        job = LocalJob(run)
+        job.start()
         received: list[int] = []
 
         def forward(signum, _frame):
             received.append(signum)
             # First signal: orderly stop through torchrun. A second one: kill at once.
-            for agent in agents:
-                _signal_group(agent.pid, signal.SIGTERM if len(received) == 1 else signal.SIGKILL)
+            job.signal_all(signal.SIGTERM if len(received) == 1 else signal.SIGKILL)
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            codes = _wait(agents, received)
+            codes = job.wait(received)
         finally:
-            for agent in agents:  # nothing of the job outlives the launcher
-                _signal_group(agent.pid, signal.SIGKILL)
-                agent.wait()
+            job.kill_all()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            pid_file.unlink(missing_ok=True)
         if received:
             return 128 + received[0]
-        return job_exit_code(codes) if codes is not None else 1
+        if codes is None:
+            return 1
+        code = job_exit_code(codes)
+        reason = explain_failure(run.spec, codes) if code else None
+        if reason:
+            print(f"error: {reason}", file=sys.stderr, flush=True)
+        return code
 
 
-def _wait(agents: list[subprocess.Popen], received: list[int]) -> list[int] | None:
-    """Every agent's exit code, or None when the job outlived the grace period after a stop signal."""
-    deadline = None
-    while True:
-        codes = [agent.poll() for agent in agents]
-        if all(code is not None for code in codes):
-            return codes
-        if received and deadline is None:
-            deadline = time.monotonic() + GRACE_SECONDS
-        if deadline is not None and time.monotonic() > deadline:
-            return None
-        time.sleep(0.2)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:

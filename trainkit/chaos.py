@@ -1,0 +1,437 @@
+"""Fault injection for elastic jobs on this machine: kill workers, nodes, agents or the rendezvous store
+mid-run, and measure what the job does about it.
+
+Each scenario starts a real elastic job (`--nodes 1:2 --nproc 1`: two torchrun agents, each a
+"node", at a real c10d or etcd rendezvous), waits until training has passed `fault_step`, injects
+its fault (into the last node, unless the scenario names node 0, which hosts the c10d store; see
+trainkit/backends/local.py) and watches the job to its end under a hard timeout. It reads what the
+run leaves, `metrics.jsonl` (every step with a wall-clock time) and `events.jsonl` (starts,
+resumes, checkpoints, stops), and records:
+
+    outcome       finished | error | timeout
+    restarts      resumes from a checkpoint after the fault
+    recovery_s    last step logged before the fault -> first step logged after it
+    steps_lost    steps done before the fault that had to be redone (<= checkpoint interval)
+    final_step    and final_loss, against an uninterrupted run of the same job (loss_delta)
+
+`invoke chaos` runs scenarios from the command line; `invoke bench elastic` runs all of them on
+both backends and writes benchmarks/elastic.json plus the README table; tests/test_chaos.py runs
+them all in `make test`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .backends.local import LocalJob, explain_failure, job_exit_code, signal_group
+from .errors import SpecError
+from .launch import prepare_run
+from .services import EtcdServer
+from .spec import build_spec
+
+BACKENDS = ("c10d", "etcd")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fault: str
+    # What the job must do, per backend: "finished" unless listed here.
+    expected: dict[str, str] = field(default_factory=dict)
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("worker-kill", "SIGKILL one worker process of the last node"),
+        Scenario("node-kill", "SIGKILL the last node: its agent and its workers at once"),
+        Scenario("agent-kill", "SIGKILL only the last node's agent (its workers die with it)"),
+        Scenario("agent-term", "SIGTERM the last node's agent (a drained or preempted node)"),
+        Scenario(
+            "node0-kill",
+            "SIGKILL node 0: rank 0's node and, with c10d, the host of the rendezvous store",
+            expected={"c10d": "error"},
+        ),
+        Scenario(
+            "store-loss",
+            "the rendezvous store dies: etcd is SIGKILLed and restarted; with c10d, node 0's agent (the store) is",
+            expected={"c10d": "error"},
+        ),
+        Scenario("node-return", "SIGKILL the last node, then start it again once the job has recovered"),
+    )
+}
+
+
+@dataclass
+class Settings:
+    """The job every scenario runs: small enough to finish in well under a minute on 2 CPU cores."""
+
+    model: str = "llama2-tiny"
+    steps: int = 20
+    checkpoint_interval: int = 4
+    fault_step: int = 9
+    nodes: str = "1:2"
+    nproc: int = 1
+    max_restarts: int = 3
+    timeout_s: float = 150.0
+
+    def overrides(self, backend: str, run_id: str, runs_dir: Path, endpoint: str | None) -> dict:
+        return {
+            "model": self.model,
+            "steps": self.steps,
+            "checkpoint_interval": self.checkpoint_interval,
+            "nodes": self.nodes,
+            "nproc": self.nproc,
+            "max_restarts": self.max_restarts,
+            "rdzv": backend,
+            "rdzv_endpoint": endpoint,
+            "run_id": run_id,
+            "runs_dir": str(runs_dir),
+            "metrics_port": 0,
+        }
+
+
+@dataclass
+class Result:
+    scenario: str
+    backend: str
+    expected: str
+    outcome: str
+    seconds: float
+    restarts: int | None = None
+    recovery_s: float | None = None
+    steps_lost: int | None = None
+    final_step: int | None = None
+    final_world_size: int | None = None
+    final_loss: float | None = None
+    loss_delta: float | None = None
+    seconds_to_error: float | None = None
+    error: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == self.expected and not self.problems
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # a line being written right now
+            break
+    return records
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of a process (torchrun's workers are children of their agent)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class _Run:
+    """One scenario's job, the handles its fault needs, and every step record seen while it ran
+    (a resume truncates metrics.jsonl back to its checkpoint, so the redone steps are kept here)."""
+
+    def __init__(self, job: LocalJob, etcd: EtcdServer | None):
+        self.job, self.etcd = job, etcd
+        self.run_dir = job.run.spec.run_dir
+        self.last = job.run.spec.nodes - 1
+        self.seen: dict[float, dict] = {}
+
+    def steps(self) -> list[dict]:
+        records = _read_jsonl(self.run_dir / "metrics.jsonl")
+        for record in records:
+            self.seen[record["time"]] = record
+        return records
+
+    def events(self) -> list[dict]:
+        return _read_jsonl(self.run_dir / "events.jsonl")
+
+    def ended(self) -> bool:
+        return all(code is not None for code in self.job.codes())
+
+    def kill_node(self, node: int) -> None:
+        agent = self.job.agents[node]
+        workers = _children(agent.pid)
+        signal_group(agent.pid, signal.SIGKILL)
+        for pid in workers:
+            _kill(pid, signal.SIGKILL)
+
+    def wait_for(self, what: Callable[[list[dict]], bool], deadline: float) -> bool:
+        """Poll until `what(step records)` holds, the job ends or the deadline passes."""
+        while True:
+            ended = self.ended()
+            if what(self.steps()):
+                return True
+            if ended or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+    def follow(self, deadline: float) -> list[int | None] | None:
+        """Record every step until the job ends: its agents' exit codes, or None at the deadline."""
+        self.wait_for(lambda _steps: False, deadline)
+        return self.job.codes() if self.ended() else None
+
+
+def _inject(name: str, backend: str, run: _Run, fault_time: float, deadline: float) -> None:
+    agent = run.job.agents[run.last]
+    if name == "worker-kill":
+        workers = _children(agent.pid)
+        if workers:
+            _kill(workers[0], signal.SIGKILL)
+    elif name in ("node-kill", "node-return"):
+        run.kill_node(run.last)
+    elif name == "agent-kill":
+        _kill(agent.pid, signal.SIGKILL)
+    elif name == "agent-term":
+        _kill(agent.pid, signal.SIGTERM)
+    elif name == "node0-kill":
+        run.kill_node(0)
+    elif name == "store-loss":
+        if backend == "etcd":
+            run.etcd.restart(down_seconds=1.0)
+        else:
+            _kill(run.job.agents[0].pid, signal.SIGKILL)
+    if name == "node-return":
+        # Back once the survivors train again on their own, as a replaced node would be.
+        def training_again(steps: list[dict]) -> bool:
+            resumed = [e["time"] for e in run.events() if e["event"] == "resume" and e["time"] > fault_time]
+            return bool(resumed) and any(r["time"] > resumed[0] for r in steps)
+
+        if run.wait_for(training_again, deadline):
+            run.job.start_node(run.last)
+
+
+def run_scenario(
+    name: str,
+    backend: str,
+    workdir: Path,
+    settings: Settings | None = None,
+    baseline_loss: float | None = None,
+) -> Result:
+    """Run one scenario to its end (or its timeout) and measure it."""
+    settings = settings or Settings()
+    scenario = SCENARIOS[name]
+    expected = scenario.expected.get(backend, "finished")
+    workdir = Path(workdir)
+    started = time.monotonic()
+    deadline = started + settings.timeout_s
+    etcd = EtcdServer(workdir / f"etcd-{name}").start() if backend == "etcd" else None
+    try:
+        overrides = settings.overrides(backend, f"{name}-{backend}", workdir / "runs", etcd and etcd.endpoint)
+        prepared = prepare_run(build_spec(overrides))
+        with (prepared.spec.run_dir / "agents.log").open("w") as log:
+            job = LocalJob(prepared, output=log)
+            job.start()
+            run = _Run(job, etcd)
+            try:
+                return _observe(scenario, backend, expected, run, settings, started, deadline, baseline_loss)
+            finally:
+                job.kill_all()
+    finally:
+        if etcd:
+            etcd.stop()
+
+
+def _observe(scenario, backend, expected, run: _Run, settings, started, deadline, baseline_loss) -> Result:
+    result = Result(scenario.name, backend, expected, outcome="timeout", seconds=0.0)
+    reached = run.wait_for(lambda steps: any(r["step"] >= settings.fault_step for r in steps), deadline)
+    fault_time = time.time()
+    if not reached:
+        result.problems.append(f"the job never reached step {settings.fault_step}")
+    else:
+        _inject(scenario.name, backend, run, fault_time, deadline)
+    codes = run.follow(deadline)
+    result.seconds = round(time.monotonic() - started, 1)
+    if codes is None:
+        result.problems.append(f"no end within {settings.timeout_s:.0f} s")
+        return result
+    code = job_exit_code(codes)
+    summary_path = run.run_dir / "summary.json"
+    if code:
+        result.outcome = "error"
+        result.seconds_to_error = round(time.time() - fault_time, 1)
+        result.error = explain_failure(run.job.run.spec, codes) or f"exit code {code}; see {run.run_dir}/agents.log"
+        if expected == "error" and explain_failure(run.job.run.spec, codes) is None:
+            result.problems.append("failed without saying why")
+        return result
+    result.outcome = "finished" if summary_path.exists() else "error"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    _measure(result, fault_time, list(run.seen.values()), run.events(), summary)
+    if baseline_loss is not None and result.final_loss is not None:
+        result.loss_delta = round(result.final_loss - baseline_loss, 6)
+    if result.final_step != settings.steps:
+        result.problems.append(f"finished at step {result.final_step}, expected {settings.steps}")
+    if result.steps_lost is not None and result.steps_lost > settings.checkpoint_interval:
+        result.problems.append(f"lost {result.steps_lost} steps, more than the checkpoint interval")
+    return result
+
+
+def _measure(result: Result, fault_time: float, seen: list[dict], events: list[dict], summary: dict) -> None:
+    """Per resume after the fault: steps redone (last step before it - the step it resumed from) and
+    the gap from the last step before it to the first step after it. Without a resume (the fault
+    did not interrupt training) the gap is the one across the fault."""
+    seen = sorted(seen, key=lambda r: r["time"])
+    resumes = [e for e in events if e["event"] == "resume" and e["time"] > fault_time]
+    gaps, lost = [], 0
+    for resume in resumes or [{"time": fault_time, "step": None}]:
+        prior = [r for r in seen if r["time"] < resume["time"]]
+        later = [r for r in seen if r["time"] > resume["time"]]
+        if prior and later:
+            gaps.append(round(later[0]["time"] - prior[-1]["time"], 1))
+        if prior and resume["step"] is not None:
+            lost += max(0, max(r["step"] for r in prior) - resume["step"])
+    result.restarts = len(resumes)
+    result.recovery_s = gaps[0] if gaps else None
+    result.steps_lost = lost
+    result.final_step = summary.get("steps")
+    result.final_world_size = summary.get("world_size")
+    result.final_loss = summary.get("last_loss")
+
+
+def run_baseline(workdir: Path, settings: Settings | None = None) -> float:
+    """The same job with no fault: its final loss is what every recovered run is compared with."""
+    settings = settings or Settings()
+    prepared = prepare_run(build_spec(settings.overrides("c10d", "baseline", Path(workdir) / "runs", None)))
+    with (prepared.spec.run_dir / "agents.log").open("w") as log:
+        job = LocalJob(prepared, output=log)
+        job.start()
+        try:
+            codes = job.wait(deadline=time.monotonic() + settings.timeout_s)
+        finally:
+            job.kill_all()
+    if codes is None or job_exit_code(codes):
+        raise RuntimeError(f"the uninterrupted run failed; see {prepared.spec.run_dir}/agents.log")
+    return json.loads((prepared.spec.run_dir / "summary.json").read_text())["last_loss"]
+
+
+def select(scenarios: str, backends: str) -> list[tuple[str, str]]:
+    """Scenario x backend pairs from comma lists ("all" for every one); unknown names are an error."""
+    names = list(SCENARIOS) if scenarios == "all" else [s.strip() for s in scenarios.split(",") if s.strip()]
+    chosen = list(BACKENDS) if backends == "all" else [b.strip() for b in backends.split(",") if b.strip()]
+    for value, allowed, flag in ((names, SCENARIOS, "--scenario"), (chosen, BACKENDS, "--rdzv")):
+        unknown = [v for v in value if v not in allowed]
+        if unknown or not value:
+            raise SpecError(f"{flag} {', '.join(unknown) or '(empty)'}: choose from all, {', '.join(allowed)}")
+    return [(name, backend) for backend in chosen for name in names]
+
+
+def run_matrix(
+    pairs: list[tuple[str, str]],
+    workdir: Path,
+    settings: Settings | None = None,
+    parallel: int = 1,
+    report: Callable[[str], None] = print,
+) -> dict:
+    """The uninterrupted run, then every pair (`parallel` at a time; 1 gives undisturbed timings).
+    Returns the benchmark record written to benchmarks/elastic.json."""
+    import torch
+
+    if parallel < 1:
+        raise SpecError(f"--parallel must be a positive integer (got {parallel})")
+    settings = settings or Settings()
+    workdir = Path(workdir)
+    baseline = run_baseline(workdir / "baseline", settings)
+    report(f"uninterrupted run: final loss {baseline:.4f}")
+
+    def one(pair: tuple[str, str]) -> Result:
+        result = run_scenario(*pair, workdir / "-".join(pair), settings, baseline)
+        report(describe(result))
+        return result
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        results = list(pool.map(one, pairs))
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        },
+        "measured": time.strftime("%Y-%m-%d"),
+        "parallel": parallel,
+        "settings": asdict(settings),
+        "baseline_final_loss": baseline,
+        "results": [dict(asdict(r), ok=r.ok) for r in results],
+    }
+
+
+def describe(result: Result) -> str:
+    status = "ok" if result.ok else "UNEXPECTED"
+    if result.outcome == "error":
+        detail = f"error after {result.seconds_to_error} s: {result.error}"
+    else:
+        detail = (
+            f"{result.outcome}: restarts {result.restarts}, recovery {result.recovery_s} s, "
+            f"steps lost {result.steps_lost}, final step {result.final_step} (world {result.final_world_size}), "
+            f"loss delta {result.loss_delta}"
+        )
+    problems = f" [{'; '.join(result.problems)}]" if result.problems else ""
+    return f"{status:10} {result.scenario:12} {result.backend:5} {detail} ({result.seconds} s){problems}"
+
+
+TABLE_START, TABLE_END = "<!-- elastic-table:start -->", "<!-- elastic-table:end -->"
+
+
+def render_table(record: dict) -> str:
+    """The README table for a benchmark record."""
+    rows = [
+        "| scenario | rdzv | outcome | restarts | recovery (s) | steps lost | final step | final loss vs no fault |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(value) -> str:
+        return "-" if value is None else str(value)
+
+    for r in record["results"]:
+        outcome = r["outcome"] if r["ok"] else f"{r['outcome']} (expected {r['expected']})"
+        if r["outcome"] == "error":
+            outcome += f" in {r['seconds_to_error']} s"
+        delta = r["loss_delta"]
+        delta = "-" if delta is None else "0" if delta == 0 else f"{delta:+.0e}"
+        rows.append(
+            f"| {r['scenario']} | {r['backend']} | {outcome} | {cell(r['restarts'])} | {cell(r['recovery_s'])} "
+            f"| {cell(r['steps_lost'])} | {cell(r['final_step'])} | {delta} |"
+        )
+    return "\n".join(rows)
+
+
+def update_readme(readme: Path, record: dict) -> None:
+    text = readme.read_text()
+    head, _, rest = text.partition(TABLE_START)
+    _, _, tail = rest.partition(TABLE_END)
+    if not rest:
+        raise RuntimeError(f"{readme} has no {TABLE_START} marker")
+    readme.write_text(f"{head}{TABLE_START}\n{render_table(record)}\n{TABLE_END}{tail}")
+
+
+def readme_table(readme: Path) -> str:
+    text = readme.read_text()
+    return text.partition(TABLE_START)[2].partition(TABLE_END)[0].strip()
