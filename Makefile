@@ -63,11 +63,11 @@ plan: setup ## Memory / throughput / cost estimate for MODEL; ARGS="--nodes 2" a
 ##@ Infrastructure
 
 .PHONY: up
-up: setup ## Bring up PROFILE (local: report capacity; aws: Terraform infra). ARGS="--yes --var-file f".
+up: setup ## Bring up PROFILE (local: etcd for --rdzv etcd, report capacity; aws: Terraform infra). ARGS="--yes --var-file f".
 	$(BIN)/invoke infra.up --profile $(PROFILE) $(ARGS)
 
 .PHONY: down
-down: setup ## Take down PROFILE (aws: ordered destroy, then an audit by tag).
+down: setup ## Take down PROFILE (local: stop etcd; aws: ordered destroy, then an audit by tag).
 	$(BIN)/invoke infra.down --profile $(PROFILE) $(ARGS)
 
 ##@ Quality

@@ -11,6 +11,12 @@ from trainkit.errors import SpecError
 from trainkit.spec import build_spec, write_spec
 
 
+@pytest.fixture(autouse=True)
+def no_local_services(monkeypatch, tmp_path):
+    """No `make up` etcd of this checkout leaks into the rendezvous checks."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+
+
 def spec_of(**flags):
     return build_spec(flags)
 
@@ -58,7 +64,7 @@ def test_layers_label_and_limits(tmp_path):
         ({"seq_len": 4096}, r"--seq-len 4096 exceeds llama2-tiny's context of 512 tokens"),
         ({"init": "pretrained"}, r"llama2-tiny has no published weights"),
         ({"weights": "/x"}, r"--weights is only used with --init pretrained"),
-        ({"rdzv": "etcd"}, r"--rdzv etcd needs --rdzv-endpoint"),
+        ({"rdzv": "etcd"}, r"--rdzv etcd needs an etcd server: run `make up`"),
         ({"steps": 5, "epochs": 1}, r"give either --steps or --epochs"),
         ({"activation_checkpointing": "maybe"}, r"--activation-checkpointing must be true or false"),
         ({"run_id": "../escape"}, r"--run-id '../escape' may only contain"),

@@ -80,18 +80,27 @@ def _infra_profile(profile: str) -> str:
 
 
 def up(profile: str, yes: bool = False, var_file: str | None = None) -> str:
-    """local: nothing to create, report this machine. aws: plan, show cost, confirm, apply, kubeconfig."""
+    """local: start the local etcd (for --rdzv etcd), report this machine. aws: plan, show cost, confirm,
+    apply, kubeconfig."""
     if _infra_profile(profile) == "aws":
         return aws_up(yes, var_file)
     import importlib.util
 
+    from .services import LocalEtcd
+
     limit, what = machine_process_limit()
     torch_ok = importlib.util.find_spec("torch") is not None
+    try:
+        endpoint, started = LocalEtcd().up()
+        etcd = f"{'started' if started else 'running'} on {endpoint} (for --rdzv etcd; state in .trainkit/etcd)"
+    except SpecError as error:  # not installed: c10d needs nothing, so this is not fatal
+        etcd = f"not started: {error}"
     return "\n".join(
         [
             f"{profile} profile: jobs run as processes on this machine; c10d rendezvous needs no server.",
             f"  capacity      {what} -> up to {limit} training process(es)",
             f"  torch         {'installed' if torch_ok else 'MISSING: run make setup'}",
+            f"  etcd          {etcd}",
         ]
     )
 
@@ -99,7 +108,11 @@ def up(profile: str, yes: bool = False, var_file: str | None = None) -> str:
 def down(profile: str, yes: bool = False, var_file: str | None = None) -> str:
     if _infra_profile(profile) == "aws":
         return aws_down(yes, var_file)
-    return f"{profile} profile: no services to stop; run outputs under runs/ are kept."
+    from .services import LocalEtcd
+
+    stopped = LocalEtcd().down()
+    etcd = "etcd stopped and its data removed" if stopped else "no etcd was running"
+    return f"{profile} profile: {etcd}; run outputs under runs/ are kept."
 
 
 def _plan_infra(var_file: str | None):

@@ -422,9 +422,14 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     else:
         _require(spec.weights is None, "--weights is only used with --init pretrained")
 
+    if spec.rdzv == "etcd" and not spec.rdzv_endpoint and spec.target == "local":
+        from .services import LocalEtcd
+
+        spec.rdzv_endpoint = LocalEtcd().endpoint()  # the one `make up` started, if it runs
     _require(
         spec.rdzv != "etcd" or bool(spec.rdzv_endpoint),
-        "--rdzv etcd needs --rdzv-endpoint host:port of a running etcd server (or use --rdzv c10d)",
+        "--rdzv etcd needs an etcd server: run `make up` (starts one on this machine) or give "
+        "--rdzv-endpoint host:port (or use --rdzv c10d)",
     )
     _validate_processes(spec)
     if not micro_batch_given:
