@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from training.common.cli import parse_dataclass
-from training.common.lifecycle import die_with_parent
+from training.common.lifecycle import die_with_parent, exit_finished
 
 from .config import VisionConfig
 from .trainer import VisionTrainer
@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_dataclass(VisionConfig, argv)
     die_with_parent()
     VisionTrainer(config).fit()
+    exit_finished()
 
 
 if __name__ == "__main__":
