@@ -146,6 +146,16 @@ class RunContext:
         requested, no_time = flags.tolist()
         return bool(requested), not no_time
 
+    def after_step(self, step: int, total_steps: int, interval: int, save_anyway: bool = False) -> None:
+        """Every step boundary but the last (which save_final covers): checkpoint every `interval` steps
+        (0: never) or when the trainer asks (`save_anyway`, e.g. an epoch end), then stop here if a stop
+        was asked for."""
+        if step == total_steps:
+            return
+        if save_anyway or (interval and step % interval == 0):
+            self.save(step, total_steps)
+        self.stop_if_requested(step, total_steps)
+
     def stop_if_requested(self, step: int, total_steps: int) -> None:
         """At a step boundary: when a stop was asked for, checkpoint (time allowing) and exit."""
         requested, time_allows = self.stop_requested()

@@ -188,10 +188,7 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             first = False
             bar.update(1)
-            if done != self.total_steps:
-                if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
-                    run.save(done, self.total_steps)
-                run.stop_if_requested(done, self.total_steps)
+            run.after_step(done, self.total_steps, cfg.checkpoint_interval)
         bar.close()
         run.save_final(self.total_steps)
         exported = self.export() if cfg.export else None

@@ -229,13 +229,9 @@ class VisionTrainer:
                 bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{record['samples_per_s']:.0f}")
             first = False
             bar.update(1)
-            if done != self.total_steps:
-                if epoch_end:
-                    run.save(done, self.total_steps)
-                    epoch_started, epoch_whole = time.perf_counter(), True
-                elif cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
-                    run.save(done, self.total_steps)
-                run.stop_if_requested(done, self.total_steps)
+            run.after_step(done, self.total_steps, cfg.checkpoint_interval, save_anyway=epoch_end)
+            if epoch_end:
+                epoch_started, epoch_whole = time.perf_counter(), True
         bar.close()
         self._sync_buffers()
         run.save_final(self.total_steps)
