@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from trainkit.services import EtcdServer, free_port_pair  # noqa: F401  (re-exported for tests)
+from trainkit.services import free_port_pair
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -148,11 +148,3 @@ FAKE_AWS = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-
-
-@contextlib.contextmanager
-def etcd_server(data_dir: Path) -> Iterator[str]:
-    """A real etcd (Debian's etcd-server, v2 API on, as torch's etcd rendezvous needs) on 127.0.0.1.
-    Yields host:port of its client endpoint."""
-    with EtcdServer(data_dir) as server:
-        yield server.endpoint

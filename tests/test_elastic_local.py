@@ -8,15 +8,16 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, etcd_server, invoke, only_run_dir, read_jsonl
+from tests.conftest import REPO, invoke, only_run_dir, read_jsonl
+from trainkit.services import EtcdServer
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory):
-    with etcd_server(tmp_path_factory.mktemp("etcd") / "data") as endpoint:
-        yield endpoint
+    with EtcdServer(tmp_path_factory.mktemp("etcd") / "data") as server:
+        yield server.endpoint
 
 
 def rdzv_flags(backend: str, etcd: str) -> list[str]:

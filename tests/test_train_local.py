@@ -16,11 +16,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.conftest import REPO, free_port_pair, invoke, only_run_dir, output, read_jsonl, start_invoke
+from tests.conftest import REPO, invoke, only_run_dir, output, read_jsonl, start_invoke
 from training.common.checkpoint import STALL_ENV
 from training.llm.data import load_records, tokenize_examples
 from training.llm.dialogues import write_dialogues
 from training.llm.tokenizer import byte_tokenizer
+from trainkit.services import free_port_pair
 
 pytestmark = pytest.mark.slow
 

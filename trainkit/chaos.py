@@ -21,12 +21,13 @@ them all in `make test`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -229,6 +230,19 @@ def _inject(name: str, backend: str, run: _Run, fault_time: float, deadline: flo
             run.job.start_node(run.last)
 
 
+@contextlib.contextmanager
+def _job(overrides: dict) -> Iterator[LocalJob]:
+    """A started job whose agents log to runs/<id>/agents.log; nothing of it outlives the block."""
+    prepared = prepare_run(build_spec(overrides))
+    with (prepared.spec.run_dir / "agents.log").open("w") as log:
+        job = LocalJob(prepared, output=log)
+        job.start()
+        try:
+            yield job
+        finally:
+            job.kill_all()
+
+
 def run_scenario(
     name: str,
     backend: str,
@@ -246,15 +260,9 @@ def run_scenario(
     etcd = EtcdServer(workdir / f"etcd-{name}").start() if backend == "etcd" else None
     try:
         overrides = settings.overrides(backend, f"{name}-{backend}", workdir / "runs", etcd and etcd.endpoint)
-        prepared = prepare_run(build_spec(overrides))
-        with (prepared.spec.run_dir / "agents.log").open("w") as log:
-            job = LocalJob(prepared, output=log)
-            job.start()
+        with _job(overrides) as job:
             run = _Run(job, etcd)
-            try:
-                return _observe(scenario, backend, expected, run, settings, started, deadline, baseline_loss)
-            finally:
-                job.kill_all()
+            return _observe(scenario, backend, expected, run, settings, started, deadline, baseline_loss)
     finally:
         if etcd:
             etcd.stop()
@@ -278,8 +286,9 @@ def _observe(scenario, backend, expected, run: _Run, settings, started, deadline
     if code:
         result.outcome = "error"
         result.seconds_to_error = round(time.time() - fault_time, 1)
-        result.error = explain_failure(run.job.run.spec, codes) or f"exit code {code}; see {run.run_dir}/agents.log"
-        if expected == "error" and explain_failure(run.job.run.spec, codes) is None:
+        reason = explain_failure(run.job.run.spec, codes)
+        result.error = reason or f"exit code {code}; see {run.run_dir}/agents.log"
+        if expected == "error" and reason is None:
             result.problems.append("failed without saying why")
         return result
     result.outcome = "finished" if summary_path.exists() else "error"
@@ -319,17 +328,12 @@ def _measure(result: Result, fault_time: float, seen: list[dict], events: list[d
 def run_baseline(workdir: Path, settings: Settings | None = None) -> float:
     """The same job with no fault: its final loss is what every recovered run is compared with."""
     settings = settings or Settings()
-    prepared = prepare_run(build_spec(settings.overrides("c10d", "baseline", Path(workdir) / "runs", None)))
-    with (prepared.spec.run_dir / "agents.log").open("w") as log:
-        job = LocalJob(prepared, output=log)
-        job.start()
-        try:
-            codes = job.wait(deadline=time.monotonic() + settings.timeout_s)
-        finally:
-            job.kill_all()
+    with _job(settings.overrides("c10d", "baseline", Path(workdir) / "runs", None)) as job:
+        codes = job.wait(deadline=time.monotonic() + settings.timeout_s)
+    run_dir = job.run.spec.run_dir
     if codes is None or job_exit_code(codes):
-        raise RuntimeError(f"the uninterrupted run failed; see {prepared.spec.run_dir}/agents.log")
-    return json.loads((prepared.spec.run_dir / "summary.json").read_text())["last_loss"]
+        raise RuntimeError(f"the uninterrupted run failed; see {run_dir}/agents.log")
+    return json.loads((run_dir / "summary.json").read_text())["last_loss"]
 
 
 def select(scenarios: str, backends: str) -> list[tuple[str, str]]:
