@@ -8,6 +8,7 @@ from invoke import Collection, Exit, task
 
 from training.common.cli import field_docs
 from trainkit import commands
+from trainkit.cluster import JOBS_NAMESPACE
 from trainkit.errors import SpecError
 from trainkit.plan import PlanInputs
 from trainkit.spec import JobSpec, parse_bool
@@ -48,6 +49,9 @@ TRAIN_FLAGS = [
     "rdzv",
     "rdzv_endpoint",
     "target",
+    "instance_type",
+    "image",
+    "namespace",
     "seed",
     "peak_tflops",
     "metrics_port",
@@ -79,6 +83,7 @@ def user_errors(function):
         "profile": "Profile YAML under trainkit/profiles (default: local).",
         "data": "Alias of --dataset, e.g. an ImageFolder root with train/ and val/ for vision models.",
         "synthetic": SPEC_HELP["synthetic"],
+        "dry-run": "EKS: print the PyTorchJob as YAML; check nothing on the cluster, create nothing.",
     }
 )
 @user_errors
@@ -121,18 +126,22 @@ def train(
     rdzv=None,
     rdzv_endpoint=None,
     target=None,
+    instance_type=None,
+    image=None,
+    namespace=None,
     seed=None,
     peak_tflops=None,
     metrics_port=None,
     run_id=None,
     runs_dir=None,
     hf_token_file=None,
+    dry_run=False,
 ):
-    """Train a model: validate the job spec, write runs/<run-id>/, launch (local: torchrun here)."""
+    """Train a model: validate the job spec, then run it (local: torchrun here; eks: a PyTorchJob)."""
     if data is not None and dataset is not None:
         raise Exit("error: --data is an alias of --dataset; give one of them", code=2)
     values = dict(locals(), dataset=data if data is not None else dataset, synthetic=synthetic or None)
-    code = commands.train({name: values[name] for name in TRAIN_FLAGS}, profile=profile)
+    code = commands.train({name: values[name] for name in TRAIN_FLAGS}, profile=profile, dry_run=dry_run)
     if code:
         raise Exit(f"training exited with code {code}", code=code)
 
@@ -319,6 +328,59 @@ def bench(c, what, output=None, readme="README.md", scenario="all", rdzv="all", 
         raise Exit("some scenarios did not end as expected (see above)", code=1)
 
 
+JOB_HELP = {
+    "run-id": "The run to act on (default: the newest trainkit job in the namespace).",
+    "namespace": f"Namespace of the jobs (default {JOBS_NAMESPACE}).",
+}
+
+
+@task(help=JOB_HELP)
+@user_errors
+def status(c, run_id=None, namespace=JOBS_NAMESPACE):
+    """EKS: a job's conditions and its pods (phase, restarts, node)."""
+    from trainkit.backends import eks
+
+    print(eks.status(namespace, run_id))
+
+
+@task(
+    help={
+        **JOB_HELP,
+        "rank": "Show this global rank's lines only (default: the whole log of the leader, group rank 0).",
+        "follow": "Keep printing as the log grows.",
+    }
+)
+@user_errors
+def logs(c, run_id=None, namespace=JOBS_NAMESPACE, rank=None, follow=False):
+    """EKS: the leader's log (the pod holding rank 0), or one rank's lines."""
+    from trainkit.backends import eks
+
+    eks.print_lines(eks.logs(namespace, run_id, None if rank is None else int(rank), follow))
+
+
+@task(help=JOB_HELP)
+@user_errors
+def stop(c, run_id=None, namespace=JOBS_NAMESPACE):
+    """EKS: delete a run's job; its outputs on FSx stay (submit the same --run-id to resume)."""
+    from trainkit.backends import eks
+
+    print(eks.stop(namespace, run_id))
+
+
+@task(
+    name="hf-token",
+    help={
+        "file": "File holding the token (default: HF_TOKEN, the Hugging Face CLI's token file, else a hidden prompt).",
+        "namespace": JOB_HELP["namespace"],
+    },
+)
+@user_errors
+def hf_token(c, file=None, namespace=JOBS_NAMESPACE):
+    """Store your Hugging Face token as the cluster Secret the training pods read (never on a command line)."""
+    print(commands.hf_token_secret(file, namespace))
+
+
 infra = Collection("infra", up, down, infra_plan, outputs, audit)
+secrets = Collection("secrets", hf_token)
 data = Collection("data", imagenet, synthetic_imagenet)
-namespace = Collection(train, plan, chaos, bench, infra, data)
+namespace = Collection(train, plan, status, logs, stop, chaos, bench, infra, data, secrets)

@@ -18,7 +18,7 @@ from training.vision.synthetic import SyntheticTree, write_tree
         (["--global-batch-size", "12", "--micro-batch-size", "8"], "--global-batch-size 12 is not divisible"),
         (["--nproc", "999"], "--nproc 999 x --nodes 1 needs 999 processes but this machine has"),
         (["--dataset", "missing/file.jsonl"], "--dataset missing/file.jsonl does not exist"),
-        (["--profile", "aws"], "--profile 'aws' does not exist; choose one of: local"),
+        (["--profile", "gcp"], "--profile 'gcp' does not exist; choose one of: aws, local"),
         (["--model", "resnet-tiny", "--data", "no/such/dir"], "--data no/such/dir does not exist; create one with"),
         (["--model", "resnet-tiny", "--data", "tests", "--dataset", "x"], "--data is an alias of --dataset"),
         (["--model", "resnet-tiny", "--seq-len", "64"], "--seq-len applies to language models, not to resnet-tiny"),

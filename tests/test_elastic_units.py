@@ -12,8 +12,9 @@ from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 from tests.conftest import REPO
 from training.common.lifecycle import StopSignal
 from trainkit import chaos
-from trainkit.backends.local import explain_failure, job_exit_code, rdzv_conf
+from trainkit.backends.local import explain_failure, job_exit_code, node_command
 from trainkit.errors import SpecError
+from trainkit.launch import PreparedRun
 from trainkit.rendezvous import PatientBackend
 from trainkit.spec import build_spec
 
@@ -80,10 +81,16 @@ def test_c10d_store_host_loss_is_explained_and_other_failures_are_not():
     assert explain_failure(etcd, [-9, 1]) is None
 
 
+def _rdzv_conf(rdzv: str, node: int) -> str:
+    spec = build_spec({"nodes": "1:2", "nproc": 1, "rdzv": rdzv, "rdzv_endpoint": "127.0.0.1:2379"})
+    command = node_command(PreparedRun(spec, "training.llm.train", []), "127.0.0.1:1", "id", node)
+    return command[command.index("--rdzv-conf") + 1]
+
+
 def test_c10d_store_is_hosted_by_node_0_only():
-    assert "is_host=true" in rdzv_conf("c10d", 0) and "is_host=false" in rdzv_conf("c10d", 1)
-    assert "is_host" not in rdzv_conf("etcd", 0)
-    assert "last_call_timeout=5" in rdzv_conf("etcd", 1) and "keep_alive_interval=2" in rdzv_conf("etcd", 1)
+    assert "is_host=true" in _rdzv_conf("c10d", 0) and "is_host=false" in _rdzv_conf("c10d", 1)
+    assert "is_host" not in _rdzv_conf("etcd", 0)
+    assert "last_call_timeout=5" in _rdzv_conf("etcd", 1) and "keep_alive_interval=2" in _rdzv_conf("etcd", 1)
 
 
 def test_chaos_rejects_unknown_names_before_running_anything():

@@ -25,7 +25,7 @@ def test_recipe_then_profile_then_flags(tmp_path):
     spec = spec_of(model="llama2-tiny", runs_dir=str(tmp_path), steps="7", lr="0.01")
     assert spec.steps == 7 and spec.lr == 0.01  # flags (as text) win and are typed
     assert spec.seq_len == 128 and spec.global_batch_size == 16  # from the llama2-tiny recipe
-    assert spec.rdzv == "c10d" and spec.target == "local"  # from profiles/local.yaml
+    assert spec.rdzv == "c10d" and spec.target == "local"  # local profile; c10d: the local default
     assert spec.grad_accum_steps == spec.global_batch_size // (spec.micro_batch_size * spec.world_size)
 
 
@@ -77,7 +77,7 @@ def test_bad_input_names_the_flag(flags, message):
 
 
 def test_unknown_profile_lists_the_known_ones():
-    with pytest.raises(SpecError, match=r"--profile 'nope' does not exist; choose one of: local"):
+    with pytest.raises(SpecError, match=r"--profile 'nope' does not exist; choose one of: aws, local"):
         build_spec({}, profile="nope")
 
 

@@ -7,15 +7,21 @@ from dataclasses import asdict
 from typing import Any
 
 from .backends import get_backend
+from .cluster import outputs_path, save_outputs
 from .errors import SpecError
 from .launch import prepare_run
 from .plan import PlanInputs, make_plan, render_plan
 from .spec import build_spec, machine_process_limit
 
 
-def train(overrides: dict[str, Any], profile: str = "local") -> int:
-    """Validate, prepare the run directory, run the job; returns the job's exit code."""
+def train(overrides: dict[str, Any], profile: str = "local", dry_run: bool = False) -> int:
+    """Validate, then run the job (local: prepare the run directory, torchrun here; eks: preflight, submit a
+    PyTorchJob). Returns the job's exit code (eks: 0 once submitted)."""
     spec = build_spec(overrides, profile=profile)
+    if spec.target == "eks":
+        return _train_eks(spec, dry_run)
+    if dry_run:
+        raise SpecError("--dry-run prints the Kubernetes objects of an EKS job; add --target eks (or --profile aws)")
     run = prepare_run(spec)
     label = f" [{spec.truncated_label}]" if spec.truncated_label else ""
     for note in spec.notes:
@@ -26,6 +32,17 @@ def train(overrides: dict[str, Any], profile: str = "local") -> int:
         flush=True,
     )
     return get_backend(spec.target).submit(run)
+
+
+def _train_eks(spec, dry_run: bool) -> int:
+    import sys
+
+    from .backends import eks
+
+    for note in spec.notes:  # stderr: with --dry-run, stdout is only the YAML
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    print(eks.dry_run(spec) if dry_run else eks.submit(spec), flush=True)
+    return 0
 
 
 def data_imagenet(dest: str, source: str | None, val_csv: str | None, workers: int) -> list[str]:
@@ -140,6 +157,7 @@ def aws_up(yes: bool, var_file: str | None) -> str:
         aws.confirm("Create these resources (they are billed until `make down PROFILE=aws`)?", yes)
         stack.apply(plan)
     outputs = stack.outputs()
+    save_outputs(outputs)  # what `invoke train --target eks` defaults from (instance type, ECR image)
     kubeconfig = aws.write_kubeconfig(outputs, aws.kubeconfig_path())
     return f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
 
@@ -164,6 +182,7 @@ def aws_down(yes: bool, var_file: str | None) -> str:
         stack.destroy(path if stack_name == "infra" else None)  # the platform stack reads infra outputs
     leftovers = aws.audit(stack_id, region, name)
     aws.kubeconfig_path().unlink(missing_ok=True)
+    outputs_path().unlink(missing_ok=True)
     if leftovers:
         raise SpecError("teardown left billable resources behind:\n  " + "\n  ".join(leftovers))
     return f"stack {stack_id} destroyed; audit of {region} found nothing tagged {aws.STACK_TAG}={stack_id}"
@@ -217,3 +236,21 @@ def bench_elastic(output: str, readme: str | None, scenarios: str, backends: str
         harness.update_readme(Path(readme), record)
         print(f"updated the elastic table in {readme}")
     return ok
+
+
+def hf_token_secret(token_file: str | None, namespace: str) -> str:
+    """The token from a file, HF_TOKEN or a hidden prompt (never from the command line) into the cluster."""
+    import getpass
+    import sys
+
+    from .backends import eks
+    from .secrets import resolve_hf_token
+
+    token = resolve_hf_token(token_file)
+    if token is None:
+        if not sys.stdin.isatty():
+            raise SpecError("no Hugging Face token found: pass --file with a file holding it, or set HF_TOKEN")
+        token = getpass.getpass("Hugging Face token (input hidden): ").strip()
+    if not token:
+        raise SpecError("the Hugging Face token is empty; nothing was created")
+    return eks.put_hf_token(token, namespace)

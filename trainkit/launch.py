@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.common.files import publish_text
 from training.llm.dialogues import write_dialogues
 
 from .errors import SpecError
@@ -118,7 +119,7 @@ def _llama_args(spec: JobSpec, entry: ModelEntry) -> list[str]:
     if spec.init == "pretrained":
         return args + ["--weights", spec.weights, "--tokenizer", spec.weights]
     config_path = spec.run_dir / "model_config.json"
-    config_path.write_text(json.dumps(entry.arch.truncated(spec.layers).hf_config(), indent=2) + "\n")
+    publish_text(config_path, json.dumps(entry.arch.truncated(spec.layers).hf_config(), indent=2) + "\n")
     return args + ["--model-config", str(config_path), "--tokenizer", "byte"]
 
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
-from . import hardware
+from training.common.files import publish_text
+
+from . import cluster, hardware
 from .errors import SpecError
 from .models import get_model
 
@@ -27,7 +29,7 @@ PRECISIONS = ("auto", "bf16", "fp32")
 SCHEDULES = ("cosine", "constant")
 OPTIMIZERS = ("sgd", "lamb")
 RDZV_BACKENDS = ("c10d", "etcd")
-TARGETS = ("local",)
+TARGETS = ("local", "eks")
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 # Fields that do not change what is trained: a run may be resumed with other values for them.
@@ -47,6 +49,9 @@ _RESUMABLE_FIELDS = frozenset(
         "min_nodes",
         "max_restarts",
         "collective_timeout",
+        "instance_type",
+        "image",
+        "namespace",
     }
 )
 
@@ -125,12 +130,20 @@ class JobSpec:
     fails and the agents restart the group, instead of the job hanging."""
     nproc: int | None = None
     """Processes per node; default: all local GPUs, or 2 on a CPU-only machine."""
-    rdzv: str = "c10d"
-    """Rendezvous backend: `c10d` or `etcd`."""
+    rdzv: str | None = None
+    """Rendezvous backend: `c10d` (a store hosted by node 0) or `etcd` (a store outside the nodes, which
+    survives the loss of any node). Default: c10d locally, etcd (the platform's) on EKS."""
     rdzv_endpoint: str | None = None
-    """host:port of the rendezvous store; local default: a free port on 127.0.0.1."""
+    """host:port of the rendezvous store; local default: a free port on 127.0.0.1 (c10d) or the etcd
+    `make up` started; EKS: worker 0 (c10d) or the platform's etcd service."""
     target: str = "local"
-    """Where the job runs."""
+    """Where the job runs: `local` (processes on this machine) or `eks` (a PyTorchJob on the cluster)."""
+    instance_type: str | None = None
+    """EKS: GPU instance type of the nodes, which sets --nproc; default: the infra stack's, else p5.48xlarge."""
+    image: str | None = None
+    """EKS: training image; default: the infra stack's ECR `train` repository at tag `latest`."""
+    namespace: str | None = None
+    """EKS: namespace of the job; default: trainkit-jobs (made by the platform stack)."""
     seed: int = 1234
     """Seed for weights, data order and dropout."""
     peak_tflops: float | None = None
@@ -169,6 +182,12 @@ class JobSpec:
         data["world_size"] = self.world_size
         data["grad_accum_steps"] = self.grad_accum_steps
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
+        """The spec `to_dict` wrote (the derived values are dropped; they follow from the rest)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
     def training_fingerprint(self) -> str:
         """Hash of the fields that change what is trained (not where logs go or how it is launched)."""
@@ -350,8 +369,15 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     _choice(spec, "schedule", SCHEDULES)
     if spec.optimizer is not None:
         _choice(spec, "optimizer", OPTIMIZERS)
-    _choice(spec, "rdzv", RDZV_BACKENDS)
     _choice(spec, "target", TARGETS)
+    if spec.rdzv is None:
+        spec.rdzv = "etcd" if spec.target == "eks" else "c10d"
+        if spec.target == "eks":
+            spec.notes.append(
+                "rendezvous: etcd (the platform's), which survives the loss of any node; "
+                "--rdzv c10d uses a store on worker 0 instead (README, Elastic training)"
+            )
+    _choice(spec, "rdzv", RDZV_BACKENDS)
     _require(
         spec.steps is None or spec.epochs is None,
         "give either --steps or --epochs, not both",
@@ -422,7 +448,9 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
     else:
         _require(spec.weights is None, "--weights is only used with --init pretrained")
 
-    if spec.rdzv == "etcd" and not spec.rdzv_endpoint and spec.target == "local":
+    if spec.target == "eks":
+        _validate_eks(spec)
+    elif spec.rdzv == "etcd" and not spec.rdzv_endpoint:
         from .services import LocalEtcd
 
         spec.rdzv_endpoint = LocalEtcd().endpoint()  # the one `make up` started, if it runs
@@ -466,7 +494,52 @@ def _validate_vision(spec: JobSpec) -> None:
     )
 
 
+def _validate_eks(spec: JobSpec) -> None:
+    """Defaults from the cluster's infra outputs; one process per GPU of the instance type."""
+    outputs = cluster.load_outputs()
+    if spec.instance_type is None:
+        spec.instance_type = outputs.instance_type
+        if not outputs.recorded:
+            spec.notes.append(
+                f"no infra outputs in {cluster.outputs_path()}: assuming {spec.instance_type} nodes "
+                "(`make up PROFILE=aws` records the real ones; --instance-type sets it)"
+            )
+    known = hardware.INSTANCE_TYPES
+    _require(
+        spec.instance_type in known,
+        f"--instance-type {spec.instance_type!r} is not in the instance table; choose one of: {', '.join(known)}",
+    )
+    gpus = known[spec.instance_type].gpus
+    if spec.nproc is None:
+        spec.nproc = gpus
+    _require(
+        0 < spec.nproc <= gpus,
+        f"--nproc {spec.nproc}: a {spec.instance_type} node has {gpus} GPUs; use --nproc 1..{gpus} (default: all)",
+    )
+    if spec.image is None:
+        repository = outputs.image_repository or f"trainkit/{cluster.IMAGE_REPOSITORY}"
+        spec.image = f"{repository}:{cluster.DEFAULT_IMAGE_TAG}"
+    if spec.namespace is None:
+        spec.namespace = cluster.JOBS_NAMESPACE
+    if spec.rdzv == "etcd" and not spec.rdzv_endpoint:
+        spec.rdzv_endpoint = cluster.etcd_endpoint()
+    runs = Path(spec.runs_dir)
+    _require(
+        not runs.is_absolute() or runs.is_relative_to(cluster.FSX_MOUNT),
+        f"--runs-dir {spec.runs_dir}: on EKS runs live on the FSx volume; give a path relative to it "
+        f"(default `runs`) or under {cluster.FSX_MOUNT}",
+    )
+    data = Path(spec.dataset)
+    _require(
+        not data.is_absolute() or data.is_relative_to(cluster.FSX_MOUNT),
+        f"--dataset {spec.dataset}: training pods read data from the FSx volume; copy it there and give a path "
+        f"under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or 'synthetic'",
+    )
+
+
 def _validate_processes(spec: JobSpec) -> None:
+    if spec.target == "eks":
+        return  # one process per GPU of the instance type (_validate_eks)
     limit, what = machine_process_limit()
     if spec.nproc is None:
         spec.nproc = limit if hardware.local_gpu_count() else min(2, limit)
@@ -515,8 +588,4 @@ def write_spec(spec: JobSpec) -> Path:
                 f"run {spec.run_id!r} already exists with different {', '.join(changed)}; "
                 "pass a new --run-id (or drop --run-id to get one derived from the settings)"
             )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    return publish_text(path, json.dumps(spec.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -12,6 +12,8 @@ import json
 import random
 from pathlib import Path
 
+from training.common.files import publish_text
+
 NAMES = [
     "Alice",
     "Bruno",
@@ -69,13 +71,8 @@ def make_record(rng: random.Random, index: int) -> dict[str, str]:
 def write_dialogues(path: Path, count: int = 2000, seed: int = 0) -> Path:
     """Write `count` records as JSONL (atomically); the same seed always gives the same file."""
     rng = random.Random(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as handle:
-        for index in range(count):
-            handle.write(json.dumps(make_record(rng, index)) + "\n")
-    tmp.replace(path)
-    return path
+    lines = (json.dumps(make_record(rng, index)) + "\n" for index in range(count))
+    return publish_text(path, "".join(lines))
 
 
 if __name__ == "__main__":

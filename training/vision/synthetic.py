@@ -11,7 +11,6 @@ from __future__ import annotations
 import colorsys
 import csv
 import json
-import os
 import random
 import shutil
 from dataclasses import asdict, dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from ..common.files import tmp_sibling
 from .layout import VAL_CSV_NAME, LayoutError
 
 MARKER = ".trainkit-synthetic.json"
@@ -64,8 +64,7 @@ def write_tree(dest: str | Path, tree: SyntheticTree) -> Path:
         raise LayoutError(f"{dest} holds a synthetic tree with other settings; choose another --dest or delete it")
     if dest.exists() and any(dest.iterdir()):
         raise LayoutError(f"{dest} exists and is not empty; choose another --dest")
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp_sibling(dest)
     rng = random.Random(tree.seed)
     val_rows = []
     serial = 0
@@ -87,8 +86,14 @@ def write_tree(dest: str | Path, tree: SyntheticTree) -> Path:
             writer.writerow(["ImageId", "PredictionString"])
             writer.writerows(val_rows)
     (tmp / MARKER).write_text(json.dumps(asdict(tree)) + "\n")
-    if dest.exists():
-        dest.rmdir()  # empty, checked above
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(dest)
+    try:
+        if dest.exists():
+            dest.rmdir()  # empty, checked above
+        tmp.rename(dest)
+    except OSError:
+        # Another writer (a pod on the same volume) published first; theirs is the same tree.
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not marker.is_file() or json.loads(marker.read_text()) != asdict(tree):
+            raise
     return dest

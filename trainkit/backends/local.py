@@ -9,7 +9,7 @@ training"):
   earlier job (`RendezvousClosedError`);
 - `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`: workers get their own store instead of sharing the
   rendezvous store, so a killed worker does not leave the next round hanging;
-- a short `last_call_timeout`, so a shrunken job restarts quickly once the survivors have joined.
+- a short `last_call_timeout` and heartbeat (trainkit/torchrun.py).
 
 Every agent runs in its own session (process group). Ctrl-C or SIGTERM to the launcher is forwarded
 as SIGTERM to every agent's group, which torchrun turns into an orderly stop of its workers;
@@ -25,24 +25,15 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 
 from .. import hardware
 from ..launch import PreparedRun
 from ..spec import JobSpec
+from ..torchrun import rendezvous_id, torchrun_command
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
 # its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.
 GRACE_SECONDS = 40
-# Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
-LAST_CALL_TIMEOUT_S = 5
-# A node whose agent missed this many heartbeats, this many seconds apart, is dropped from the
-# rendezvous (torch's defaults: 5 s x 3). Measured here: node-loss recovery 22 s -> see README.
-KEEP_ALIVE_INTERVAL_S = 2
-KEEP_ALIVE_MAX_ATTEMPT = 3
-# c10d: torch's rendezvous in a TCP store hosted by node 0's agent. etcd: torch's dynamic
-# rendezvous on etcd's v2 API with retries across an etcd restart (trainkit/rendezvous.py).
-RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 
 
 def free_port() -> int:
@@ -51,55 +42,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def rendezvous_id(spec: JobSpec) -> str:
-    """Unique per submission: a reused id can meet a closed rendezvous left by an earlier job."""
-    return f"{spec.run_id}-{uuid.uuid4().hex[:8]}"
-
-
-def torchrun_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int = 0) -> list[str]:
+def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int) -> list[str]:
+    """torchrun for one node on this machine; with c10d, node 0 hosts the store (decided, not left to a
+    bind race between agents on one host), so the store's single point of failure is a known node."""
     spec = run.spec
-    nnodes = str(spec.nodes) if spec.min_nodes == spec.nodes else f"{spec.min_nodes}:{spec.nodes}"
     log_dir = spec.run_dir / "logs" / (f"node-{node}" if spec.nodes > 1 else "")
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        nnodes,
-        "--nproc-per-node",
-        str(spec.nproc),
-        "--rdzv-backend",
-        RDZV_BACKENDS[spec.rdzv],
-        "--rdzv-endpoint",
-        endpoint,
-        "--rdzv-id",
-        rdzv_id,
-        "--rdzv-conf",
-        rdzv_conf(spec.rdzv, node),
-        "--max-restarts",
-        str(spec.max_restarts),
-        "--log-dir",
-        str(log_dir),
-        "--tee",
-        "3",
-        "-m",
-        run.module,
-        *node_args(run, node),
-    ]
-
-
-def rdzv_conf(backend: str, node: int) -> str:
-    """A short last call and heartbeat; with c10d, node 0 hosts the rendezvous store (decided, not
-    left to a bind race between agents on one host), so the store's single point of failure is a
-    known node."""
-    conf = [
-        f"last_call_timeout={LAST_CALL_TIMEOUT_S}",
-        f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S}",
-        f"keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPT}",
-    ]
-    if backend == "c10d":
-        conf.append(f"is_host={'true' if node == 0 else 'false'}")
-    return ",".join(conf)
+    return torchrun_command(run, endpoint, rdzv_id, log_dir, node_args(run, node), is_host=node == 0)
 
 
 def node_args(run: PreparedRun, node: int) -> list[str]:
@@ -170,7 +118,7 @@ class LocalJob:
     def start_node(self, node: int) -> subprocess.Popen:
         """Start (or start again, after a loss) the agent of one node."""
         agent = subprocess.Popen(
-            torchrun_command(self.run, self.endpoint, self.rdzv_id, node),
+            node_command(self.run, self.endpoint, self.rdzv_id, node),
             env=self.env,
             start_new_session=True,
             stdout=self.output,

@@ -1,0 +1,199 @@
+"""EKS backend: the job spec as a PyTorchJob, submitted, followed and stopped through the Kubernetes API.
+
+`submit` runs the preflight checks, then creates the job; `--dry-run` prints the objects as YAML
+and touches nothing. `status`, `logs` and `stop` find a run's job by its run-id label (default: the
+newest trainkit job in the namespace). Outputs live on FSx and survive `stop`; submitting the same
+run id again resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+
+import yaml
+
+from ... import cluster, render
+from ...errors import SpecError
+from ...spec import JobSpec
+from ...torchrun import rendezvous_id
+from . import preflight
+from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
+
+GROUP_RANK = re.compile(r"group_rank=(\d+)")
+
+
+def dry_run(spec: JobSpec) -> str:
+    job = render.render_pytorchjob(spec, rendezvous_id(spec))
+    return yaml.safe_dump(job, sort_keys=False, width=120)
+
+
+def submit(spec: JobSpec, kube: Kube | None = None, ecr=None) -> str:
+    kube = kube or Kube.connect()
+    for note in preflight.preflight(kube, spec, ecr):
+        print(f"note: {note}", flush=True)
+    job = render.render_pytorchjob(spec, rendezvous_id(spec))
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, spec.namespace, PLURAL, job, _request_timeout=TIMEOUT_S)
+    name = job["metadata"]["name"]
+    runs = cluster.FSX_MOUNT + "/" + str(spec.run_dir).lstrip("/")
+    return (
+        f"submitted {spec.namespace}/{name}: {spec.nodes} x {spec.instance_type}, {spec.nproc} processes each, "
+        f"rendezvous {spec.rdzv}; outputs in {runs} on FSx\n"
+        f"follow it: invoke status --run-id {spec.run_id} | invoke logs --run-id {spec.run_id} -f"
+    )
+
+
+# ---------------------------------------------------------------- following a job
+
+
+def find_job(kube: Kube, namespace: str, run_id: str | None) -> dict:
+    """The job of `run_id`, or the newest trainkit job in the namespace."""
+    selector = ",".join(f"{k}={v}" for k, v in render.MANAGED_BY.items())
+    if run_id:
+        selector += f",{render.LABEL_RUN}={render.label_value(run_id)}"
+    jobs = kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=selector, _request_timeout=TIMEOUT_S
+    )["items"]
+    if not jobs:
+        which = f"for run {run_id}" if run_id else "from trainkit"
+        raise SpecError(f"no job {which} in namespace {namespace}: submit one with `invoke train --target eks`")
+    return max(jobs, key=lambda job: job["metadata"].get("creationTimestamp", ""))
+
+
+def job_pods(kube: Kube, job: dict) -> list:
+    name = job["metadata"]["name"]
+    pods = kube.core.list_namespaced_pod(
+        job["metadata"]["namespace"],
+        label_selector=f"{render.LABEL_RUN}={job['metadata']['labels'][render.LABEL_RUN]}",
+        _request_timeout=TIMEOUT_S,
+    ).items
+    return sorted((p for p in pods if p.metadata.name.startswith(f"{name}-")), key=lambda p: p.metadata.name)
+
+
+def restarts(pod) -> int:
+    return sum(status.restart_count for status in (pod.status.container_statuses or []))
+
+
+def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
+    kube = kube or Kube.connect()
+    job = find_job(kube, namespace, run_id)
+    meta = job["metadata"]
+    conditions = job.get("status", {}).get("conditions", [])
+    state = conditions[-1]["type"] if conditions else "Pending"
+    lines = [f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {state}"]
+    for condition in conditions:
+        message = condition.get("message", "")
+        lines.append(f"  {condition['type']:<11} {condition.get('lastTransitionTime', '')}  {message}".rstrip())
+    pods = job_pods(kube, job)
+    lines.append(f"  {'pod':<40} {'phase':<10} {'restarts':>8}  node")
+    for pod in pods:
+        lines.append(
+            f"  {pod.metadata.name:<40} {pod.status.phase or '?':<10} {restarts(pod):>8}  {pod.spec.node_name or '-'}"
+        )
+    if not pods:
+        lines.append("  (no pods yet)")
+    return "\n".join(lines)
+
+
+def leader(kube: Kube, pods: list) -> object:
+    """The pod whose agent holds group rank 0 in the latest rendezvous round (torchrun logs it)."""
+    for pod in pods:
+        text = kube.core.read_namespaced_pod_log(
+            pod.metadata.name, pod.metadata.namespace, container=render.CONTAINER, _request_timeout=TIMEOUT_S
+        )
+        ranks = GROUP_RANK.findall(text or "")
+        if ranks and ranks[-1] == "0":
+            return pod
+    return pods[0]
+
+
+def logs(
+    namespace: str, run_id: str | None, rank: int | None = None, follow: bool = False, kube: Kube | None = None
+) -> Iterator[str]:
+    """Lines of the leader's log, or of global `rank` only (torchrun prefixes each worker's lines)."""
+    kube = kube or Kube.connect()
+    job = find_job(kube, namespace, run_id)
+    pods = job_pods(kube, job)
+    if not pods:
+        raise SpecError(f"job {job['metadata']['name']} has no pods yet: see `invoke status`")
+    nproc = int(job["spec"]["nprocPerNode"])
+    prefix = None
+    if rank is None:
+        pod = leader(kube, pods)
+    else:
+        by_node = {}
+        for candidate in pods:
+            text = kube.core.read_namespaced_pod_log(
+                candidate.metadata.name, namespace, container=render.CONTAINER, _request_timeout=TIMEOUT_S
+            )
+            ranks = GROUP_RANK.findall(text or "")
+            if ranks:
+                by_node[int(ranks[-1])] = candidate
+        if rank // nproc not in by_node:
+            known = f"0..{len(by_node) * nproc - 1}" if by_node else "none yet"
+            raise SpecError(f"--rank {rank} is not running (ranks now: {known}); see `invoke status`")
+        pod = by_node[rank // nproc]
+        prefix = f"[default{rank % nproc}]:"
+    yield f"==> {pod.metadata.name}" + (f" (rank {rank})" if rank is not None else " (leader)")
+    response = kube.core.read_namespaced_pod_log(
+        pod.metadata.name, namespace, container=render.CONTAINER, follow=follow, _preload_content=False
+    )
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            if prefix is None or text.startswith(prefix):
+                yield text
+    if pending and (prefix is None or pending.decode(errors="replace").startswith(prefix)):
+        yield pending.decode(errors="replace")
+
+
+def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
+    kube = kube or Kube.connect()
+    job = find_job(kube, namespace, run_id)
+    meta = job["metadata"]
+    api_error, _ = api_errors()
+    try:
+        kube.custom.delete_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            PLURAL,
+            meta["name"],
+            propagation_policy="Foreground",
+            _request_timeout=TIMEOUT_S,
+        )
+    except api_error as error:
+        if error.status != 404:
+            raise
+    run = meta["annotations"][render.LABEL_RUN]
+    return (
+        f"deleted job {meta['namespace']}/{meta['name']}; its pods stop (checkpoint at the step boundary when time "
+        f"allows). Outputs stay on FSx; submit with --run-id {run} to resume."
+    )
+
+
+def print_lines(lines: Iterator[str]) -> None:
+    for line in lines:
+        print(line, flush=True)
+    sys.stdout.flush()
+
+
+def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:
+    """Create (or replace) the Secret the pods read HF_TOKEN from. The token goes only into the request body."""
+    kube = kube or Kube.connect()
+    preflight.check_cluster(kube)
+    secret = render.render_hf_token_secret(token, namespace)
+    api_error, _ = api_errors()
+    try:
+        kube.core.create_namespaced_secret(namespace, secret, _request_timeout=TIMEOUT_S)
+        verb = "created"
+    except api_error as error:
+        if error.status != 409:
+            raise
+        kube.core.replace_namespaced_secret(cluster.HF_TOKEN_SECRET, namespace, secret, _request_timeout=TIMEOUT_S)
+        verb = "replaced"
+    return f"{verb} Secret {namespace}/{cluster.HF_TOKEN_SECRET}; training pods read it as HF_TOKEN"

@@ -1,0 +1,60 @@
+"""The Kubernetes API as the EKS backend uses it, through the official Python client.
+
+Only these calls are made (tests/helpers/kube_api.py serves exactly these paths): version; the
+kubeflow.org/v1 resource list; create/get/list/delete PyTorchJob; list nodes; get a PVC; list pods
+and read their logs; create/read/replace a Secret.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import cluster
+from ...errors import SpecError
+
+GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+TIMEOUT_S = 15  # per request: an unreachable API fails in seconds, not minutes
+
+
+def kubeconfig_path() -> Path:
+    """KUBECONFIG, else the one `make up PROFILE=aws` wrote, else kubectl's default."""
+    if os.environ.get("KUBECONFIG"):
+        return Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]).expanduser()
+    written = cluster.outputs_path().with_name("kubeconfig")
+    return written if written.is_file() else Path.home() / ".kube" / "config"
+
+
+@dataclass
+class Kube:
+    """API handles for one cluster; `host` is the API server, for messages."""
+
+    core: object
+    custom: object
+    version: object
+    host: str
+
+    @classmethod
+    def connect(cls) -> Kube:
+        from kubernetes import client, config
+
+        path = kubeconfig_path()
+        if not path.is_file():
+            raise SpecError(f"no kubeconfig at {path}: run `make up PROFILE=aws` (it writes one) or set KUBECONFIG")
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(config_file=str(path), client_configuration=configuration)
+        except config.ConfigException as error:
+            raise SpecError(f"kubeconfig {path} is not usable ({error}); run `make up PROFILE=aws` again") from None
+        configuration.retries = 1
+        api = client.ApiClient(configuration)
+        return cls(client.CoreV1Api(api), client.CustomObjectsApi(api), client.VersionApi(api), configuration.host)
+
+
+def api_errors():
+    """(ApiException, connection errors) for `except` clauses, without importing at module level."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    return ApiException, HTTPError

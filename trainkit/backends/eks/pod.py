@@ -1,0 +1,41 @@
+"""Entry point of every EKS training pod: prepare the run on FSx, then become torchrun.
+
+The launcher validated the spec and put it in `TRAINKIT_SPEC`; here the same `prepare_run` as on the
+local target writes `runs/<run-id>/` (relative to the FSx mount, the working directory), checks the
+data and the token (from the Secret), and torchrun takes over the process, so the kubelet's SIGTERM
+reaches it directly. Every worker pod does this; the writes are atomic and identical, so pods may race.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ...errors import SpecError
+from ...launch import prepare_run
+from ...spec import JobSpec
+from ...torchrun import torchrun_command
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rdzv-endpoint", required=True, help="host:port of the rendezvous store")
+    parser.add_argument("--rdzv-id", required=True, help="rendezvous id of this submission")
+    args = parser.parse_args(argv)
+    spec = JobSpec.from_dict(json.loads(os.environ["TRAINKIT_SPEC"]))
+    try:
+        run = prepare_run(spec)
+    except SpecError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    log_dir = spec.run_dir / "logs" / os.environ.get("POD_NAME", "pod")
+    command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir, run.args)
+    env = {**os.environ, **run.env}
+    print(f"{os.environ.get('POD_NAME', 'pod')}: run {spec.run_id} in {spec.run_dir.resolve()}", flush=True)
+    os.execvpe(command[0], command, env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

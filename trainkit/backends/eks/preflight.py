@@ -1,0 +1,162 @@
+"""Checks before a job is submitted to EKS. Each failure is one sentence that says what to run.
+
+Order: the cheapest and most fundamental first (is there a cluster at all), so the first message
+is the one to act on.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ... import cluster, hardware
+from ...errors import SpecError
+from ...render import job_name
+from ...spec import JobSpec
+from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
+
+ECR_IMAGE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)(?::(?P<tag>[^@]+))?$"
+)
+
+
+def check_cluster(kube: Kube) -> None:
+    api_error, connection_error = api_errors()
+    try:
+        kube.version.get_code(_request_timeout=TIMEOUT_S)
+    except (api_error, connection_error) as error:
+        reason = f"HTTP {error.status}" if isinstance(error, api_error) else type(error).__name__
+        raise SpecError(
+            f"cannot reach the Kubernetes API at {kube.host} ({reason}): run `make up PROFILE=aws` if the cluster "
+            "is not up, or refresh your AWS credentials"
+        ) from None
+
+
+def check_operator(kube: Kube) -> None:
+    api_error, _ = api_errors()
+    try:
+        resources = kube.custom.get_api_resources(GROUP, VERSION, _request_timeout=TIMEOUT_S)
+        installed = any(r.name == PLURAL for r in resources.resources)
+    except api_error as error:
+        if error.status != 404:
+            raise
+        installed = False
+    if not installed:
+        raise SpecError(
+            "the cluster has no PyTorchJob kind (kubeflow.org/v1): run `make up PROFILE=aws`, whose platform stack "
+            "installs the training operator"
+        )
+
+
+def check_capacity(kube: Kube, spec: JobSpec) -> str | None:
+    """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for."""
+    instance = hardware.INSTANCE_TYPES[spec.instance_type]
+    nodes = kube.core.list_node(
+        label_selector=f"node.kubernetes.io/instance-type={spec.instance_type}", _request_timeout=TIMEOUT_S
+    ).items
+    efa = instance.efa_interfaces
+
+    def fits(node) -> bool:
+        free = node.status.allocatable or {}
+        return int(free.get("nvidia.com/gpu", 0)) >= spec.nproc and int(free.get("vpc.amazonaws.com/efa", 0)) >= efa
+
+    usable = sum(1 for node in nodes if fits(node) and not node.spec.unschedulable)
+    need = f"{spec.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
+    if usable < spec.min_nodes:
+        raise SpecError(
+            f"the job needs {spec.min_nodes} {spec.instance_type} node(s) with {need} allocatable each and the "
+            f"cluster has {usable}: raise gpu_desired_nodes in terraform/stacks/infra/terraform.tfvars and run "
+            f"`make up PROFILE=aws`, or ask for fewer with --nodes {max(usable, 1)}"
+        )
+    if usable < spec.nodes:
+        return f"{usable} of {spec.nodes} nodes are ready; the job starts at {usable} and grows when more join"
+    return None
+
+
+def check_volume(kube: Kube, namespace: str) -> None:
+    api_error, _ = api_errors()
+    try:
+        claim = kube.core.read_namespaced_persistent_volume_claim(
+            cluster.FSX_CLAIM, namespace, _request_timeout=TIMEOUT_S
+        )
+        phase = claim.status.phase
+    except api_error as error:
+        if error.status != 404:
+            raise
+        phase = "missing"
+    if phase != "Bound":
+        raise SpecError(
+            f"the FSx volume claim {namespace}/{cluster.FSX_CLAIM} is {phase}, not Bound: run `make up PROFILE=aws` "
+            "(the platform stack creates it from the infra stack's FSx file system)"
+        )
+
+
+def check_secret(kube: Kube, spec: JobSpec) -> None:
+    if spec.init != "pretrained":
+        return
+    api_error, _ = api_errors()
+    try:
+        kube.core.read_namespaced_secret(cluster.HF_TOKEN_SECRET, spec.namespace, _request_timeout=TIMEOUT_S)
+    except api_error as error:
+        if error.status != 404:
+            raise
+        raise SpecError(
+            f"--init pretrained downloads {spec.weights} with your Hugging Face token, and the cluster has no Secret "
+            f"{spec.namespace}/{cluster.HF_TOKEN_SECRET}: run `invoke secrets.hf-token` first"
+        ) from None
+
+
+def check_not_running(kube: Kube, spec: JobSpec) -> None:
+    api_error, _ = api_errors()
+    name = job_name(spec.run_id)
+    try:
+        kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, spec.namespace, PLURAL, name, _request_timeout=TIMEOUT_S
+        )
+    except api_error as error:
+        if error.status == 404:
+            return
+        raise
+    raise SpecError(
+        f"run {spec.run_id} already has a job on the cluster ({spec.namespace}/{name}): follow it with "
+        f"`invoke status --run-id {spec.run_id}`, or `invoke stop --run-id {spec.run_id}` and submit again to resume"
+    )
+
+
+def check_image(spec: JobSpec, ecr=None) -> str | None:
+    """The image must exist in ECR; an image from another registry is the user's to vouch for (a note)."""
+    match = ECR_IMAGE.match(spec.image)
+    if match is None:
+        if not cluster.load_outputs().recorded and spec.image.startswith(f"trainkit/{cluster.IMAGE_REPOSITORY}:"):
+            raise SpecError(
+                "no training image: run `make up PROFILE=aws` (records the ECR repository) and push the image "
+                "(containers/README.md), or pass --image"
+            )
+        return f"image {spec.image} is not in ECR; not checked (the nodes must be able to pull it)"
+    import boto3
+    from botocore.exceptions import ClientError
+
+    ecr = ecr or boto3.client("ecr", region_name=match["region"])
+    tag = match["tag"] or "latest"
+    try:
+        ecr.describe_images(repositoryName=match["repo"], imageIds=[{"imageTag": tag}])
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
+            raise
+        raise SpecError(
+            f"image {spec.image} is not in ECR ({code}): build and push it (containers/README.md), "
+            "or pass --image with a tag that exists"
+        ) from None
+    return None
+
+
+def preflight(kube: Kube, spec: JobSpec, ecr=None) -> list[str]:
+    """Every check, in order; returns notes (things that are fine but worth saying)."""
+    check_cluster(kube)
+    check_operator(kube)
+    check_not_running(kube, spec)
+    notes = [check_capacity(kube, spec)]
+    check_volume(kube, spec.namespace)
+    check_secret(kube, spec)
+    notes.append(check_image(spec, ecr))
+    return [note for note in notes if note]

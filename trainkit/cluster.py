@@ -1,0 +1,74 @@
+"""What the launcher knows about the EKS cluster: names the platform stack creates, and the infra outputs.
+
+The names below are the contract between `terraform/stacks/platform` (which creates the objects) and
+the EKS backend (which refers to them); tests/test_platform_stack.py checks both sides agree.
+`invoke infra.up --profile aws` records the infra stack's outputs in `.trainkit/aws/outputs.json`;
+without that file (a dry run on a laptop) the infra stack's defaults are assumed and said so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+JOBS_NAMESPACE = "trainkit-jobs"
+"""Namespace for training jobs (ResourceQuota, FSx claim and the HF token Secret live there)."""
+PLATFORM_NAMESPACE = "trainkit-system"
+"""Namespace of the platform's own services (etcd)."""
+ETCD_SERVICE = "trainkit-etcd"
+ETCD_PORT = 2379
+FSX_CLAIM = "fsx-shared"
+"""PersistentVolumeClaim (ReadWriteMany) bound to the infra stack's FSx for Lustre file system."""
+FSX_MOUNT = "/fsx"
+"""Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""
+HF_TOKEN_SECRET = "hf-token"
+HF_TOKEN_KEY = "token"
+C10D_PORT = 29400
+"""Port of the c10d rendezvous store on worker 0 (torchrun's default)."""
+DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
+IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
+DEFAULT_IMAGE_TAG = "latest"
+
+
+def etcd_endpoint() -> str:
+    return f"{ETCD_SERVICE}.{PLATFORM_NAMESPACE}.svc:{ETCD_PORT}"
+
+
+def outputs_path() -> Path:
+    state = Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit"))
+    return state / "aws" / "outputs.json"
+
+
+def save_outputs(outputs: dict) -> Path:
+    path = outputs_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(outputs, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+@dataclass(frozen=True)
+class InfraOutputs:
+    """The infra outputs the EKS backend uses; `recorded` says whether they came from a real `make up`."""
+
+    instance_type: str
+    image_repository: str | None
+    region: str | None
+    recorded: bool
+
+
+def load_outputs() -> InfraOutputs:
+    path = outputs_path()
+    if not path.is_file():
+        return InfraOutputs(DEFAULT_INSTANCE_TYPE, None, None, recorded=False)
+    data = json.loads(path.read_text())
+    urls = data.get("ecr_repository_urls") or {}
+    return InfraOutputs(
+        instance_type=data.get("gpu_instance_type") or DEFAULT_INSTANCE_TYPE,
+        image_repository=urls.get(IMAGE_REPOSITORY),
+        region=data.get("region"),
+        recorded=True,
+    )

@@ -1,0 +1,176 @@
+"""Kubernetes objects built from a validated job spec, as plain dicts (never text templates).
+
+`render_pytorchjob` is the whole EKS job: a Kubeflow training-operator v1 PyTorchJob with an elastic
+policy and one worker replica per node. Every worker runs `python -m trainkit.backends.eks.pod`, which
+prepares the run directory on the FSx volume with the same code as the local target and then starts
+torchrun. Field names follow the training-operator v1 CRD (tests/schemas/pytorchjob-v1.json keeps
+the part we use) and the Kubernetes core API (checked with kubernetes-validate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from . import cluster, hardware
+from .spec import JobSpec
+
+API_VERSION = "kubeflow.org/v1"
+CONTAINER = "pytorch"  # the training operator looks for this container name
+LABEL_RUN = "trainkit/run-id"
+LABEL_MODEL = "trainkit/model"
+LABEL_RDZV = "trainkit/rdzv-id"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "trainkit"}
+# torchrun gives workers 30 s to stop after SIGTERM (they checkpoint when time allows, README
+# "Elastic training"); the kubelet must wait at least that long before it kills the pod.
+TERMINATION_GRACE_S = 60
+# Environment for NCCL over EFA (aws-ofi-nccl): the EFA libfabric provider with GPUDirect RDMA,
+# which p4d and p5 support; NCCL's own log, and a failed collective ends the process instead of hanging.
+NCCL_EFA_ENV = {
+    "FI_PROVIDER": "efa",
+    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "NCCL_DEBUG": "INFO",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+}
+# A killed worker must not leave the next rendezvous round waiting on its store (README, Elastic training).
+TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1"}
+POD_ENTRY = ["python", "-m", "trainkit.backends.eks.pod"]
+MAX_NAME = 45  # the operator names pods and services <job>-worker-<i>; keep that under 63 characters
+
+
+def job_name(run_id: str) -> str:
+    """A DNS-1035 label from the run id (lower case, digits, '-'); a hash keeps altered ids distinct."""
+    name = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    if not name or not name[0].isalpha():
+        name = f"run-{name}"
+    if name != run_id or len(name) > MAX_NAME:
+        digest = hashlib.sha256(run_id.encode()).hexdigest()[:6]
+        name = f"{name[: MAX_NAME - 7].rstrip('-')}-{digest}"
+    return name
+
+
+def label_value(text: str) -> str:
+    """Label values allow 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
+
+
+def job_labels(spec: JobSpec) -> dict[str, str]:
+    return {LABEL_RUN: label_value(spec.run_id), LABEL_MODEL: label_value(spec.model), **MANAGED_BY}
+
+
+def rdzv_endpoint(spec: JobSpec) -> str:
+    """etcd: the platform's service (or --rdzv-endpoint). c10d: worker 0's per-replica service."""
+    return spec.rdzv_endpoint or f"{job_name(spec.run_id)}-worker-0:{cluster.C10D_PORT}"
+
+
+def _elastic_policy(spec: JobSpec, rdzv_id: str) -> dict:
+    """What the operator needs to run an elastic job; the pods pass torchrun the same values explicitly
+    (and the rendezvous tuning, trainkit/torchrun.py), since the operator knows no `trainkit-etcd`."""
+    host, _, port = rdzv_endpoint(spec).rpartition(":")
+    return {
+        "rdzvBackend": spec.rdzv,
+        "rdzvHost": host,
+        "rdzvPort": int(port),
+        "rdzvId": rdzv_id,
+        "minReplicas": spec.min_nodes,
+        "maxReplicas": spec.nodes,
+        "maxRestarts": spec.max_restarts,
+    }
+
+
+def _env(spec: JobSpec) -> list[dict]:
+    """The spec travels as JSON (it holds no secrets); the token comes from the Secret, never a value."""
+    spec_json = json.dumps(spec.to_dict(), sort_keys=True)
+    plain = {**NCCL_EFA_ENV, **TORCH_ENV, "TRAINKIT_SPEC": spec_json}
+    env = [{"name": name, "value": value} for name, value in plain.items()]
+    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    env.append(
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": cluster.HF_TOKEN_SECRET,
+                    "key": cluster.HF_TOKEN_KEY,
+                    # Pretrained weights need it; otherwise it only opens gated hub datasets.
+                    "optional": spec.init != "pretrained",
+                }
+            },
+        }
+    )
+    return env
+
+
+def _container(spec: JobSpec, rdzv_id: str) -> dict:
+    instance = hardware.INSTANCE_TYPES[spec.instance_type]
+    devices = {"nvidia.com/gpu": str(spec.nproc)}
+    if instance.efa_interfaces:
+        devices["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
+    return {
+        "name": CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": POD_ENTRY,
+        "args": ["--rdzv-endpoint", rdzv_endpoint(spec), "--rdzv-id", rdzv_id],
+        "workingDir": cluster.FSX_MOUNT,
+        "env": _env(spec),
+        "resources": {"requests": dict(devices), "limits": dict(devices)},
+        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}],
+        "volumeMounts": [
+            {"name": "fsx", "mountPath": cluster.FSX_MOUNT},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+
+
+def render_pod_template(spec: JobSpec, rdzv_id: str) -> dict:
+    return {
+        "metadata": {"labels": {**job_labels(spec), LABEL_RDZV: label_value(rdzv_id)}},
+        "spec": {
+            "nodeSelector": {"node.kubernetes.io/instance-type": spec.instance_type, "trainkit/pool": "gpu"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+            "containers": [_container(spec, rdzv_id)],
+            "volumes": [
+                {"name": "fsx", "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}},
+                # NCCL and data loader workers share memory through /dev/shm; the default 64 MiB is too small.
+                {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            ],
+        },
+    }
+
+
+def render_pytorchjob(spec: JobSpec, rdzv_id: str) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": job_name(spec.run_id),
+            "namespace": spec.namespace,
+            "labels": job_labels(spec),
+            "annotations": {LABEL_RUN: spec.run_id},
+        },
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": spec.max_restarts},
+            "elasticPolicy": _elastic_policy(spec, rdzv_id),
+            "nprocPerNode": str(spec.nproc),
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": spec.nodes,
+                    "restartPolicy": "OnFailure",
+                    "template": render_pod_template(spec, rdzv_id),
+                }
+            },
+        },
+    }
+
+
+def render_hf_token_secret(token: str, namespace: str) -> dict:
+    """The only object that carries the token; created by `invoke secrets.hf-token`, never printed."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": cluster.HF_TOKEN_SECRET, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "type": "Opaque",
+        "stringData": {cluster.HF_TOKEN_KEY: token},
+    }
