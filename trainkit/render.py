@@ -34,7 +34,9 @@ NCCL_EFA_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }
 # A killed worker must not leave the next rendezvous round waiting on its store (README, Elastic training).
-TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1"}
+# LOGLEVEL=INFO makes torchrun log each rendezvous round (group_rank, world size), which is how
+# `invoke logs` finds the leader and how a reader sees a node leave or join.
+TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1", "LOGLEVEL": "INFO"}
 POD_ENTRY = ["python", "-m", "trainkit.backends.eks.pod"]
 MAX_NAME = 45  # the operator names pods and services <job>-worker-<i>; keep that under 63 characters
 

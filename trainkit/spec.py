@@ -501,8 +501,8 @@ def _validate_eks(spec: JobSpec) -> None:
         spec.instance_type = outputs.instance_type
         if not outputs.recorded:
             spec.notes.append(
-                f"no infra outputs in {cluster.outputs_path()}: assuming {spec.instance_type} nodes "
-                "(`make up PROFILE=aws` records the real ones; --instance-type sets it)"
+                f"no infra outputs recorded yet (`make up PROFILE=aws` records them): assuming "
+                f"{spec.instance_type} nodes; --instance-type sets it"
             )
     known = hardware.INSTANCE_TYPES
     _require(

@@ -1,0 +1,436 @@
+"""A local Kubernetes API server for the paths the EKS backend uses, with a small operator and kubelet.
+
+Requests come from the official Kubernetes client over real HTTP. A created PyTorchJob is checked
+against tests/schemas/pytorchjob-v1.json (422 otherwise, like an API server's schema validation);
+its workers become pods whose container really runs here: the command, args, working directory
+(the `/fsx` mount maps to a local folder) and environment from the manifest, Secrets and the
+downward API resolved. A pod whose process fails is restarted (restartPolicy OnFailure), which
+counts in restartCount and adds a Restarting condition to the job, as the training operator does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import jsonschema
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "pytorchjob-v1.json").read_text())
+JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
+PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
+SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
+CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
+
+
+VERSION = {  # every field of version.Info (the client requires them all)
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2025-04-23T00:00:00Z",
+    "goVersion": "go1.24.2",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def matches(labels: dict, selector: str | None) -> bool:
+    pairs = [item.split("=", 1) for item in (selector or "").split(",") if item]
+    return all(labels.get(key) == value for key, value in pairs)
+
+
+def status_body(code: int, reason: str, message: str) -> dict:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": reason,
+        "message": message,
+        "code": code,
+    }
+
+
+@dataclass
+class Pod:
+    manifest: dict
+    log: Path
+    env: dict
+    cwd: Path
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    phase: str = "Pending"
+    deleted: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.manifest["metadata"]["name"]
+
+    def start(self) -> None:
+        container = self.manifest["spec"]["containers"][0]
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                container["command"] + container.get("args", []),
+                cwd=self.cwd,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.phase = "Running"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def to_api(self) -> dict:
+        body = json.loads(json.dumps(self.manifest))
+        body["status"] = {
+            "phase": self.phase,
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "restartCount": self.restarts,
+                    "ready": self.phase == "Running",
+                    "image": "x",
+                    "imageID": "",
+                    "containerID": "",
+                }
+            ],
+        }
+        return body
+
+
+@dataclass
+class FakeCluster:
+    """State of the fake cluster; `root` holds the FSx folder and pod logs."""
+
+    root: Path
+    operator_installed: bool = True
+    claim_phase: str | None = "Bound"
+    nodes: list[dict] = field(default_factory=list)
+    secrets: dict = field(default_factory=dict)
+    jobs: dict = field(default_factory=dict)
+    pods: dict = field(default_factory=dict)
+    requests: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.fsx = self.root / "fsx"
+        self.fsx.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server.daemon_threads = True
+        self.stopping = threading.Event()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def add_nodes(self, instance_type: str, count: int, gpus: int, efa: int) -> None:
+        for _ in range(count):
+            self.nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": f"ip-10-0-0-{len(self.nodes) + 1}.ec2.internal",
+                        "labels": {"node.kubernetes.io/instance-type": instance_type, "trainkit/pool": "gpu"},
+                    },
+                    "spec": {},
+                    "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": str(efa)}},
+                }
+            )
+
+    def kubeconfig(self) -> Path:
+        host, port = self.server.server_address
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://{host}:{port}"}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        path = self.root / "kubeconfig"
+        path.write_text(json.dumps(config))
+        return path
+
+    def __enter__(self) -> FakeCluster:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._kubelet, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopping.set()
+        with self.lock:
+            for pod in self.pods.values():
+                pod.kill()
+        self.server.shutdown()
+
+    # ------------------------------------------------------------ operator and kubelet
+
+    def create_job(self, namespace: str, body: dict) -> tuple[int, dict]:
+        try:
+            jsonschema.validate(body, SCHEMA)
+        except jsonschema.ValidationError as error:
+            return 422, status_body(422, "Invalid", f"PyTorchJob is invalid: {error.message}")
+        name = body["metadata"]["name"]
+        with self.lock:
+            if (namespace, name) in self.jobs:
+                return 409, status_body(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{name}" already exists')
+            body["metadata"].update(creationTimestamp=now(), uid=f"uid-{name}")
+            body["status"] = {"conditions": [self._condition("Created", f"PyTorchJob {name} is created.")]}
+            self.jobs[(namespace, name)] = body
+            worker = body["spec"]["pytorchReplicaSpecs"]["Worker"]
+            for index in range(worker["replicas"]):
+                self._create_pod(namespace, body, worker["template"], index)
+        return 201, body
+
+    def _create_pod(self, namespace: str, job: dict, template: dict, index: int) -> None:
+        name = f"{job['metadata']['name']}-worker-{index}"
+        manifest = json.loads(json.dumps(template))
+        manifest["metadata"].update(name=name, namespace=namespace)
+        manifest["metadata"]["labels"]["training.kubeflow.org/replica-index"] = str(index)
+        manifest["spec"]["nodeName"] = self.nodes[index % len(self.nodes)]["metadata"]["name"] if self.nodes else None
+        container = manifest["spec"]["containers"][0]
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = item["value"]
+            elif "fieldRef" in item["valueFrom"]:
+                env[item["name"]] = name  # metadata.name is the only field the manifests use
+            else:
+                ref = item["valueFrom"]["secretKeyRef"]
+                value = self.secrets.get((namespace, ref["name"]), {}).get(ref["key"])
+                if value is not None:
+                    env[item["name"]] = value
+        cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
+        pod = Pod(manifest, self.root / f"{name}.log", env, cwd)
+        self.pods[(namespace, name)] = pod
+        pod.start()
+
+    def _condition(self, kind: str, message: str) -> dict:
+        return {"type": kind, "status": "True", "lastTransitionTime": now(), "message": message}
+
+    def _kubelet(self) -> None:
+        while not self.stopping.wait(0.2):
+            with self.lock:
+                for (namespace, name), job in self.jobs.items():
+                    self._sync(namespace, name, job)
+
+    def _sync(self, namespace: str, name: str, job: dict) -> None:
+        pods = [p for (ns, n), p in self.pods.items() if ns == namespace and n.startswith(f"{name}-worker-")]
+        conditions = job["status"]["conditions"]
+        if conditions[-1]["type"] in ("Succeeded", "Failed"):
+            return
+        limit = job["spec"].get("runPolicy", {}).get("backoffLimit", 3)
+        for pod in pods:
+            code = pod.process.poll() if pod.process else None
+            if code is None or pod.phase in ("Succeeded", "Failed"):
+                continue
+            if code == 0:
+                pod.phase = "Succeeded"
+            elif pod.restarts < limit:
+                pod.restarts += 1
+                conditions.append(self._condition("Restarting", f"{pod.name} exited with code {code}; restarting"))
+                pod.start()
+            else:
+                pod.phase = "Failed"
+        phases = {pod.phase for pod in pods}
+        if phases == {"Running"} and conditions[-1]["type"] != "Running":
+            conditions.append(self._condition("Running", f"PyTorchJob {name} is running."))
+        if "Succeeded" in phases and "Running" not in phases:
+            conditions.append(self._condition("Succeeded", f"PyTorchJob {name} is successfully completed."))
+        elif phases == {"Failed"}:
+            conditions.append(self._condition("Failed", f"PyTorchJob {name} has failed."))
+
+    def delete_job(self, namespace: str, name: str) -> tuple[int, dict]:
+        with self.lock:
+            job = self.jobs.pop((namespace, name), None)
+            if job is None:
+                return 404, status_body(404, "NotFound", f'pytorchjobs.kubeflow.org "{name}" not found')
+            for key in [k for k in self.pods if k[0] == namespace and k[1].startswith(f"{name}-worker-")]:
+                pod = self.pods.pop(key)
+                pod.kill(signal.SIGTERM)  # the kubelet's stop: SIGTERM, then SIGKILL after the grace period
+                grace = pod.manifest["spec"].get("terminationGracePeriodSeconds", 30)
+                threading.Timer(grace, pod.kill).start()
+        return 200, status_body(200, "Deleted", name) | {"status": "Success"}
+
+    # ------------------------------------------------------------ test controls
+
+    def pod(self, name: str, namespace: str = "trainkit-jobs") -> Pod:
+        return self.pods[(namespace, name)]
+
+    def wait(self, predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if predicate():
+                    return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _handler(cluster: FakeCluster):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, code: int, body) -> None:
+            data = json.dumps(body).encode() if not isinstance(body, bytes) else body
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json" if not isinstance(body, bytes) else "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict:
+            return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
+        def _route(self, method: str) -> None:
+            url = urlparse(self.path)
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            cluster.requests.append((method, url.path))
+            path = url.path
+            if path in ("/version", "/version/") and method == "GET":
+                return self._send(200, VERSION)
+            if path == "/apis/kubeflow.org/v1" and method == "GET":
+                if not cluster.operator_installed:
+                    return self._send(
+                        404, status_body(404, "NotFound", "the server could not find the requested resource")
+                    )
+                resource = {
+                    "name": "pytorchjobs",
+                    "singularName": "pytorchjob",
+                    "namespaced": True,
+                    "kind": "PyTorchJob",
+                    "verbs": ["create", "delete", "get", "list"],
+                }
+                return self._send(
+                    200, {"kind": "APIResourceList", "groupVersion": "kubeflow.org/v1", "resources": [resource]}
+                )
+            if path == "/api/v1/nodes" and method == "GET":
+                items = [n for n in cluster.nodes if matches(n["metadata"]["labels"], query.get("labelSelector"))]
+                return self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items})
+            if m := CLAIMS.match(path):
+                if cluster.claim_phase is None:
+                    return self._send(404, status_body(404, "NotFound", f'persistentvolumeclaims "{m[2]}" not found'))
+                return self._send(
+                    200,
+                    {
+                        "kind": "PersistentVolumeClaim",
+                        "apiVersion": "v1",
+                        "metadata": {"name": m[2], "namespace": m[1]},
+                        "spec": {"accessModes": ["ReadWriteMany"]},
+                        "status": {"phase": cluster.claim_phase},
+                    },
+                )
+            if m := JOBS.match(path):
+                return self._jobs(method, m[1], m[2], query)
+            if m := PODS.match(path):
+                return self._pods(method, m[1], m[2], bool(m[3]), query)
+            if m := SECRETS.match(path):
+                return self._secrets(method, m[1], m[2])
+            return self._send(404, status_body(404, "NotFound", f"no route for {method} {path}"))
+
+        def _jobs(self, method, namespace, name, query):
+            if method == "POST" and name is None:
+                return self._send(*cluster.create_job(namespace, self._body()))
+            if method == "DELETE" and name:
+                return self._send(*cluster.delete_job(namespace, name))
+            with cluster.lock:
+                if method == "GET" and name:
+                    job = cluster.jobs.get((namespace, name))
+                    if job is None:
+                        return self._send(404, status_body(404, "NotFound", f'pytorchjobs "{name}" not found'))
+                    return self._send(200, job)
+                if method == "GET":
+                    items = [
+                        j
+                        for (ns, _), j in cluster.jobs.items()
+                        if ns == namespace and matches(j["metadata"].get("labels", {}), query.get("labelSelector"))
+                    ]
+                    return self._send(
+                        200, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": items, "metadata": {}}
+                    )
+            return self._send(405, status_body(405, "MethodNotAllowed", method))
+
+        def _pods(self, method, namespace, name, log, query):
+            if method == "GET" and name is None:
+                with cluster.lock:
+                    items = [
+                        p.to_api()
+                        for (ns, _), p in cluster.pods.items()
+                        if ns == namespace and matches(p.manifest["metadata"]["labels"], query.get("labelSelector"))
+                    ]
+                return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+            pod = cluster.pods.get((namespace, name))
+            if pod is None:
+                return self._send(404, status_body(404, "NotFound", f'pods "{name}" not found'))
+            if not log:
+                return self._send(200, pod.to_api())
+            if query.get("follow") != "true":
+                return self._send(200, pod.log.read_bytes() if pod.log.exists() else b"")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            offset = 0
+            while True:
+                data = pod.log.read_bytes()[offset:] if pod.log.exists() else b""
+                if data:
+                    offset += len(data)
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                elif pod.phase in ("Succeeded", "Failed") or pod.deleted or (namespace, name) not in cluster.pods:
+                    break
+                time.sleep(0.1)
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _secrets(self, method, namespace, name):
+            if method == "GET":
+                if (namespace, name) not in cluster.secrets:
+                    return self._send(404, status_body(404, "NotFound", f'secrets "{name}" not found'))
+                return self._send(
+                    200,
+                    {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": name}, "type": "Opaque", "data": {}},
+                )
+            body = self._body()
+            key = (namespace, body["metadata"]["name"])
+            if method == "POST" and key in cluster.secrets:
+                return self._send(409, status_body(409, "AlreadyExists", f'secrets "{key[1]}" already exists'))
+            cluster.secrets[key] = dict(body.get("stringData", {}))
+            return self._send(
+                201 if method == "POST" else 200,
+                {"kind": "Secret", "apiVersion": "v1", "metadata": body["metadata"], "type": "Opaque"},
+            )
+
+        def do_GET(self):
+            self._route("GET")
+
+        def do_POST(self):
+            self._route("POST")
+
+        def do_PUT(self):
+            self._route("PUT")
+
+        def do_DELETE(self):
+            self._route("DELETE")
+
+    return Handler
