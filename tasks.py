@@ -205,17 +205,19 @@ def plan(
 
 
 INFRA_HELP = {
-    "profile": "local (this machine) or aws (Terraform infra stack).",
+    "profile": "local (this machine) or aws (Terraform infra stack, then the platform stack).",
     "yes": "Do not ask for confirmation (aws).",
     "var-file": "tfvars for the infra stack (default terraform/stacks/infra/terraform.tfvars).",
 }
 
 
-@task(help=INFRA_HELP)
+@task(
+    help={**INFRA_HELP, "stack": "aws: all (default), infra (cluster, nodes, FSx, ECR) or platform (on the cluster)."}
+)
 @user_errors
-def up(c, profile="local", yes=False, var_file=None):
-    """Bring up a profile. aws: plan, cost per hour, confirm, apply, write a kubeconfig."""
-    print(commands.up(profile, yes=yes, var_file=var_file))
+def up(c, profile="local", yes=False, var_file=None, stack="all"):
+    """Bring up a profile. aws: plan, cost per hour, confirm, apply infra, write a kubeconfig, apply the platform."""
+    print(commands.up(profile, yes=yes, var_file=var_file, stack=stack))
 
 
 @task(help=INFRA_HELP)

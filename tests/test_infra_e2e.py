@@ -50,7 +50,12 @@ def emulator(tmp_path):
 def make(target: str, env: dict, var_file: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     return subprocess.run(
-        ["make", target, "PROFILE=aws", f"ARGS=--yes --var-file {var_file}"],
+        [
+            "make",
+            target,
+            "PROFILE=aws",
+            f"ARGS=--yes --var-file {var_file}{' --stack infra' if target == 'up' else ''}",
+        ],
         cwd=REPO,
         env={**clean, **env},
         capture_output=True,

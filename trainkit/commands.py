@@ -96,11 +96,16 @@ def _infra_profile(profile: str) -> str:
     return profile
 
 
-def up(profile: str, yes: bool = False, var_file: str | None = None) -> str:
+STACKS = ("all", "infra", "platform")
+
+
+def up(profile: str, yes: bool = False, var_file: str | None = None, stack: str = "all") -> str:
     """local: start the local etcd (for --rdzv etcd), report this machine. aws: plan, show cost, confirm,
-    apply, kubeconfig."""
+    apply the infra stack (and write a kubeconfig), then the platform stack."""
+    if stack not in STACKS:
+        raise SpecError(f"--stack {stack!r} is not valid; choose one of: {', '.join(STACKS)}")
     if _infra_profile(profile) == "aws":
-        return aws_up(yes, var_file)
+        return aws_up(yes, var_file, stack)
     import importlib.util
 
     from .services import LocalEtcd
@@ -148,17 +153,31 @@ def aws_plan(var_file: str | None = None) -> str:
     return _plan_infra(var_file)[2]
 
 
-def aws_up(yes: bool, var_file: str | None) -> str:
+def aws_up(yes: bool, var_file: str | None, which: str = "all") -> str:
     from .infra import aws
 
-    stack, plan, summary = _plan_infra(var_file)
-    print(summary, flush=True)
-    if plan.has_changes:
-        aws.confirm("Create these resources (they are billed until `make down PROFILE=aws`)?", yes)
-        stack.apply(plan)
+    if which in ("all", "infra"):
+        stack, plan, summary = _plan_infra(var_file)
+        print(summary, flush=True)
+        if plan.has_changes:
+            aws.confirm("Create these resources (they are billed until `make down PROFILE=aws`)?", yes)
+            stack.apply(plan)
+    else:
+        stack = aws.stack()
+        stack.init()
     outputs = stack.outputs()
+    if not outputs:
+        raise SpecError("the infra stack has no outputs yet: run `make up PROFILE=aws` (both stacks) first")
     save_outputs(outputs)  # what `invoke train --target eks` defaults from (instance type, ECR image)
     kubeconfig = aws.write_kubeconfig(outputs, aws.kubeconfig_path())
+    if which in ("all", "platform"):
+        # Device plugins, training operator, etcd, FSx claim (terraform/stacks/platform); its
+        # providers (helm, kubernetes, kustomization) come from the registry.
+        platform = aws.stack("platform")
+        platform.init()
+        plan = platform.plan()
+        if plan.has_changes:
+            platform.apply(plan)
     return f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
 
 
@@ -172,6 +191,8 @@ def aws_down(yes: bool, var_file: str | None) -> str:
     confirmed = False
     for stack_name in aws.teardown_order():
         stack = aws.stack(stack_name)
+        if not (stack.state_dir / "terraform.tfstate").is_file():
+            continue  # never applied (and its providers need not be installed to know it)
         stack.init()
         if not stack.has_state():
             continue

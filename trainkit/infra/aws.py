@@ -84,7 +84,11 @@ def check_credentials() -> dict:
 
 
 def stack(name: str = "infra") -> TerraformStack:
-    return TerraformStack(STACKS_DIR / name, STATE_DIR / name if name != "infra" else STATE_DIR)
+    if name == "infra":
+        return TerraformStack(STACKS_DIR / name, STATE_DIR)
+    # Later stacks read the infra stack's outputs from its state file (terraform_remote_state).
+    infra_state = {"TF_VAR_infra_state_path": str(STATE_DIR / "terraform.tfstate")}
+    return TerraformStack(STACKS_DIR / name, STATE_DIR / name, extra_env=infra_state)
 
 
 def teardown_order() -> list[str]:

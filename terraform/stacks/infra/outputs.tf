@@ -71,3 +71,8 @@ output "stack_id" {
   description = "Value of the trainkit:stack-id tag on every resource."
   value       = var.stack_id
 }
+
+output "fsx_storage_capacity_gib" {
+  description = "FSx for Lustre capacity in GiB (the platform stack sizes its volume claims with it)."
+  value       = var.fsx_storage_capacity_gib
+}

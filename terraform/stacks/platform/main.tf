@@ -1,0 +1,262 @@
+################################################################################
+# Infra outputs
+################################################################################
+
+data "terraform_remote_state" "infra" {
+  backend = "local"
+  config = {
+    path = var.infra_state_path
+  }
+}
+
+locals {
+  infra     = data.terraform_remote_state.infra.outputs
+  gpu_quota = coalesce(var.gpu_quota, local.infra.gpu_nodes_max * local.infra.gpus_per_node)
+  labels = {
+    "app.kubernetes.io/managed-by" = "terraform"
+    "app.kubernetes.io/part-of"    = "trainkit"
+  }
+  fsx_size = "${local.infra.fsx_storage_capacity_gib}Gi"
+
+  # Every chart pinned to one version (tests/test_platform_stack.py refuses ranges).
+  charts = {
+    nvidia-device-plugin = {
+      repository = "https://nvidia.github.io/k8s-device-plugin"
+      version    = "0.19.3"
+    }
+    aws-efa-k8s-device-plugin = {
+      repository = "https://aws.github.io/eks-charts"
+      version    = "v0.5.30"
+    }
+  }
+
+  # One claim per namespace on the same FSx file system: jobs keep runs, data and checkpoints
+  # there; etcd keeps its data there, so a restarted etcd finds the rendezvous state it had.
+  fsx_claims = {
+    jobs = {
+      namespace = var.jobs_namespace
+      claim     = "fsx-shared"
+    }
+    etcd = {
+      namespace = var.system_namespace
+      claim     = "fsx-etcd"
+    }
+  }
+}
+
+################################################################################
+# Namespaces and quota
+################################################################################
+
+resource "kubernetes_manifest" "namespace" {
+  for_each = toset([var.jobs_namespace, var.system_namespace])
+
+  manifest = {
+    apiVersion = "v1"
+    kind       = "Namespace"
+    metadata = {
+      name   = each.value
+      labels = local.labels
+    }
+  }
+}
+
+resource "kubernetes_manifest" "gpu_quota" {
+  manifest = {
+    apiVersion = "v1"
+    kind       = "ResourceQuota"
+    metadata = {
+      name      = "gpus"
+      namespace = var.jobs_namespace
+      labels    = local.labels
+    }
+    spec = {
+      hard = {
+        "requests.nvidia.com/gpu" = tostring(local.gpu_quota)
+      }
+    }
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+################################################################################
+# FSx for Lustre volume (static provisioning through the FSx CSI driver add-on)
+################################################################################
+
+resource "kubernetes_manifest" "fsx_volume" {
+  for_each = local.fsx_claims
+
+  manifest = {
+    apiVersion = "v1"
+    kind       = "PersistentVolume"
+    metadata = {
+      name   = "${each.value.namespace}-${each.value.claim}"
+      labels = local.labels
+    }
+    spec = {
+      capacity                      = { storage = local.fsx_size }
+      accessModes                   = ["ReadWriteMany"]
+      persistentVolumeReclaimPolicy = "Retain"
+      storageClassName              = ""
+      mountOptions                  = ["flock"]
+      claimRef = {
+        namespace = each.value.namespace
+        name      = each.value.claim
+      }
+      csi = {
+        driver       = "fsx.csi.aws.com"
+        volumeHandle = local.infra.fsx_file_system_id
+        volumeAttributes = {
+          dnsname   = local.infra.fsx_dns_name
+          mountname = local.infra.fsx_mount_name
+        }
+      }
+    }
+  }
+}
+
+resource "kubernetes_manifest" "fsx_claim" {
+  for_each = local.fsx_claims
+
+  manifest = {
+    apiVersion = "v1"
+    kind       = "PersistentVolumeClaim"
+    metadata = {
+      name      = each.value.claim
+      namespace = each.value.namespace
+      labels    = local.labels
+    }
+    spec = {
+      accessModes      = ["ReadWriteMany"]
+      storageClassName = ""
+      volumeName       = "${each.value.namespace}-${each.value.claim}"
+      resources        = { requests = { storage = local.fsx_size } }
+    }
+  }
+
+  depends_on = [kubernetes_manifest.namespace, kubernetes_manifest.fsx_volume]
+}
+
+################################################################################
+# etcd for the etcd rendezvous (--rdzv etcd, the EKS default)
+################################################################################
+
+resource "kubernetes_manifest" "etcd_service" {
+  manifest = {
+    apiVersion = "v1"
+    kind       = "Service"
+    metadata = {
+      name      = "trainkit-etcd"
+      namespace = var.system_namespace
+      labels    = local.labels
+    }
+    spec = {
+      selector = { "app.kubernetes.io/name" = "trainkit-etcd" }
+      ports    = [{ name = "client", port = 2379, targetPort = 2379, protocol = "TCP" }]
+    }
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+resource "kubernetes_manifest" "etcd" {
+  manifest = {
+    apiVersion = "apps/v1"
+    kind       = "StatefulSet"
+    metadata = {
+      name      = "trainkit-etcd"
+      namespace = var.system_namespace
+      labels    = local.labels
+    }
+    spec = {
+      serviceName = "trainkit-etcd"
+      replicas    = 1
+      selector    = { matchLabels = { "app.kubernetes.io/name" = "trainkit-etcd" } }
+      template = {
+        metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "trainkit-etcd" }) }
+        spec = {
+          securityContext = { runAsNonRoot = true, runAsUser = 1000, fsGroup = 1000 }
+          containers = [{
+            name  = "etcd"
+            image = var.etcd_image
+            command = [
+              "etcd",
+              "--name=trainkit-etcd",
+              "--data-dir=/var/lib/etcd",
+              "--enable-v2=true",
+              "--listen-client-urls=http://0.0.0.0:2379",
+              "--advertise-client-urls=http://trainkit-etcd.${var.system_namespace}.svc:2379",
+              "--listen-peer-urls=http://127.0.0.1:2380",
+              "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+              "--initial-cluster=trainkit-etcd=http://127.0.0.1:2380",
+            ]
+            ports = [{ name = "client", containerPort = 2379, protocol = "TCP" }]
+            readinessProbe = {
+              httpGet             = { path = "/health", port = 2379 }
+              periodSeconds       = 5
+              initialDelaySeconds = 2
+            }
+            livenessProbe = {
+              httpGet          = { path = "/health", port = 2379 }
+              periodSeconds    = 10
+              failureThreshold = 6
+            }
+            resources = {
+              requests = { cpu = "250m", memory = "256Mi" }
+              limits   = { cpu = "1", memory = "1Gi" }
+            }
+            securityContext = { allowPrivilegeEscalation = false, readOnlyRootFilesystem = true }
+            volumeMounts    = [{ name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" }]
+          }]
+          volumes = [{ name = "data", persistentVolumeClaim = { claimName = "fsx-etcd" } }]
+        }
+      }
+    }
+  }
+
+  depends_on = [kubernetes_manifest.fsx_claim]
+}
+
+################################################################################
+# Device plugins
+################################################################################
+
+resource "helm_release" "device_plugin" {
+  for_each = local.charts
+
+  name       = each.key
+  namespace  = "kube-system"
+  repository = each.value.repository
+  chart      = each.key
+  version    = each.value.version
+  values     = [file("${path.module}/values/${each.key}.yaml")]
+  wait       = true
+}
+
+################################################################################
+# Kubeflow training operator (v1: PyTorchJob with elasticPolicy)
+################################################################################
+
+data "kustomization_build" "training_operator" {
+  path = "github.com/kubeflow/training-operator.git//manifests/overlays/standalone?ref=${var.training_operator_ref}"
+}
+
+# Three phases, as the kustomization provider orders them: namespaces and CRDs first, then the
+# rest, then webhooks.
+resource "kustomization_resource" "training_operator_p0" {
+  for_each = data.kustomization_build.training_operator.ids_prio[0]
+  manifest = data.kustomization_build.training_operator.manifests[each.value]
+}
+
+resource "kustomization_resource" "training_operator_p1" {
+  for_each   = data.kustomization_build.training_operator.ids_prio[1]
+  manifest   = data.kustomization_build.training_operator.manifests[each.value]
+  depends_on = [kustomization_resource.training_operator_p0]
+}
+
+resource "kustomization_resource" "training_operator_p2" {
+  for_each   = data.kustomization_build.training_operator.ids_prio[2]
+  manifest   = data.kustomization_build.training_operator.manifests[each.value]
+  depends_on = [kustomization_resource.training_operator_p1]
+}

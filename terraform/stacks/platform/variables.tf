@@ -1,0 +1,38 @@
+################################################################################
+# Inputs
+################################################################################
+
+variable "infra_state_path" {
+  description = "Path of the infra stack's local state file; trainkit sets it (.trainkit/aws/terraform.tfstate)."
+  type        = string
+}
+
+variable "jobs_namespace" {
+  description = "Namespace for training jobs (trainkit.cluster.JOBS_NAMESPACE)."
+  type        = string
+  default     = "trainkit-jobs"
+}
+
+variable "system_namespace" {
+  description = "Namespace for the platform's own services, such as etcd (trainkit.cluster.PLATFORM_NAMESPACE)."
+  type        = string
+  default     = "trainkit-system"
+}
+
+variable "gpu_quota" {
+  description = "Most GPUs the jobs namespace may request at once; null = every GPU of the node group (nodes_max x GPUs per node)."
+  type        = number
+  default     = null
+}
+
+variable "etcd_image" {
+  description = "etcd image for the rendezvous store; 3.5.x, the last line that serves the v2 API torch's etcd rendezvous uses."
+  type        = string
+  default     = "quay.io/coreos/etcd:v3.5.21"
+}
+
+variable "training_operator_ref" {
+  description = "Git tag of the Kubeflow training operator (v1 API, PyTorchJob with elasticPolicy) to install."
+  type        = string
+  default     = "v1.9.2"
+}
