@@ -239,7 +239,7 @@ resource "helm_release" "device_plugin" {
 ################################################################################
 
 data "kustomization_build" "training_operator" {
-  path = "github.com/kubeflow/training-operator.git//manifests/overlays/standalone?ref=${var.training_operator_ref}"
+  path = "github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref=${var.training_operator_ref}"
 }
 
 # Three phases, as the kustomization provider orders them: namespaces and CRDs first, then the

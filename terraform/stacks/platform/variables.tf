@@ -32,7 +32,7 @@ variable "etcd_image" {
 }
 
 variable "training_operator_ref" {
-  description = "Git tag of the Kubeflow training operator (v1 API, PyTorchJob with elasticPolicy) to install."
+  description = "Git tag of the Kubeflow training operator v1 (PyTorchJob with elasticPolicy) in kubeflow/trainer, the renamed repository; v1.9.4 is the latest 1.9 patch (2026-08)."
   type        = string
-  default     = "v1.9.2"
+  default     = "v1.9.4"
 }
