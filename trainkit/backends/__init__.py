@@ -1,4 +1,9 @@
-"""Job backends: where a prepared run executes. One small interface so EKS can sit beside local."""
+"""Job backends: where a run executes.
+
+local: `LocalBackend.submit(prepared run)` runs torchrun here and returns the job's exit code.
+eks (`trainkit.backends.eks`): `submit(spec)`, `status`, `logs`, `stop` over the Kubernetes API; the
+run is prepared inside the pods, so it takes the spec rather than a prepared run.
+"""
 
 from __future__ import annotations
 
