@@ -40,12 +40,12 @@ def spec_of(**flags):
     return build_spec({"target": "eks", "model": "llama2-7b", "image": IMAGE, **flags})
 
 
-def check(api: FakeCluster, **flags) -> list[str]:
+def check(**flags) -> list[str]:
     return preflight.preflight(Kube.connect(), spec_of(**flags))
 
 
 def test_preflight_passes_on_a_ready_cluster(fake):
-    assert check(fake, nodes="2") == [f"image {IMAGE} is not in ECR; not checked (the nodes must be able to pull it)"]
+    assert check(nodes="2") == [f"image {IMAGE} is not in ECR; not checked (the nodes must be able to pull it)"]
 
 
 def test_unreachable_cluster(fake, monkeypatch, tmp_path):
@@ -60,19 +60,19 @@ def test_unreachable_cluster(fake, monkeypatch, tmp_path):
     with pytest.raises(
         SpecError, match=rf"cannot reach the Kubernetes API at http://127.0.0.1:{port} .*run `make up PROFILE=aws`"
     ):
-        check(fake)
+        check()
 
 
 def test_no_kubeconfig(fake, monkeypatch, tmp_path):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(SpecError, match=r"no kubeconfig at .*missing: run `make up PROFILE=aws` \(it writes one\)"):
-        check(fake)
+        check()
 
 
 def test_operator_missing(fake):
     fake.operator_installed = False
     with pytest.raises(SpecError, match=r"no PyTorchJob kind \(kubeflow.org/v1\): run `make up PROFILE=aws`"):
-        check(fake)
+        check()
 
 
 def test_not_enough_gpu_nodes(fake):
@@ -81,15 +81,15 @@ def test_not_enough_gpu_nodes(fake):
         match=r"needs 3 p5.48xlarge node\(s\) with 8 GPUs and 32 EFA devices allocatable each "
         r"and the cluster has 2: raise gpu_desired_nodes .* or ask for fewer with --nodes 2",
     ):
-        check(fake, nodes="3", global_batch_size="48", micro_batch_size="1")
+        check(nodes="3", global_batch_size="48", micro_batch_size="1")
     assert (
-        "the job starts at 2 and grows" in check(fake, nodes="1:3", global_batch_size="48", micro_batch_size="1")[0]
+        "the job starts at 2 and grows" in check(nodes="1:3", global_batch_size="48", micro_batch_size="1")[0]
     )  # elastic: the minimum is enough
 
 
 def test_nodes_of_another_type_do_not_count(fake):
     with pytest.raises(SpecError, match=r"needs 1 p4d.24xlarge node\(s\) .* the cluster has 0"):
-        check(fake, instance_type="p4d.24xlarge")
+        check(instance_type="p4d.24xlarge")
 
 
 @pytest.mark.parametrize("phase, shown", [(None, "missing"), ("Pending", "Pending")])
@@ -98,14 +98,14 @@ def test_fsx_claim_not_bound(fake, phase, shown):
     with pytest.raises(
         SpecError, match=rf"FSx volume claim trainkit-jobs/fsx-shared is {shown}, not Bound: run `make up"
     ):
-        check(fake)
+        check()
 
 
 def test_pretrained_needs_the_token_secret(fake):
     with pytest.raises(SpecError, match=r"no Secret trainkit-jobs/hf-token: run `invoke secrets.hf-token` first"):
-        check(fake, init="pretrained")
+        check(init="pretrained")
     fake.secrets[("trainkit-jobs", "hf-token")] = {"token": TOKEN}
-    check(fake, init="pretrained")
+    check(init="pretrained")
 
 
 def test_a_running_job_of_the_same_run_is_refused(fake):
@@ -114,7 +114,7 @@ def test_a_running_job_of_the_same_run_is_refused(fake):
     with pytest.raises(
         SpecError, match=rf"run {spec.run_id} already has a job .* `invoke stop --run-id {spec.run_id}`"
     ):
-        check(fake)
+        check()
 
 
 @mock_aws

@@ -7,6 +7,7 @@ the PyTorchJob against tests/schemas/pytorchjob-v1.json (from the training-opera
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ TOKEN = "hf_do_not_leak_0123456789abcdef"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"
 
 
+@functools.cache
 def kubernetes_version() -> str:
     """The version the infra stack creates (variables.tf default), as kubernetes-validate names it."""
     text = (REPO / "terraform" / "stacks" / "infra" / "variables.tf").read_text()
@@ -208,14 +210,16 @@ def test_job_names_are_dns_labels_and_stay_distinct():
     [
         ({"instance_type": "g5.xlarge"}, r"--instance-type 'g5.xlarge' is not in the instance table; choose one of: p"),
         ({"nproc": "16"}, r"--nproc 16: a p5.48xlarge node has 8 GPUs; use --nproc 1..8"),
-        ({"runs_dir": "/home/me/runs"}, r"--runs-dir /home/me/runs: on EKS runs live on the FSx volume"),
-        ({"dataset": "/home/me/data.jsonl"}, r"--dataset /home/me/data.jsonl: training pods read data from the FSx"),
+        ({"runs_dir": "{tmp}/runs"}, r"--runs-dir {tmp}/runs: on EKS runs live on the FSx volume"),
+        ({"dataset": "{tmp}/data.jsonl"}, r"--dataset {tmp}/data.jsonl: training pods read data from the FSx"),
     ],
 )
-def test_eks_flags_are_checked_before_anything_is_sent(recorded_outputs, flags, message):
+def test_eks_flags_are_checked_before_anything_is_sent(recorded_outputs, tmp_path, flags, message):
+    """Paths on this machine (outside the FSx mount) are refused; {tmp} is one found at run time."""
     from trainkit.errors import SpecError
 
-    with pytest.raises(SpecError, match=message):
+    flags = {name: value.replace("{tmp}", str(tmp_path)) for name, value in flags.items()}
+    with pytest.raises(SpecError, match=message.replace("{tmp}", re.escape(str(tmp_path)))):
         build_spec({"target": "eks", "model": "llama2-7b", **flags})
 
 

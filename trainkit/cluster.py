@@ -32,15 +32,26 @@ C10D_PORT = 29400
 DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
 IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
 DEFAULT_IMAGE_TAG = "latest"
+UNRECORDED_IMAGE = f"trainkit/{IMAGE_REPOSITORY}:{DEFAULT_IMAGE_TAG}"
+"""The image name a spec gets before `make up PROFILE=aws` recorded the ECR repository."""
 
 
 def etcd_endpoint() -> str:
     return f"{ETCD_SERVICE}.{PLATFORM_NAMESPACE}.svc:{ETCD_PORT}"
 
 
+def aws_state_dir() -> Path:
+    """Where the aws profile keeps Terraform state, the kubeconfig and the recorded outputs."""
+    return Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit")) / "aws"
+
+
 def outputs_path() -> Path:
-    state = Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit"))
-    return state / "aws" / "outputs.json"
+    return aws_state_dir() / "outputs.json"
+
+
+def kubeconfig_path() -> Path:
+    """The kubeconfig `make up PROFILE=aws` writes (credentials from `aws eks get-token`)."""
+    return aws_state_dir() / "kubeconfig"
 
 
 def save_outputs(outputs: dict) -> Path:

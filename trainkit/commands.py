@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .backends import get_backend
-from .cluster import outputs_path, save_outputs
+from .cluster import kubeconfig_path, outputs_path, save_outputs
 from .errors import SpecError
 from .launch import prepare_run
 from .plan import PlanInputs, make_plan, render_plan
@@ -169,7 +169,7 @@ def aws_up(yes: bool, var_file: str | None, which: str = "all") -> str:
     if not outputs:
         raise SpecError("the infra stack has no outputs yet: run `make up PROFILE=aws` (both stacks) first")
     save_outputs(outputs)  # what `invoke train --target eks` defaults from (instance type, ECR image)
-    kubeconfig = aws.write_kubeconfig(outputs, aws.kubeconfig_path())
+    kubeconfig = aws.write_kubeconfig(outputs, kubeconfig_path())
     if which in ("all", "platform"):
         # Device plugins, training operator, etcd, FSx claim (terraform/stacks/platform); its
         # providers (helm, kubernetes, kustomization) come from the registry.
@@ -202,7 +202,7 @@ def aws_down(yes: bool, var_file: str | None) -> str:
         print(f"destroying the {stack_name} stack", flush=True)
         stack.destroy(path if stack_name == "infra" else None)  # the platform stack reads infra outputs
     leftovers = aws.audit(stack_id, region, name)
-    aws.kubeconfig_path().unlink(missing_ok=True)
+    kubeconfig_path().unlink(missing_ok=True)
     outputs_path().unlink(missing_ok=True)
     if leftovers:
         raise SpecError("teardown left billable resources behind:\n  " + "\n  ".join(leftovers))

@@ -517,8 +517,8 @@ def _validate_eks(spec: JobSpec) -> None:
         f"--nproc {spec.nproc}: a {spec.instance_type} node has {gpus} GPUs; use --nproc 1..{gpus} (default: all)",
     )
     if spec.image is None:
-        repository = outputs.image_repository or f"trainkit/{cluster.IMAGE_REPOSITORY}"
-        spec.image = f"{repository}:{cluster.DEFAULT_IMAGE_TAG}"
+        repository = outputs.image_repository
+        spec.image = f"{repository}:{cluster.DEFAULT_IMAGE_TAG}" if repository else cluster.UNRECORDED_IMAGE
     if spec.namespace is None:
         spec.namespace = cluster.JOBS_NAMESPACE
     if spec.rdzv == "etcd" and not spec.rdzv_endpoint:

@@ -75,7 +75,6 @@ class Pod:
     process: subprocess.Popen | None = None
     restarts: int = 0
     phase: str = "Pending"
-    deleted: bool = False
 
     @property
     def name(self) -> str:
@@ -130,7 +129,6 @@ class FakeCluster:
     secrets: dict = field(default_factory=dict)
     jobs: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
-    requests: list = field(default_factory=list)
 
     def __post_init__(self):
         self.fsx = self.root / "fsx"
@@ -306,7 +304,6 @@ def _handler(cluster: FakeCluster):
         def _route(self, method: str) -> None:
             url = urlparse(self.path)
             query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            cluster.requests.append((method, url.path))
             path = url.path
             if path in ("/version", "/version/") and method == "GET":
                 return self._send(200, VERSION)
@@ -398,7 +395,7 @@ def _handler(cluster: FakeCluster):
                     offset += len(data)
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     self.wfile.flush()
-                elif pod.phase in ("Succeeded", "Failed") or pod.deleted or (namespace, name) not in cluster.pods:
+                elif pod.phase in ("Succeeded", "Failed") or (namespace, name) not in cluster.pods:
                     break
                 time.sleep(0.1)
             self.wfile.write(b"0\r\n\r\n")

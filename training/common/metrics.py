@@ -28,6 +28,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from .files import publish_text
+
 log = logging.getLogger(__name__)
 
 GAUGES = {
@@ -89,9 +91,7 @@ class MetricsSink:
         if not self.is_main or not self.jsonl.exists():
             return
         kept = [line for line in self.jsonl.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        tmp = self.jsonl.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        tmp.replace(self.jsonl)
+        publish_text(self.jsonl, "".join(line + "\n" for line in kept))
 
     def log_step(self, record: dict) -> None:
         record.setdefault("time", time.time())  # wall clock: recovery times are measured across restarts
@@ -124,8 +124,4 @@ class MetricsSink:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         summary.update(extra)
-        path = self.run_dir / "summary.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(summary, indent=2) + "\n")
-        tmp.replace(path)
-        return path
+        return publish_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -15,6 +15,7 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
+from ..cluster import aws_state_dir
 from ..errors import SpecError
 from ..hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from .terraform import PlanSummary, TerraformStack
@@ -24,7 +25,7 @@ STACKS_DIR = REPO / "terraform" / "stacks"
 INFRA_STACK = STACKS_DIR / "infra"
 # Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
 STACK_ORDER = ("infra", "platform")
-STATE_DIR = Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit")) / "aws"
+STATE_DIR = aws_state_dir()
 STACK_TAG = "trainkit:stack-id"
 
 
@@ -162,10 +163,6 @@ def write_kubeconfig(outputs: dict, path: Path) -> Path:
     path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is valid YAML for kubectl
     path.chmod(0o600)
     return path
-
-
-def kubeconfig_path() -> Path:
-    return STATE_DIR / "kubeconfig"
 
 
 def audit(stack_id: str, region: str, name: str) -> list[str]:

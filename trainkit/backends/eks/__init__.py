@@ -9,7 +9,6 @@ run id again resumes from the last checkpoint.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator
 
 import yaml
@@ -19,7 +18,7 @@ from ...errors import SpecError
 from ...spec import JobSpec
 from ...torchrun import rendezvous_id
 from . import preflight
-from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
+from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 
 GROUP_RANK = re.compile(r"group_rank=(\d+)")
 
@@ -96,79 +95,68 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     return "\n".join(lines)
 
 
-def leader(kube: Kube, pods: list) -> object:
-    """The pod whose agent holds group rank 0 in the latest rendezvous round (torchrun logs it)."""
+def pods_by_group_rank(kube: Kube, pods: list) -> dict:
+    """{group rank: pod} from the latest rendezvous round each pod's agent logged (LOGLEVEL=INFO)."""
+    by_node = {}
     for pod in pods:
         text = kube.core.read_namespaced_pod_log(
             pod.metadata.name, pod.metadata.namespace, container=render.CONTAINER, _request_timeout=TIMEOUT_S
         )
         ranks = GROUP_RANK.findall(text or "")
-        if ranks and ranks[-1] == "0":
-            return pod
-    return pods[0]
+        if ranks:
+            by_node[int(ranks[-1])] = pod
+    return by_node
+
+
+def _lines(response) -> Iterator[str]:
+    """Decoded lines of a streamed log, the last one even without its newline."""
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line.decode(errors="replace") for line in lines)
+    if pending:
+        yield pending.decode(errors="replace")
 
 
 def logs(
     namespace: str, run_id: str | None, rank: int | None = None, follow: bool = False, kube: Kube | None = None
 ) -> Iterator[str]:
-    """Lines of the leader's log, or of global `rank` only (torchrun prefixes each worker's lines)."""
+    """Lines of the leader's log (group rank 0), or of global `rank` only (torchrun prefixes each worker's lines)."""
     kube = kube or Kube.connect()
     job = find_job(kube, namespace, run_id)
     pods = job_pods(kube, job)
     if not pods:
         raise SpecError(f"job {job['metadata']['name']} has no pods yet: see `invoke status`")
     nproc = int(job["spec"]["nprocPerNode"])
-    prefix = None
+    by_node = pods_by_group_rank(kube, pods)
     if rank is None:
-        pod = leader(kube, pods)
+        pod, prefix = by_node.get(0, pods[0]), ""
     else:
-        by_node = {}
-        for candidate in pods:
-            text = kube.core.read_namespaced_pod_log(
-                candidate.metadata.name, namespace, container=render.CONTAINER, _request_timeout=TIMEOUT_S
-            )
-            ranks = GROUP_RANK.findall(text or "")
-            if ranks:
-                by_node[int(ranks[-1])] = candidate
         if rank // nproc not in by_node:
             known = f"0..{len(by_node) * nproc - 1}" if by_node else "none yet"
             raise SpecError(f"--rank {rank} is not running (ranks now: {known}); see `invoke status`")
-        pod = by_node[rank // nproc]
-        prefix = f"[default{rank % nproc}]:"
+        pod, prefix = by_node[rank // nproc], f"[default{rank % nproc}]:"
     yield f"==> {pod.metadata.name}" + (f" (rank {rank})" if rank is not None else " (leader)")
     response = kube.core.read_namespaced_pod_log(
         pod.metadata.name, namespace, container=render.CONTAINER, follow=follow, _preload_content=False
     )
-    pending = b""
-    for chunk in response.stream(4096):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            text = line.decode(errors="replace")
-            if prefix is None or text.startswith(prefix):
-                yield text
-    if pending and (prefix is None or pending.decode(errors="replace").startswith(prefix)):
-        yield pending.decode(errors="replace")
+    yield from (line for line in _lines(response) if line.startswith(prefix))
 
 
 def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     kube = kube or Kube.connect()
     job = find_job(kube, namespace, run_id)
     meta = job["metadata"]
-    api_error, _ = api_errors()
-    try:
-        kube.custom.delete_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            meta["namespace"],
-            PLURAL,
-            meta["name"],
-            propagation_policy="Foreground",
-            _request_timeout=TIMEOUT_S,
-        )
-    except api_error as error:
-        if error.status != 404:
-            raise
+    unless_missing(  # already gone is as good as deleted
+        kube.custom.delete_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        meta["namespace"],
+        PLURAL,
+        meta["name"],
+        propagation_policy="Foreground",
+    )
     run = meta["annotations"][render.LABEL_RUN]
     return (
         f"deleted job {meta['namespace']}/{meta['name']}; its pods stop (checkpoint at the step boundary when time "
@@ -179,7 +167,6 @@ def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
 def print_lines(lines: Iterator[str]) -> None:
     for line in lines:
         print(line, flush=True)
-    sys.stdout.flush()
 
 
 def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:

@@ -22,7 +22,7 @@ def kubeconfig_path() -> Path:
     """KUBECONFIG, else the one `make up PROFILE=aws` wrote, else kubectl's default."""
     if os.environ.get("KUBECONFIG"):
         return Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]).expanduser()
-    written = cluster.outputs_path().with_name("kubeconfig")
+    written = cluster.kubeconfig_path()
     return written if written.is_file() else Path.home() / ".kube" / "config"
 
 
@@ -50,6 +50,17 @@ class Kube:
         configuration.retries = 1
         api = client.ApiClient(configuration)
         return cls(client.CoreV1Api(api), client.CustomObjectsApi(api), client.VersionApi(api), configuration.host)
+
+
+def unless_missing(call, *args, **kwargs):
+    """`call(*args, **kwargs)`, or None when the API answers 404 (the object or kind does not exist)."""
+    api_error, _ = api_errors()
+    try:
+        return call(*args, _request_timeout=TIMEOUT_S, **kwargs)
+    except api_error as error:
+        if error.status != 404:
+            raise
+        return None
 
 
 def api_errors():

@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 2
-    log_dir = spec.run_dir / "logs" / os.environ.get("POD_NAME", "pod")
+    pod_name = os.environ.get("POD_NAME", "pod")
+    log_dir = spec.run_dir / "logs" / pod_name
     command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir, run.args)
     env = {**os.environ, **run.env}
-    print(f"{os.environ.get('POD_NAME', 'pod')}: run {spec.run_id} in {spec.run_dir.resolve()}", flush=True)
+    print(f"{pod_name}: run {spec.run_id} in {spec.run_dir.resolve()}", flush=True)
     os.execvpe(command[0], command, env)
 
 

@@ -12,7 +12,7 @@ from ... import cluster, hardware
 from ...errors import SpecError
 from ...render import job_name
 from ...spec import JobSpec
-from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
+from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 
 ECR_IMAGE = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)(?::(?P<tag>[^@]+))?$"
@@ -32,15 +32,8 @@ def check_cluster(kube: Kube) -> None:
 
 
 def check_operator(kube: Kube) -> None:
-    api_error, _ = api_errors()
-    try:
-        resources = kube.custom.get_api_resources(GROUP, VERSION, _request_timeout=TIMEOUT_S)
-        installed = any(r.name == PLURAL for r in resources.resources)
-    except api_error as error:
-        if error.status != 404:
-            raise
-        installed = False
-    if not installed:
+    resources = unless_missing(kube.custom.get_api_resources, GROUP, VERSION)
+    if resources is None or not any(r.name == PLURAL for r in resources.resources):
         raise SpecError(
             "the cluster has no PyTorchJob kind (kubeflow.org/v1): run `make up PROFILE=aws`, whose platform stack "
             "installs the training operator"
@@ -73,16 +66,8 @@ def check_capacity(kube: Kube, spec: JobSpec) -> str | None:
 
 
 def check_volume(kube: Kube, namespace: str) -> None:
-    api_error, _ = api_errors()
-    try:
-        claim = kube.core.read_namespaced_persistent_volume_claim(
-            cluster.FSX_CLAIM, namespace, _request_timeout=TIMEOUT_S
-        )
-        phase = claim.status.phase
-    except api_error as error:
-        if error.status != 404:
-            raise
-        phase = "missing"
+    claim = unless_missing(kube.core.read_namespaced_persistent_volume_claim, cluster.FSX_CLAIM, namespace)
+    phase = claim.status.phase if claim else "missing"
     if phase != "Bound":
         raise SpecError(
             f"the FSx volume claim {namespace}/{cluster.FSX_CLAIM} is {phase}, not Bound: run `make up PROFILE=aws` "
@@ -93,29 +78,17 @@ def check_volume(kube: Kube, namespace: str) -> None:
 def check_secret(kube: Kube, spec: JobSpec) -> None:
     if spec.init != "pretrained":
         return
-    api_error, _ = api_errors()
-    try:
-        kube.core.read_namespaced_secret(cluster.HF_TOKEN_SECRET, spec.namespace, _request_timeout=TIMEOUT_S)
-    except api_error as error:
-        if error.status != 404:
-            raise
+    if unless_missing(kube.core.read_namespaced_secret, cluster.HF_TOKEN_SECRET, spec.namespace) is None:
         raise SpecError(
             f"--init pretrained downloads {spec.weights} with your Hugging Face token, and the cluster has no Secret "
             f"{spec.namespace}/{cluster.HF_TOKEN_SECRET}: run `invoke secrets.hf-token` first"
-        ) from None
+        )
 
 
 def check_not_running(kube: Kube, spec: JobSpec) -> None:
-    api_error, _ = api_errors()
     name = job_name(spec.run_id)
-    try:
-        kube.custom.get_namespaced_custom_object(
-            GROUP, VERSION, spec.namespace, PLURAL, name, _request_timeout=TIMEOUT_S
-        )
-    except api_error as error:
-        if error.status == 404:
-            return
-        raise
+    if unless_missing(kube.custom.get_namespaced_custom_object, GROUP, VERSION, spec.namespace, PLURAL, name) is None:
+        return
     raise SpecError(
         f"run {spec.run_id} already has a job on the cluster ({spec.namespace}/{name}): follow it with "
         f"`invoke status --run-id {spec.run_id}`, or `invoke stop --run-id {spec.run_id}` and submit again to resume"
@@ -126,7 +99,7 @@ def check_image(spec: JobSpec, ecr=None) -> str | None:
     """The image must exist in ECR; an image from another registry is the user's to vouch for (a note)."""
     match = ECR_IMAGE.match(spec.image)
     if match is None:
-        if not cluster.load_outputs().recorded and spec.image.startswith(f"trainkit/{cluster.IMAGE_REPOSITORY}:"):
+        if spec.image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
             raise SpecError(
                 "no training image: run `make up PROFILE=aws` (records the ECR repository) and push the image "
                 "(containers/README.md), or pass --image"
