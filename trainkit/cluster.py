@@ -19,6 +19,9 @@ JOBS_NAMESPACE = "trainkit-jobs"
 """Namespace for training jobs (ResourceQuota, FSx claim and the HF token Secret live there)."""
 PLATFORM_NAMESPACE = "trainkit-system"
 """Namespace of the platform's own services (etcd)."""
+# kube-prometheus-stack and dcgm-exporter; Grafana's service is <release>-grafana.
+MONITORING_NAMESPACE = "trainkit-monitoring"
+MONITORING_RELEASE = "kube-prometheus-stack"
 ETCD_SERVICE = "trainkit-etcd"
 ETCD_PORT = 2379
 FSX_CLAIM = "fsx-shared"

@@ -11,8 +11,9 @@ Metric names (all carry labels run_id, model, rank, node):
     trainkit_mfu_ratio                   model FLOPs utilisation (0..1); absent without a peak FLOP/s
     trainkit_peak_memory_bytes           peak accelerator memory of this rank (max RSS on CPU)
     trainkit_train_step                  last completed optimizer step
+    trainkit_last_step_timestamp_seconds Unix time of the last logged step (stall detection)
     trainkit_checkpoint_duration_seconds wall time of the last checkpoint save
-    trainkit_restarts                    times this run resumed from a checkpoint
+    trainkit_restarts                    times this run resumed from a checkpoint (0 from the first step)
     trainkit_val_top1_ratio              top-1 accuracy on the validation set after the last epoch (0..1)
     trainkit_val_top5_ratio              top-5 accuracy on the validation set after the last epoch (0..1)
     trainkit_epoch_time_seconds          wall time of the last complete epoch (training only)
@@ -42,6 +43,7 @@ GAUGES = {
     "trainkit_mfu_ratio": "Model FLOPs utilisation, 0..1.",
     "trainkit_peak_memory_bytes": "Peak memory of this rank in bytes.",
     "trainkit_train_step": "Last completed optimizer step.",
+    "trainkit_last_step_timestamp_seconds": "Unix time at which the last logged step completed.",
     "trainkit_checkpoint_duration_seconds": "Wall time of the last checkpoint save in seconds.",
     "trainkit_restarts": "Times this run resumed from a checkpoint.",
     "trainkit_val_top1_ratio": "Top-1 validation accuracy after the last epoch, 0..1.",
@@ -58,6 +60,7 @@ _FIELD_TO_GAUGE = {
     "mfu": "trainkit_mfu_ratio",
     "peak_memory_bytes": "trainkit_peak_memory_bytes",
     "step": "trainkit_train_step",
+    "time": "trainkit_last_step_timestamp_seconds",
     "val_top1": "trainkit_val_top1_ratio",
     "val_top5": "trainkit_val_top5_ratio",
     "epoch_time_s": "trainkit_epoch_time_seconds",

@@ -90,8 +90,9 @@ class RunContext:
             state = self.checkpoints.read_state(latest)
             self.restarts = state.get("restarts", 0) + 1
             self.metrics.truncate_after(state["step"])
-            self.metrics.set("trainkit_restarts", self.restarts)
             step = self.saved_step = state["step"]
+        # Exported from the start (0), so the first restart is a change a rule can see.
+        self.metrics.set("trainkit_restarts", self.restarts)
         self.event(
             "resume" if latest is not None else "start",
             step=step,

@@ -1,0 +1,120 @@
+"""Alert rules, written once and emitted twice: a plain Prometheus rules file (the local Prometheus,
+`promtool`) and a `PrometheusRule` object (kube-prometheus-stack's operator on the cluster).
+
+Thresholds are module constants so a team can see and change them in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GPU_UTIL_LOW_PERCENT = 50
+GPU_UTIL_LOW_FOR = "10m"
+# H100/H200 SXM slow their clocks near 87 C (NVIDIA's thermal slowdown); warn before that.
+GPU_TEMP_HIGH_C = 85
+STALL_SECONDS = 300
+RESTART_WINDOW = "15m"
+RULE_LABELS = {"app.kubernetes.io/part-of": "trainkit"}
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    summary: str
+    description: str
+    severity: str
+    duration: str = "0m"
+
+    def rule(self) -> dict:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.duration,
+            "labels": {"severity": self.severity},
+            "annotations": {"summary": self.summary, "description": self.description},
+        }
+
+
+GPU_ALERTS = [
+    Alert(
+        "GpuXidError",
+        "DCGM_FI_DEV_XID_ERRORS != 0",
+        "GPU {{ $labels.gpu }} on {{ $labels.hostname }} reported XID {{ $value }}",
+        "An XID is the driver reporting a GPU fault (catalogue: NVIDIA's XID errors document). Drain the "
+        "node if it repeats; jobs on it restart elsewhere from their last checkpoint.",
+        "critical",
+    ),
+    Alert(
+        "GpuUnderutilised",
+        # Only GPUs of a running job: on EKS both sides carry the training pod's namespace/pod (DCGM's pod
+        # mapping, the PodMonitor's target labels); on one machine neither does, so every GPU qualifies.
+        f"(DCGM_FI_DEV_GPU_UTIL < {GPU_UTIL_LOW_PERCENT})"
+        " and on (namespace, pod) group by (namespace, pod) (trainkit_train_step)",
+        "GPU {{ $labels.gpu }} on {{ $labels.hostname }} below "
+        f"{GPU_UTIL_LOW_PERCENT}% for {GPU_UTIL_LOW_FOR} during a run",
+        "The job is starved: look at the Training run dashboard's input wait and per-rank skew, and at "
+        "EFA traffic, before adding nodes.",
+        "warning",
+        GPU_UTIL_LOW_FOR,
+    ),
+    Alert(
+        "GpuTemperatureHigh",
+        f"DCGM_FI_DEV_GPU_TEMP > {GPU_TEMP_HIGH_C}",
+        "GPU {{ $labels.gpu }} on {{ $labels.hostname }} at {{ $value }} C",
+        f"Above {GPU_TEMP_HIGH_C} C the GPU is close to thermal slowdown; its SM clock drops and the whole "
+        "job waits for it.",
+        "warning",
+        "5m",
+    ),
+]
+
+TRAINING_ALERTS = [
+    Alert(
+        "TrainingStalled",
+        f"time() - max by (run_id, model) (trainkit_last_step_timestamp_seconds) > {STALL_SECONDS}",
+        "run {{ $labels.run_id }} has logged no step for {{ $value | humanizeDuration }}",
+        "Ranks are up but not stepping: a hung collective, a dead peer or a stuck input pipeline. "
+        "`invoke logs --run-id <run>` shows the ranks; stopping the job keeps its last checkpoint.",
+        "critical",
+    ),
+    Alert(
+        "TrainingLossNotFinite",
+        "count by (run_id, model) (trainkit_train_loss != trainkit_train_loss or abs(trainkit_train_loss) == Inf)"
+        " > 0",
+        "run {{ $labels.run_id }} reports a NaN or infinite loss",
+        "The run diverged; lower the learning rate or raise warm-up and resume from a checkpoint before it.",
+        "critical",
+    ),
+    Alert(
+        "TrainingRankRestarted",
+        # Across series, so a restarted pod on a new address (a new series) still counts.
+        f"max by (run_id, model) (max_over_time(trainkit_restarts[{RESTART_WINDOW}]))"
+        f" > min by (run_id, model) (min_over_time(trainkit_restarts[{RESTART_WINDOW}]))",
+        "run {{ $labels.run_id }} restarted from a checkpoint (restart {{ $value }})",
+        "A rank or node was lost and the job re-formed. Check `invoke status` for the cause; repeated "
+        "restarts on one node point at its hardware.",
+        "warning",
+    ),
+]
+
+GROUPS = {"trainkit-gpu": GPU_ALERTS, "trainkit-training": TRAINING_ALERTS}
+
+
+def alerts() -> list[Alert]:
+    return [alert for group in GROUPS.values() for alert in group]
+
+
+def rule_groups() -> dict:
+    """The plain rules file (`rule_files:` of prometheus.yml, `promtool check rules`)."""
+    return {"groups": [{"name": name, "rules": [a.rule() for a in group]} for name, group in GROUPS.items()]}
+
+
+def prometheus_rule(namespace: str) -> dict:
+    """The same groups as a monitoring.coreos.com/v1 PrometheusRule."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "trainkit-alerts", "namespace": namespace, "labels": dict(RULE_LABELS)},
+        "spec": rule_groups(),
+    }
