@@ -1,7 +1,7 @@
 """Write the generated observability files; `--check` says which differ instead (the test runs it).
 
-    python -m observability.generate            # rewrite observability/generated/
-    python -m observability.generate --check    # exit 1 and name the stale files
+python -m observability.generate            # rewrite observability/generated/
+python -m observability.generate --check    # exit 1 and name the stale files
 """
 
 from __future__ import annotations

@@ -80,8 +80,7 @@ TRAINING_ALERTS = [
     ),
     Alert(
         "TrainingLossNotFinite",
-        "count by (run_id, model) (trainkit_train_loss != trainkit_train_loss or abs(trainkit_train_loss) == Inf)"
-        " > 0",
+        "count by (run_id, model) (trainkit_train_loss != trainkit_train_loss or abs(trainkit_train_loss) == Inf) > 0",
         "run {{ $labels.run_id }} reports a NaN or infinite loss",
         "The run diverged; lower the learning rate or raise warm-up and resume from a checkpoint before it.",
         "critical",

@@ -1,4 +1,4 @@
-""""GPU fleet": every GPU the DCGM exporter (or trainkit's NVML exporter) reports, per node and GPU.
+""" "GPU fleet": every GPU the DCGM exporter (or trainkit's NVML exporter) reports, per node and GPU.
 
 On a machine with no GPU exporter every panel stays empty and says so; nothing is filled in.
 """

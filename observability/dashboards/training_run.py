@@ -1,4 +1,4 @@
-""""Training run": one run's progress, throughput, efficiency and health, from its ranks' metrics."""
+""" "Training run": one run's progress, throughput, efficiency and health, from its ranks' metrics."""
 
 from __future__ import annotations
 
@@ -18,9 +18,14 @@ def progress_row() -> tuple[str, list]:
             "s",
             [query(f"time() - max(trainkit_last_step_timestamp_seconds{RUN})")],
         ),
-        stat_panel("Restarts", "Times the run resumed from a checkpoint.", "none", [query(f"max(trainkit_restarts{RUN})")]),
         stat_panel(
-            "Ranks reporting", "Ranks whose metrics Prometheus scrapes.", "none", [query(f"count(trainkit_train_step{RUN})")]
+            "Restarts", "Times the run resumed from a checkpoint.", "none", [query(f"max(trainkit_restarts{RUN})")]
+        ),
+        stat_panel(
+            "Ranks reporting",
+            "Ranks whose metrics Prometheus scrapes.",
+            "none",
+            [query(f"count(trainkit_train_step{RUN})")],
         ),
         timeseries_panel(
             "Loss", "Mean loss over the global batch.", "none", [query(f"trainkit_train_loss{RANK0}", "loss")]
