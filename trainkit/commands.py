@@ -108,33 +108,61 @@ def up(profile: str, yes: bool = False, var_file: str | None = None, stack: str 
         return aws_up(yes, var_file, stack)
     import importlib.util
 
-    from .services import LocalEtcd
+    from .services import LocalEtcd, LocalGpuExporter, LocalPrometheus
 
     limit, what = machine_process_limit()
     torch_ok = importlib.util.find_spec("torch") is not None
-    try:
-        endpoint, started = LocalEtcd().up()
-        etcd = f"{'started' if started else 'running'} on {endpoint} (for --rdzv etcd; state in .trainkit/etcd)"
-    except SpecError as error:  # not installed: c10d needs nothing, so this is not fatal
-        etcd = f"not started: {error}"
+    etcd = _start_local("etcd", LocalEtcd().up, "for --rdzv etcd; state in .trainkit/etcd")
+    prometheus = LocalPrometheus()
+    metrics = _start_local("prometheus", prometheus.up, "scrapes local ranks; state in .trainkit/prometheus")
+    if prometheus.endpoint() is None:
+        gpus = "not started: Prometheus is not running"
+    else:
+        exporter = LocalGpuExporter()
+        endpoint = exporter.up(prometheus.root)
+        hardware = exporter.hardware() if endpoint else None
+        gpus = (
+            f"running on {endpoint} ({hardware})"
+            if endpoint
+            else "none: no NVIDIA GPU or EFA device (GPU panels: no data)"
+        )
     return "\n".join(
         [
             f"{profile} profile: jobs run as processes on this machine; c10d rendezvous needs no server.",
             f"  capacity      {what} -> up to {limit} training process(es)",
             f"  torch         {'installed' if torch_ok else 'MISSING: run make setup'}",
             f"  etcd          {etcd}",
+            f"  prometheus    {metrics}",
+            f"  gpu exporter  {gpus}",
         ]
     )
+
+
+def _start_local(name: str, start, what: str) -> str:
+    """Start one local server; a missing binary is reported, not fatal (c10d training needs neither)."""
+    try:
+        endpoint, started = start()
+    except SpecError as error:
+        return f"not started: {error}"
+    return f"{'started' if started else 'running'} on {endpoint} ({what})"
 
 
 def down(profile: str, yes: bool = False, var_file: str | None = None) -> str:
     if _infra_profile(profile) == "aws":
         return aws_down(yes, var_file)
-    from .services import LocalEtcd
+    from .services import LocalEtcd, LocalGpuExporter, LocalPrometheus
 
-    stopped = LocalEtcd().down()
-    etcd = "etcd stopped and its data removed" if stopped else "no etcd was running"
-    return f"{profile} profile: {etcd}; run outputs under runs/ are kept."
+    stopped = [
+        name
+        for name, server in (
+            ("etcd", LocalEtcd()),
+            ("prometheus", LocalPrometheus()),
+            ("gpu exporter", LocalGpuExporter()),
+        )
+        if server.down()
+    ]
+    servers = f"stopped {', '.join(stopped)}" if stopped else "no local servers were running"
+    return f"{profile} profile: {servers} (etcd data removed; Prometheus data kept); run outputs under runs/ are kept."
 
 
 def _plan_infra(var_file: str | None):

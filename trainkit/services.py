@@ -13,11 +13,13 @@ pid, endpoint, data and log under `.trainkit/etcd/` (`TRAINKIT_STATE_DIR` moves 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -129,43 +131,42 @@ def state_dir() -> Path:
     return Path(os.environ.get(STATE_ENV, ".trainkit")).resolve()
 
 
-class LocalEtcd:
-    """The local profile's etcd, started by `make up` and stopped by `make down`."""
+class _Background:
+    """A server the local profile runs in the background: pid and endpoint files under
+    `.trainkit/<name>/`; `_pid()` only trusts a pid whose command line is still ours."""
 
-    def __init__(self, root: Path | None = None):
-        self.root = (root or state_dir()) / "etcd"
+    binary = ""
+
+    def __init__(self, name: str, root: Path | None = None):
+        self.root = (root or state_dir()) / name
         self.pid_file, self.endpoint_file = self.root / "pid", self.root / "endpoint"
 
     def _pid(self) -> int | None:
-        """The recorded pid, if that process is still our etcd (not a reused pid)."""
+        """The recorded pid, if that process is still our server (not a reused pid)."""
         try:
             pid = int(self.pid_file.read_text())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             return None
-        ours = cmdline and Path(cmdline[0].decode()).name == "etcd" and str(self.root).encode() in b" ".join(cmdline)
-        return pid if ours else None
+        ours = cmdline and Path(cmdline[0].decode()).name.startswith(self.binary)
+        return pid if ours and str(self.root).encode() in b" ".join(cmdline) else None
+
+    def _healthy(self, endpoint: str) -> bool:
+        raise NotImplementedError
 
     def endpoint(self) -> str | None:
-        """host:port of the running local etcd, or None."""
+        """host:port of the running server, or None."""
         if self._pid() is None or not self.endpoint_file.exists():
             return None
         endpoint = self.endpoint_file.read_text().strip()
-        return endpoint if etcd_healthy(endpoint) else None
+        return endpoint if self._healthy(endpoint) else None
 
-    def up(self) -> tuple[str, bool]:
-        """Start it unless it runs; (endpoint, started now)."""
-        running = self.endpoint()
-        if running:
-            return running, False
-        self.root.mkdir(parents=True, exist_ok=True)
-        server = EtcdServer(self.root / "data", detach=True).start()
-        self.pid_file.write_text(f"{server.process.pid}\n")
-        self.endpoint_file.write_text(server.endpoint + "\n")
-        return server.endpoint, True
+    def _record(self, pid: int, endpoint: str) -> None:
+        self.pid_file.write_text(f"{pid}\n")
+        self.endpoint_file.write_text(endpoint + "\n")
 
-    def down(self) -> bool:
-        """Stop it and remove its data; True when one was running."""
+    def _stop(self) -> bool:
+        """SIGTERM (SIGKILL after 15 s); True when one was running."""
         pid = self._pid()
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
@@ -174,7 +175,232 @@ class LocalEtcd:
                 time.sleep(0.1)
             if self._pid() is not None:
                 os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.root / "data", ignore_errors=True)
         self.pid_file.unlink(missing_ok=True)
         self.endpoint_file.unlink(missing_ok=True)
         return pid is not None
+
+
+class LocalEtcd(_Background):
+    """The local profile's etcd, started by `make up` and stopped by `make down`."""
+
+    binary = "etcd"
+
+    def __init__(self, root: Path | None = None):
+        super().__init__("etcd", root)
+
+    def _healthy(self, endpoint: str) -> bool:
+        return etcd_healthy(endpoint)
+
+    def up(self) -> tuple[str, bool]:
+        """Start it unless it runs; (endpoint, started now)."""
+        running = self.endpoint()
+        if running:
+            return running, False
+        self.root.mkdir(parents=True, exist_ok=True)
+        server = EtcdServer(self.root / "data", detach=True).start()
+        self._record(server.process.pid, server.endpoint)
+        return server.endpoint, True
+
+    def down(self) -> bool:
+        """Stop it and remove its data; True when one was running."""
+        stopped = self._stop()
+        shutil.rmtree(self.root / "data", ignore_errors=True)
+        return stopped
+
+
+# ---------------------------------------------------------------------------------------------- Prometheus
+
+RULES_FILE = (
+    Path(__file__).resolve().parents[1] / "observability" / "generated" / "rules" / "trainkit-alerts.rules.yaml"
+)
+RANKS_JOB, GPU_JOB = "trainkit-ranks", "trainkit-gpu"
+SCRAPE_INTERVAL_ENV = "TRAINKIT_SCRAPE_INTERVAL"  # the local Prometheus's scrape interval (default 5s)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+class PrometheusServer:
+    """One Prometheus on 127.0.0.1 (Debian's 2.42, `make test-services`) loading trainkit's alert rules
+    and scraping what the file-discovery folders under `root/targets/` list: training ranks
+    (`trainkit-ranks`) and GPU exporters (`trainkit-gpu`). Adding or removing a target is writing or
+    deleting a small JSON file; Prometheus picks it up within `scrape_interval`."""
+
+    def __init__(self, root: str | Path, port: int | None = None, scrape_interval: str = "5s", detach: bool = False):
+        if shutil.which("prometheus") is None:
+            raise SpecError("prometheus is not installed: run `make test-services` (Debian's prometheus)")
+        self.root = Path(root)
+        self.port = port or free_port_pair()
+        self.scrape_interval = scrape_interval
+        self.detach = detach
+        self.log_path = self.root / "prometheus.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def config(self) -> dict:
+        def job(name: str) -> dict:
+            files = [str(self.root / "targets" / name / "*.json")]
+            return {"job_name": name, "file_sd_configs": [{"files": files, "refresh_interval": self.scrape_interval}]}
+
+        interval = self.scrape_interval
+        return {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "rule_files": [str(RULES_FILE)],
+            "scrape_configs": [job(RANKS_JOB), job(GPU_JOB)],
+        }
+
+    def start(self, timeout: float = 60) -> PrometheusServer:
+        import yaml
+
+        for job in (RANKS_JOB, GPU_JOB):
+            (self.root / "targets" / job).mkdir(parents=True, exist_ok=True)
+        config = self.root / "prometheus.yml"
+        config.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        command = [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self.root / 'data'}",
+            f"--web.listen-address={self.endpoint}",
+        ]
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=self.detach
+            )
+        deadline = time.monotonic() + timeout
+        while not http_ok(f"http://{self.endpoint}/-/ready"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prometheus did not start on {self.endpoint}; see {self.log_path}")
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *_exc) -> None:
+        self.stop()
+
+
+def write_targets(root: Path, job: str, name: str, addresses: list[str]) -> Path:
+    """File-discovery entry `root/targets/<job>/<name>.json`, written whole (Prometheus may read any time)."""
+    path = root / "targets" / job / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.tmp")  # not matched by *.json
+    partial.write_text(json.dumps([{"targets": addresses}]) + "\n")
+    partial.replace(path)
+    return path
+
+
+class LocalPrometheus(_Background):
+    """The local profile's Prometheus (`make up` / `make down`), on port 9090 when that is free."""
+
+    binary = "prometheus"
+    port = 9090
+
+    def __init__(self, root: Path | None = None):
+        super().__init__("prometheus", root)
+
+    def _healthy(self, endpoint: str) -> bool:
+        return http_ok(f"http://{endpoint}/-/ready")
+
+    def up(self) -> tuple[str, bool]:
+        running = self.endpoint()
+        if running:
+            return running, False
+        self.root.mkdir(parents=True, exist_ok=True)
+        port = self.port if port_free(self.port) else None
+        interval = os.environ.get(SCRAPE_INTERVAL_ENV, "5s")
+        server = PrometheusServer(self.root, port=port, scrape_interval=interval, detach=True).start()
+        self._record(server.process.pid, server.endpoint)
+        return server.endpoint, True
+
+    def down(self) -> bool:
+        """Stop it; its data stays for the next `make up` (metrics history survives a restart)."""
+        stopped = self._stop()
+        shutil.rmtree(self.root / "targets", ignore_errors=True)
+        return stopped
+
+    def watch_job(self, run_id: str, addresses: list[str]) -> Path | None:
+        """Have the running Prometheus scrape a job's ranks; None when none runs."""
+        if not addresses or self.endpoint() is None:
+            return None
+        return write_targets(self.root, RANKS_JOB, run_id, addresses)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class LocalGpuExporter(_Background):
+    """`observability.gpu_exporter` for the local Prometheus, started only where NVML loads or an EFA
+    device exists: on a CPU-only machine there is nothing to export and GPU panels say "no data"."""
+
+    binary = "python"
+    port = 9500
+
+    def __init__(self, root: Path | None = None):
+        super().__init__("gpu-exporter", root)
+
+    def _healthy(self, endpoint: str) -> bool:
+        return http_ok(f"http://{endpoint}/metrics")
+
+    @staticmethod
+    def hardware() -> str | None:
+        """What there is to export, or None."""
+        import pynvml
+
+        from observability.gpu_exporter import EfaCollector
+
+        try:
+            pynvml.nvmlInit()
+            gpus = pynvml.nvmlDeviceGetCount()
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            gpus = 0
+        efa = len(EfaCollector().devices())
+        return f"{gpus} GPU(s), {efa} EFA device(s)" if gpus or efa else None
+
+    def up(self, prometheus_root: Path) -> str | None:
+        """Start it unless it runs and list it as a scrape target; its endpoint, or None (nothing to export)."""
+        if self.endpoint() is None:
+            if self.hardware() is None:
+                return None
+            self.root.mkdir(parents=True, exist_ok=True)
+            port = self.port if port_free(self.port) else free_port_pair()
+            command = [sys.executable, "-m", "observability.gpu_exporter", "--port", str(port), f"--root={self.root}"]
+            with (self.root / "exporter.log").open("a") as log:
+                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            endpoint = f"127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while not self._healthy(endpoint):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the GPU exporter did not start; see {self.root / 'exporter.log'}")
+                time.sleep(0.2)
+            self._record(process.pid, endpoint)
+        endpoint = self.endpoint()
+        write_targets(prometheus_root, GPU_JOB, "gpu-exporter", [endpoint])
+        return endpoint
+
+    def down(self) -> bool:
+        return self._stop()

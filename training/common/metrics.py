@@ -6,7 +6,7 @@ Metric names (all carry labels run_id, model, rank, node):
     trainkit_learning_rate               learning rate at the last logged step
     trainkit_tokens_per_second           tokens/s of the whole job at the last logged step (language models)
     trainkit_samples_per_second          samples (sequences or images) per second of the whole job
-    trainkit_data_wait_seconds           time the last step waited for its input batch (vision)
+    trainkit_data_wait_seconds           time the last step waited for its input batch
     trainkit_step_time_seconds           wall time of the last optimizer step
     trainkit_mfu_ratio                   model FLOPs utilisation (0..1); absent without a peak FLOP/s
     trainkit_peak_memory_bytes           peak accelerator memory of this rank (max RSS on CPU)

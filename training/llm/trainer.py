@@ -99,11 +99,13 @@ class Trainer:
             return contextlib.nullcontext()
         return contextlib.nullcontext() if last_micro else self.accelerator.no_sync(self.model)
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step over the global batch; returns (mean loss, grad norm)."""
+    def train_step(self, step: int) -> tuple[float, float, float]:
+        """One optimizer step over the global batch; returns (mean loss, grad norm, input wait in s)."""
         device = self.accelerator.device
+        waited = time.perf_counter()
         micro = self.sampler.micro_batches(step)
         batches = [(self.dataset.input_ids[i].to(device), self.dataset.labels[i].to(device)) for i in micro]
+        data_wait = time.perf_counter() - waited
         # Normalise by the loss tokens of the whole global batch, so the loss and the gradient do
         # not depend on how the batch is split over ranks and accumulation steps.
         counted = torch.tensor(sum(int((y[:, 1:] != IGNORE_INDEX).sum()) for _, y in batches), device=device)
@@ -128,9 +130,9 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         dist.all_reduce(loss_sum)
-        return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm)
+        return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm), data_wait
 
-    def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, first: bool) -> dict:
+    def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, data_wait: float, first: bool):
         tokens = self.cfg.global_batch_size * self.cfg.seq_len
         tokens_per_s = tokens / step_time
         record = {
@@ -141,6 +143,7 @@ class Trainer:
             "tokens_per_s": tokens_per_s,
             "samples_per_s": self.cfg.global_batch_size / step_time,
             "step_time_s": step_time,
+            "data_wait_s": data_wait,
             "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
             "peak_memory_bytes": peak_memory_bytes(),
             "tokens_seen": step * tokens,
@@ -180,11 +183,11 @@ class Trainer:
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]
             started = time.perf_counter()
-            loss, grad_norm = self.train_step(step)
+            loss, grad_norm, data_wait = self.train_step(step)
             elapsed = time.perf_counter() - started
             done = step + 1
             if done % cfg.log_interval == 0 or done == self.total_steps:
-                record = self.log(done, loss, grad_norm, lr, elapsed, first)
+                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, first)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             first = False
             bar.update(1)

@@ -25,9 +25,11 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .. import hardware
 from ..launch import PreparedRun
+from ..services import LocalPrometheus
 from ..spec import JobSpec
 from ..torchrun import rendezvous_id, torchrun_command
 
@@ -59,6 +61,13 @@ def node_args(run: PreparedRun, node: int) -> list[str]:
         if int(args[at]):
             args[at] = str(int(args[at]) + node * run.spec.nproc)
     return args
+
+
+def metrics_addresses(spec: JobSpec) -> list[str]:
+    """Every rank's metrics address on this machine (node n's ranks follow node n-1's, see node_args)."""
+    if not spec.metrics_port:
+        return []
+    return [f"127.0.0.1:{spec.metrics_port + rank}" for rank in range(spec.nodes * spec.nproc)]
 
 
 def job_environment(run: PreparedRun) -> dict[str, str]:
@@ -109,11 +118,14 @@ class LocalJob:
         self.output = output  # None: the agents write to this process's stdout/stderr
         self.agents: dict[int, subprocess.Popen] = {}
         self.pid_file = spec.run_dir / "launcher.pid"
+        self.scrape_file: Path | None = None
 
     def start(self) -> None:
-        (self.run.spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        for node in range(self.run.spec.nodes):
+        spec = self.run.spec
+        (spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for node in range(spec.nodes):
             self.start_node(node)
+        self.scrape_file = LocalPrometheus().watch_job(spec.run_id, metrics_addresses(spec))
 
     def start_node(self, node: int) -> subprocess.Popen:
         """Start (or start again, after a loss) the agent of one node."""
@@ -141,6 +153,8 @@ class LocalJob:
         for agent in self.agents.values():
             agent.wait()
         self.pid_file.unlink(missing_ok=True)
+        if self.scrape_file:
+            self.scrape_file.unlink(missing_ok=True)
 
     def wait(self, stopping: list[int] | None = None, deadline: float | None = None) -> list[int | None] | None:
         """Every agent's exit code, or None when `deadline` (monotonic) passes or the job outlives the
