@@ -382,7 +382,46 @@ def hf_token(c, file=None, namespace=JOBS_NAMESPACE):
     print(commands.hf_token_secret(file, namespace))
 
 
+@task(
+    name="generate",
+    help={"check": "Change nothing; exit 1 and name the files that regenerating would change."},
+)
+def obs_generate(c, check=False):
+    """Regenerate observability/generated/ (dashboards JSON, alert rules) from observability/*.py."""
+    from observability import generate
+
+    code = generate.main(["--check"] if check else [])
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "run": "The run id (its folder under --runs-dir).",
+        "runs-dir": "Where runs live (default runs); other runs of the model there give the scaling panel.",
+        "output": "PNG to write (default <runs-dir>/<run>/report.png).",
+    }
+)
+@user_errors
+def report(c, run, runs_dir="runs", output=None):
+    """One PNG of a run: loss, throughput and MFU over steps; scaling against ideal across world sizes."""
+    print(commands.obs_report(run, runs_dir, output))
+
+
+@task(
+    help={
+        "port": "Local port for Grafana (default 3000).",
+        "kubeconfig": "kubeconfig of the cluster (default the one `make up PROFILE=aws` wrote).",
+    }
+)
+@user_errors
+def grafana(c, port=3000, kubeconfig=None):
+    """EKS: port-forward the platform's Grafana, print its URL and where its login comes from. Ctrl-C ends it."""
+    raise Exit(code=commands.obs_grafana(int(port), kubeconfig))
+
+
 infra = Collection("infra", up, down, infra_plan, outputs, audit)
+obs = Collection("obs", obs_generate, report, grafana)
 secrets = Collection("secrets", hf_token)
 data = Collection("data", imagenet, synthetic_imagenet)
-namespace = Collection(train, plan, status, logs, stop, chaos, bench, infra, data, secrets)
+namespace = Collection(train, plan, status, logs, stop, chaos, bench, infra, data, secrets, obs)

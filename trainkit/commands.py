@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from .backends import get_backend
@@ -303,3 +304,57 @@ def hf_token_secret(token_file: str | None, namespace: str) -> str:
     if not token:
         raise SpecError("the Hugging Face token is empty; nothing was created")
     return eks.put_hf_token(token, namespace)
+
+
+def obs_report(run_id: str, runs_dir: str, output: str | None) -> str:
+    from .report import write_report
+
+    run_dir = Path(runs_dir) / run_id
+    if not run_dir.is_dir():
+        known = sorted(p.parent.name for p in Path(runs_dir).glob("*/metrics.jsonl"))
+        hint = f"runs there: {', '.join(known)}" if known else "no runs there"
+        raise SpecError(f"--run {run_id!r}: no folder {run_dir} ({hint}); check --run and --runs-dir")
+    written = write_report(run_dir, Path(output) if output else None)
+    return f"report written: {written.resolve()}"
+
+
+def obs_grafana(port: int, kubeconfig: str | None) -> int:
+    """`kubectl port-forward` to the platform's Grafana until interrupted; the login is never printed,
+    only the Secret it lives in and the command that reads it."""
+    import shutil
+    import subprocess
+
+    from .cluster import MONITORING_NAMESPACE, MONITORING_RELEASE
+
+    config = Path(kubeconfig) if kubeconfig else kubeconfig_path()
+    if not config.exists():
+        raise SpecError(f"no kubeconfig at {config}: run `make up PROFILE=aws` first, or pass --kubeconfig")
+    if shutil.which("kubectl") is None:
+        raise SpecError("kubectl is not installed; install it (https://kubernetes.io/docs/tasks/tools/) and retry")
+    service, secret = f"svc/{MONITORING_RELEASE}-grafana", f"{MONITORING_RELEASE}-grafana"
+    print(
+        "\n".join(
+            [
+                f"Grafana: http://localhost:{port}  (dashboards: GPU fleet, Training run; folder trainkit)",
+                f"login:   user admin; the password is in Secret {MONITORING_NAMESPACE}/{secret}, key admin-password:",
+                f"         kubectl --kubeconfig {config} -n {MONITORING_NAMESPACE} get secret {secret} "
+                "-o jsonpath='{.data.admin-password}' | base64 -d",
+                "Ctrl-C stops the port-forward.",
+            ]
+        ),
+        flush=True,
+    )
+    command = [
+        "kubectl",
+        "--kubeconfig",
+        str(config),
+        "-n",
+        MONITORING_NAMESPACE,
+        "port-forward",
+        service,
+        f"{port}:80",
+    ]
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 0

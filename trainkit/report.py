@@ -1,0 +1,146 @@
+"""`invoke obs.report --run <id>`: one PNG of a run, from the files it left (no Prometheus needed).
+
+Panels: loss, throughput and MFU over steps; and, when runs of the same model exist at two or more
+world sizes in the same runs folder, measured throughput against ideal linear scaling from the
+smallest one, with the scaling efficiency of each.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SpecError
+
+
+@dataclass
+class RunFiles:
+    run_dir: Path
+    spec: dict
+    records: list[dict]
+    summary: dict | None
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunFiles:
+        spec_path, metrics = run_dir / "spec.json", run_dir / "metrics.jsonl"
+        if not spec_path.exists() or not metrics.exists():
+            raise SpecError(
+                f"{run_dir} is not a run with metrics (spec.json and metrics.jsonl); check --run and --runs-dir"
+            )
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+        summary_path = run_dir / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
+        return cls(run_dir, json.loads(spec_path.read_text()), records, summary)
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the run's last (re)start (elastic runs change it), else as submitted."""
+        events = self.run_dir / "events.jsonl"
+        if events.exists():
+            sizes = [json.loads(line).get("world_size") for line in events.read_text().splitlines() if line]
+            sizes = [size for size in sizes if size]
+            if sizes:
+                return sizes[-1]
+        return self.spec["nodes"] * self.spec["nproc"]
+
+    @property
+    def throughput_key(self) -> str:
+        return "tokens_per_s" if any(r.get("tokens_per_s") for r in self.records) else "samples_per_s"
+
+
+def scaling_points(runs_dir: Path, model: str, key: str) -> dict[int, float]:
+    """World size -> best median throughput among finished runs of `model` in `runs_dir`."""
+    points: dict[int, float] = {}
+    for spec_path in sorted(runs_dir.glob("*/spec.json")):
+        try:
+            run = RunFiles.read(spec_path.parent)
+        except (SpecError, ValueError):
+            continue
+        median = (run.summary or {}).get(f"{key}_median")
+        if run.spec.get("model") == model and median:
+            points[run.world_size] = max(points.get(run.world_size, 0.0), median)
+    return points
+
+
+def write_report(run_dir: Path, output: Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run = RunFiles.read(run_dir)
+    if not run.records:
+        raise SpecError(f"{run_dir}/metrics.jsonl has no steps yet; run the report after the first logged step")
+    key = run.throughput_key
+    unit = "tokens/s" if key == "tokens_per_s" else "samples/s"
+    steps = [r["step"] for r in run.records]
+    figure, axes = plt.subplots(2, 2, figsize=(13, 8.5), layout="constrained")
+    title = f"trainkit run {run.spec['run_id']}: {run.spec['model']}, {run.world_size} process(es)"
+    figure.suptitle(title, fontsize=14)
+
+    loss = axes[0][0]
+    loss.plot(steps, [r["loss"] for r in run.records], color="tab:blue")
+    loss.set(title="Training loss", xlabel="optimizer step", ylabel="loss (nats per token or image)")
+
+    speed = axes[0][1]
+    measured = [r for r in run.records if not r.get("warmup")]
+    speed.plot([r["step"] for r in measured], [r[key] for r in measured], color="tab:green")
+    speed.set(title="Throughput (whole job, warm-up step left out)", xlabel="optimizer step", ylabel=unit)
+
+    mfu = axes[1][0]
+    with_mfu = [r for r in run.records if r.get("mfu") is not None]
+    mfu.set(title="Model FLOPs utilisation", xlabel="optimizer step", ylabel="MFU (% of peak)")
+    if with_mfu:
+        mfu.plot([r["step"] for r in with_mfu], [100 * r["mfu"] for r in with_mfu], color="tab:purple")
+    else:
+        mfu.text(
+            0.5,
+            0.5,
+            "not measured: no peak FLOP/s for this device\n(give --peak-tflops)",
+            ha="center",
+            va="center",
+            transform=mfu.transAxes,
+        )
+
+    _scaling(axes[1][1], scaling_points(run_dir.parent, run.spec["model"], key), unit)
+    output = output or run_dir / "report.png"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=110, metadata={"Title": title, "Software": "trainkit obs.report"})
+    plt.close(figure)
+    return output
+
+
+def _scaling(axis, points: dict[int, float], unit: str) -> None:
+    axis.set(title="Scaling (median throughput per world size)", xlabel="processes (GPUs)", ylabel=unit)
+    if len(points) < 2:
+        _empty(axis)
+        axis.text(
+            0.5,
+            0.5,
+            "one world size so far: run this model with other\n--nodes/--nproc in the same runs folder",
+            ha="center",
+            va="center",
+            transform=axis.transAxes,
+        )
+        return
+    sizes = sorted(points)
+    base = points[sizes[0]] / sizes[0]
+    axis.plot(sizes, [base * n for n in sizes], "--", color="grey", label="ideal (linear from smallest)")
+    axis.plot(sizes, [points[n] for n in sizes], "o-", color="tab:orange", label="measured")
+    for n in sizes:
+        axis.annotate(
+            f"{100 * points[n] / (base * n):.0f}%",
+            (n, points[n]),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+        )
+    axis.set_xticks(sizes)
+    axis.legend(loc="upper left")
+
+
+def _empty(axis) -> None:
+    """No ticks on a panel that has nothing to plot (no axis values that mean nothing)."""
+    axis.set_xticks([])
+    axis.set_yticks([])
