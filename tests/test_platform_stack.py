@@ -90,7 +90,7 @@ def resolve(value, context: dict):
 def base_context() -> dict:
     context = {"var": DEFAULTS, "local": {"infra": INFRA_SAMPLE}}
     context["local"]["gpu_quota"] = INFRA_SAMPLE["gpu_nodes_max"] * INFRA_SAMPLE["gpus_per_node"]
-    for name in ("labels", "fsx_size", "fsx_claims", "charts"):
+    for name in ("labels", "fsx_size", "fsx_claims", "charts", "monitoring_charts", "training_pod_monitor"):
         context["local"][name] = resolve(LOCALS[name], context)
     return context
 
@@ -146,19 +146,59 @@ def test_validation_would_catch_a_mistake():
         kubernetes_validate.validate(statefulset, kubernetes_version(), strict=True)
 
 
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
 def test_every_chart_is_pinned_and_its_values_file_parses():
-    charts = base_context()["local"]["charts"]
-    releases = [body for (kind, _), body in RESOURCES.items() if kind == "helm_release"]
-    assert releases and all(unquote(r["for_each"]) == "${local.charts}" for r in releases)
-    assert set(charts) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
+    context = base_context()["local"]
+    charts = {**context["charts"], **context["monitoring_charts"]}
+    releases = [unquote(body["for_each"]) for (kind, _), body in RESOURCES.items() if kind == "helm_release"]
+    assert sorted(releases) == ["${local.charts}", "${local.monitoring_charts}"]
+    assert set(charts) == {
+        "nvidia-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        "kube-prometheus-stack",
+        "dcgm-exporter",
+    }
     for chart, settings in charts.items():
         assert EXACT_VERSION.match(settings["version"]), f"{chart}: pin one version, not {settings['version']!r}"
         assert settings["repository"].startswith("https://"), chart
         values = yaml.safe_load((ROOT / "values" / f"{chart}.yaml").read_text())
         assert isinstance(values, dict) and values, f"values/{chart}.yaml must be a non-empty mapping"
-        tolerations = values.get("tolerations", [])
-        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations, chart
+        # Whatever runs on the GPU nodes must tolerate their taint (Prometheus itself stays off them).
+        on_gpu_nodes = values["prometheus-node-exporter"] if chart == "kube-prometheus-stack" else values
+        assert GPU_TAINT in on_gpu_nodes.get("tolerations", []), chart
     assert sorted(p.stem for p in (ROOT / "values").glob("*.yaml")) == sorted(charts)  # no stray files
+
+
+def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated_files():
+    """The PodMonitor selects what render_pytorchjob produces; rules and dashboards are the committed ones."""
+    from trainkit.render import render_pytorchjob
+    from trainkit.spec import build_spec
+
+    monitor = base_context()["local"]["training_pod_monitor"]
+    spec = build_spec({"model": "llama2-7b", "nodes": 2, "run_id": "obs"}, profile="aws")
+    pod = render_pytorchjob(spec, "rdzv")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert monitor["namespaceSelector"]["matchNames"] == [cluster.JOBS_NAMESPACE]
+    assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    keep = monitor["podMetricsEndpoints"][0]["relabelings"][0]
+    assert keep["action"] == "keep" and keep["sourceLabels"] == ["__meta_kubernetes_pod_container_port_name"]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    kept = {name: port for name, port in ports.items() if re.fullmatch(keep["regex"], name)}
+    assert kept == {f"metrics-{r}": spec.metrics_port + r for r in range(8)}  # one per rank, not c10d
+
+    text = (ROOT / "main.tf").read_text()
+    generated = (ROOT / unquote(LOCALS["observability"]).replace("${path.module}/", "")).resolve()
+    assert 'file("${local.observability}/rules/trainkit-alerts.prometheusrule.yaml")' in text
+    assert (generated / "rules" / "trainkit-alerts.prometheusrule.yaml").exists()
+    assert sorted(p.name for p in (generated / "dashboards").glob("*.json")) == ["gpu-fleet.json", "training-run.json"]
+    dashboards = RESOURCES[("kubernetes_config_map_v1", "grafana_dashboard")]
+    assert unquote(dashboards["for_each"]) == '${fileset("${local.observability}/dashboards", "*.json")}'
+    sidecar = yaml.safe_load((ROOT / "values" / "kube-prometheus-stack.yaml").read_text())["grafana"]["sidecar"]
+    assert 'grafana_dashboard = "1"' in dashboards["metadata"][0]["labels"]
+    assert (sidecar["dashboards"]["label"], sidecar["dashboards"]["labelValue"]) == ("grafana_dashboard", "1")
+    assert DEFAULTS["monitoring_namespace"] == cluster.MONITORING_NAMESPACE
+    assert cluster.MONITORING_RELEASE in base_context()["local"]["monitoring_charts"]
 
 
 def test_operator_and_images_are_pinned():

@@ -22,6 +22,8 @@ PLATFORM_NAMESPACE = "trainkit-system"
 # kube-prometheus-stack and dcgm-exporter; Grafana's service is <release>-grafana.
 MONITORING_NAMESPACE = "trainkit-monitoring"
 MONITORING_RELEASE = "kube-prometheus-stack"
+METRICS_PORT_NAME = "metrics-{rank}"
+"""Container port name of each local rank's metrics; the platform's PodMonitor keeps ports named so."""
 ETCD_SERVICE = "trainkit-etcd"
 ETCD_PORT = 2379
 FSX_CLAIM = "fsx-shared"

@@ -117,12 +117,22 @@ def _container(spec: JobSpec, rdzv_id: str) -> dict:
         "workingDir": cluster.FSX_MOUNT,
         "env": _env(spec),
         "resources": {"requests": dict(devices), "limits": dict(devices)},
-        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(spec)],
         "volumeMounts": [
             {"name": "fsx", "mountPath": cluster.FSX_MOUNT},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
     }
+
+
+def _metrics_ports(spec: JobSpec) -> list[dict]:
+    """One named port per local rank (rank r serves metrics_port + r) for the platform's PodMonitor."""
+    if not spec.metrics_port:
+        return []
+    return [
+        {"name": cluster.METRICS_PORT_NAME.format(rank=r), "containerPort": spec.metrics_port + r, "protocol": "TCP"}
+        for r in range(spec.nproc)
+    ]
 
 
 def render_pod_template(spec: JobSpec, rdzv_id: str) -> dict:

@@ -49,7 +49,7 @@ locals {
 ################################################################################
 
 resource "kubernetes_manifest" "namespace" {
-  for_each = toset([var.jobs_namespace, var.system_namespace])
+  for_each = toset([var.jobs_namespace, var.system_namespace, var.monitoring_namespace])
 
   manifest = {
     apiVersion = "v1"
@@ -259,4 +259,83 @@ resource "kustomization_resource" "training_operator_p2" {
   for_each   = data.kustomization_build.training_operator.ids_prio[2]
   manifest   = data.kustomization_build.training_operator.manifests[each.value]
   depends_on = [kustomization_resource.training_operator_p1]
+}
+
+################################################################################
+# Monitoring: kube-prometheus-stack and NVIDIA dcgm-exporter
+################################################################################
+
+locals {
+  observability = "${path.module}/../../../observability/generated"
+
+  monitoring_charts = {
+    kube-prometheus-stack = {
+      repository = "https://prometheus-community.github.io/helm-charts"
+      version    = "88.5.3"
+    }
+    dcgm-exporter = {
+      repository = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+      version    = "4.8.2"
+    }
+  }
+
+  # trainkit's alert rules and the training pods' PodMonitor go in through the chart's own values,
+  # so nothing of the operator's custom kinds is planned before the chart has installed its CRDs.
+  training_pod_monitor = {
+    name              = "trainkit-ranks"
+    namespaceSelector = { matchNames = [var.jobs_namespace] }
+    selector          = { matchLabels = { "app.kubernetes.io/managed-by" = "trainkit" } }
+    # No port named: every container port is a target, then only the ranks' metrics ports are kept
+    # (metrics-0, metrics-1, ... one per local rank; trainkit/render.py names them).
+    podMetricsEndpoints = [{
+      interval = "15s"
+      relabelings = [{
+        action       = "keep"
+        sourceLabels = ["__meta_kubernetes_pod_container_port_name"]
+        regex        = "metrics-[0-9]+"
+      }]
+    }]
+  }
+  monitoring_values = {
+    kube-prometheus-stack = yamlencode({
+      additionalPrometheusRulesMap = {
+        trainkit-alerts = yamldecode(file("${local.observability}/rules/trainkit-alerts.prometheusrule.yaml")).spec
+      }
+      prometheus = { additionalPodMonitors = [local.training_pod_monitor] }
+    })
+    dcgm-exporter = yamlencode({})
+  }
+}
+
+resource "helm_release" "monitoring" {
+  for_each = local.monitoring_charts
+
+  name       = each.key
+  namespace  = var.monitoring_namespace
+  repository = each.value.repository
+  chart      = each.key
+  version    = each.value.version
+  values     = [file("${path.module}/values/${each.key}.yaml"), local.monitoring_values[each.key]]
+  wait       = true
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# Grafana's dashboard sidecar loads every ConfigMap labelled grafana_dashboard=1, so the committed
+# JSON from observability/ is what the cluster shows.
+resource "kubernetes_config_map_v1" "grafana_dashboard" {
+  for_each = fileset("${local.observability}/dashboards", "*.json")
+
+  metadata {
+    name        = "trainkit-dashboard-${trimsuffix(each.value, ".json")}"
+    namespace   = var.monitoring_namespace
+    labels      = merge(local.labels, { grafana_dashboard = "1" })
+    annotations = { grafana_folder = "trainkit" }
+  }
+
+  data = {
+    (each.value) = file("${local.observability}/dashboards/${each.value}")
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
 }

@@ -36,3 +36,9 @@ variable "training_operator_ref" {
   type        = string
   default     = "v1.9.4"
 }
+
+variable "monitoring_namespace" {
+  description = "Namespace of kube-prometheus-stack (Prometheus, Grafana) and dcgm-exporter; trainkit/cluster.py names it too."
+  type        = string
+  default     = "trainkit-monitoring"
+}
