@@ -29,7 +29,7 @@ def bench(tmp_path_factory):
     readme = root / "README.md"
     shutil.copy(REPO / "README.md", readme)
     output = root / "elastic.json"
-    args = ["--output", str(output), "--readme", str(readme), "--parallel", "2"]
+    args = ["--output", str(output), "--readme", str(readme), "--parallel", "3"]
     result = invoke("bench", "elastic", *args, timeout=900)
     record = json.loads(output.read_text()) if output.exists() else None
     return result, record, readme

@@ -1,4 +1,5 @@
-"""Local servers the product starts as processes: etcd for the etcd rendezvous.
+"""Local servers the product starts as processes: etcd for the etcd rendezvous, Prometheus (and a GPU
+exporter where there is a GPU) for metrics.
 
 Debian's `etcd-server` (3.4) provides the binary (`make test-services` installs it). The v2 API is
 switched on because torch's etcd rendezvous speaks v2. Data lives in a directory of the caller's
@@ -8,7 +9,8 @@ choosing, so a restart (`restart()`, or a crash and a new start) finds the rende
 `make up` starts for the local profile: a background process that outlives the command, with its
 pid, endpoint, data and log under `.trainkit/etcd/` (`TRAINKIT_STATE_DIR` moves `.trainkit`);
 `make down` stops it and removes its data. `invoke train --rdzv etcd` uses it when no
-`--rdzv-endpoint` is given.
+`--rdzv-endpoint` is given. `LocalPrometheus` and `LocalGpuExporter` are the same kind of background
+server under `.trainkit/prometheus/` and `.trainkit/gpu-exporter/`.
 """
 
 from __future__ import annotations
@@ -42,13 +44,28 @@ def free_port_pair() -> int:
     raise RuntimeError("no free pair of ports on 127.0.0.1")
 
 
-def etcd_healthy(endpoint: str) -> bool:
-    """Whether an etcd answers its health check at host:port."""
+def http_ok(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"http://{endpoint}/health", timeout=2) as answer:
+        with urllib.request.urlopen(url, timeout=2) as answer:
             return answer.status == 200
     except OSError:
         return False
+
+
+def etcd_healthy(endpoint: str) -> bool:
+    """Whether an etcd answers its health check at host:port."""
+    return http_ok(f"http://{endpoint}/health")
+
+
+def terminate(process: subprocess.Popen | None) -> None:
+    """SIGTERM, then SIGKILL after 30 s; returns once it has exited."""
+    if process and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class EtcdServer:
@@ -110,12 +127,7 @@ class EtcdServer:
         self.start()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        terminate(self.process)
 
     def __enter__(self) -> EtcdServer:
         return self.start()
@@ -135,10 +147,12 @@ class _Background:
     """A server the local profile runs in the background: pid and endpoint files under
     `.trainkit/<name>/`; `_pid()` only trusts a pid whose command line is still ours."""
 
-    binary = ""
+    name = ""  # folder under .trainkit/
+    binary = ""  # start of the server's argv[0]
+    health_path = ""  # answers 200 when the server is up
 
-    def __init__(self, name: str, root: Path | None = None):
-        self.root = (root or state_dir()) / name
+    def __init__(self, root: Path | None = None):
+        self.root = (root or state_dir()) / self.name
         self.pid_file, self.endpoint_file = self.root / "pid", self.root / "endpoint"
 
     def _pid(self) -> int | None:
@@ -152,7 +166,7 @@ class _Background:
         return pid if ours and str(self.root).encode() in b" ".join(cmdline) else None
 
     def _healthy(self, endpoint: str) -> bool:
-        raise NotImplementedError
+        return http_ok(f"http://{endpoint}{self.health_path}")
 
     def endpoint(self) -> str | None:
         """host:port of the running server, or None."""
@@ -160,6 +174,29 @@ class _Background:
             return None
         endpoint = self.endpoint_file.read_text().strip()
         return endpoint if self._healthy(endpoint) else None
+
+    removed_on_down = ""  # a sub-folder `down()` deletes (state that must not outlive the server)
+
+    def _start(self):
+        """Start the server detached; returns it (with `.process` and `.endpoint`)."""
+        raise NotImplementedError
+
+    def up(self) -> tuple[str, bool]:
+        """Start it unless it runs; (endpoint, started now)."""
+        running = self.endpoint()
+        if running:
+            return running, False
+        self.root.mkdir(parents=True, exist_ok=True)
+        server = self._start()
+        self._record(server.process.pid, server.endpoint)
+        return server.endpoint, True
+
+    def down(self) -> bool:
+        """Stop it; True when one was running."""
+        stopped = self._stop()
+        if self.removed_on_down:
+            shutil.rmtree(self.root / self.removed_on_down, ignore_errors=True)
+        return stopped
 
     def _record(self, pid: int, endpoint: str) -> None:
         self.pid_file.write_text(f"{pid}\n")
@@ -183,29 +220,12 @@ class _Background:
 class LocalEtcd(_Background):
     """The local profile's etcd, started by `make up` and stopped by `make down`."""
 
-    binary = "etcd"
+    name = binary = "etcd"
+    health_path = "/health"
+    removed_on_down = "data"
 
-    def __init__(self, root: Path | None = None):
-        super().__init__("etcd", root)
-
-    def _healthy(self, endpoint: str) -> bool:
-        return etcd_healthy(endpoint)
-
-    def up(self) -> tuple[str, bool]:
-        """Start it unless it runs; (endpoint, started now)."""
-        running = self.endpoint()
-        if running:
-            return running, False
-        self.root.mkdir(parents=True, exist_ok=True)
-        server = EtcdServer(self.root / "data", detach=True).start()
-        self._record(server.process.pid, server.endpoint)
-        return server.endpoint, True
-
-    def down(self) -> bool:
-        """Stop it and remove its data; True when one was running."""
-        stopped = self._stop()
-        shutil.rmtree(self.root / "data", ignore_errors=True)
-        return stopped
+    def _start(self) -> EtcdServer:
+        return EtcdServer(self.root / "data", detach=True).start()
 
 
 # ---------------------------------------------------------------------------------------------- Prometheus
@@ -215,14 +235,6 @@ RULES_FILE = (
 )
 RANKS_JOB, GPU_JOB = "trainkit-ranks", "trainkit-gpu"
 SCRAPE_INTERVAL_ENV = "TRAINKIT_SCRAPE_INTERVAL"  # the local Prometheus's scrape interval (default 5s)
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
 
 
 class PrometheusServer:
@@ -282,13 +294,7 @@ class PrometheusServer:
         return self
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
 
     def __enter__(self) -> PrometheusServer:
         return self.start()
@@ -310,31 +316,17 @@ def write_targets(root: Path, job: str, name: str, addresses: list[str]) -> Path
 class LocalPrometheus(_Background):
     """The local profile's Prometheus (`make up` / `make down`), on port 9090 when that is free."""
 
-    binary = "prometheus"
+    name = binary = "prometheus"
+    health_path = "/-/ready"
     port = 9090
 
-    def __init__(self, root: Path | None = None):
-        super().__init__("prometheus", root)
+    # Its data stays for the next `make up` (metrics history survives a restart); targets do not.
+    removed_on_down = "targets"
 
-    def _healthy(self, endpoint: str) -> bool:
-        return http_ok(f"http://{endpoint}/-/ready")
-
-    def up(self) -> tuple[str, bool]:
-        running = self.endpoint()
-        if running:
-            return running, False
-        self.root.mkdir(parents=True, exist_ok=True)
+    def _start(self) -> PrometheusServer:
         port = self.port if port_free(self.port) else None
         interval = os.environ.get(SCRAPE_INTERVAL_ENV, "5s")
-        server = PrometheusServer(self.root, port=port, scrape_interval=interval, detach=True).start()
-        self._record(server.process.pid, server.endpoint)
-        return server.endpoint, True
-
-    def down(self) -> bool:
-        """Stop it; its data stays for the next `make up` (metrics history survives a restart)."""
-        stopped = self._stop()
-        shutil.rmtree(self.root / "targets", ignore_errors=True)
-        return stopped
+        return PrometheusServer(self.root, port=port, scrape_interval=interval, detach=True).start()
 
     def watch_job(self, run_id: str, addresses: list[str]) -> Path | None:
         """Have the running Prometheus scrape a job's ranks; None when none runs."""
@@ -356,14 +348,9 @@ class LocalGpuExporter(_Background):
     """`observability.gpu_exporter` for the local Prometheus, started only where NVML loads or an EFA
     device exists: on a CPU-only machine there is nothing to export and GPU panels say "no data"."""
 
-    binary = "python"
+    name, binary = "gpu-exporter", "python"
+    health_path = "/metrics"
     port = 9500
-
-    def __init__(self, root: Path | None = None):
-        super().__init__("gpu-exporter", root)
-
-    def _healthy(self, endpoint: str) -> bool:
-        return http_ok(f"http://{endpoint}/metrics")
 
     @staticmethod
     def hardware() -> str | None:
@@ -401,6 +388,3 @@ class LocalGpuExporter(_Background):
         endpoint = self.endpoint()
         write_targets(prometheus_root, GPU_JOB, "gpu-exporter", [endpoint])
         return endpoint
-
-    def down(self) -> bool:
-        return self._stop()
