@@ -35,23 +35,24 @@ def rendered() -> dict[str, str]:
     return files
 
 
-def stale(root: Path = GENERATED) -> list[str]:
+def stale(root: Path = GENERATED, files: dict[str, str] | None = None) -> list[str]:
     """Generated files that are missing, different, or no longer generated."""
-    files = rendered()
+    files = rendered() if files is None else files
     present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() else set()
     differ = [name for name, text in files.items() if not (root / name).exists() or (root / name).read_text() != text]
     return sorted(differ + sorted(present - set(files)))
 
 
 def write(root: Path = GENERATED) -> list[str]:
-    for name in stale(root):
+    files = rendered()
+    for name in stale(root, files):
         path = root / name
-        if name in rendered():
+        if name in files:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(rendered()[name])
+            path.write_text(files[name])
         else:
             path.unlink()
-    return sorted(rendered())
+    return sorted(files)
 
 
 def load_dashboard(name: str, root: Path = GENERATED) -> dict:

@@ -37,6 +37,9 @@ class NvmlCollector:
         nvml.nvmlInit()
         self.hostname = hostname or socket.gethostname()
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        # Identity does not change while the exporter runs: read it once, not on every scrape.
+        self.gpu_labels = [self.labels(index, handle) for index, handle in enumerate(self.handles)]
+        self.index_by_uuid = {nvml.nvmlDeviceGetUUID(handle): index for index, handle in enumerate(self.handles)}
         self.last_xid = dict.fromkeys(range(len(self.handles)), 0)
         self._xid_thread: threading.Thread | None = None
 
@@ -70,9 +73,8 @@ class NvmlCollector:
     def collect(self):
         families = {name: GaugeMetricFamily(name, GPU_METRICS[name][0], labels=GPU_LABELS) for name in GPU_METRICS}
         for index, handle in enumerate(self.handles):
-            labels = self.labels(index, handle)
             for name, value in self.readings(index, handle).items():
-                families[name].add_metric(labels, value)
+                families[name].add_metric(self.gpu_labels[index], value)
         yield from families.values()
 
     def watch_xids(self) -> None:
@@ -91,9 +93,9 @@ class NvmlCollector:
                         log.warning("XID events unavailable: %s", error)
                         time.sleep(5)
                     continue
-                for index, handle in enumerate(self.handles):
-                    if nvml.nvmlDeviceGetUUID(handle) == nvml.nvmlDeviceGetUUID(event.device):
-                        self.last_xid[index] = int(event.eventData)
+                index = self.index_by_uuid.get(nvml.nvmlDeviceGetUUID(event.device))
+                if index is not None:
+                    self.last_xid[index] = int(event.eventData)
 
         self._xid_thread = threading.Thread(target=wait_forever, name="nvml-xid", daemon=True)
         self._xid_thread.start()

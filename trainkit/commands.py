@@ -119,12 +119,10 @@ def up(profile: str, yes: bool = False, var_file: str | None = None, stack: str 
     if prometheus.endpoint() is None:
         gpus = "not started: Prometheus is not running"
     else:
-        exporter = LocalGpuExporter()
-        endpoint = exporter.up(prometheus.root)
-        hardware = exporter.hardware() if endpoint else None
+        served = LocalGpuExporter().serve(prometheus.root)
         gpus = (
-            f"running on {endpoint} ({hardware})"
-            if endpoint
+            f"running on {served[0]} ({served[1]})"
+            if served
             else "none: no NVIDIA GPU or EFA device (GPU panels: no data)"
         )
     return "\n".join(

@@ -22,13 +22,15 @@ class RunFiles:
     summary: dict | None
 
     @classmethod
-    def read(cls, run_dir: Path) -> RunFiles:
+    def read(cls, run_dir: Path, with_records: bool = True) -> RunFiles:
+        """The run's files; `with_records=False` skips metrics.jsonl (other runs only need their summary)."""
         spec_path, metrics = run_dir / "spec.json", run_dir / "metrics.jsonl"
         if not spec_path.exists() or not metrics.exists():
             raise SpecError(
                 f"{run_dir} is not a run with metrics (spec.json and metrics.jsonl); check --run and --runs-dir"
             )
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+        lines = metrics.read_text().splitlines() if with_records else []
+        records = [json.loads(line) for line in lines if line]
         summary_path = run_dir / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
         return cls(run_dir, json.loads(spec_path.read_text()), records, summary)
@@ -54,7 +56,7 @@ def scaling_points(runs_dir: Path, model: str, key: str) -> dict[int, float]:
     points: dict[int, float] = {}
     for spec_path in sorted(runs_dir.glob("*/spec.json")):
         try:
-            run = RunFiles.read(spec_path.parent)
+            run = RunFiles.read(spec_path.parent, with_records=False)
         except (SpecError, ValueError):
             continue
         median = (run.summary or {}).get(f"{key}_median")

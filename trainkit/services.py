@@ -15,6 +15,8 @@ server under `.trainkit/prometheus/` and `.trainkit/gpu-exporter/`.
 
 from __future__ import annotations
 
+import abc
+import functools
 import json
 import os
 import shutil
@@ -55,6 +57,19 @@ def http_ok(url: str) -> bool:
 def etcd_healthy(endpoint: str) -> bool:
     """Whether an etcd answers its health check at host:port."""
     return http_ok(f"http://{endpoint}/health")
+
+
+def launch(command: list[str], log_path: Path, ready, what: str, timeout: float, detach: bool) -> subprocess.Popen:
+    """Start a server with its output appended to `log_path`; return once `ready()` holds, or raise
+    (naming the log) if it exits or `timeout` passes first."""
+    with log_path.open("a") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=detach)
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start; see {log_path}")
+        time.sleep(0.1)
+    return process
 
 
 def terminate(process: subprocess.Popen | None) -> None:
@@ -100,15 +115,8 @@ class EtcdServer:
 
     def start(self, timeout: float = 30) -> EtcdServer:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a") as log:
-            self.process = subprocess.Popen(
-                self._command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=self.detach
-            )
-        deadline = time.monotonic() + timeout
-        while not self.healthy():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"etcd did not start on {self.endpoint}; see {self.log_path}")
-            time.sleep(0.1)
+        what = f"etcd on {self.endpoint}"
+        self.process = launch(self._command(), self.log_path, self.healthy, what, timeout, self.detach)
         return self
 
     def healthy(self) -> bool:
@@ -143,7 +151,7 @@ def state_dir() -> Path:
     return Path(os.environ.get(STATE_ENV, ".trainkit")).resolve()
 
 
-class _Background:
+class _Background(abc.ABC):
     """A server the local profile runs in the background: pid and endpoint files under
     `.trainkit/<name>/`; `_pid()` only trusts a pid whose command line is still ours."""
 
@@ -177,9 +185,9 @@ class _Background:
 
     removed_on_down = ""  # a sub-folder `down()` deletes (state that must not outlive the server)
 
-    def _start(self):
-        """Start the server detached; returns it (with `.process` and `.endpoint`)."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _start(self) -> tuple[subprocess.Popen, str]:
+        """Start the server detached and ready; (its process, host:port)."""
 
     def up(self) -> tuple[str, bool]:
         """Start it unless it runs; (endpoint, started now)."""
@@ -187,9 +195,9 @@ class _Background:
         if running:
             return running, False
         self.root.mkdir(parents=True, exist_ok=True)
-        server = self._start()
-        self._record(server.process.pid, server.endpoint)
-        return server.endpoint, True
+        process, endpoint = self._start()
+        self._record(process.pid, endpoint)
+        return endpoint, True
 
     def down(self) -> bool:
         """Stop it; True when one was running."""
@@ -224,8 +232,9 @@ class LocalEtcd(_Background):
     health_path = "/health"
     removed_on_down = "data"
 
-    def _start(self) -> EtcdServer:
-        return EtcdServer(self.root / "data", detach=True).start()
+    def _start(self) -> tuple[subprocess.Popen, str]:
+        server = EtcdServer(self.root / "data", detach=True).start()
+        return server.process, server.endpoint
 
 
 # ---------------------------------------------------------------------------------------------- Prometheus
@@ -282,15 +291,8 @@ class PrometheusServer:
             f"--storage.tsdb.path={self.root / 'data'}",
             f"--web.listen-address={self.endpoint}",
         ]
-        with self.log_path.open("a") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=self.detach
-            )
-        deadline = time.monotonic() + timeout
-        while not http_ok(f"http://{self.endpoint}/-/ready"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prometheus did not start on {self.endpoint}; see {self.log_path}")
-            time.sleep(0.2)
+        ready = functools.partial(http_ok, f"http://{self.endpoint}/-/ready")
+        self.process = launch(command, self.log_path, ready, f"prometheus on {self.endpoint}", timeout, self.detach)
         return self
 
     def stop(self) -> None:
@@ -323,10 +325,11 @@ class LocalPrometheus(_Background):
     # Its data stays for the next `make up` (metrics history survives a restart); targets do not.
     removed_on_down = "targets"
 
-    def _start(self) -> PrometheusServer:
+    def _start(self) -> tuple[subprocess.Popen, str]:
         port = self.port if port_free(self.port) else None
         interval = os.environ.get(SCRAPE_INTERVAL_ENV, "5s")
-        return PrometheusServer(self.root, port=port, scrape_interval=interval, detach=True).start()
+        server = PrometheusServer(self.root, port=port, scrape_interval=interval, detach=True).start()
+        return server.process, server.endpoint
 
     def watch_job(self, run_id: str, addresses: list[str]) -> Path | None:
         """Have the running Prometheus scrape a job's ranks; None when none runs."""
@@ -368,23 +371,19 @@ class LocalGpuExporter(_Background):
         efa = len(EfaCollector().devices())
         return f"{gpus} GPU(s), {efa} EFA device(s)" if gpus or efa else None
 
-    def up(self, prometheus_root: Path) -> str | None:
-        """Start it unless it runs and list it as a scrape target; its endpoint, or None (nothing to export)."""
-        if self.endpoint() is None:
-            if self.hardware() is None:
-                return None
-            self.root.mkdir(parents=True, exist_ok=True)
-            port = self.port if port_free(self.port) else free_port_pair()
-            command = [sys.executable, "-m", "observability.gpu_exporter", "--port", str(port), f"--root={self.root}"]
-            with (self.root / "exporter.log").open("a") as log:
-                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            endpoint = f"127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while not self._healthy(endpoint):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the GPU exporter did not start; see {self.root / 'exporter.log'}")
-                time.sleep(0.2)
-            self._record(process.pid, endpoint)
-        endpoint = self.endpoint()
+    def _start(self) -> tuple[subprocess.Popen, str]:
+        port = self.port if port_free(self.port) else free_port_pair()
+        endpoint = f"127.0.0.1:{port}"
+        command = [sys.executable, "-m", "observability.gpu_exporter", "--port", str(port), f"--root={self.root}"]
+        ready = functools.partial(self._healthy, endpoint)
+        return launch(command, self.root / "exporter.log", ready, "the GPU exporter", 30, detach=True), endpoint
+
+    def serve(self, prometheus_root: Path) -> tuple[str, str] | None:
+        """Start it unless it runs (only where there is hardware to export) and list it as a scrape
+        target; (endpoint, what it exports), or None."""
+        hardware = self.hardware()
+        if hardware is None:
+            return None
+        endpoint, _ = self.up()
         write_targets(prometheus_root, GPU_JOB, "gpu-exporter", [endpoint])
-        return endpoint
+        return endpoint, hardware
