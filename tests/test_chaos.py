@@ -9,7 +9,9 @@ harness measured.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +49,9 @@ def test_the_benchmark_command_covers_the_matrix_and_rewrites_the_readme_table(b
     assert sorted((r["scenario"], r["backend"]) for r in record["results"]) == sorted(PAIRS)
     assert chaos.readme_table(readme) == chaos.render_table(record)
     assert record["settings"]["steps"] == SETTINGS.steps
+    # The temporary runs (checkpoints, etcd data) of a matrix that went as expected are removed.
+    workdir = Path(re.search(r"runs under (\S+)", result.stdout).group(1))
+    assert workdir.name.startswith("trainkit-chaos-") and not workdir.exists(), result.stdout[-2000:]
 
 
 @pytest.mark.parametrize(("scenario", "backend"), PAIRS)

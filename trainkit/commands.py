@@ -257,6 +257,7 @@ def aws_audit(var_file: str | None = None) -> str:
 
 def chaos(scenarios: str, backends: str, workdir: str | None, parallel: int) -> tuple[dict, bool]:
     """Run fault-injection scenarios on local elastic jobs; (benchmark record, every outcome as expected)."""
+    import shutil
     import tempfile
     from pathlib import Path
 
@@ -266,7 +267,16 @@ def chaos(scenarios: str, backends: str, workdir: str | None, parallel: int) -> 
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="trainkit-chaos-"))
     print(f"{len(pairs)} scenario(s); runs under {root}", flush=True)
     record = harness.run_matrix(pairs, root, parallel=parallel, report=lambda line: print(line, flush=True))
-    return record, all(result["ok"] for result in record["results"])
+    ok = all(result["ok"] for result in record["results"])
+    if workdir is None:
+        # A temporary folder of a matrix that went as expected holds nothing to read (~1.7 GB of
+        # checkpoints and etcd data); one with a surprise is kept for its logs.
+        if ok:
+            shutil.rmtree(root, ignore_errors=True)
+            print(f"all as expected: removed {root}", flush=True)
+        else:
+            print(f"runs kept for their logs: {root}", flush=True)
+    return record, ok
 
 
 def bench_elastic(output: str, readme: str | None, scenarios: str, backends: str, parallel: int) -> bool:
