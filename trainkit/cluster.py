@@ -74,6 +74,7 @@ class InfraOutputs:
     image_repository: str | None
     region: str | None
     recorded: bool
+    fsx_capacity_gib: int | None = None
 
 
 def load_outputs() -> InfraOutputs:
@@ -87,4 +88,5 @@ def load_outputs() -> InfraOutputs:
         image_repository=urls.get(IMAGE_REPOSITORY),
         region=data.get("region"),
         recorded=True,
+        fsx_capacity_gib=data.get("fsx_storage_capacity_gib"),
     )

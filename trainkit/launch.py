@@ -13,6 +13,7 @@ from .errors import SpecError
 from .models import ModelEntry, get_model
 from .secrets import require_hf_token
 from .spec import JobSpec, write_spec
+from .storage import check_free_space
 
 ENTRY_POINTS = {"llama": "training.llm.train", "vision": "training.vision.train"}
 SYNTHETIC = "synthetic"
@@ -150,6 +151,7 @@ def prepare_run(spec: JobSpec) -> PreparedRun:
     """Check the inputs, then create the run directory and build the entry point's arguments."""
     entry = get_model(spec.model)
     env = _check_inputs(spec, entry.family)
+    check_free_space(spec, entry)
     write_spec(spec)
     extra = _vision_args(spec, entry) if entry.family == "vision" else _llama_args(spec, entry)
     return PreparedRun(spec=spec, module=ENTRY_POINTS[entry.family], args=_common_args(spec) + extra, env=env)

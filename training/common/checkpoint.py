@@ -50,6 +50,14 @@ def _write_durable(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+def complete_steps(root: Path) -> list[Path]:
+    """The published checkpoints under `root`, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step-*") if p.is_dir() and (p / COMPLETE_MARKER).is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -64,10 +72,7 @@ class CheckpointManager:
     # ------------------------------------------------------------------ reading
 
     def _complete_steps(self) -> list[Path]:
-        if not self.root.is_dir():
-            return []
-        found = [p for p in self.root.glob("step-*") if p.is_dir() and (p / COMPLETE_MARKER).is_file()]
-        return sorted(found, key=lambda p: p.name)
+        return complete_steps(self.root)
 
     def latest(self) -> Path | None:
         """The checkpoint to resume from, or None for a fresh start."""

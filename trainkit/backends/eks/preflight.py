@@ -10,8 +10,10 @@ import re
 
 from ... import cluster, hardware
 from ...errors import SpecError
+from ...models import get_model
 from ...render import job_name
 from ...spec import JobSpec
+from ...storage import check_fsx_capacity
 from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 
 ECR_IMAGE = re.compile(
@@ -85,6 +87,13 @@ def check_secret(kube: Kube, spec: JobSpec) -> None:
         )
 
 
+def check_storage(spec: JobSpec) -> None:
+    """What the run writes (checkpoints, export) must fit on the FSx file system `make up` recorded."""
+    capacity = cluster.load_outputs().fsx_capacity_gib
+    if capacity:
+        check_fsx_capacity(spec, get_model(spec.model), int(capacity))
+
+
 def check_not_running(kube: Kube, spec: JobSpec) -> None:
     name = job_name(spec.run_id)
     if unless_missing(kube.custom.get_namespaced_custom_object, GROUP, VERSION, spec.namespace, PLURAL, name) is None:
@@ -130,6 +139,7 @@ def preflight(kube: Kube, spec: JobSpec, ecr=None) -> list[str]:
     check_not_running(kube, spec)
     notes = [check_capacity(kube, spec)]
     check_volume(kube, spec.namespace)
+    check_storage(spec)
     check_secret(kube, spec)
     notes.append(check_image(spec, ecr))
     return [note for note in notes if note]
