@@ -65,7 +65,18 @@ def test_hugging_face_datasets_path_reads_a_local_dataset_directory(tmp_path):
 
 def test_packing_drops_the_remainder():
     packed = PackedDataset.pack(list(range(10)), list(range(10)), seq_len=4)
-    assert packed.input_ids.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert packed.input_ids.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and packed.dropped == 0
+
+
+def test_packing_leaves_out_blocks_with_no_response_target():
+    ignore = IGNORE_INDEX
+    # Block 0: all prompt. Block 1: one target, at its last position. Block 2: only its first label is a
+    # response token, which no position predicts (the loss reads labels[:, 1:]), so it has no loss either.
+    labels = [ignore] * 4 + [ignore, ignore, ignore, 9] + [5, ignore, ignore, ignore]
+    packed = PackedDataset.pack(list(range(12)), labels, seq_len=4)
+    assert packed.input_ids.tolist() == [[4, 5, 6, 7]] and packed.dropped == 2
+    with pytest.raises(ValueError, match="no block of 4 tokens holds a response token.*longer --seq-len"):
+        PackedDataset.pack(list(range(8)), [ignore] * 8, seq_len=4)
 
 
 def test_ranks_read_disjoint_slices_that_cover_each_step_and_depend_only_on_the_step():

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.conftest import REPO, invoke, only_run_dir, output, read_jsonl, start_invoke
 from training.common.checkpoint import STALL_ENV
-from training.llm.data import load_records, tokenize_examples
+from training.llm.data import PackedDataset, load_records, tokenize_examples
 from training.llm.dialogues import write_dialogues
 from training.llm.tokenizer import byte_tokenizer
 from trainkit.services import free_port_pair
@@ -141,10 +141,11 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
 
 
 def small_dataset(path: Path, count: int) -> tuple[Path, int]:
-    """A local JSONL data set and how many optimizer steps one epoch of it is at global batch 16."""
+    """A local JSONL data set and how many optimizer steps one epoch of it is at global batch 16 (blocks
+    of 128 tokens that hold a response token)."""
     write_dialogues(path, count=count, seed=5)
-    ids, _ = tokenize_examples(load_records(str(path)), byte_tokenizer())
-    return path, (len(ids) // 128) // 16
+    ids, labels = tokenize_examples(load_records(str(path)), byte_tokenizer())
+    return path, len(PackedDataset.pack(ids, labels, 128)) // 16
 
 
 @pytest.mark.parametrize(("strategy", "share"), [("SHARD_GRAD_OP", 0.5), ("NO_SHARD", 1.0)])
@@ -247,9 +248,9 @@ def test_llama2_7b_truncated_to_two_layers_trains_with_true_shapes(tmp_path):
         "--layers",
         "2",
         "--seq-len",
-        "32",  # the shapes under test are the layers'; a short sequence keeps the two steps cheap
+        "32",  # the shapes under test are the layers'; a short sequence keeps the step cheap
         "--steps",
-        "2",
+        "1",
         "--nproc",
         "2",
         "--runs-dir",
@@ -262,7 +263,11 @@ def test_llama2_7b_truncated_to_two_layers_trains_with_true_shapes(tmp_path):
     assert "llama2-7b truncated to 2 of 32 layers" in result.stdout
     run_dir = only_run_dir(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["truncated"] == "llama2-7b truncated to 2 of 32 layers" and summary["steps"] == 2
+    assert summary["truncated"] == "llama2-7b truncated to 2 of 32 layers" and summary["steps"] == 1
+    # 32 byte tokens are mostly prompt: those blocks are left out, so the step has a loss and a gradient.
+    assert "blocks of 32 tokens are all prompt (no loss): left out" in result.stdout
+    (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert 5 < record["loss"] < 20 and record["grad_norm"] > 0, record  # random init: about ln(32000) = 10.4
     config = json.loads((run_dir / "model" / "config.json").read_text())
     assert (config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]) == (4096, 11008, 32)
     assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 32000

@@ -57,10 +57,13 @@ def tokenize_examples(records: Iterable[dict], tokenizer) -> tuple[list[int], li
 
 @dataclass
 class PackedDataset:
-    """Fixed-length blocks of input ids and labels."""
+    """Fixed-length blocks of input ids and labels. A block whose every target is a prompt token
+    (possible when --seq-len is shorter than a prompt) has no loss and no gradient: it is left out
+    rather than trained on for nothing, and counted in `dropped`."""
 
     input_ids: torch.Tensor  # (blocks, seq_len) int64
     labels: torch.Tensor  # (blocks, seq_len) int64
+    dropped: int = 0
 
     @classmethod
     def pack(cls, ids: list[int], labels: list[int], seq_len: int) -> PackedDataset:
@@ -68,10 +71,15 @@ class PackedDataset:
         if blocks == 0:
             raise ValueError(f"dataset has {len(ids)} tokens, fewer than one sequence of {seq_len}")
         usable = blocks * seq_len
-        return cls(
-            input_ids=torch.tensor(ids[:usable], dtype=torch.long).view(blocks, seq_len),
-            labels=torch.tensor(labels[:usable], dtype=torch.long).view(blocks, seq_len),
-        )
+        input_ids = torch.tensor(ids[:usable], dtype=torch.long).view(blocks, seq_len)
+        targets = torch.tensor(labels[:usable], dtype=torch.long).view(blocks, seq_len)
+        # The loss reads labels[:, 1:] (each position predicts the next token).
+        keep = (targets[:, 1:] != IGNORE_INDEX).any(dim=1)
+        if not bool(keep.any()):
+            raise ValueError(
+                f"no block of {seq_len} tokens holds a response token (every one is prompt): use a longer --seq-len"
+            )
+        return cls(input_ids=input_ids[keep], labels=targets[keep], dropped=blocks - int(keep.sum()))
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

@@ -80,6 +80,12 @@ class Trainer:
         cfg = self.cfg
         ids, labels = tokenize_examples(load_records(cfg.dataset, cfg.dataset_split), self.tokenizer)
         dataset = PackedDataset.pack(ids, labels, cfg.seq_len)
+        if dataset.dropped and self.accelerator.is_main_process:
+            total = len(dataset) + dataset.dropped
+            print(
+                f"NOTE: {dataset.dropped} of {total} blocks of {cfg.seq_len} tokens are all prompt (no loss): left out",
+                flush=True,
+            )
         sampler = StepSampler(
             len(dataset),
             cfg.global_batch_size,
