@@ -160,12 +160,30 @@ def test_other_strategies_run_an_epoch_of_a_local_jsonl_and_distribute_parameter
     assert sharding["local_params"] == pytest.approx(share * sharding["total_params"], rel=0.02)
 
 
-def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):
+def test_a_bad_record_is_refused_by_line_before_anything_starts(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"text": "no prompt or response here"}\n' * 50)
-    result = invoke(*tiny_args(tmp_path / "runs", "--dataset", str(bad), "--steps", "2"))
+    good = json.dumps({"prompt": "p", "response": "r"})
+    bad.write_text(f"{good}\n\n{good}\n" + '{"text": "no prompt or response here"}\n' + f"{good}\n")
+    runs = tmp_path / "runs"
+    result = invoke(*tiny_args(runs, "--dataset", str(bad), "--steps", "2"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"--dataset {bad} line 4: dataset record has fields ['text']; expected 'prompt' and 'response'" in (
+        result.stderr
+    )
+    assert not runs.exists() or not any(runs.iterdir())
+    for text, said in (("[1, 2]\n", "line 1: expected a JSON object, found list"), ("\n\n", "has no records")):
+        bad.write_text(text)
+        result = invoke(*tiny_args(runs, "--dataset", str(bad), "--steps", "2"))
+        assert result.returncode == 2 and said in result.stderr, result.stderr
+
+
+def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):
+    """Too little data for one global batch is only known once the workers have tokenised it."""
+    small = tmp_path / "small.jsonl"
+    small.write_text(json.dumps({"prompt": "Say hi.", "response": "hi"}) + "\n")
+    result = invoke(*tiny_args(tmp_path / "runs", "--dataset", str(small), "--steps", "2", "--max-restarts", "0"))
     assert result.returncode == 1
-    assert "expected 'prompt' and 'response', or 'dialogue' and 'summary'" in result.stdout + result.stderr
+    assert "fewer than one sequence of 128" in result.stdout + result.stderr
 
 
 def test_hybrid_shard_on_one_node_is_rejected_before_anything_starts(tmp_path):
