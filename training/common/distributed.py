@@ -69,6 +69,8 @@ def make_accelerator(
         transformer_cls_names_to_wrap=[layer_cls],
         state_dict_type="SHARDED_STATE_DICT",
         activation_checkpointing=activation_checkpointing,
+        # Rank 0's weights are broadcast into every rank's shards (the others build shapes only).
+        cpu_ram_efficient_loading=True,
     )
     if sharding == "HYBRID_SHARD":
         from accelerate.parallelism_config import ParallelismConfig

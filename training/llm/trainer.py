@@ -45,7 +45,8 @@ class Trainer:
         self.dataset, self.sampler = self._build_data()
         self.total_steps = cfg.steps or cfg.epochs * self.sampler.steps_per_epoch
 
-        model = build_model(cfg.model_config, cfg.weights, cfg.seed)
+        # Under FSDP only rank 0 builds real weights; the others get them, sharded, in prepare().
+        model = build_model(cfg.model_config, cfg.weights, cfg.seed, acc.is_main_process or cfg.sharding == "NO_SHARD")
         self.config = model.config
         if cfg.activation_checkpointing and cfg.sharding == "NO_SHARD":  # FSDP applies it in prepare
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
