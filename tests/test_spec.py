@@ -158,3 +158,14 @@ def test_elastic_node_range_and_restarts(monkeypatch, tmp_path):
     monkeypatch.setattr(hardware, "local_cpu_count", lambda: 8)
     with pytest.raises(SpecError, match=r"1 x 2 processes = 2 \(at 2 node\(s\), allowed by --nodes 2:3\)"):
         spec_of(nodes="2:3", nproc="1", global_batch_size="9", micro_batch_size="1")
+
+
+def test_hybrid_shard_on_cpu_processes_is_refused_before_anything_starts(monkeypatch):
+    """Accelerate refuses its 2-D mesh on CPU processes (measured: a ValueError in every rank after start)."""
+    monkeypatch.setattr(hardware, "local_gpu_count", lambda: 0)
+    monkeypatch.setattr(hardware, "local_cpu_count", lambda: 8)
+    flags = {"model": "llama2-tiny", "sharding": "HYBRID_SHARD", "nodes": "2", "nproc": "2"}
+    with pytest.raises(SpecError, match=r"HYBRID_SHARD needs GPUs.*use FULL_SHARD here"):
+        build_spec(flags)
+    assert build_spec({**flags, "sharding": "FULL_SHARD"}).sharding == "FULL_SHARD"
+    assert build_spec({**flags, "target": "eks", "nproc": "8"}).sharding == "HYBRID_SHARD"

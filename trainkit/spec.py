@@ -469,6 +469,11 @@ def validate(spec: JobSpec, micro_batch_given: bool = True) -> None:
         f"and --nproc >= 2 (got {spec.nodes} node(s) x {spec.nproc}); "
         "on one node use FULL_SHARD or SHARD_GRAD_OP",
     )
+    _require(
+        not (spec.sharding == "HYBRID_SHARD" and spec.target == "local" and hardware.local_gpu_count() == 0),
+        "--sharding HYBRID_SHARD needs GPUs: Accelerate builds its 2-D device mesh only for FSDP on accelerators "
+        "and refuses it on CPU processes; use FULL_SHARD here (HYBRID_SHARD runs on EKS)",
+    )
     if spec.run_id is None:
         spec.run_id = f"{spec.model}-{spec.training_fingerprint()}"
     _require(
