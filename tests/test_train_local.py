@@ -171,7 +171,12 @@ def test_a_bad_record_is_refused_by_line_before_anything_starts(tmp_path):
         result.stderr
     )
     assert not runs.exists() or not any(runs.iterdir())
-    for text, said in (("[1, 2]\n", "line 1: expected a JSON object, found list"), ("\n\n", "has no records")):
+    cases = (
+        ("[1, 2]\n", "line 1: expected a JSON object, found list"),
+        (f"{good}\n{{oops\n", "line 2: Expecting property name"),
+        ("\n\n", "has no records"),
+    )
+    for text, said in cases:
         bad.write_text(text)
         result = invoke(*tiny_args(runs, "--dataset", str(bad), "--steps", "2"))
         assert result.returncode == 2 and said in result.stderr, result.stderr

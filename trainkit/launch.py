@@ -39,23 +39,14 @@ def _local_dataset(spec: JobSpec) -> Path | None:
 
 
 def _check_records(path: Path) -> None:
-    """Every record of a local JSONL file must be a JSON object with the fields training reads: one bad
-    line found here costs nothing, found by the workers it costs a start and every elastic restart."""
-    from training.llm.data import to_prompt_response
+    """Every record of a local JSONL file, read through before anything starts: one bad line found here
+    costs nothing; found by the workers, it costs a start and every elastic restart."""
+    from training.llm.data import check_records
 
-    count = 0
-    with path.open() as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError(f"expected a JSON object, found {type(record).__name__}")
-                to_prompt_response(record)
-            except ValueError as error:  # json.JSONDecodeError is a ValueError
-                raise SpecError(f"--dataset {path} line {number}: {error}; fix that record or remove it") from None
-            count += 1
+    try:
+        count = check_records(path)
+    except ValueError as error:
+        raise SpecError(f"--dataset {path} {error}; fix that record or remove it") from None
     if count == 0:
         raise SpecError(f"--dataset {path} has no records; give a JSONL file with one record per line")
 

@@ -10,7 +10,7 @@ run sees exactly the batches an uninterrupted one would.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +20,39 @@ IGNORE_INDEX = -100
 PROMPT_TEMPLATE = "Summarize the following dialogue.\n\n{dialogue}\n\nSummary:\n"
 
 
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record) for each non-blank line; a line that is not a JSON object is a ValueError
+    that names it."""
+    with path.open() as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"line {number}: {error}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"line {number}: expected a JSON object, found {type(record).__name__}")
+            yield number, record
+
+
+def check_records(path: Path) -> int:
+    """How many records a local JSONL file holds, each with the fields training reads (else ValueError)."""
+    count = 0
+    for number, record in jsonl_records(path):
+        try:
+            to_prompt_response(record)
+        except ValueError as error:
+            raise ValueError(f"line {number}: {error}") from None
+        count += 1
+    return count
+
+
 def load_records(dataset: str, split: str = "train") -> list[dict]:
     """Records from a local JSONL file, or from a Hugging Face dataset name or local dataset directory."""
     path = Path(dataset)
     if path.is_file():
-        with path.open() as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+        return [record for _number, record in jsonl_records(path)]
     import datasets  # heavy; only needed for hub datasets and dataset directories
 
     return list(datasets.load_dataset(dataset, split=split))
