@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.checkpoint import complete_steps
+from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
 
 from .errors import SpecError
 from .models import ModelEntry
@@ -84,7 +84,7 @@ def _existing_folder(path: Path) -> Path:
 
 def check_free_space(spec, entry: ModelEntry) -> StorageNeed:
     """The run's folder must have room for what the run writes (local disk, or FSx inside a pod)."""
-    existing = len(complete_steps(Path(spec.run_dir) / "checkpoints"))
+    existing = len(complete_steps(Path(spec.run_dir) / CHECKPOINTS_DIR))
     need = storage_need(spec, entry, existing)
     folder = _existing_folder(spec.run_dir)
     free = shutil.disk_usage(folder).free

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+CHECKPOINTS_DIR = "checkpoints"
+"""Under the run directory."""
 COMPLETE_MARKER = "COMPLETE"
 STATE_FILE = "trainer_state.json"
 LATEST = "latest"

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from tqdm import tqdm
 
-from .checkpoint import CheckpointManager
+from .checkpoint import CHECKPOINTS_DIR, CheckpointManager
 from .lifecycle import StopSignal
 from .metrics import MetricsSink
 
@@ -57,7 +57,7 @@ class RunContext:
         self.run_id, self.model_name = run_id, model_name
         self.started = time.perf_counter()
         self.checkpoints = CheckpointManager(
-            self.run_dir / "checkpoints", keep_checkpoints, acc.is_main_process, acc.wait_for_everyone
+            self.run_dir / CHECKPOINTS_DIR, keep_checkpoints, acc.is_main_process, acc.wait_for_everyone
         )
         world = acc.num_processes
         labels = {
