@@ -3,65 +3,31 @@
 from __future__ import annotations
 
 import functools
+import inspect
 
 from invoke import Collection, Exit, task
 
-from training.common.cli import field_docs
+from training.common.job import BY_KEY, fields_of
 from trainkit import commands
 from trainkit.cluster import JOBS_NAMESPACE
 from trainkit.errors import SpecError
-from trainkit.plan import PlanInputs
-from trainkit.spec import JobSpec, parse_bool
+from trainkit.job import REGISTRY
+from trainkit.plan import PlanOptions
 
-TRAIN_FLAGS = [
+TRAIN_FIELDS = list(fields_of(cli=True))
+MODEL_HELP = f"{BY_KEY['model'].help} One of: {', '.join(REGISTRY)}."
+PLAN_FLAGS = (
     "model",
-    "init",
-    "weights",
     "layers",
-    "dataset",
-    "dataset_split",
-    "steps",
-    "epochs",
-    "global_batch_size",
-    "micro_batch_size",
     "seq_len",
-    "lr",
-    "schedule",
-    "warmup_steps",
-    "weight_decay",
-    "grad_clip",
-    "image_size",
-    "optimizer",
-    "label_smoothing",
-    "loader_workers",
-    "synthetic",
-    "warmup_epochs",
-    "sharding",
-    "precision",
-    "activation_checkpointing",
-    "checkpoint_interval",
-    "keep_checkpoints",
-    "log_interval",
     "nodes",
-    "max_restarts",
-    "collective_timeout",
     "nproc",
-    "rdzv",
-    "rdzv_endpoint",
-    "target",
+    "sharding",
+    "activation_checkpointing",
+    "micro_batch_size",
+    "global_batch_size",
     "instance_type",
-    "image",
-    "namespace",
-    "seed",
-    "peak_tflops",
-    "metrics_port",
-    "run_id",
-    "runs_dir",
-    "hf_token_file",
-]
-
-
-SPEC_HELP = {name.replace("_", "-"): doc for name, doc in field_docs(JobSpec).items() if name in TRAIN_FLAGS}
+)
 
 
 def user_errors(function):
@@ -77,131 +43,88 @@ def user_errors(function):
     return wrapper
 
 
-@task(
-    help={
-        **SPEC_HELP,
-        "profile": "Profile YAML under trainkit/profiles (default: local).",
-        "data": "Alias of --dataset, e.g. an ImageFolder root with train/ and val/ for vision models.",
-        "synthetic": SPEC_HELP["synthetic"],
-        "dry-run": "EKS: print the PyTorchJob as YAML; check nothing on the cluster, create nothing.",
-    }
-)
-@user_errors
-def train(
-    c,
-    model="llama2-tiny",
-    profile="local",
-    init=None,
-    weights=None,
-    layers=None,
-    dataset=None,
-    data=None,
-    dataset_split=None,
-    steps=None,
-    epochs=None,
-    global_batch_size=None,
-    micro_batch_size=None,
-    seq_len=None,
-    lr=None,
-    schedule=None,
-    warmup_steps=None,
-    weight_decay=None,
-    grad_clip=None,
-    image_size=None,
-    optimizer=None,
-    label_smoothing=None,
-    loader_workers=None,
-    synthetic=False,
-    warmup_epochs=None,
-    sharding=None,
-    precision=None,
-    activation_checkpointing=None,
-    checkpoint_interval=None,
-    keep_checkpoints=None,
-    log_interval=None,
-    nodes=None,
-    max_restarts=None,
-    collective_timeout=None,
-    nproc=None,
-    rdzv=None,
-    rdzv_endpoint=None,
-    target=None,
-    instance_type=None,
-    image=None,
-    namespace=None,
-    seed=None,
-    peak_tflops=None,
-    metrics_port=None,
-    run_id=None,
-    runs_dir=None,
-    hf_token_file=None,
-    dry_run=False,
-):
-    """Train a model: validate the job spec, then run it (local: torchrun here; eks: a PyTorchJob)."""
-    if data is not None and dataset is not None:
-        raise Exit("error: --data is an alias of --dataset; give one of them", code=2)
-    values = dict(locals(), dataset=data if data is not None else dataset, synthetic=synthetic or None)
-    code = commands.train({name: values[name] for name in TRAIN_FLAGS}, profile=profile, dry_run=dry_run)
+def job_options(function, names, extra: dict[str, object]):
+    """Give a task one option per job field in `names` (name, help and kind from its declaration in
+    training/common/job.py) plus `extra` (name -> default); the body receives them all as keywords."""
+    params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    helps = {}
+    for spec in (BY_KEY[name] for name in names):
+        default = False if spec.switch else None
+        params.append(inspect.Parameter(spec.key, inspect.Parameter.KEYWORD_ONLY, default=default))
+        helps[spec.flag[2:]] = MODEL_HELP if spec.key == "model" else spec.help
+        if spec.alias:
+            params.append(inspect.Parameter(spec.alias, inspect.Parameter.KEYWORD_ONLY, default=None))
+            helps[spec.alias] = f"Alias of {spec.flag}."
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in extra.items()]
+    function.__signature__ = inspect.Signature(params)
+    return function, helps
+
+
+def _flags(values: dict, names) -> dict:
+    """The job fields among a task's keywords; switches off and unset options mean "not given"."""
+    flags = {}
+    for name in names:
+        spec = BY_KEY[name]
+        value = values.get(spec.key)
+        if spec.alias and values.get(spec.alias) is not None:
+            if value is not None:
+                raise SpecError(f"--{spec.alias} is an alias of {spec.flag}; give one of them")
+            value = values[spec.alias]
+        flags[spec.key] = value or None if spec.switch else value
+    return flags
+
+
+def _train(c, profile="local", dry_run=False, **values):
+    """Train a model: validate the job, then run it (local: torchrun here; eks: a PyTorchJob)."""
+    code = commands.train(_flags(values, [s.key for s in TRAIN_FIELDS]), profile=profile, dry_run=dry_run)
     if code:
         raise Exit(f"training exited with code {code}", code=code)
 
 
-@task(
+_train_body, _train_help = job_options(_train, [s.key for s in TRAIN_FIELDS], {"profile": "local", "dry_run": False})
+train = task(
     help={
-        "model": "Registry name, e.g. llama2-7b.",
-        "nodes": "Number of instances.",
-        "gpus-per-node": "GPUs per instance (default: all GPUs of --instance-type).",
-        "instance-type": "AWS instance type (p5.48xlarge, p4d.24xlarge, ...).",
+        **_train_help,
+        "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",
+        "dry-run": "Print what would run and create nothing: the job as spec.json (local) or the PyTorchJob as "
+        "YAML (eks); checks nothing on a cluster.",
+    },
+    name="train",
+)(user_errors(_train_body))
+
+
+def _plan(c, gpus_per_node=None, mfu=0.40, price_per_hour=0.0, epoch_tokens=100_000_000, json=False, **values):
+    """Estimate memory per GPU, step time, tokens/s and cost for a job. Runs nothing, creates nothing."""
+    flags = _flags(values, PLAN_FLAGS)
+    flags["model"] = flags["model"] or "llama2-7b"
+    if gpus_per_node is not None:
+        if flags["nproc"] is not None:
+            raise SpecError("--gpus-per-node is an alias of --nproc; give one of them")
+        flags["nproc"] = gpus_per_node
+    options = PlanOptions(mfu=float(mfu), price_per_hour=float(price_per_hour) or None, epoch_tokens=int(epoch_tokens))
+    print(commands.plan(flags, options, as_json=json))
+
+
+_plan_body, _plan_help = job_options(
+    _plan,
+    PLAN_FLAGS,
+    {"gpus_per_node": None, "mfu": 0.40, "price_per_hour": 0.0, "epoch_tokens": 100_000_000, "json": False},
+)
+plan = task(
+    help={
+        **_plan_help,
+        "model": "Registry name of a language model, e.g. llama2-7b (default: llama2-7b).",
+        "instance-type": "AWS instance type (p5.48xlarge, p4d.24xlarge, ...); default p5.48xlarge.",
         "sharding": "FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD (all four are shown; this one is marked).",
-        "seq-len": "Tokens per sequence (default: model recipe).",
-        "micro-batch-size": "Sequences per GPU per forward pass (default: model recipe).",
         "global-batch-size": "Sequences per optimizer step (default: recipe, raised to fill every GPU).",
-        "activation-checkpointing": "true/false (default: model recipe).",
+        "gpus-per-node": "Alias of --nproc: GPUs per instance (default: all GPUs of --instance-type).",
         "mfu": "Assumed model FLOPs utilisation for time and cost (default 0.40).",
         "price-per-hour": "USD per instance-hour; default from the price table in trainkit/hardware.py.",
         "epoch-tokens": "Tokens in one epoch, for $ per epoch (default 100M).",
-        "layers": "Plan for a model truncated to this many layers.",
         "json": "Print the plan as JSON.",
-    }
-)
-@user_errors
-def plan(
-    c,
-    model="llama2-7b",
-    nodes=1,
-    gpus_per_node=0,
-    instance_type="p5.48xlarge",
-    sharding="FULL_SHARD",
-    seq_len=0,
-    micro_batch_size=0,
-    global_batch_size=0,
-    activation_checkpointing="",
-    mfu=0.40,
-    price_per_hour=0.0,
-    epoch_tokens=100_000_000,
-    layers=0,
-    json=False,
-):
-    """Estimate memory per GPU, step time, tokens/s and cost for a job. Runs nothing, creates nothing."""
-    checkpointing = (
-        parse_bool("--activation-checkpointing", activation_checkpointing) if activation_checkpointing else None
-    )
-    inputs = PlanInputs(
-        model=model,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node or None,
-        instance_type=instance_type,
-        sharding=sharding,
-        seq_len=seq_len or None,
-        micro_batch_size=micro_batch_size or None,
-        global_batch_size=global_batch_size or None,
-        activation_checkpointing=checkpointing,
-        mfu=mfu,
-        price_per_hour=price_per_hour or None,
-        epoch_tokens=epoch_tokens,
-        layers=layers or None,
-    )
-    print(commands.plan(inputs, as_json=json))
+    },
+    name="plan",
+)(user_errors(_plan_body))
 
 
 INFRA_HELP = {
@@ -331,42 +254,40 @@ def bench(c, what, output=None, readme="README.md", scenario="all", rdzv="all", 
 
 
 JOB_HELP = {
-    "run-id": "The run to act on (default: the newest trainkit job in the namespace).",
-    "namespace": f"Namespace of the jobs (default {JOBS_NAMESPACE}).",
+    "run-id": "The run to act on (default: the newest run: local, else the newest trainkit job on the cluster).",
+    "target": "local or eks (default: local when the run is in --runs-dir, else eks).",
+    "runs-dir": "Local runs folder (default runs).",
+    "namespace": f"EKS: namespace of the jobs (default {JOBS_NAMESPACE}).",
 }
 
 
 @task(help=JOB_HELP)
 @user_errors
-def status(c, run_id=None, namespace=JOBS_NAMESPACE):
-    """EKS: a job's conditions and its pods (phase, restarts, node)."""
-    from trainkit.backends import eks
-
-    print(eks.status(namespace, run_id))
+def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
+    """A run's state: local (its processes, last step, restarts) or on EKS (conditions and pods)."""
+    print(commands.status(run_id, target, runs_dir, namespace))
 
 
 @task(
     help={
         **JOB_HELP,
-        "rank": "Show this global rank's lines only (default: the whole log of the leader, group rank 0).",
+        "rank": "Show this global rank's lines only (default: the leader's log, rank 0's node).",
         "follow": "Keep printing as the log grows.",
     }
 )
 @user_errors
-def logs(c, run_id=None, namespace=JOBS_NAMESPACE, rank=None, follow=False):
-    """EKS: the leader's log (the pod holding rank 0), or one rank's lines."""
-    from trainkit.backends import eks
-
-    eks.print_lines(eks.logs(namespace, run_id, None if rank is None else int(rank), follow))
+def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None, follow=False):
+    """The leader's log (rank 0), or one rank's lines, of a local run or an EKS job."""
+    for line in commands.logs(run_id, target, runs_dir, namespace, None if rank is None else int(rank), follow):
+        print(line, flush=True)
 
 
 @task(help=JOB_HELP)
 @user_errors
-def stop(c, run_id=None, namespace=JOBS_NAMESPACE):
-    """EKS: delete a run's job; its outputs on FSx stay (submit the same --run-id to resume)."""
-    from trainkit.backends import eks
-
-    print(eks.stop(namespace, run_id))
+def stop(c, run_id=None, target=None, runs_dir="runs", namespace=None):
+    """Stop a run at a step boundary (local: its processes; EKS: delete its job). Outputs stay; the same
+    command or --run-id resumes it."""
+    print(commands.stop(run_id, target, runs_dir, namespace))
 
 
 @task(

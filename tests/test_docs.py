@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks import TRAIN_FLAGS
+from training.common.job import fields_of
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -15,7 +15,7 @@ def test_readme_opens_with_exactly_the_two_setup_commands():
 
 
 def test_every_train_flag_is_documented():
-    missing = [name for name in TRAIN_FLAGS if f"--{name.replace('_', '-')}" not in README]
+    missing = [spec.flag for spec in fields_of(cli=True) if spec.flag not in README]
     assert not missing, missing
 
 

@@ -17,11 +17,11 @@ from moto import mock_aws
 from tests.conftest import invoke
 from tests.helpers.kube_api import FakeCluster
 from trainkit.backends import eks
+from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import preflight
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
 from trainkit.services import EtcdServer
-from trainkit.spec import build_spec
 
 IMAGE = "registry.example.com/trainkit/train:test"  # not ECR: the image check only notes it
 TOKEN = "hf_never_print_me_42"
@@ -112,7 +112,7 @@ def test_a_running_job_of_the_same_run_is_refused(fake):
     spec = spec_of()
     eks.submit(spec)
     with pytest.raises(
-        SpecError, match=rf"run {spec.run_id} already has a job .* `invoke stop --run-id {spec.run_id}`"
+        SpecError, match=rf"run {spec.run.run_id} already has a job .* `invoke stop --run-id {spec.run.run_id}`"
     ):
         check()
 
@@ -217,7 +217,7 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         fake.wait(lambda: job["status"]["conditions"][-1]["type"] == "Succeeded", 240, "the job to succeed")
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == 24
-        assert json.loads((run / "spec.json").read_text())["target"] == "eks"
+        assert json.loads((run / "spec.json").read_text())["placement"]["target"] == "eks"
         assert (run / "logs" / "e2e-worker-0").is_dir() and (run / "logs" / "e2e-worker-1").is_dir()
         events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
         assert any(e["event"] == "resume" for e in events)  # the group re-formed after the loss

@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import REPO, invoke
 from trainkit import cluster, hardware, render
-from trainkit.spec import build_spec
+from trainkit.backends import job_from_flags as build_spec
 
 SCHEMA = json.loads((REPO / "tests" / "schemas" / "pytorchjob-v1.json").read_text())
 GOLDEN = REPO / "tests" / "golden"
@@ -120,7 +120,7 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
 
 def test_c10d_uses_worker_0_and_each_submission_gets_its_own_rendezvous_id(recorded_outputs):
     spec = build_spec({"target": "eks", "model": "llama2-7b", "nodes": "1:2", "rdzv": "c10d"})
-    first, second = (render.render_pytorchjob(spec, f"{spec.run_id}-{i}") for i in range(2))
+    first, second = (render.render_pytorchjob(spec, f"{spec.run.run_id}-{i}") for i in range(2))
     policy = first["spec"]["elasticPolicy"]
     name = first["metadata"]["name"]
     assert policy["rdzvBackend"] == "c10d" and policy["rdzvHost"] == f"{name}-worker-0"
@@ -129,7 +129,7 @@ def test_c10d_uses_worker_0_and_each_submission_gets_its_own_rendezvous_id(recor
         "--rdzv-endpoint",
         f"{name}-worker-0:{cluster.C10D_PORT}",
         "--rdzv-id",
-        f"{spec.run_id}-0",
+        f"{spec.run.run_id}-0",
     ]
     assert policy["rdzvId"] != second["spec"]["elasticPolicy"]["rdzvId"]
     assert container(first)["image"] == f"{ECR}:latest"  # from the recorded outputs
@@ -223,13 +223,30 @@ def test_eks_flags_are_checked_before_anything_is_sent(recorded_outputs, tmp_pat
         build_spec({"target": "eks", "model": "llama2-7b", **flags})
 
 
-def test_dry_run_needs_the_eks_target(tmp_path):
-    result = invoke("train", "--model", "llama2-tiny", "--dry-run", env={"TRAINKIT_STATE_DIR": str(tmp_path)})
-    assert result.returncode == 2 and "add --target eks (or --profile aws)" in result.stderr
+def test_local_dry_run_prints_the_job_and_creates_nothing(tmp_path):
+    """Every backend has a dry run (trainkit/backends/README.md); the local one prints the spec.json it would write."""
+    runs = tmp_path / "runs"
+    result = invoke(
+        "train",
+        "--model",
+        "llama2-tiny",
+        "--runs-dir",
+        str(runs),
+        "--dry-run",
+        env={"TRAINKIT_STATE_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["placement"]["target"] == "local" and job["model"]["name"] == "llama2-tiny"
+    assert not runs.exists()
 
 
 def test_aws_profile_targets_eks_with_etcd_and_runs_on_fsx(recorded_outputs):
     spec = build_spec({"model": "llama2-7b"}, profile="aws")
-    assert (spec.target, spec.rdzv, spec.namespace) == ("eks", "etcd", cluster.JOBS_NAMESPACE)
-    assert spec.rdzv_endpoint == cluster.etcd_endpoint() and spec.nproc == 8
-    assert Path(spec.runs_dir) == Path("runs")  # relative to the FSx mount, the pods' working directory
+    assert (spec.placement.target, spec.elastic.rdzv, spec.placement.namespace) == (
+        "eks",
+        "etcd",
+        cluster.JOBS_NAMESPACE,
+    )
+    assert spec.elastic.rdzv_endpoint == cluster.etcd_endpoint() and spec.parallelism.nproc == 8
+    assert Path(spec.run.runs_dir) == Path("runs")  # relative to the FSx mount, the pods' working directory

@@ -12,11 +12,11 @@ from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 from tests.conftest import REPO
 from training.common.lifecycle import StopSignal
 from trainkit import chaos
+from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.local import explain_failure, job_exit_code, node_command
 from trainkit.errors import SpecError
 from trainkit.launch import PreparedRun
 from trainkit.rendezvous import PatientBackend
-from trainkit.spec import build_spec
 
 
 class FlakyStore:

@@ -29,7 +29,7 @@ def test_up_starts_an_etcd_that_train_uses_and_down_stops_it(tmp_path):
     flags = ["--rdzv", "etcd", "--nodes", "2", "--nproc", "1", "--steps", "2", "--metrics-port=0", "--runs-dir"]
     trained = invoke("train", *flags, str(runs), env=env)
     assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
-    assert json.loads((only_run_dir(runs) / "spec.json").read_text())["rdzv_endpoint"] == endpoint
+    assert json.loads((only_run_dir(runs) / "spec.json").read_text())["elastic"]["rdzv_endpoint"] == endpoint
 
     down = invoke("infra.down", env=env)
     assert down.returncode == 0 and "stopped etcd" in down.stdout, down.stdout + down.stderr

@@ -9,7 +9,7 @@ import json
 import torch
 
 from training.llm.model import build_model
-from trainkit.models import get_model
+from trainkit.job.models import get_model
 
 
 def rss_bytes() -> int:

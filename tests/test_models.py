@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from trainkit.models import REGISTRY
+from trainkit.job.models import REGISTRY
 
 # Published: Touvron et al. 2023 and the meta-llama/Llama-2-*-hf config.json files; parameter counts
 # are those the Hugging Face checkpoints report (untied embedding and LM head).

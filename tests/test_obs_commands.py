@@ -40,7 +40,7 @@ def test_scaling_points_take_each_runs_world_size_and_median_throughput(tiny_run
     other = tmp_path / "other-model"
     shutil.copytree(tmp_path / "one", other)
     spec = json.loads((other / "spec.json").read_text())
-    (other / "spec.json").write_text(json.dumps({**spec, "model": "llama2-7b"}))
+    (other / "spec.json").write_text(json.dumps({**spec, "model": {**spec["model"], "name": "llama2-7b"}}))
     assert scaling_points(tmp_path, "llama2-tiny", "tokens_per_s") == {1: 1000.0, 2: 1800.0}
     result = invoke("obs.report", "--run", "two", "--runs-dir", str(tmp_path))
     assert result.returncode == 0 and (tmp_path / "two" / "report.png").exists(), result.stderr

@@ -8,13 +8,20 @@ import pytest
 
 from tests.conftest import invoke
 from trainkit.errors import SpecError
-from trainkit.plan import GIB, PlanInputs, make_plan
+from trainkit.job import build
+from trainkit.plan import GIB, PlanOptions, make_plan
+
+
+def plan_of(mfu=0.40, price_per_hour=None, gpus_per_node=None, **flags):
+    """The plan `invoke plan` makes for these flags (job fields, plus the planner's own options)."""
+    return make_plan(build({**flags, "nproc": gpus_per_node}), PlanOptions(mfu=mfu, price_per_hour=price_per_hour))
+
 
 N7, N13, N70 = 6_738_415_616, 13_015_864_320, 68_976_648_192
 
 
 def test_llama2_7b_on_2_p5_full_shard():
-    plan = make_plan(PlanInputs(model="llama2-7b", nodes=2))
+    plan = plan_of(model="llama2-7b", nodes=2)
     assert plan.param_count == N7 and plan.world_size == 16
     m = plan.memory_per_gpu["FULL_SHARD"]
     assert m.parameters == 4 * N7 / 16 == 1_684_603_904
@@ -31,13 +38,13 @@ def test_llama2_7b_on_2_p5_full_shard():
 
 
 def test_llama2_13b_hybrid_shards_within_a_node_only():
-    plan = make_plan(PlanInputs(model="llama2-13b", nodes=4, sharding="HYBRID_SHARD"))
+    plan = plan_of(model="llama2-13b", nodes=4, sharding="HYBRID_SHARD")
     assert plan.param_count == N13 and plan.shard_group == 8
     assert plan.memory_per_gpu["HYBRID_SHARD"].parameters == 4 * N13 / 8
 
 
 def test_llama2_70b_on_16_nodes_throughput_and_cost():
-    plan = make_plan(PlanInputs(model="llama2-70b", nodes=16, gpus_per_node=8, mfu=0.4))
+    plan = plan_of(model="llama2-70b", nodes=16, gpus_per_node=8, mfu=0.4)
     assert plan.param_count == N70
     # global batch raised from the recipe's 64 to fill 128 GPUs at micro batch 1
     assert plan.global_batch_size == 128 and plan.grad_accum_steps == 1
@@ -51,11 +58,11 @@ def test_llama2_70b_on_16_nodes_throughput_and_cost():
 
 
 def test_price_override_and_bad_input():
-    assert make_plan(PlanInputs(model="llama2-7b", price_per_hour=55.0)).usd_per_hour == 55.0
+    assert plan_of(model="llama2-7b", price_per_hour=55.0).usd_per_hour == 55.0
     with pytest.raises(SpecError, match="--instance-type 'p9.huge' is unknown"):
-        make_plan(PlanInputs(model="llama2-7b", instance_type="p9.huge"))
+        plan_of(model="llama2-7b", instance_type="p9.huge")
     with pytest.raises(SpecError, match="--mfu must be in"):
-        make_plan(PlanInputs(model="llama2-7b", mfu=1.5))
+        plan_of(model="llama2-7b", mfu=1.5)
 
 
 def test_invoke_plan_prints_the_table_and_json():

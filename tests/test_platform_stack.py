@@ -173,8 +173,8 @@ def test_every_chart_is_pinned_and_its_values_file_parses():
 
 def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated_files():
     """The PodMonitor selects what render_pytorchjob produces; rules and dashboards are the committed ones."""
+    from trainkit.backends import job_from_flags as build_spec
     from trainkit.render import render_pytorchjob
-    from trainkit.spec import build_spec
 
     monitor = base_context()["local"]["training_pod_monitor"]
     spec = build_spec({"model": "llama2-7b", "nodes": 2, "run_id": "obs"}, profile="aws")
@@ -185,7 +185,7 @@ def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated
     assert keep["action"] == "keep" and keep["sourceLabels"] == ["__meta_kubernetes_pod_container_port_name"]
     ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
     kept = {name: port for name, port in ports.items() if re.fullmatch(keep["regex"], name)}
-    assert kept == {f"metrics-{r}": spec.metrics_port + r for r in range(8)}  # one per rank, not c10d
+    assert kept == {f"metrics-{r}": spec.run.metrics_port + r for r in range(8)}  # one per rank, not c10d
 
     text = (ROOT / "main.tf").read_text()
     generated = (ROOT / unquote(LOCALS["observability"]).replace("${path.module}/", "")).resolve()

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from tests.helpers.jobs import build_spec
 from trainkit import hardware
 from trainkit.errors import SpecError
-from trainkit.spec import build_spec, write_spec
+from trainkit.launch import write_spec
 
 
 @pytest.fixture(autouse=True)
@@ -83,12 +84,13 @@ def test_unknown_profile_lists_the_known_ones():
 
 def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path):
     spec = spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10)
-    path = write_spec(spec)
+    path = write_spec(spec.job)
     data = json.loads(path.read_text())
-    assert data["steps"] == 10 and data["world_size"] == spec.world_size and data["run_id"] == "demo"
-    write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, log_interval=3))  # resumable change
+    assert data["optimisation"]["steps"] == 10 and data["derived"]["world_size"] == spec.world_size
+    assert data["run"]["run_id"] == "demo"
+    write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, log_interval=3).job)  # resumable change
     with pytest.raises(SpecError, match=r"run 'demo' already exists with different lr"):
-        write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5))
+        write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5).job)
 
 
 def test_vision_recipe_on_gpus_scales_the_learning_rate_with_the_batch(monkeypatch, tmp_path):

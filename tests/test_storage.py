@@ -9,11 +9,12 @@ import shutil
 import pytest
 
 from tests.conftest import invoke
+from training.common.job import Job
 from trainkit import cluster
+from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import preflight
 from trainkit.errors import SpecError
-from trainkit.models import get_model
-from trainkit.spec import JobSpec, build_spec
+from trainkit.job.models import get_model
 from trainkit.storage import GIB, check_fsx_capacity, fsx_capacity_for, saves, storage_need
 
 
@@ -22,8 +23,8 @@ def folder_bytes(path) -> int:
 
 
 def test_the_estimate_matches_what_a_real_run_wrote(tiny_run):
-    spec = JobSpec.from_dict(json.loads((tiny_run / "spec.json").read_text()))
-    need = storage_need(spec, get_model(spec.model))
+    spec = Job.from_dict(json.loads((tiny_run / "spec.json").read_text()))
+    need = storage_need(spec, get_model(spec.model.name))
     checkpoints = sorted((tiny_run / "checkpoints").glob("step-*"))
     assert checkpoints
     for checkpoint in checkpoints:

@@ -69,7 +69,8 @@ def test_make_train_learns_and_exports_a_loadable_hf_model(tiny_run):
     ids = torch.tensor([[1, *tokenizer("Summarize", add_special_tokens=False)["input_ids"]]])
     assert model(input_ids=ids).logits.shape == (1, ids.shape[1], 512)
     spec = json.loads((tiny_run / "spec.json").read_text())
-    assert spec["model"] == "llama2-tiny" and spec["sharding"] == "FULL_SHARD" and spec["nproc"] == 2
+    assert spec["model"]["name"] == "llama2-tiny" and spec["parallelism"]["sharding"] == "FULL_SHARD"
+    assert spec["parallelism"]["nproc"] == 2
 
 
 def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_run):

@@ -11,7 +11,7 @@ from training.vision.data import ClassFolder, SeededImages, StepBatches, train_t
 from training.vision.lamb import Lamb
 from training.vision.models import BUILDERS, build_model, parameter_groups
 from training.vision.synthetic import SyntheticTree, write_tree
-from trainkit.models import REGISTRY
+from trainkit.job.models import REGISTRY
 
 VISION = sorted(name for name, entry in REGISTRY.items() if entry.family == "vision")
 

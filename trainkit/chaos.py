@@ -32,11 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .backends import job_from_flags
 from .backends.local import LocalJob, explain_failure, job_exit_code, signal_group
 from .errors import SpecError
 from .launch import prepare_run
 from .services import EtcdServer
-from .spec import build_spec
 
 BACKENDS = ("c10d", "etcd")
 
@@ -162,8 +162,8 @@ class _Run:
 
     def __init__(self, job: LocalJob, etcd: EtcdServer | None):
         self.job, self.etcd = job, etcd
-        self.run_dir = job.run.spec.run_dir
-        self.last = job.run.spec.nodes - 1
+        self.run_dir = job.run.job.run_dir
+        self.last = job.run.job.parallelism.nodes - 1
         self.seen: dict[float, dict] = {}
 
     def steps(self) -> list[dict]:
@@ -233,8 +233,8 @@ def _inject(name: str, backend: str, run: _Run, fault_time: float, deadline: flo
 @contextlib.contextmanager
 def _job(overrides: dict) -> Iterator[LocalJob]:
     """A started job whose agents log to runs/<id>/agents.log; nothing of it outlives the block."""
-    prepared = prepare_run(build_spec(overrides))
-    with (prepared.spec.run_dir / "agents.log").open("w") as log:
+    prepared = prepare_run(job_from_flags(overrides))
+    with (prepared.job.run_dir / "agents.log").open("w") as log:
         job = LocalJob(prepared, output=log)
         job.start()
         try:
@@ -286,7 +286,7 @@ def _observe(scenario, backend, expected, run: _Run, settings, started, deadline
     if code:
         result.outcome = "error"
         result.seconds_to_error = round(time.time() - fault_time, 1)
-        reason = explain_failure(run.job.run.spec, codes)
+        reason = explain_failure(run.job.run.job, codes)
         result.error = reason or f"exit code {code}; see {run.run_dir}/agents.log"
         if expected == "error" and reason is None:
             result.problems.append("failed without saying why")
@@ -330,7 +330,7 @@ def run_baseline(workdir: Path, settings: Settings | None = None) -> float:
     settings = settings or Settings()
     with _job(settings.overrides("c10d", "baseline", Path(workdir) / "runs", None)) as job:
         codes = job.wait(deadline=time.monotonic() + settings.timeout_s)
-    run_dir = job.run.spec.run_dir
+    run_dir = job.run.job.run_dir
     if codes is None or job_exit_code(codes):
         raise RuntimeError(f"the uninterrupted run failed; see {run_dir}/agents.log")
     return json.loads((run_dir / "summary.json").read_text())["last_loss"]

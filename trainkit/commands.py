@@ -3,47 +3,59 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .backends import get_backend
+from training.common.job import SPEC_FILE
+
+from .backends import Backend, RunRef, get_backend, resolve_job
+from .backends.local import machine
 from .cluster import kubeconfig_path, outputs_path, save_outputs
 from .errors import SpecError
-from .launch import prepare_run
-from .plan import PlanInputs, make_plan, render_plan
-from .spec import build_spec, machine_process_limit
+from .job import build
+from .plan import PlanOptions, make_plan, render_plan
 
 
-def train(overrides: dict[str, Any], profile: str = "local", dry_run: bool = False) -> int:
-    """Validate, then run the job (local: prepare the run directory, torchrun here; eks: preflight, submit a
-    PyTorchJob). Returns the job's exit code (eks: 0 once submitted)."""
-    spec = build_spec(overrides, profile=profile)
-    if spec.target == "eks":
-        return _train_eks(spec, dry_run)
-    if dry_run:
-        raise SpecError("--dry-run prints the Kubernetes objects of an EKS job; add --target eks (or --profile aws)")
-    run = prepare_run(spec)
-    label = f" [{spec.truncated_label}]" if spec.truncated_label else ""
-    for note in spec.notes:
-        print(f"note: {note}", flush=True)
-    print(
-        f"run {spec.run_id}{label}: {spec.model}, {spec.nodes} node(s) x {spec.nproc} process(es), "
-        f"{spec.sharding}, {f'{spec.steps} steps' if spec.steps else f'{spec.epochs} epoch(s)'} -> {spec.run_dir}",
-        flush=True,
-    )
-    return get_backend(spec.target).submit(run)
+def train(flags: dict[str, Any], profile: str = "local", dry_run: bool = False) -> int:
+    """Resolve and validate the job, then submit it to its backend (local: prepare the run folder and run
+    torchrun here; eks: preflight, then a PyTorchJob). Returns the job's exit code (eks: 0 once submitted)."""
+    job, backend = resolve_job(flags, profile)
+    if backend.name == "local" and not dry_run:
+        label = f" [{job.model.truncated_label}]" if job.model.truncated_label else ""
+        for note in job.run.notes:
+            print(f"note: {note}", flush=True)
+        p, o = job.parallelism, job.optimisation
+        length = f"{o.steps} steps" if o.steps else f"{o.epochs} epoch(s)"
+        print(
+            f"run {job.run.run_id}{label}: {job.model.name}, {p.nodes} node(s) x {p.nproc} process(es), "
+            f"{p.sharding}, {length} -> {job.run_dir}",
+            flush=True,
+        )
+    return backend.submit(job, dry_run=dry_run)
 
 
-def _train_eks(spec, dry_run: bool) -> int:
-    import sys
+def _backend_of(run_id: str | None, target: str | None, runs_dir: str) -> Backend:
+    """The backend that holds a run: --target, else local when the run (or, without --run-id, any run)
+    is in the local runs folder, else EKS."""
+    if target is None:
+        runs = Path(runs_dir)
+        local = (runs / run_id / SPEC_FILE).is_file() if run_id else any(runs.glob(f"*/{SPEC_FILE}"))
+        target = "local" if local else "eks"
+    return get_backend(target)
 
-    from .backends import eks
 
-    for note in spec.notes:  # stderr: with --dry-run, stdout is only the YAML
-        print(f"note: {note}", file=sys.stderr, flush=True)
-    print(eks.dry_run(spec) if dry_run else eks.submit(spec), flush=True)
-    return 0
+def status(run_id: str | None, target: str | None, runs_dir: str, namespace: str | None) -> str:
+    return _backend_of(run_id, target, runs_dir).status(RunRef(run_id, runs_dir, namespace))
+
+
+def logs(run_id, target, runs_dir, namespace, rank: int | None, follow: bool) -> Iterator[str]:
+    return _backend_of(run_id, target, runs_dir).logs(RunRef(run_id, runs_dir, namespace), rank, follow)
+
+
+def stop(run_id: str | None, target: str | None, runs_dir: str, namespace: str | None) -> str:
+    return _backend_of(run_id, target, runs_dir).stop(RunRef(run_id, runs_dir, namespace))
 
 
 def data_imagenet(dest: str, source: str | None, val_csv: str | None, workers: int) -> list[str]:
@@ -78,8 +90,9 @@ def data_synthetic_imagenet(dest: str, **settings: Any) -> str:
     )
 
 
-def plan(inputs: PlanInputs, as_json: bool = False) -> str:
-    result = make_plan(inputs)
+def plan(flags: dict[str, Any], options: PlanOptions, as_json: bool = False) -> str:
+    """The estimate for the job these flags describe (the same fields and checks as `invoke train`)."""
+    result = make_plan(build(flags), options)
     if as_json:
         data = asdict(result)
         for name, breakdown in result.memory_per_gpu.items():
@@ -111,7 +124,8 @@ def up(profile: str, yes: bool = False, var_file: str | None = None, stack: str 
 
     from .services import LocalEtcd, LocalGpuExporter, LocalPrometheus
 
-    limit, what = machine_process_limit()
+    here = machine()
+    limit, what = here.process_limit, here.described
     torch_ok = importlib.util.find_spec("torch") is not None
     etcd = _start_local("etcd", LocalEtcd().up, "for --rdzv etcd; state in .trainkit/etcd")
     prometheus = LocalPrometheus()

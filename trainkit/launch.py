@@ -1,4 +1,8 @@
-"""From a validated job spec to a ready run directory and the training command's arguments."""
+"""From a complete job to a ready run folder: inputs checked, spec.json written, generated data in place.
+
+Both targets prepare a run with this code (on EKS every pod runs it on FSx, so it is race-safe: files
+are published atomically and identical). The workers start from the spec.json it writes.
+"""
 
 from __future__ import annotations
 
@@ -7,34 +11,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.common.files import publish_text
+from training.common.job import (
+    FIELDS,
+    MODEL_CONFIG,
+    SPEC_FILE,
+    SYNTHETIC,
+    SYNTHETIC_DIALOGUES,
+    SYNTHETIC_IMAGES,
+    Job,
+    worker_arguments,
+)
 from training.llm.dialogues import write_dialogues
 
 from .errors import SpecError
-from .models import ModelEntry, get_model
+from .job.models import ModelEntry, get_model
 from .secrets import require_hf_token
-from .spec import JobSpec, write_spec
 from .storage import check_free_space
 
 ENTRY_POINTS = {"llama": "training.llm.train", "vision": "training.vision.train"}
-SYNTHETIC = "synthetic"
 SYNTHETIC_CLASSES = 10
 
 
 @dataclass
 class PreparedRun:
-    spec: JobSpec
+    job: Job
     module: str
     args: list[str]
     env: dict[str, str] = field(default_factory=dict, repr=False)  # secrets live here, never in args
 
 
-def _local_dataset(spec: JobSpec) -> Path | None:
+def _local_dataset(job: Job) -> Path | None:
     """The dataset as a local path, None for a hub name; a local-looking path that is missing is an error."""
-    path = Path(spec.dataset).expanduser()
+    dataset = job.data.dataset
+    path = Path(dataset).expanduser()
     if path.exists():
         return path
-    if spec.dataset.endswith((".jsonl", ".json")) or spec.dataset.startswith((".", "/", "~")):
-        raise SpecError(f"--dataset {spec.dataset} does not exist; give a JSONL file, a dataset name or 'synthetic'")
+    if dataset.endswith((".jsonl", ".json")) or dataset.startswith((".", "/", "~")):
+        raise SpecError(f"--dataset {dataset} does not exist; give a JSONL file, a dataset name or 'synthetic'")
     return None
 
 
@@ -51,122 +64,68 @@ def _check_records(path: Path) -> None:
         raise SpecError(f"--dataset {path} has no records; give a JSONL file with one record per line")
 
 
-def _check_image_folder(spec: JobSpec) -> None:
+def _check_image_folder(job: Job) -> None:
     from training.vision.layout import LayoutError, check_image_folder
 
     try:
-        check_image_folder(spec.dataset, flag="--data")
+        check_image_folder(job.data.dataset, flag="--data")
     except LayoutError as error:
         raise SpecError(str(error)) from None
 
 
-def _needs_token(spec: JobSpec) -> bool:
-    return spec.init == "pretrained" and not Path(spec.weights).expanduser().is_dir()
-
-
-def _check_inputs(spec: JobSpec, family: str) -> dict[str, str]:
+def _check_inputs(job: Job) -> dict[str, str]:
     """What can only be checked now (token, data on disk), before anything is written. Returns secrets."""
     env: dict[str, str] = {}
-    if _needs_token(spec):
-        env["HF_TOKEN"] = require_hf_token(spec.weights, spec.hf_token_file)
-    if spec.dataset != SYNTHETIC and family == "vision":
-        _check_image_folder(spec)
-    elif spec.dataset != SYNTHETIC:
-        path = _local_dataset(spec)
+    if job.model.init == "pretrained" and not Path(job.model.weights).expanduser().is_dir():
+        env["HF_TOKEN"] = require_hf_token(job.model.weights, job.placement.hf_token_file)
+    if job.data.dataset != SYNTHETIC and job.model.family == "vision":
+        _check_image_folder(job)
+    elif job.data.dataset != SYNTHETIC:
+        path = _local_dataset(job)
         if path is not None and path.is_file():
             _check_records(path)
     return env
 
 
-def _flags(pairs: dict[str, object]) -> list[str]:
-    """--name value for every pair whose value is not None (floats kept exact with repr)."""
-    args: list[str] = []
-    for name, value in pairs.items():
-        if value is not None:
-            args += [f"--{name}", repr(value) if isinstance(value, float) else str(value)]
-    return args
+def write_spec(job: Job) -> Path:
+    """Write `runs/<run-id>/spec.json`, refusing to mix two different jobs in one run folder."""
+    path = job.run_dir / SPEC_FILE
+    if path.exists():
+        previous = Job.from_dict(json.loads(path.read_text()))
+        changed = [spec.key for spec in FIELDS if spec.trains and spec.get(previous) != spec.get(job)]
+        if changed:
+            raise SpecError(
+                f"run {job.run.run_id!r} already exists with different {', '.join(changed)}; "
+                "pass a new --run-id (or drop --run-id to get one derived from the settings)"
+            )
+    return publish_text(path, json.dumps(job.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
-def _common_args(spec: JobSpec) -> list[str]:
-    return _flags(
-        {
-            "run-dir": spec.run_dir,
-            "run-id": spec.run_id,
-            "model-name": spec.model,
-            "steps": spec.steps,
-            "epochs": spec.epochs,
-            "global-batch-size": spec.global_batch_size,
-            "micro-batch-size": spec.micro_batch_size,
-            "lr": float(spec.lr),
-            "schedule": spec.schedule,
-            "warmup-steps": spec.warmup_steps,
-            "weight-decay": float(spec.weight_decay),
-            "grad-clip": float(spec.grad_clip),
-            "nodes": spec.nodes,
-            "precision": spec.precision,
-            "checkpoint-interval": spec.checkpoint_interval,
-            "keep-checkpoints": spec.keep_checkpoints,
-            "log-interval": spec.log_interval,
-            "seed": spec.seed,
-            "metrics-port": spec.metrics_port,
-            "collective-timeout-s": float(spec.collective_timeout),
-        }
-    )
+def _prepare_llama(job: Job, entry: ModelEntry) -> None:
+    if job.data.dataset == SYNTHETIC:
+        dialogues = job.run_dir / SYNTHETIC_DIALOGUES
+        if not dialogues.exists():
+            write_dialogues(dialogues, seed=job.run.seed)
+    if job.model.init == "random":
+        config = entry.arch.truncated(job.model.layers).hf_config()
+        publish_text(job.run_dir / MODEL_CONFIG, json.dumps(config, indent=2) + "\n")
 
 
-def _llama_args(spec: JobSpec, entry: ModelEntry) -> list[str]:
-    if spec.dataset == SYNTHETIC:
-        dataset = spec.run_dir / "data" / "dialogues.jsonl"
-        if not dataset.exists():
-            write_dialogues(dataset, seed=spec.seed)
-    else:
-        dataset = _local_dataset(spec) or spec.dataset
-    args = _flags(
-        {
-            "dataset": dataset,
-            "dataset-split": spec.dataset_split,
-            "seq-len": spec.seq_len,
-            "sharding": spec.sharding,
-            "peak-tflops": spec.peak_tflops,
-            "truncated-label": spec.truncated_label,
-        }
-    )
-    args.append("--activation-checkpointing" if spec.activation_checkpointing else "--no-activation-checkpointing")
-    if spec.init == "pretrained":
-        return args + ["--weights", spec.weights, "--tokenizer", spec.weights]
-    config_path = spec.run_dir / "model_config.json"
-    publish_text(config_path, json.dumps(entry.arch.truncated(spec.layers).hf_config(), indent=2) + "\n")
-    return args + ["--model-config", str(config_path), "--tokenizer", "byte"]
-
-
-def _vision_args(spec: JobSpec, entry: ModelEntry) -> list[str]:
+def _prepare_vision(job: Job, entry: ModelEntry) -> None:
     from training.vision.layout import CROP_RATIO
     from training.vision.synthetic import SyntheticTree, write_tree
 
-    if spec.synthetic:
-        data = ["--synthetic", "--num-classes", str(entry.arch.num_classes)]
-    elif spec.dataset == SYNTHETIC:
-        size = round(spec.image_size / CROP_RATIO)
-        root = write_tree(spec.run_dir / "data" / "imagenet", SyntheticTree(classes=SYNTHETIC_CLASSES, size=size))
-        data = ["--data", str(root)]
-    else:
-        data = ["--data", str(Path(spec.dataset).expanduser().resolve())]
-    return data + _flags(
-        {
-            "image-size": spec.image_size,
-            "optimizer": spec.optimizer,
-            "label-smoothing": float(spec.label_smoothing),
-            "loader-workers": spec.loader_workers,
-            "warmup-epochs": None if spec.warmup_epochs is None else float(spec.warmup_epochs),
-        }
-    )
+    publish_text(job.run_dir / MODEL_CONFIG, json.dumps({"num_classes": entry.arch.num_classes}) + "\n")
+    if job.data.dataset == SYNTHETIC and not job.data.synthetic:
+        size = round(job.data.image_size / CROP_RATIO)
+        write_tree(job.run_dir / SYNTHETIC_IMAGES, SyntheticTree(classes=SYNTHETIC_CLASSES, size=size))
 
 
-def prepare_run(spec: JobSpec) -> PreparedRun:
-    """Check the inputs, then create the run directory and build the entry point's arguments."""
-    entry = get_model(spec.model)
-    env = _check_inputs(spec, entry.family)
-    check_free_space(spec, entry)
-    write_spec(spec)
-    extra = _vision_args(spec, entry) if entry.family == "vision" else _llama_args(spec, entry)
-    return PreparedRun(spec=spec, module=ENTRY_POINTS[entry.family], args=_common_args(spec) + extra, env=env)
+def prepare_run(job: Job) -> PreparedRun:
+    """Check the inputs, then create the run folder: spec.json and what the workers read besides it."""
+    entry = get_model(job.model.name)
+    env = _check_inputs(job)
+    check_free_space(job, entry)
+    write_spec(job)
+    (_prepare_vision if entry.family == "vision" else _prepare_llama)(job, entry)
+    return PreparedRun(job=job, module=ENTRY_POINTS[entry.family], args=worker_arguments(job.run_dir), env=env)

@@ -26,31 +26,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from training.common.flops import PEAK_BF16_TFLOPS
+from training.common.job import SHARDING_STRATEGIES, Job
 
+from .cluster import DEFAULT_INSTANCE_TYPE
 from .errors import SpecError
 from .hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
-from .models import get_model
-from .spec import SHARDING_STRATEGIES
+from .job.models import get_model
 
 GIB = 1024**3
 USABLE_FRACTION = 0.9
 
 
 @dataclass
-class PlanInputs:
-    model: str
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    instance_type: str = "p5.48xlarge"
-    sharding: str = "FULL_SHARD"
-    seq_len: int | None = None
-    micro_batch_size: int | None = None
-    global_batch_size: int | None = None
-    activation_checkpointing: bool | None = None
+class PlanOptions:
+    """What only the estimate needs, besides the job."""
+
     mfu: float = 0.40
     price_per_hour: float | None = None
     epoch_tokens: int = 100_000_000
-    layers: int | None = None
 
 
 @dataclass
@@ -69,7 +62,9 @@ class MemoryBreakdown:
 
 @dataclass
 class Plan:
-    inputs: PlanInputs
+    job: Job
+    """The job as planned: the recipe's values filled in, nproc = GPUs per instance."""
+    options: PlanOptions
     param_count: int
     world_size: int
     shard_group: int
@@ -90,13 +85,14 @@ def shard_group_size(sharding: str, world: int, gpus_per_node: int) -> int:
     return {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": gpus_per_node, "NO_SHARD": 1}[sharding]
 
 
-def memory_per_gpu(inputs: PlanInputs, sharding: str, world: int) -> MemoryBreakdown:
-    entry = get_model(inputs.model)
-    arch = entry.arch.truncated(inputs.layers)
+def memory_per_gpu(job: Job, sharding: str, world: int) -> MemoryBreakdown:
+    entry = get_model(job.model.name)
+    arch = entry.arch.truncated(job.model.layers)
     shape = arch.shape()
     n = shape.param_count()
-    s, b, h, v, layers = inputs.seq_len, inputs.micro_batch_size, arch.hidden_size, arch.vocab_size, shape.layers
-    group = shard_group_size(sharding, world, inputs.gpus_per_node)
+    s, b, h, v = job.data.seq_len, job.optimisation.micro_batch_size, arch.hidden_size, arch.vocab_size
+    layers = shape.layers
+    group = shard_group_size(sharding, world, job.parallelism.nproc)
     largest_unit = max(shape.params_per_layer(), v * h)
     gathered = {
         "FULL_SHARD": 2 * largest_unit * 2,
@@ -105,7 +101,7 @@ def memory_per_gpu(inputs: PlanInputs, sharding: str, world: int) -> MemoryBreak
         "NO_SHARD": 0,
     }[sharding]
     per_layer_full = 34 * s * b * h
-    if inputs.activation_checkpointing:
+    if job.parallelism.activation_checkpointing:
         activations = layers * 2 * s * b * h + per_layer_full
     else:
         activations = layers * per_layer_full
@@ -119,59 +115,62 @@ def memory_per_gpu(inputs: PlanInputs, sharding: str, world: int) -> MemoryBreak
     )
 
 
-def make_plan(inputs: PlanInputs) -> Plan:
-    entry = get_model(inputs.model)
+def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
+    """The estimate for a job built from the same flags as `invoke train` (trainkit.job.build); the
+    recipe fills what is not given, and the global batch is raised to fill every GPU."""
+    options = options or PlanOptions()
+    entry = get_model(job.model.name)
+    model, p, o = job.model, job.parallelism, job.optimisation
     if entry.family != "llama":
         raise SpecError(
-            f"invoke plan estimates sharded language-model jobs; {inputs.model} trains data-parallel, so every GPU "
+            f"invoke plan estimates sharded language-model jobs; {model.name} trains data-parallel, so every GPU "
             "holds the whole model: measure it with `invoke train --model "
-            f"{inputs.model} --synthetic --steps 20` instead"
+            f"{model.name} --synthetic --steps 20` instead"
         )
-    if inputs.instance_type not in INSTANCE_TYPES:
-        raise SpecError(
-            f"--instance-type {inputs.instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}"
-        )
-    if inputs.sharding not in SHARDING_STRATEGIES:
-        raise SpecError(f"--sharding {inputs.sharding!r} is not valid; choose one of: {', '.join(SHARDING_STRATEGIES)}")
-    if not 0 < inputs.mfu <= 1:
-        raise SpecError(f"--mfu must be in (0, 1] (got {inputs.mfu}); 0.3-0.5 is typical for FSDP on H100")
-    if inputs.nodes < 1:
-        raise SpecError(f"--nodes must be a positive integer (got {inputs.nodes})")
-    instance = INSTANCE_TYPES[inputs.instance_type]
+    instance_type = job.placement.instance_type or DEFAULT_INSTANCE_TYPE
+    if instance_type not in INSTANCE_TYPES:
+        raise SpecError(f"--instance-type {instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}")
+    if not 0 < options.mfu <= 1:
+        raise SpecError(f"--mfu must be in (0, 1] (got {options.mfu}); 0.3-0.5 is typical for FSDP on H100")
+    instance = INSTANCE_TYPES[instance_type]
     recipe = entry.recipe
-    inputs.gpus_per_node = inputs.gpus_per_node or instance.gpus
-    inputs.seq_len = inputs.seq_len or recipe.seq_len
-    inputs.micro_batch_size = inputs.micro_batch_size or recipe.micro_batch_size
-    if inputs.activation_checkpointing is None:
-        inputs.activation_checkpointing = recipe.activation_checkpointing
-    world = inputs.nodes * inputs.gpus_per_node
-    per_step = inputs.micro_batch_size * world
-    global_batch = inputs.global_batch_size or max(recipe.global_batch_size, per_step)
+    job.placement.instance_type = instance_type
+    p.sharding = p.sharding or "FULL_SHARD"
+    p.nproc = p.nproc or instance.gpus
+    job.data.seq_len = job.data.seq_len or recipe.seq_len
+    o.micro_batch_size = o.micro_batch_size or recipe.micro_batch_size
+    if p.activation_checkpointing is None:
+        p.activation_checkpointing = recipe.activation_checkpointing
+    world = p.nodes * p.nproc
+    per_step = o.micro_batch_size * world
+    global_batch = o.global_batch_size or max(recipe.global_batch_size, per_step)
     if global_batch % per_step:
-        if inputs.global_batch_size:
+        if o.global_batch_size:
             raise SpecError(
-                f"--global-batch-size {global_batch} is not divisible by micro batch {inputs.micro_batch_size} x "
+                f"--global-batch-size {global_batch} is not divisible by micro batch {o.micro_batch_size} x "
                 f"{world} GPUs = {per_step}; use a multiple of {per_step}"
             )
         global_batch = -(-global_batch // per_step) * per_step
-    memory = {name: memory_per_gpu(inputs, name, world) for name in SHARDING_STRATEGIES}
+    o.global_batch_size = global_batch
+    memory = {name: memory_per_gpu(job, name, world) for name in SHARDING_STRATEGIES}
     gpu_bytes = instance.gpu_memory_gib * GIB
     fits = {name: breakdown.total <= USABLE_FRACTION * gpu_bytes for name, breakdown in memory.items()}
-    shape = entry.arch.truncated(inputs.layers).shape()
-    flops_per_token = shape.flops_per_token(inputs.seq_len)
-    tokens_per_step = global_batch * inputs.seq_len
+    shape = entry.arch.truncated(model.layers).shape()
+    flops_per_token = shape.flops_per_token(job.data.seq_len)
+    tokens_per_step = global_batch * job.data.seq_len
     peak = PEAK_BF16_TFLOPS[instance.gpu] * 1e12
-    step_time = flops_per_token * tokens_per_step / (inputs.mfu * peak * world)
+    step_time = flops_per_token * tokens_per_step / (options.mfu * peak * world)
     tokens_per_s = tokens_per_step / step_time
-    price = inputs.price_per_hour or ON_DEMAND_USD_PER_HOUR.get(inputs.instance_type)
-    usd_per_hour = price * inputs.nodes if price else None
-    usd_per_epoch = usd_per_hour * inputs.epoch_tokens / tokens_per_s / 3600 if usd_per_hour else None
-    source = "--price-per-hour" if inputs.price_per_hour else f"on-demand us-east-1, {PRICE_TABLE_AS_OF}"
+    price = options.price_per_hour or ON_DEMAND_USD_PER_HOUR.get(instance_type)
+    usd_per_hour = price * p.nodes if price else None
+    usd_per_epoch = usd_per_hour * options.epoch_tokens / tokens_per_s / 3600 if usd_per_hour else None
+    source = "--price-per-hour" if options.price_per_hour else f"on-demand us-east-1, {PRICE_TABLE_AS_OF}"
     return Plan(
-        inputs=inputs,
+        job=job,
+        options=options,
         param_count=shape.param_count(),
         world_size=world,
-        shard_group=shard_group_size(inputs.sharding, world, inputs.gpus_per_node),
+        shard_group=shard_group_size(p.sharding, world, p.nproc),
         global_batch_size=global_batch,
         grad_accum_steps=global_batch // per_step,
         memory_per_gpu=memory,
@@ -187,28 +186,30 @@ def make_plan(inputs: PlanInputs) -> Plan:
 
 
 def render_plan(plan: Plan) -> str:
-    i = plan.inputs
-    label = f" (truncated to {i.layers} layers)" if i.layers else ""
-    checkpointing = "on" if i.activation_checkpointing else "off"
+    job, options = plan.job, plan.options
+    layers, sharding = job.model.layers, job.parallelism.sharding
+    label = f" (truncated to {layers} layers)" if layers else ""
+    checkpointing = "on" if job.parallelism.activation_checkpointing else "off"
     columns = [("params", 9), ("grads", 9), ("optim", 9), ("gathered", 10), ("activ", 9), ("logits", 9), ("total", 9)]
     header = "".join(f"{title:>{width}}" for title, width in columns)
     lines = [
-        f"Plan: {i.model}{label} on {i.nodes} x {i.instance_type} ({plan.world_size} GPUs)",
+        f"Plan: {job.model.name}{label} on {job.parallelism.nodes} x {job.placement.instance_type} ({plan.world_size} GPUs)",
         f"  parameters          {plan.param_count:,} ({plan.param_count / 1e9:.2f} B)",
-        f"  batch               global {plan.global_batch_size} x seq {i.seq_len}, micro {i.micro_batch_size}, "
+        f"  batch               global {plan.global_batch_size} x seq {job.data.seq_len}, "
+        f"micro {job.optimisation.micro_batch_size}, "
         f"grad accumulation {plan.grad_accum_steps}, activation checkpointing {checkpointing}",
         "",
         f"  memory per GPU (GiB; {USABLE_FRACTION:.0%} of {plan.gpu_memory_bytes / GIB:.0f} GiB usable)",
         f"  {'strategy':<14}{header}  fits",
     ]
     for name, m in plan.memory_per_gpu.items():
-        marker = "*" if name == i.sharding else " "
+        marker = "*" if name == sharding else " "
         cells = [m.parameters, m.gradients, m.optimizer, m.gathered_parameters, m.activations, m.logits, m.total]
         row = "".join(f"{value / GIB:>{width}.1f}" for value, (_, width) in zip(cells, columns, strict=True))
         lines.append(f" {marker}{name:<14}{row}  {'yes' if plan.fits[name] else 'NO'}")
     lines += [
         "",
-        f"  throughput ({i.sharding}, assuming MFU {i.mfu:.0%} of {plan.flops_per_token / 1e9:.1f} GFLOP/token)",
+        f"  throughput ({sharding}, assuming MFU {options.mfu:.0%} of {plan.flops_per_token / 1e9:.1f} GFLOP/token)",
         f"    step time         {plan.step_time_s:.2f} s",
         f"    tokens/s          {plan.tokens_per_s:,.0f} ({plan.tokens_per_s / plan.world_size:,.0f} per GPU)",
     ]
@@ -216,7 +217,7 @@ def render_plan(plan: Plan) -> str:
         lines += [
             f"  cost ({plan.price_source})",
             f"    $ per hour        {plan.usd_per_hour:,.2f}",
-            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {i.epoch_tokens:,} tokens; set --epoch-tokens)",
+            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {options.epoch_tokens:,} tokens; set --epoch-tokens)",
         ]
     else:
         lines.append(f"  cost                {plan.price_source}")

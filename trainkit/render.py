@@ -13,8 +13,9 @@ import hashlib
 import json
 import re
 
+from training.common.job import Job
+
 from . import cluster, hardware
-from .spec import JobSpec
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator looks for this container name
@@ -57,33 +58,33 @@ def label_value(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
 
 
-def job_labels(spec: JobSpec) -> dict[str, str]:
-    return {LABEL_RUN: label_value(spec.run_id), LABEL_MODEL: label_value(spec.model), **MANAGED_BY}
+def job_labels(job: Job) -> dict[str, str]:
+    return {LABEL_RUN: label_value(job.run.run_id), LABEL_MODEL: label_value(job.model.name), **MANAGED_BY}
 
 
-def rdzv_endpoint(spec: JobSpec) -> str:
+def rdzv_endpoint(job: Job) -> str:
     """etcd: the platform's service (or --rdzv-endpoint). c10d: worker 0's per-replica service."""
-    return spec.rdzv_endpoint or f"{job_name(spec.run_id)}-worker-0:{cluster.C10D_PORT}"
+    return job.elastic.rdzv_endpoint or f"{job_name(job.run.run_id)}-worker-0:{cluster.C10D_PORT}"
 
 
-def _elastic_policy(spec: JobSpec, rdzv_id: str) -> dict:
+def _elastic_policy(job: Job, rdzv_id: str) -> dict:
     """What the operator needs to run an elastic job; the pods pass torchrun the same values explicitly
     (and the rendezvous tuning, trainkit/torchrun.py), since the operator knows no `trainkit-etcd`."""
-    host, _, port = rdzv_endpoint(spec).rpartition(":")
+    host, _, port = rdzv_endpoint(job).rpartition(":")
     return {
-        "rdzvBackend": spec.rdzv,
+        "rdzvBackend": job.elastic.rdzv,
         "rdzvHost": host,
         "rdzvPort": int(port),
         "rdzvId": rdzv_id,
-        "minReplicas": spec.min_nodes,
-        "maxReplicas": spec.nodes,
-        "maxRestarts": spec.max_restarts,
+        "minReplicas": job.parallelism.min_nodes,
+        "maxReplicas": job.parallelism.nodes,
+        "maxRestarts": job.elastic.max_restarts,
     }
 
 
-def _env(spec: JobSpec) -> list[dict]:
+def _env(job: Job) -> list[dict]:
     """The spec travels as JSON (it holds no secrets); the token comes from the Secret, never a value."""
-    spec_json = json.dumps(spec.to_dict(), sort_keys=True)
+    spec_json = json.dumps(job.to_dict(), sort_keys=True)
     plain = {**NCCL_EFA_ENV, **TORCH_ENV, "TRAINKIT_SPEC": spec_json}
     env = [{"name": name, "value": value} for name, value in plain.items()]
     env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
@@ -95,7 +96,7 @@ def _env(spec: JobSpec) -> list[dict]:
                     "name": cluster.HF_TOKEN_SECRET,
                     "key": cluster.HF_TOKEN_KEY,
                     # Pretrained weights need it; otherwise it only opens gated hub datasets.
-                    "optional": spec.init != "pretrained",
+                    "optional": job.model.init != "pretrained",
                 }
             },
         }
@@ -103,21 +104,21 @@ def _env(spec: JobSpec) -> list[dict]:
     return env
 
 
-def _container(spec: JobSpec, rdzv_id: str) -> dict:
-    instance = hardware.INSTANCE_TYPES[spec.instance_type]
-    devices = {"nvidia.com/gpu": str(spec.nproc)}
+def _container(job: Job, rdzv_id: str) -> dict:
+    instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
+    devices = {"nvidia.com/gpu": str(job.parallelism.nproc)}
     if instance.efa_interfaces:
         devices["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
     return {
         "name": CONTAINER,
-        "image": spec.image,
+        "image": job.placement.image,
         "imagePullPolicy": "IfNotPresent",
         "command": POD_ENTRY,
-        "args": ["--rdzv-endpoint", rdzv_endpoint(spec), "--rdzv-id", rdzv_id],
+        "args": ["--rdzv-endpoint", rdzv_endpoint(job), "--rdzv-id", rdzv_id],
         "workingDir": cluster.FSX_MOUNT,
-        "env": _env(spec),
+        "env": _env(job),
         "resources": {"requests": dict(devices), "limits": dict(devices)},
-        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(spec)],
+        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(job)],
         "volumeMounts": [
             {"name": "fsx", "mountPath": cluster.FSX_MOUNT},
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -125,24 +126,24 @@ def _container(spec: JobSpec, rdzv_id: str) -> dict:
     }
 
 
-def _metrics_ports(spec: JobSpec) -> list[dict]:
+def _metrics_ports(job: Job) -> list[dict]:
     """One named port per local rank (rank r serves metrics_port + r) for the platform's PodMonitor."""
-    if not spec.metrics_port:
+    if not job.run.metrics_port:
         return []
     return [
-        {"name": cluster.METRICS_PORT_NAME.format(rank=r), "containerPort": spec.metrics_port + r, "protocol": "TCP"}
-        for r in range(spec.nproc)
+        {"name": cluster.METRICS_PORT_NAME.format(rank=r), "containerPort": job.run.metrics_port + r, "protocol": "TCP"}
+        for r in range(job.parallelism.nproc)
     ]
 
 
-def render_pod_template(spec: JobSpec, rdzv_id: str) -> dict:
+def render_pod_template(job: Job, rdzv_id: str) -> dict:
     return {
-        "metadata": {"labels": {**job_labels(spec), LABEL_RDZV: label_value(rdzv_id)}},
+        "metadata": {"labels": {**job_labels(job), LABEL_RDZV: label_value(rdzv_id)}},
         "spec": {
-            "nodeSelector": {"node.kubernetes.io/instance-type": spec.instance_type, "trainkit/pool": "gpu"},
+            "nodeSelector": {"node.kubernetes.io/instance-type": job.placement.instance_type, "trainkit/pool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-            "containers": [_container(spec, rdzv_id)],
+            "containers": [_container(job, rdzv_id)],
             "volumes": [
                 {"name": "fsx", "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}},
                 # NCCL and data loader workers share memory through /dev/shm; the default 64 MiB is too small.
@@ -152,25 +153,25 @@ def render_pod_template(spec: JobSpec, rdzv_id: str) -> dict:
     }
 
 
-def render_pytorchjob(spec: JobSpec, rdzv_id: str) -> dict:
+def render_pytorchjob(job: Job, rdzv_id: str) -> dict:
     return {
         "apiVersion": API_VERSION,
         "kind": "PyTorchJob",
         "metadata": {
-            "name": job_name(spec.run_id),
-            "namespace": spec.namespace,
-            "labels": job_labels(spec),
-            "annotations": {LABEL_RUN: spec.run_id},
+            "name": job_name(job.run.run_id),
+            "namespace": job.placement.namespace,
+            "labels": job_labels(job),
+            "annotations": {LABEL_RUN: job.run.run_id},
         },
         "spec": {
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": spec.max_restarts},
-            "elasticPolicy": _elastic_policy(spec, rdzv_id),
-            "nprocPerNode": str(spec.nproc),
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": job.elastic.max_restarts},
+            "elasticPolicy": _elastic_policy(job, rdzv_id),
+            "nprocPerNode": str(job.parallelism.nproc),
             "pytorchReplicaSpecs": {
                 "Worker": {
-                    "replicas": spec.nodes,
+                    "replicas": job.parallelism.nodes,
                     "restartPolicy": "OnFailure",
-                    "template": render_pod_template(spec, rdzv_id),
+                    "template": render_pod_template(job, rdzv_id),
                 }
             },
         },

@@ -11,13 +11,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.common.job import Job
+
 from .errors import SpecError
 
 
 @dataclass
 class RunFiles:
     run_dir: Path
-    spec: dict
+    job: Job
     records: list[dict]
     summary: dict | None
 
@@ -33,7 +35,7 @@ class RunFiles:
         records = [json.loads(line) for line in lines if line]
         summary_path = run_dir / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
-        return cls(run_dir, json.loads(spec_path.read_text()), records, summary)
+        return cls(run_dir, Job.from_dict(json.loads(spec_path.read_text())), records, summary)
 
     @property
     def world_size(self) -> int:
@@ -44,7 +46,7 @@ class RunFiles:
             sizes = [size for size in sizes if size]
             if sizes:
                 return sizes[-1]
-        return self.spec["nodes"] * self.spec["nproc"]
+        return self.job.world_size
 
     @property
     def throughput_key(self) -> str:
@@ -60,7 +62,7 @@ def scaling_points(runs_dir: Path, model: str, key: str) -> dict[int, float]:
         except (SpecError, ValueError):
             continue
         median = (run.summary or {}).get(f"{key}_median")
-        if run.spec.get("model") == model and median:
+        if run.job.model.name == model and median:
             points[run.world_size] = max(points.get(run.world_size, 0.0), median)
     return points
 
@@ -78,7 +80,7 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
     unit = "tokens/s" if key == "tokens_per_s" else "samples/s"
     steps = [r["step"] for r in run.records]
     figure, axes = plt.subplots(2, 2, figsize=(13, 8.5), layout="constrained")
-    title = f"trainkit run {run.spec['run_id']}: {run.spec['model']}, {run.world_size} process(es)"
+    title = f"trainkit run {run.job.run.run_id}: {run.job.model.name}, {run.world_size} process(es)"
     figure.suptitle(title, fontsize=14)
 
     loss = axes[0][0]
@@ -105,7 +107,7 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
             transform=mfu.transAxes,
         )
 
-    _scaling(axes[1][1], scaling_points(run_dir.parent, run.spec["model"], key), unit)
+    _scaling(axes[1][1], scaling_points(run_dir.parent, run.job.model.name, key), unit)
     output = output or run_dir / "report.png"
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=110, metadata={"Title": title, "Software": "trainkit obs.report"})

@@ -25,7 +25,7 @@ from pathlib import Path
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
 
 from .errors import SpecError
-from .models import ModelEntry
+from .job.models import ModelEntry
 
 GB = 1e9
 GIB = 2**30
@@ -61,15 +61,15 @@ def saves(steps: int | None, interval: int | None) -> int | None:
     return (steps - 1) // interval + 1
 
 
-def storage_need(spec, entry: ModelEntry, existing: int = 0) -> StorageNeed:
+def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
     if entry.family == "llama":
-        parameters = entry.arch.truncated(spec.layers).shape().param_count()
+        parameters = entry.arch.truncated(job.model.layers).shape().param_count()
         optimizer, export = "adamw", PARAM_BYTES * parameters
     else:
-        parameters, optimizer, export = entry.arch.parameters, spec.optimizer or "sgd", 0
+        parameters, optimizer, export = entry.arch.parameters, job.optimisation.optimizer or "sgd", 0
     checkpoint = (PARAM_BYTES + OPTIMIZER_BYTES[optimizer]) * parameters
-    peak = spec.keep_checkpoints + 1
-    written = saves(spec.steps, spec.checkpoint_interval)
+    peak = job.checkpointing.keep_checkpoints + 1
+    written = saves(job.optimisation.steps, job.checkpointing.checkpoint_interval)
     if written is not None:
         peak = min(peak, written)
     return StorageNeed(parameters, checkpoint, max(peak - existing, 0), export)
@@ -82,16 +82,16 @@ def _existing_folder(path: Path) -> Path:
     return path
 
 
-def check_free_space(spec, entry: ModelEntry) -> StorageNeed:
+def check_free_space(job, entry: ModelEntry) -> StorageNeed:
     """The run's folder must have room for what the run writes (local disk, or FSx inside a pod)."""
-    existing = len(complete_steps(Path(spec.run_dir) / CHECKPOINTS_DIR))
-    need = storage_need(spec, entry, existing)
-    folder = _existing_folder(spec.run_dir)
+    existing = len(complete_steps(Path(job.run_dir) / CHECKPOINTS_DIR))
+    need = storage_need(job, entry, existing)
+    folder = _existing_folder(job.run_dir)
     free = shutil.disk_usage(folder).free
     if need.total > free:
         raise SpecError(
-            f"run {spec.run_id} writes about {need.describe()} and {folder} has {free / GB:,.1f} GB free: "
-            f"free some space, keep fewer checkpoints (--keep-checkpoints, now {spec.keep_checkpoints}), or "
+            f"run {job.run.run_id} writes about {need.describe()} and {folder} has {free / GB:,.1f} GB free: "
+            f"free some space, keep fewer checkpoints (--keep-checkpoints, now {job.checkpointing.keep_checkpoints}), or "
             "put the run on a larger disk (--runs-dir)"
         )
     return need
@@ -103,14 +103,14 @@ def fsx_capacity_for(need_bytes: int) -> int:
     return 1200 if gib <= 1200 else 2400 * math.ceil(gib / 2400)
 
 
-def check_fsx_capacity(spec, entry: ModelEntry, capacity_gib: int) -> StorageNeed:
+def check_fsx_capacity(job, entry: ModelEntry, capacity_gib: int) -> StorageNeed:
     """On EKS the run lands on the shared FSx file system: what it writes must fit in all of it."""
-    need = storage_need(spec, entry)
+    need = storage_need(job, entry)
     if need.total > capacity_gib * GIB:
         raise SpecError(
-            f"run {spec.run_id} writes about {need.describe()} = {need.total / GIB:,.0f} GiB and the FSx file "
+            f"run {job.run.run_id} writes about {need.describe()} = {need.total / GIB:,.0f} GiB and the FSx file "
             f"system holds {capacity_gib:,} GiB in all: keep fewer checkpoints (--keep-checkpoints, now "
-            f"{spec.keep_checkpoints}), or set fsx_storage_capacity_gib = {fsx_capacity_for(need.total)} in "
+            f"{job.checkpointing.keep_checkpoints}), or set fsx_storage_capacity_gib = {fsx_capacity_for(need.total)} in "
             "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
         )
     return need

@@ -11,8 +11,9 @@ import sys
 import uuid
 from pathlib import Path
 
+from training.common.job import Job
+
 from .launch import PreparedRun
-from .spec import JobSpec
 
 # Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
 LAST_CALL_TIMEOUT_S = 5
@@ -25,9 +26,9 @@ KEEP_ALIVE_MAX_ATTEMPT = 3
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 
 
-def rendezvous_id(spec: JobSpec) -> str:
+def rendezvous_id(job: Job) -> str:
     """Unique per submission: a reused id can meet a closed rendezvous left by an earlier job."""
-    return f"{spec.run_id}-{uuid.uuid4().hex[:8]}"
+    return f"{job.run.run_id}-{uuid.uuid4().hex[:8]}"
 
 
 def rdzv_conf(backend: str, is_host: bool | None = None) -> str:
@@ -46,8 +47,8 @@ def rdzv_conf(backend: str, is_host: bool | None = None) -> str:
 def torchrun_command(
     run: PreparedRun, endpoint: str, rdzv_id: str, log_dir: Path, args: list[str], is_host: bool | None = None
 ) -> list[str]:
-    spec = run.spec
-    nnodes = str(spec.nodes) if spec.min_nodes == spec.nodes else f"{spec.min_nodes}:{spec.nodes}"
+    job, p = run.job, run.job.parallelism
+    nnodes = str(p.nodes) if p.min_nodes == p.nodes else f"{p.min_nodes}:{p.nodes}"
     return [
         sys.executable,
         "-m",
@@ -55,17 +56,17 @@ def torchrun_command(
         "--nnodes",
         nnodes,
         "--nproc-per-node",
-        str(spec.nproc),
+        str(job.parallelism.nproc),
         "--rdzv-backend",
-        RDZV_BACKENDS[spec.rdzv],
+        RDZV_BACKENDS[job.elastic.rdzv],
         "--rdzv-endpoint",
         endpoint,
         "--rdzv-id",
         rdzv_id,
         "--rdzv-conf",
-        rdzv_conf(spec.rdzv, is_host),
+        rdzv_conf(job.elastic.rdzv, is_host),
         "--max-restarts",
-        str(spec.max_restarts),
+        str(job.elastic.max_restarts),
         "--log-dir",
         str(log_dir),
         "--tee",

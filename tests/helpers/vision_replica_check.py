@@ -2,24 +2,23 @@
 
 import sys
 import tempfile
+from pathlib import Path
 
-from training.vision.config import VisionConfig
+from training.common.job import MODEL_CONFIG, Job
 from training.vision.trainer import VisionTrainer
 
-with tempfile.TemporaryDirectory() as run_dir:
-    trainer = VisionTrainer(
-        VisionConfig(
-            run_dir=run_dir,
-            model_name="resnet-tiny",
-            synthetic=True,
-            num_classes=10,
-            steps=1,
-            global_batch_size=4,
-            micro_batch_size=2,
-            image_size=32,
-            loader_workers=0,
-        )
-    )
+job = Job()
+job.model.name, job.model.family = "resnet-tiny", "vision"
+job.data.synthetic, job.data.image_size, job.data.loader_workers = True, 32, 0
+o = job.optimisation
+o.steps, o.global_batch_size, o.micro_batch_size, o.warmup_steps = 1, 4, 2, 0
+o.lr, o.optimizer, o.weight_decay, o.label_smoothing, o.grad_clip = 0.1, "sgd", 1e-4, 0.1, 0.0
+job.checkpointing.checkpoint_interval, job.run.metrics_port = 0, 0
+
+with tempfile.TemporaryDirectory() as folder:
+    run_dir = Path(folder)
+    (run_dir / MODEL_CONFIG).write_text('{"num_classes": 10}')
+    trainer = VisionTrainer(job, run_dir)
     print("digests agree after prepare:", trainer.replica_digests(), flush=True)
     trainer.model = trainer.accelerator.unwrap_model(trainer.model)  # each rank now trains alone
     trainer.train_step(0, trainer._micro_batches(0))  # each rank's own random batch

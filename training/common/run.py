@@ -22,12 +22,34 @@ from accelerate import Accelerator
 from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager
+from .files import publish_text
 from .lifecycle import StopSignal
 from .metrics import MetricsSink
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
 EXIT_PEER_STOPPED = 75
+# Added to the metrics port by launchers that run several nodes on one machine, so each node's ranks
+# get their own block of ports (rank r of the job serves port + r, as on one node).
+METRICS_PORT_OFFSET_ENV = "TRAINKIT_METRICS_PORT_OFFSET"
+# logs/<this>/<rank>.json: the files torchrun sends each rank's output to (`invoke logs --rank`).
+RANK_LOGS_DIR = "ranks"
+
+
+def record_log_files(run_dir: Path, rank: int) -> None:
+    """Where this rank's stdout and stderr go (torchrun redirects them to files under its log folder),
+    so a rank's log can be found after elastic restarts re-number the nodes."""
+    files = {}
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/") and Path(target).is_file():
+            files[name] = target
+    folder = run_dir / "logs" / RANK_LOGS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    publish_text(folder / f"{rank}.json", json.dumps(files) + "\n")
 
 
 def current_nodes(configured: int) -> int:
@@ -66,8 +88,10 @@ class RunContext:
             "rank": str(acc.process_index),
             "node": str(acc.process_index // max(1, world // nodes)),
         }
-        port = metrics_port + acc.local_process_index if metrics_port else None
+        offset = int(os.environ.get(METRICS_PORT_OFFSET_ENV, 0))
+        port = metrics_port + offset + acc.local_process_index if metrics_port else None
         self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
+        record_log_files(self.run_dir, acc.process_index)
         self.restarts = 0
         self.events = self.run_dir / "events.jsonl"
         self.stop_signal = StopSignal().install()

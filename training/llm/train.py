@@ -1,22 +1,21 @@
-"""Fine-tune Llama 2 with Accelerate FSDP. Run under torchrun (the launcher does this for you):
+"""Fine-tune Llama 2 with Accelerate FSDP. Run under torchrun (the launcher does this for you), from the
+run folder the launcher prepared:
 
-    torchrun --nproc-per-node 2 -m training.llm.train --run-dir runs/demo \
-        --dataset data.jsonl --model-config config.json --steps 60
+    torchrun --nproc-per-node 2 -m training.llm.train --spec runs/<run-id>/spec.json
 """
 
 from __future__ import annotations
 
-from training.common.cli import parse_dataclass
+from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
 
-from .config import TrainConfig
 from .trainer import Trainer
 
 
 def main(argv: list[str] | None = None) -> None:
-    config = parse_dataclass(TrainConfig, argv)
+    job, run_dir = parse_worker_arguments(argv, __doc__.splitlines()[0])
     die_with_parent()
-    Trainer(config).fit()
+    Trainer(job, run_dir).fit()
     exit_finished()
 
 

@@ -16,84 +16,100 @@ from torch.distributed.fsdp import FSDPModule
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
+from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes, peak_memory_bytes
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
 
-from .config import TrainConfig
 from .data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
 from .model import DECODER_LAYER, build_model, consolidated_copy
 from .tokenizer import load_tokenizer
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
-        self.run_dir = Path(cfg.run_dir)
-        set_seed(cfg.seed)
-        self.nodes = current_nodes(cfg.nodes)
+    def __init__(self, job: Job, run_dir: Path):
+        self.job = job
+        self.run_dir = run_dir
+        set_seed(job.run.seed)
+        self.nodes = current_nodes(job.parallelism.nodes)
         self.accelerator = acc = make_accelerator(
-            cfg.sharding,
-            cfg.precision,
-            cfg.activation_checkpointing,
+            job.parallelism.sharding,
+            job.parallelism.precision,
+            job.parallelism.activation_checkpointing,
             DECODER_LAYER,
             self.nodes,
-            cfg.collective_timeout_s,
+            job.elastic.collective_timeout,
         )
         self.rank, self.world = acc.process_index, acc.num_processes
-        self.tokenizer = load_tokenizer(cfg.tokenizer)
+        pretrained = job.model.init == "pretrained"
+        self.tokenizer = load_tokenizer(job.model.weights if pretrained else "byte")
         self.dataset, self.sampler = self._build_data()
-        self.total_steps = cfg.steps or cfg.epochs * self.sampler.steps_per_epoch
+        self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.sampler.steps_per_epoch
 
         # Under FSDP only rank 0 builds real weights; the others get them, sharded, in prepare().
-        model = build_model(cfg.model_config, cfg.weights, cfg.seed, acc.is_main_process or cfg.sharding == "NO_SHARD")
+        model_config = None if pretrained else str(run_dir / MODEL_CONFIG)
+        model = build_model(
+            model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
+        )
         self.config = model.config
-        if cfg.activation_checkpointing and cfg.sharding == "NO_SHARD":  # FSDP applies it in prepare
+        if (
+            job.parallelism.activation_checkpointing and job.parallelism.sharding == "NO_SHARD"
+        ):  # FSDP applies it in prepare
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         on_gpu = torch.cuda.is_available()
         optimizer = torch.optim.AdamW(
             model.parameters(),
-            lr=cfg.lr,
+            lr=job.optimisation.lr,
             betas=(0.9, 0.95),
-            weight_decay=cfg.weight_decay,
+            weight_decay=job.optimisation.weight_decay,
             fused=on_gpu or None,
             foreach=None if on_gpu else True,
         )
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer.optimizer,
-            lambda step: lr_multiplier(step, cfg.warmup_steps, self.total_steps, cfg.schedule),
+            lambda step: lr_multiplier(
+                step, job.optimisation.warmup_steps, self.total_steps, job.optimisation.schedule
+            ),
         )
         acc.register_for_checkpointing(self.scheduler)
-        shard_group = self.world // self.nodes if cfg.sharding == "HYBRID_SHARD" else self.world
-        self.sharding_report = verify_sharding(self.model, cfg.sharding, self.world, shard_group)
+        shard_group = self.world // self.nodes if job.parallelism.sharding == "HYBRID_SHARD" else self.world
+        self.sharding_report = verify_sharding(self.model, job.parallelism.sharding, self.world, shard_group)
 
         self.run = RunContext(
-            acc, cfg.run_dir, cfg.run_id, cfg.model_name, cfg.keep_checkpoints, cfg.metrics_port, self.nodes
+            acc,
+            run_dir,
+            job.run.run_id,
+            job.model.name,
+            job.checkpointing.keep_checkpoints,
+            job.run.metrics_port,
+            self.nodes,
         )
-        self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(cfg.seq_len)
+        self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(job.data.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
-        self.peak_tflops = cfg.peak_tflops or device_peak
+        self.peak_tflops = job.run.peak_tflops or device_peak
 
     # ------------------------------------------------------------------ data
 
     def _build_data(self) -> tuple[PackedDataset, StepSampler]:
-        cfg = self.cfg
-        ids, labels = tokenize_examples(load_records(cfg.dataset, cfg.dataset_split), self.tokenizer)
-        dataset = PackedDataset.pack(ids, labels, cfg.seq_len)
+        job = self.job
+        ids, labels = tokenize_examples(
+            load_records(data_source(job, self.run_dir), job.data.dataset_split), self.tokenizer
+        )
+        dataset = PackedDataset.pack(ids, labels, job.data.seq_len)
         if dataset.dropped and self.accelerator.is_main_process:
             total = len(dataset) + dataset.dropped
             print(
-                f"NOTE: {dataset.dropped} of {total} blocks of {cfg.seq_len} tokens are all prompt (no loss): left out",
+                f"NOTE: {dataset.dropped} of {total} blocks of {job.data.seq_len} tokens are all prompt (no loss): left out",
                 flush=True,
             )
         sampler = StepSampler(
             len(dataset),
-            cfg.global_batch_size,
-            cfg.micro_batch_size,
+            job.optimisation.global_batch_size,
+            job.optimisation.micro_batch_size,
             self.rank,
             self.world,
-            cfg.seed,
+            job.run.seed,
             hint="use more data, a smaller --global-batch-size or a shorter --seq-len",
         )
         return dataset, sampler
@@ -131,8 +147,8 @@ class Trainer:
                 self.accelerator.backward(token_loss * scale)
             loss_sum += token_loss.detach()
         grad_norm = torch.zeros(())
-        if self.cfg.grad_clip > 0:
-            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        if self.job.optimisation.grad_clip > 0:
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -140,7 +156,7 @@ class Trainer:
         return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm), data_wait
 
     def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, data_wait: float, first: bool):
-        tokens = self.cfg.global_batch_size * self.cfg.seq_len
+        tokens = self.job.optimisation.global_batch_size * self.job.data.seq_len
         tokens_per_s = tokens / step_time
         record = {
             "step": step,
@@ -148,7 +164,7 @@ class Trainer:
             "lr": lr,
             "grad_norm": grad_norm,
             "tokens_per_s": tokens_per_s,
-            "samples_per_s": self.cfg.global_batch_size / step_time,
+            "samples_per_s": self.job.optimisation.global_batch_size / step_time,
             "step_time_s": step_time,
             "data_wait_s": data_wait,
             "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
@@ -169,7 +185,7 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
             consolidated_copy(self.config, state_dict).save_pretrained(tmp, safe_serialization=True)
             self.tokenizer.save_pretrained(tmp)
-            label = {"truncated": self.cfg.truncated_label, "run_id": self.cfg.run_id}
+            label = {"truncated": self.job.model.truncated_label, "run_id": self.job.run.run_id}
             (tmp / "trainkit.json").write_text(json.dumps(label, indent=2) + "\n")
             shutil.rmtree(target, ignore_errors=True)
             tmp.rename(target)
@@ -179,12 +195,12 @@ class Trainer:
     # ------------------------------------------------------------------ driver
 
     def fit(self) -> None:
-        cfg, acc, run = self.cfg, self.accelerator, self.run
+        job, acc, run = self.job, self.accelerator, self.run
         start = run.resume()
         if run.already_finished(start, self.total_steps):
             return
-        if acc.is_main_process and cfg.truncated_label:
-            print(f"NOTE: {cfg.truncated_label}", flush=True)
+        if acc.is_main_process and job.model.truncated_label:
+            print(f"NOTE: {job.model.truncated_label}", flush=True)
         bar = run.progress(start, self.total_steps)
         first = True
         for step in range(start, self.total_steps):
@@ -193,19 +209,19 @@ class Trainer:
             loss, grad_norm, data_wait = self.train_step(step)
             elapsed = time.perf_counter() - started
             done = step + 1
-            if done % cfg.log_interval == 0 or done == self.total_steps:
+            if done % job.run.log_interval == 0 or done == self.total_steps:
                 record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, first)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             first = False
             bar.update(1)
-            run.after_step(done, self.total_steps, cfg.checkpoint_interval)
+            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval)
         bar.close()
         run.save_final(self.total_steps)
-        exported = self.export() if cfg.export else None
+        exported = self.export()
         run.write_summary(
             start,
             {
-                "truncated": cfg.truncated_label,
+                "truncated": job.model.truncated_label,
                 "sharding": self.sharding_report,
                 "hf_model_dir": str(exported) if exported else None,
                 "peak_tflops": self.peak_tflops,

@@ -1,22 +1,21 @@
-"""Train an ImageNet classifier with Accelerate DDP. Run under torchrun (the launcher does this for you):
+"""Train an ImageNet classifier with Accelerate DDP. Run under torchrun (the launcher does this for you),
+from the run folder the launcher prepared:
 
-    torchrun --nproc-per-node 8 -m training.vision.train --run-dir runs/demo \
-        --model-name resnet50 --data /fsx/imagenet --epochs 90
+    torchrun --nproc-per-node 8 -m training.vision.train --spec runs/<run-id>/spec.json
 """
 
 from __future__ import annotations
 
-from training.common.cli import parse_dataclass
+from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
 
-from .config import VisionConfig
 from .trainer import VisionTrainer
 
 
 def main(argv: list[str] | None = None) -> None:
-    config = parse_dataclass(VisionConfig, argv)
+    job, run_dir = parse_worker_arguments(argv, __doc__.splitlines()[0])
     die_with_parent()
-    VisionTrainer(config).fit()
+    VisionTrainer(job, run_dir).fit()
     exit_finished()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -13,11 +14,11 @@ import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
+from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes, peak_memory_bytes
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
 
-from .config import VisionConfig
 from .data import ClassFolder, SeededImages, synthetic_batch, train_loader, train_transform, val_loader, val_transform
 from .lamb import Lamb
 from .layout import check_image_folder
@@ -29,84 +30,99 @@ def _step_seed(seed: int, step: int, rank: int) -> int:
 
 
 class VisionTrainer:
-    def __init__(self, cfg: VisionConfig):
-        self.cfg = cfg
-        set_seed(cfg.seed)
+    def __init__(self, job: Job, run_dir: Path):
+        self.job = job
+        self.run_dir = run_dir
+        self.synthetic_classes = json.loads((run_dir / MODEL_CONFIG).read_text())["num_classes"]
+        set_seed(job.run.seed)
         self.on_gpu = torch.cuda.is_available()
         self.accelerator = acc = make_accelerator(
-            "NO_SHARD", cfg.precision, collective_timeout_s=cfg.collective_timeout_s
+            "NO_SHARD", job.parallelism.precision, collective_timeout_s=job.elastic.collective_timeout
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         self.device = acc.device
-        self.micro_per_step = cfg.global_batch_size // (cfg.micro_batch_size * self.world)
-        if self.micro_per_step < 1 or cfg.global_batch_size % (cfg.micro_batch_size * self.world):
+        self.micro_per_step = job.optimisation.global_batch_size // (job.optimisation.micro_batch_size * self.world)
+        if self.micro_per_step < 1 or job.optimisation.global_batch_size % (
+            job.optimisation.micro_batch_size * self.world
+        ):
             raise ValueError(
-                f"--global-batch-size {cfg.global_batch_size} must be a multiple of --micro-batch-size "
-                f"{cfg.micro_batch_size} x {self.world} processes"
+                f"--global-batch-size {job.optimisation.global_batch_size} must be a multiple of --micro-batch-size "
+                f"{job.optimisation.micro_batch_size} x {self.world} processes"
             )
         self.classes = self._build_data()
-        self.num_classes = len(self.classes) if self.classes else cfg.num_classes
-        self.total_steps = cfg.steps or cfg.epochs * self.sampler.steps_per_epoch
-        warmup = cfg.warmup_steps
+        self.num_classes = len(self.classes) if self.classes else self.synthetic_classes
+        self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.sampler.steps_per_epoch
+        warmup = job.optimisation.warmup_steps
         if warmup is None:
-            warmup = round(cfg.warmup_epochs * self.steps_per_epoch)
+            warmup = round(job.optimisation.warmup_epochs * self.steps_per_epoch)
         self.warmup_steps = min(warmup, self.total_steps)
 
-        model = build_model(cfg.model_name, self.num_classes)
+        model = build_model(job.model.name, self.num_classes)
         self.memory_format = torch.channels_last if self.on_gpu else torch.contiguous_format
         model = model.to(memory_format=self.memory_format)
-        groups = parameter_groups(model, cfg.weight_decay)
-        if cfg.optimizer == "lamb":
-            optimizer = Lamb(groups, lr=cfg.lr)
+        groups = parameter_groups(model, job.optimisation.weight_decay)
+        if job.optimisation.optimizer == "lamb":
+            optimizer = Lamb(groups, lr=job.optimisation.lr)
         else:
-            optimizer = torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9, nesterov=True)
+            optimizer = torch.optim.SGD(groups, lr=job.optimisation.lr, momentum=0.9, nesterov=True)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer.optimizer,
-            lambda step: lr_multiplier(step, self.warmup_steps, self.total_steps, cfg.schedule),
+            lambda step: lr_multiplier(step, self.warmup_steps, self.total_steps, job.optimisation.schedule),
         )
         acc.register_for_checkpointing(self.scheduler)
         self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
         self.run = RunContext(
             acc,
-            cfg.run_dir,
-            cfg.run_id,
-            cfg.model_name,
-            cfg.keep_checkpoints,
-            cfg.metrics_port,
-            current_nodes(cfg.nodes),
+            run_dir,
+            job.run.run_id,
+            job.model.name,
+            job.checkpointing.keep_checkpoints,
+            job.run.metrics_port,
+            current_nodes(job.parallelism.nodes),
         )
 
     # ------------------------------------------------------------------ data
 
     def _build_data(self) -> list[str] | None:
-        cfg = self.cfg
-        if cfg.synthetic:
+        job = self.job
+        if job.data.synthetic:
             self.sampler = None
-            self.steps_per_epoch = cfg.steps  # no dataset: one "epoch" is the run
+            self.steps_per_epoch = job.optimisation.steps  # no dataset: one "epoch" is the run
             self.fixed_batch = synthetic_batch(
-                cfg.micro_batch_size, cfg.image_size, cfg.num_classes, self.device, cfg.seed + self.rank
+                job.optimisation.micro_batch_size,
+                job.data.image_size,
+                self.synthetic_classes,
+                self.device,
+                job.run.seed + self.rank,
             )
             return None
-        root = Path(cfg.data)
+        root = Path(data_source(job, self.run_dir))
         train = ClassFolder(
-            str(root / "train"), classes=check_image_folder(root), transform=train_transform(cfg.image_size)
+            str(root / "train"), classes=check_image_folder(root), transform=train_transform(job.data.image_size)
         )
-        self.train_images = SeededImages(train, cfg.seed)
-        self.val_images = ClassFolder(str(root / "val"), classes=train.classes, transform=val_transform(cfg.image_size))
+        self.train_images = SeededImages(train, job.run.seed)
+        self.val_images = ClassFolder(
+            str(root / "val"), classes=train.classes, transform=val_transform(job.data.image_size)
+        )
         self.sampler = StepSampler(
-            len(train), cfg.global_batch_size, cfg.micro_batch_size, self.rank, self.world, cfg.seed
+            len(train),
+            job.optimisation.global_batch_size,
+            job.optimisation.micro_batch_size,
+            self.rank,
+            self.world,
+            job.run.seed,
         )
         self.steps_per_epoch = self.sampler.steps_per_epoch
         return train.classes
 
     def _micro_batches(self, start: int):
         """Yields the micro batches of each step from `start` on, as tensors on the device."""
-        if self.cfg.synthetic:
+        if self.job.data.synthetic:
             while True:
                 yield self.fixed_batch
         loader = train_loader(
-            self.train_images, self.sampler, start, self.total_steps, self.cfg.loader_workers, self.on_gpu
+            self.train_images, self.sampler, start, self.total_steps, self.job.data.loader_workers, self.on_gpu
         )
         for images, labels in loader:
             yield (
@@ -121,19 +137,19 @@ class VisionTrainer:
         waited = time.perf_counter()
         micro = [next(batches) for _ in range(self.micro_per_step)]
         data_wait = time.perf_counter() - waited
-        torch.manual_seed(_step_seed(self.cfg.seed, step, self.rank))  # dropout, stochastic depth
+        torch.manual_seed(_step_seed(self.job.run.seed, step, self.rank))  # dropout, stochastic depth
         self.model.train()
         loss_sum = torch.zeros((), device=self.device)
         for index, (images, labels) in enumerate(micro):
             last = index == len(micro) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
                 logits = self.model(images)
-                loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
+                loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.job.optimisation.label_smoothing)
                 self.accelerator.backward(loss / len(micro))
             loss_sum += loss.detach() / len(micro)
         grad_norm = torch.zeros(())
-        if self.cfg.grad_clip > 0:
-            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        if self.job.optimisation.grad_clip > 0:
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -152,7 +168,12 @@ class VisionTrainer:
         self.model.eval()
         totals = torch.zeros(4, device=self.device, dtype=torch.float64)  # top1, top5, loss sum, count
         loader = val_loader(
-            self.val_images, self.rank, self.world, self.cfg.micro_batch_size, self.cfg.loader_workers, self.on_gpu
+            self.val_images,
+            self.rank,
+            self.world,
+            self.job.optimisation.micro_batch_size,
+            self.job.data.loader_workers,
+            self.on_gpu,
         )
         k = min(5, len(self.classes))
         for images, labels in loader:
@@ -190,11 +211,11 @@ class VisionTrainer:
             "loss": loss,
             "lr": lr,
             "grad_norm": grad_norm,
-            "samples_per_s": self.cfg.global_batch_size / step_time,
+            "samples_per_s": self.job.optimisation.global_batch_size / step_time,
             "step_time_s": step_time,
             "data_wait_s": data_wait,
             "peak_memory_bytes": peak_memory_bytes(),
-            "samples_seen": step * self.cfg.global_batch_size,
+            "samples_seen": step * self.job.optimisation.global_batch_size,
             **extra,
         }
         self.run.metrics.log_step(record)
@@ -203,7 +224,7 @@ class VisionTrainer:
     # ------------------------------------------------------------------ driver
 
     def fit(self) -> None:
-        cfg, acc, run = self.cfg, self.accelerator, self.run
+        job, acc, run = self.job, self.accelerator, self.run
         start = run.resume()
         if run.already_finished(start, self.total_steps):
             return
@@ -219,17 +240,17 @@ class VisionTrainer:
             done = step + 1
             epoch_end = done % self.steps_per_epoch == 0 or done == self.total_steps
             extra: dict = {"warmup": first}
-            if epoch_end and not cfg.synthetic:
+            if epoch_end and not job.data.synthetic:
                 extra["epoch_time_s"] = time.perf_counter() - epoch_started if epoch_whole else None
                 evaluation = self.evaluate()
                 self.replica_digests()
                 extra.update(evaluation)
-            if done % cfg.log_interval == 0 or epoch_end:
+            if done % job.run.log_interval == 0 or epoch_end:
                 record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, extra)
                 bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{record['samples_per_s']:.0f}")
             first = False
             bar.update(1)
-            run.after_step(done, self.total_steps, cfg.checkpoint_interval, save_anyway=epoch_end)
+            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval, save_anyway=epoch_end)
             if epoch_end:
                 epoch_started, epoch_whole = time.perf_counter(), True
         bar.close()
@@ -241,12 +262,12 @@ class VisionTrainer:
             {
                 "samples": "images",
                 "classes": self.num_classes,
-                "synthetic": cfg.synthetic,
+                "synthetic": job.data.synthetic,
                 "replication": self.replication,
                 "replica_digests": digests,
                 "final_eval": evaluation or None,
-                "optimizer": cfg.optimizer,
-                "precision": resolve_precision(cfg.precision),
+                "optimizer": job.optimisation.optimizer,
+                "precision": resolve_precision(job.parallelism.precision),
                 "channels_last": self.memory_format == torch.channels_last,
             },
         )

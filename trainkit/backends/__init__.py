@@ -1,25 +1,44 @@
-"""Job backends: where a run executes.
+"""Job backends: where a run executes (README.md in this folder says what a backend must provide).
 
-local: `LocalBackend.submit(prepared run)` runs torchrun here and returns the job's exit code.
-eks (`trainkit.backends.eks`): `submit(spec)`, `status`, `logs`, `stop` over the Kubernetes API; the
-run is prepared inside the pods, so it takes the spec rather than a prepared run.
+`resolve_job` is the whole path from what the user typed to a job ready to submit, in one direction:
+build (profile, then flags; pure) -> the backend resolves what depends on where the job runs ->
+derive (recipe and derived values; pure) -> validate (pure, changes nothing).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import importlib
+from typing import Any
 
-from ..launch import PreparedRun
+from training.common.job import Job
 
+from ..errors import SpecError
+from ..job import build, derive, validate
+from .base import Backend, RunRef
 
-class Backend(Protocol):
-    def submit(self, run: PreparedRun) -> int:
-        """Start the job; returns the job's exit code for foreground backends."""
-        ...
+# target -> "module:class"; a new backend is one module and one line here.
+BACKENDS = {"local": "trainkit.backends.local:LocalBackend", "eks": "trainkit.backends.eks:EksBackend"}
 
 
 def get_backend(target: str) -> Backend:
-    from .local import LocalBackend
+    if target not in BACKENDS:
+        raise SpecError(f"--target {target!r} is not valid; choose one of: {', '.join(BACKENDS)}")
+    module, _, name = BACKENDS[target].partition(":")
+    return getattr(importlib.import_module(module), name)()
 
-    backends = {"local": LocalBackend}
-    return backends[target]()
+
+def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Backend]:
+    job = build(flags, profile)
+    backend = get_backend(job.placement.target)
+    machine = backend.resolve(job)
+    derive(job, machine)
+    validate(job, machine)
+    return job, backend
+
+
+def job_from_flags(flags: dict[str, Any], profile: str = "local") -> Job:
+    """The complete, validated job for these flags (what `invoke train` would submit)."""
+    return resolve_job(flags, profile)[0]
+
+
+__all__ = ["BACKENDS", "Backend", "RunRef", "get_backend", "job_from_flags", "resolve_job"]

@@ -19,23 +19,30 @@ whatever is still alive after a grace period is killed, so no process outlives t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from training.common.job import Job
+from training.common.run import METRICS_PORT_OFFSET_ENV
+
 from .. import hardware
-from ..launch import PreparedRun
-from ..services import LocalPrometheus
-from ..spec import JobSpec
+from ..job.build import Machine
+from ..launch import PreparedRun, prepare_run
+from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
+from .base import Backend, RunRef
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
 # its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.
 GRACE_SECONDS = 40
+PID_FILE = "launcher.pid"
 
 
 def free_port() -> int:
@@ -47,27 +54,22 @@ def free_port() -> int:
 def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int) -> list[str]:
     """torchrun for one node on this machine; with c10d, node 0 hosts the store (decided, not left to a
     bind race between agents on one host), so the store's single point of failure is a known node."""
-    spec = run.spec
-    log_dir = spec.run_dir / "logs" / (f"node-{node}" if spec.nodes > 1 else "")
-    return torchrun_command(run, endpoint, rdzv_id, log_dir, node_args(run, node), is_host=node == 0)
+    job = run.job
+    log_dir = job.run_dir / "logs" / (f"node-{node}" if job.parallelism.nodes > 1 else "")
+    return torchrun_command(run, endpoint, rdzv_id, log_dir, run.args, is_host=node == 0)
 
 
-def node_args(run: PreparedRun, node: int) -> list[str]:
-    """The entry point's arguments for one node. Nodes share this machine, so each gets its own block
-    of metrics ports (rank r serves port + r across the whole job, as on one node)."""
-    args = list(run.args)
-    if node and "--metrics-port" in args:
-        at = args.index("--metrics-port") + 1
-        if int(args[at]):
-            args[at] = str(int(args[at]) + node * run.spec.nproc)
-    return args
+def node_environment(env: dict[str, str], job: Job, node: int) -> dict[str, str]:
+    """Nodes share this machine, so each gets its own block of metrics ports (rank r serves port + r
+    across the whole job, as on one node)."""
+    return {**env, METRICS_PORT_OFFSET_ENV: str(node * job.parallelism.nproc)}
 
 
-def metrics_addresses(spec: JobSpec) -> list[str]:
-    """Every rank's metrics address on this machine (node n's ranks follow node n-1's, see node_args)."""
-    if not spec.metrics_port:
+def metrics_addresses(job: Job) -> list[str]:
+    """Every rank's metrics address on this machine (node n's ranks follow node n-1's, see node_environment)."""
+    if not job.run.metrics_port:
         return []
-    return [f"127.0.0.1:{spec.metrics_port + rank}" for rank in range(spec.nodes * spec.nproc)]
+    return [f"127.0.0.1:{job.run.metrics_port + rank}" for rank in range(job.world_size)]
 
 
 def job_environment(run: PreparedRun) -> dict[str, str]:
@@ -75,7 +77,7 @@ def job_environment(run: PreparedRun) -> dict[str, str]:
     env.update(run.env)
     if hardware.local_gpu_count() == 0 and "OMP_NUM_THREADS" not in env:
         # torchrun defaults every worker to 1 thread; share the cores out instead.
-        env["OMP_NUM_THREADS"] = str(max(1, hardware.local_cpu_count() // (run.spec.nproc * run.spec.nodes)))
+        env["OMP_NUM_THREADS"] = str(max(1, hardware.local_cpu_count() // run.job.world_size))
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     return env
@@ -95,9 +97,9 @@ def job_exit_code(codes: list[int | None]) -> int:
     return 128 - min(killed) if killed else 1
 
 
-def explain_failure(spec: JobSpec, codes: list[int | None]) -> str | None:
+def explain_failure(job: Job, codes: list[int | None]) -> str | None:
     """One clear sentence for the failure elastic training cannot recover from on its own."""
-    if spec.rdzv == "c10d" and spec.nodes > 1 and codes and codes[0] is not None and codes[0] < 0:
+    if job.elastic.rdzv == "c10d" and job.parallelism.nodes > 1 and codes and codes[0] is not None and codes[0] < 0:
         return (
             "node 0 was lost and it hosted the c10d rendezvous store, so the other nodes cannot meet again "
             "(c10d's single point of failure). Run the same command with the same --run-id to continue from "
@@ -111,27 +113,27 @@ class LocalJob:
 
     def __init__(self, run: PreparedRun, output=None):
         self.run = run
-        spec = run.spec
-        self.endpoint = spec.rdzv_endpoint or f"127.0.0.1:{free_port()}"
-        self.rdzv_id = rendezvous_id(spec)
+        job = run.job
+        self.endpoint = job.elastic.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+        self.rdzv_id = rendezvous_id(job)
         self.env = job_environment(run)
         self.output = output  # None: the agents write to this process's stdout/stderr
         self.agents: dict[int, subprocess.Popen] = {}
-        self.pid_file = spec.run_dir / "launcher.pid"
+        self.pid_file = job.run_dir / PID_FILE
         self.scrape_file: Path | None = None
 
     def start(self) -> None:
-        spec = self.run.spec
-        (spec.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        for node in range(spec.nodes):
+        job = self.run.job
+        (job.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        for node in range(job.parallelism.nodes):
             self.start_node(node)
-        self.scrape_file = LocalPrometheus().watch_job(spec.run_id, metrics_addresses(spec))
+        self.scrape_file = LocalPrometheus().watch_job(job.run.run_id, metrics_addresses(job))
 
     def start_node(self, node: int) -> subprocess.Popen:
         """Start (or start again, after a loss) the agent of one node."""
         agent = subprocess.Popen(
             node_command(self.run, self.endpoint, self.rdzv_id, node),
-            env=self.env,
+            env=node_environment(self.env, self.run.job, node),
             start_new_session=True,
             stdout=self.output,
             stderr=subprocess.STDOUT if self.output else None,
@@ -172,33 +174,85 @@ class LocalJob:
             time.sleep(0.2)
 
 
-class LocalBackend:
-    def submit(self, run: PreparedRun) -> int:
-        job = LocalJob(run)
-        job.start()
-        received: list[int] = []
+def run_foreground(run: PreparedRun) -> int:
+    """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
+    kills it. Returns the job's exit code."""
+    from .local_runs import record_owner
 
-        def forward(signum, _frame):
-            received.append(signum)
-            # First signal: orderly stop through torchrun. A second one: kill at once.
-            job.signal_all(signal.SIGTERM if len(received) == 1 else signal.SIGKILL)
+    job = LocalJob(run)
+    owner = record_owner(run.job.run_dir)
+    job.start()
+    received: list[int] = []
 
-        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            codes = job.wait(received)
-        finally:
-            job.kill_all()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        if received:
-            return 128 + received[0]
-        if codes is None:
-            return 1
-        code = job_exit_code(codes)
-        reason = explain_failure(run.spec, codes) if code else None
-        if reason:
-            print(f"error: {reason}", file=sys.stderr, flush=True)
-        return code
+    def forward(signum, _frame):
+        received.append(signum)
+        # First signal: orderly stop through torchrun. A second one: kill at once.
+        job.signal_all(signal.SIGTERM if len(received) == 1 else signal.SIGKILL)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = job.wait(received)
+    finally:
+        job.kill_all()
+        owner.unlink(missing_ok=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        return 128 + received[0]
+    if codes is None:
+        return 1
+    code = job_exit_code(codes)
+    reason = explain_failure(run.job, codes) if code else None
+    if reason:
+        print(f"error: {reason}", file=sys.stderr, flush=True)
+    return code
+
+
+def machine() -> Machine:
+    """This machine as the job model sees it: one training process per GPU, else one per CPU core."""
+    gpus = hardware.local_gpu_count()
+    if gpus:
+        return Machine(gpus, process_limit=gpus, described=f"{gpus} GPU(s)")
+    cpus = hardware.local_cpu_count()
+    return Machine(0, process_limit=cpus, described=f"{cpus} CPU core(s) and no GPU")
+
+
+class LocalBackend(Backend):
+    """torchrun agents on this machine; a run is followed and stopped through its run folder."""
+
+    name = "local"
+
+    def resolve(self, job: Job) -> Machine:
+        here = machine()
+        p, elastic = job.parallelism, job.elastic
+        if p.nproc is None:
+            p.nproc = here.process_limit if here.gpus_per_node else min(2, here.process_limit)
+        if elastic.rdzv is None:
+            elastic.rdzv = "c10d"
+        if elastic.rdzv == "etcd" and not elastic.rdzv_endpoint:
+            elastic.rdzv_endpoint = LocalEtcd().endpoint()  # the one `make up` started, if it runs
+        return here
+
+    def submit(self, job: Job, dry_run: bool = False) -> int:
+        if dry_run:
+            print(json.dumps(job.to_dict(), indent=2, sort_keys=True), flush=True)
+            return 0
+        return run_foreground(prepare_run(job))
+
+    def status(self, ref: RunRef) -> str:
+        from .local_runs import status
+
+        return status(ref)
+
+    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+        from .local_runs import logs
+
+        return logs(ref, rank, follow)
+
+    def stop(self, ref: RunRef) -> str:
+        from .local_runs import stop
+
+        return stop(ref)
 
 
 def signal_group(pgid: int, sig: int) -> None:

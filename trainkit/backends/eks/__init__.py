@@ -13,33 +13,74 @@ from collections.abc import Iterator
 
 import yaml
 
-from ... import cluster, render
+from training.common.job import Job
+
+from ... import cluster, hardware, render
 from ...errors import SpecError
-from ...spec import JobSpec
+from ...job.build import Machine
 from ...torchrun import rendezvous_id
+from ..base import Backend, RunRef
 from . import preflight
 from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 
 GROUP_RANK = re.compile(r"group_rank=(\d+)")
 
 
-def dry_run(spec: JobSpec) -> str:
-    job = render.render_pytorchjob(spec, rendezvous_id(spec))
-    return yaml.safe_dump(job, sort_keys=False, width=120)
+def resolve(job: Job) -> Machine:
+    """Defaults from the cluster's infra outputs; one process per GPU of the instance type."""
+    outputs = cluster.load_outputs()
+    placement, elastic = job.placement, job.elastic
+    if placement.instance_type is None:
+        placement.instance_type = outputs.instance_type
+        if not outputs.recorded:
+            job.run.notes.append(
+                f"no infra outputs recorded yet (`make up PROFILE=aws` records them): assuming "
+                f"{placement.instance_type} nodes; --instance-type sets it"
+            )
+    known = hardware.INSTANCE_TYPES
+    if placement.instance_type not in known:
+        raise SpecError(
+            f"--instance-type {placement.instance_type!r} is not in the instance table; choose one of: "
+            f"{', '.join(known)}"
+        )
+    gpus = known[placement.instance_type].gpus
+    if job.parallelism.nproc is None:
+        job.parallelism.nproc = gpus
+    if placement.image is None:
+        repository = outputs.image_repository
+        placement.image = f"{repository}:{cluster.DEFAULT_IMAGE_TAG}" if repository else cluster.UNRECORDED_IMAGE
+    if placement.namespace is None:
+        placement.namespace = cluster.JOBS_NAMESPACE
+    if elastic.rdzv is None:
+        elastic.rdzv = "etcd"
+        job.run.notes.append(
+            "rendezvous: etcd (the platform's), which survives the loss of any node; "
+            "--rdzv c10d uses a store on worker 0 instead (README, Elastic training)"
+        )
+    if elastic.rdzv == "etcd" and not elastic.rdzv_endpoint:
+        elastic.rdzv_endpoint = cluster.etcd_endpoint()
+    return Machine(gpus)
 
 
-def submit(spec: JobSpec, kube: Kube | None = None, ecr=None) -> str:
+def manifest_yaml(job: Job) -> str:
+    manifest = render.render_pytorchjob(job, rendezvous_id(job))
+    return yaml.safe_dump(manifest, sort_keys=False, width=120)
+
+
+def submit(job: Job, kube: Kube | None = None, ecr=None) -> str:
     kube = kube or Kube.connect()
-    for note in preflight.preflight(kube, spec, ecr):
+    for note in preflight.preflight(kube, job, ecr):
         print(f"note: {note}", flush=True)
-    job = render.render_pytorchjob(spec, rendezvous_id(spec))
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, spec.namespace, PLURAL, job, _request_timeout=TIMEOUT_S)
-    name = job["metadata"]["name"]
-    runs = cluster.FSX_MOUNT + "/" + str(spec.run_dir).lstrip("/")
+    manifest = render.render_pytorchjob(job, rendezvous_id(job))
+    namespace = job.placement.namespace
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S)
+    name = manifest["metadata"]["name"]
+    runs = cluster.FSX_MOUNT + "/" + str(job.run_dir).lstrip("/")
+    run_id, p = job.run.run_id, job.parallelism
     return (
-        f"submitted {spec.namespace}/{name}: {spec.nodes} x {spec.instance_type}, {spec.nproc} processes each, "
-        f"rendezvous {spec.rdzv}; outputs in {runs} on FSx\n"
-        f"follow it: invoke status --run-id {spec.run_id} | invoke logs --run-id {spec.run_id} -f"
+        f"submitted {namespace}/{name}: {p.nodes} x {job.placement.instance_type}, {p.nproc} processes each, "
+        f"rendezvous {job.elastic.rdzv}; outputs in {runs} on FSx\n"
+        f"follow it: invoke status --run-id {run_id} | invoke logs --run-id {run_id} -f"
     )
 
 
@@ -184,3 +225,29 @@ def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:
         kube.core.replace_namespaced_secret(cluster.HF_TOKEN_SECRET, namespace, secret, _request_timeout=TIMEOUT_S)
         verb = "replaced"
     return f"{verb} Secret {namespace}/{cluster.HF_TOKEN_SECRET}; training pods read it as HF_TOKEN"
+
+
+class EksBackend(Backend):
+    """A PyTorchJob of the Kubeflow training operator on the cluster `make up PROFILE=aws` made."""
+
+    name = "eks"
+
+    def resolve(self, job: Job) -> Machine:
+        return resolve(job)
+
+    def submit(self, job: Job, dry_run: bool = False) -> int:
+        import sys
+
+        for note in job.run.notes:  # stderr: with --dry-run, stdout is only the YAML
+            print(f"note: {note}", file=sys.stderr, flush=True)
+        print(manifest_yaml(job) if dry_run else submit(job), flush=True)
+        return 0
+
+    def status(self, ref: RunRef) -> str:
+        return status(ref.namespace or cluster.JOBS_NAMESPACE, ref.run_id)
+
+    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+        return logs(ref.namespace or cluster.JOBS_NAMESPACE, ref.run_id, rank, follow)
+
+    def stop(self, ref: RunRef) -> str:
+        return stop(ref.namespace or cluster.JOBS_NAMESPACE, ref.run_id)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 
+from training.common.job import Job
+
 from ... import cluster, hardware
 from ...errors import SpecError
-from ...models import get_model
+from ...job.models import get_model
 from ...render import job_name
-from ...spec import JobSpec
 from ...storage import check_fsx_capacity
 from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 
@@ -42,28 +43,33 @@ def check_operator(kube: Kube) -> None:
         )
 
 
-def check_capacity(kube: Kube, spec: JobSpec) -> str | None:
+def check_capacity(kube: Kube, job: Job) -> str | None:
     """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for."""
-    instance = hardware.INSTANCE_TYPES[spec.instance_type]
+    instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     nodes = kube.core.list_node(
-        label_selector=f"node.kubernetes.io/instance-type={spec.instance_type}", _request_timeout=TIMEOUT_S
+        label_selector=f"node.kubernetes.io/instance-type={job.placement.instance_type}", _request_timeout=TIMEOUT_S
     ).items
     efa = instance.efa_interfaces
 
     def fits(node) -> bool:
         free = node.status.allocatable or {}
-        return int(free.get("nvidia.com/gpu", 0)) >= spec.nproc and int(free.get("vpc.amazonaws.com/efa", 0)) >= efa
+        return (
+            int(free.get("nvidia.com/gpu", 0)) >= job.parallelism.nproc
+            and int(free.get("vpc.amazonaws.com/efa", 0)) >= efa
+        )
 
     usable = sum(1 for node in nodes if fits(node) and not node.spec.unschedulable)
-    need = f"{spec.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
-    if usable < spec.min_nodes:
+    need = f"{job.parallelism.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
+    if usable < job.parallelism.min_nodes:
         raise SpecError(
-            f"the job needs {spec.min_nodes} {spec.instance_type} node(s) with {need} allocatable each and the "
+            f"the job needs {job.parallelism.min_nodes} {job.placement.instance_type} node(s) with {need} allocatable each and the "
             f"cluster has {usable}: raise gpu_desired_nodes in terraform/stacks/infra/terraform.tfvars and run "
             f"`make up PROFILE=aws`, or ask for fewer with --nodes {max(usable, 1)}"
         )
-    if usable < spec.nodes:
-        return f"{usable} of {spec.nodes} nodes are ready; the job starts at {usable} and grows when more join"
+    if usable < job.parallelism.nodes:
+        return (
+            f"{usable} of {job.parallelism.nodes} nodes are ready; the job starts at {usable} and grows when more join"
+        )
     return None
 
 
@@ -77,43 +83,46 @@ def check_volume(kube: Kube, namespace: str) -> None:
         )
 
 
-def check_secret(kube: Kube, spec: JobSpec) -> None:
-    if spec.init != "pretrained":
+def check_secret(kube: Kube, job: Job) -> None:
+    if job.model.init != "pretrained":
         return
-    if unless_missing(kube.core.read_namespaced_secret, cluster.HF_TOKEN_SECRET, spec.namespace) is None:
+    if unless_missing(kube.core.read_namespaced_secret, cluster.HF_TOKEN_SECRET, job.placement.namespace) is None:
         raise SpecError(
-            f"--init pretrained downloads {spec.weights} with your Hugging Face token, and the cluster has no Secret "
-            f"{spec.namespace}/{cluster.HF_TOKEN_SECRET}: run `invoke secrets.hf-token` first"
+            f"--init pretrained downloads {job.model.weights} with your Hugging Face token, and the cluster has no Secret "
+            f"{job.placement.namespace}/{cluster.HF_TOKEN_SECRET}: run `invoke secrets.hf-token` first"
         )
 
 
-def check_storage(spec: JobSpec) -> None:
+def check_storage(job: Job) -> None:
     """What the run writes (checkpoints, export) must fit on the FSx file system `make up` recorded."""
     capacity = cluster.load_outputs().fsx_capacity_gib
     if capacity:
-        check_fsx_capacity(spec, get_model(spec.model), int(capacity))
+        check_fsx_capacity(job, get_model(job.model.name), int(capacity))
 
 
-def check_not_running(kube: Kube, spec: JobSpec) -> None:
-    name = job_name(spec.run_id)
-    if unless_missing(kube.custom.get_namespaced_custom_object, GROUP, VERSION, spec.namespace, PLURAL, name) is None:
+def check_not_running(kube: Kube, job: Job) -> None:
+    name = job_name(job.run.run_id)
+    if (
+        unless_missing(kube.custom.get_namespaced_custom_object, GROUP, VERSION, job.placement.namespace, PLURAL, name)
+        is None
+    ):
         return
     raise SpecError(
-        f"run {spec.run_id} already has a job on the cluster ({spec.namespace}/{name}): follow it with "
-        f"`invoke status --run-id {spec.run_id}`, or `invoke stop --run-id {spec.run_id}` and submit again to resume"
+        f"run {job.run.run_id} already has a job on the cluster ({job.placement.namespace}/{name}): follow it with "
+        f"`invoke status --run-id {job.run.run_id}`, or `invoke stop --run-id {job.run.run_id}` and submit again to resume"
     )
 
 
-def check_image(spec: JobSpec, ecr=None) -> str | None:
+def check_image(job: Job, ecr=None) -> str | None:
     """The image must exist in ECR; an image from another registry is the user's to vouch for (a note)."""
-    match = ECR_IMAGE.match(spec.image)
+    match = ECR_IMAGE.match(job.placement.image)
     if match is None:
-        if spec.image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
+        if job.placement.image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
             raise SpecError(
                 "no training image: run `make up PROFILE=aws` (records the ECR repository) and push the image "
                 "(containers/README.md), or pass --image"
             )
-        return f"image {spec.image} is not in ECR; not checked (the nodes must be able to pull it)"
+        return f"image {job.placement.image} is not in ECR; not checked (the nodes must be able to pull it)"
     import boto3
     from botocore.exceptions import ClientError
 
@@ -126,20 +135,20 @@ def check_image(spec: JobSpec, ecr=None) -> str | None:
         if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
             raise
         raise SpecError(
-            f"image {spec.image} is not in ECR ({code}): build and push it (containers/README.md), "
+            f"image {job.placement.image} is not in ECR ({code}): build and push it (containers/README.md), "
             "or pass --image with a tag that exists"
         ) from None
     return None
 
 
-def preflight(kube: Kube, spec: JobSpec, ecr=None) -> list[str]:
+def preflight(kube: Kube, job: Job, ecr=None) -> list[str]:
     """Every check, in order; returns notes (things that are fine but worth saying)."""
     check_cluster(kube)
     check_operator(kube)
-    check_not_running(kube, spec)
-    notes = [check_capacity(kube, spec)]
-    check_volume(kube, spec.namespace)
-    check_storage(spec)
-    check_secret(kube, spec)
-    notes.append(check_image(spec, ecr))
+    check_not_running(kube, job)
+    notes = [check_capacity(kube, job)]
+    check_volume(kube, job.placement.namespace)
+    check_storage(job)
+    check_secret(kube, job)
+    notes.append(check_image(job, ecr))
     return [note for note in notes if note]

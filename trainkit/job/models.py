@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from training.common.flops import TransformerShape
 
-from .errors import SpecError
+from ..errors import SpecError
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,514 @@
+"""The job model: every option of a training job, declared once.
+
+Each option is a field of one section (run, model, data, optimisation, parallelism, checkpointing,
+elastic, placement) with its type, default, help text, allowed values and range in one place. The
+launcher (trainkit) derives the `invoke train` flags and their help from these declarations, fills in
+and checks the values, and writes the job as `runs/<run-id>/spec.json`; the training workers read
+that file back into the same classes (`read_job`). Nothing here imports torch or trainkit, so the
+training image and the launcher share it.
+
+A field's flag is its name with '-' for '_' (`--keep-checkpoints`), except where `flag` says
+otherwise (`model.name` is `--model`). `None` means "not given": the model recipe, the machine or
+the backend decides, and spec.json records the value that was decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPEC_FILE = "spec.json"
+SPEC_VERSION = 2  # spec.json before it (one flat object) is read too: see from_dict
+
+SHARDING_STRATEGIES = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+SYNTHETIC = "synthetic"
+FAMILIES = ("llama", "vision")
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] = (),
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+    flag: str | None = None,
+    alias: str | None = None,
+    trains: bool = True,
+    family: str | None = None,
+    cli: bool = True,
+    switch: bool = False,
+) -> Any:
+    """One field of the job.
+
+    choices   allowed values (text fields); minimum/maximum bound numbers inclusively, above/below
+              exclusively; every number must also be finite
+    flag      the command-line name when it is not the field's name; alias: a second name for it
+    trains    whether the value changes what is trained (the run id hashes these; a run can be resumed
+              with other values of the rest)
+    family    `llama` or `vision` when only that kind of model uses the field
+    cli       False for values the launcher sets itself (they are still in spec.json)
+    switch    a boolean given as a bare flag (`--synthetic`) rather than with a value
+    """
+    meta = {
+        "help": help,
+        "choices": choices,
+        "minimum": minimum,
+        "maximum": maximum,
+        "above": above,
+        "below": below,
+        "flag": flag,
+        "alias": alias,
+        "trains": trains,
+        "family": family,
+        "cli": cli,
+        "switch": switch,
+    }
+    if isinstance(default, list):
+        return field(default_factory=list, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class RunOptions:
+    """Where the run lives and how it reports."""
+
+    run_id: str | None = option(
+        None, "Run directory name under --runs-dir; default: the model plus a hash of what is trained.", trains=False
+    )
+    runs_dir: str = option("runs", "Where runs live.", trains=False)
+    seed: int = option(1234, "Seed for weights, data order and dropout.", minimum=0)
+    log_interval: int = option(1, "Log metrics every N steps.", minimum=1, trains=False)
+    metrics_port: int = option(
+        9400,
+        "Prometheus port of rank 0 (rank r serves on port + r); 0 disables.",
+        minimum=0,
+        maximum=65535,
+        trains=False,
+    )
+    peak_tflops: float | None = option(
+        None,
+        "Peak TFLOP/s per device for MFU; default from the device table (no MFU on CPU without it).",
+        above=0,
+        trains=False,
+    )
+    profile: str = option("local", "Profile YAML the defaults came from.", trains=False, cli=False)
+    notes: list[str] = option(
+        [], "Adjustments the launcher made to the defaults, shown to the user.", trains=False, cli=False
+    )
+
+
+@dataclass
+class ModelOptions:
+    """What is trained, and from which weights."""
+
+    name: str = option("llama2-tiny", "Registry name of the model (see README, Models).", flag="model")
+    family: str | None = option(
+        None,
+        "`llama` or `vision`: which trainer runs the job (set from the model registry).",
+        choices=FAMILIES,
+        trains=False,
+        cli=False,
+    )
+    init: str = option(
+        "random",
+        "`random`: build from config, no download. `pretrained`: load weights from --weights.",
+        choices=("random", "pretrained"),
+    )
+    weights: str | None = option(
+        None,
+        "Pretrained weights: a Hugging Face hub id or a local directory; default: the model's hub id.",
+        family="llama",
+    )
+    layers: int | None = option(
+        None,
+        "Truncate the model to this many layers (benchmarks and tests; labelled in every output).",
+        minimum=1,
+        family="llama",
+    )
+    truncated_label: str | None = option(
+        None, "Set when --layers truncates the model, so every output says so.", cli=False
+    )
+
+
+@dataclass
+class DataOptions:
+    """What the model reads."""
+
+    dataset: str = option(
+        SYNTHETIC,
+        "`synthetic` (generated: dialogues for language models, a 10-class JPEG tree for vision), a local "
+        "`.jsonl` file or ImageFolder root (train/<class>/, val/<class>/), or a Hugging Face dataset name.",
+        alias="data",
+    )
+    dataset_split: str = option("train", "Split to read from a Hugging Face dataset.")
+    seq_len: int | None = option(
+        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family="llama"
+    )
+    image_size: int | None = option(
+        None,
+        "Vision: training crop in pixels (validation resizes to size/0.875, centre-crops); default from the recipe.",
+        minimum=1,
+        family="vision",
+    )
+    synthetic: bool | None = option(
+        None,
+        "Vision: random tensors made on the device instead of images, to measure the compute ceiling.",
+        family="vision",
+        switch=True,
+    )
+    loader_workers: int | None = option(
+        None,
+        "Vision: data loader worker processes per training process (recipe: 4; 1 on a CPU-only machine).",
+        minimum=0,
+        family="vision",
+        trains=False,
+    )
+
+
+@dataclass
+class OptimisationOptions:
+    """How long and how the model is optimised."""
+
+    steps: int | None = option(
+        None, "Optimizer steps to train; default from the model recipe unless --epochs is given.", minimum=1
+    )
+    epochs: int | None = option(None, "Passes over the packed dataset; alternative to --steps.", minimum=1)
+    global_batch_size: int | None = option(None, "Sequences per optimizer step, all ranks together.", minimum=1)
+    micro_batch_size: int | None = option(None, "Sequences per forward pass on one rank.", minimum=1)
+    lr: float | None = option(None, "Peak learning rate.", above=0)
+    schedule: str = option(
+        "cosine",
+        "Learning-rate schedule after linear warmup: `cosine` (to 10% of peak) or `constant`.",
+        choices=("cosine", "constant"),
+    )
+    warmup_steps: int | None = option(None, "Linear warmup steps (or --warmup-epochs).", minimum=0)
+    warmup_epochs: float | None = option(
+        None, "Linear warmup in epochs (vision recipe: 5); alternative to --warmup-steps.", minimum=0, family="vision"
+    )
+    weight_decay: float | None = option(
+        None,
+        "Weight decay (language models: AdamW, 0; vision: conv/linear weights, 1e-4); default from the recipe.",
+        minimum=0,
+    )
+    grad_clip: float | None = option(
+        None,
+        "Clip the global gradient norm to this value (0 disables); recipe: 1.0 for language models, 0 for vision.",
+        minimum=0,
+    )
+    optimizer: str | None = option(
+        None,
+        "Vision: `sgd` (Nesterov momentum 0.9) or `lamb` (layer-wise adaptive, for large batches). LLMs use AdamW.",
+        choices=("sgd", "lamb"),
+        family="vision",
+    )
+    label_smoothing: float | None = option(
+        None, "Vision: label smoothing of the cross-entropy loss (recipe: 0.1).", minimum=0, below=1, family="vision"
+    )
+
+
+@dataclass
+class ParallelismOptions:
+    """How the job is spread over machines and processes."""
+
+    nodes: int = option(
+        1,
+        "Nodes (machines) in the job; `MIN:MAX` (e.g. `1:2`) makes the job elastic between the two. On the "
+        "local target each node is a torchrun agent on this machine.",
+        minimum=1,
+    )
+    min_nodes: int | None = option(
+        None,
+        "Fewest nodes the job keeps training with (set by --nodes MIN:MAX); default: all of them.",
+        minimum=1,
+        trains=False,
+        cli=False,
+    )
+    nproc: int | None = option(
+        None,
+        "Processes per node; default: all local GPUs, or 2 on a CPU-only machine (EKS: the instance's GPUs).",
+        minimum=1,
+    )
+    sharding: str | None = option(
+        None,
+        "FSDP strategy: FULL_SHARD, HYBRID_SHARD (shard in a node, replicate across), SHARD_GRAD_OP, "
+        "NO_SHARD (DDP). Language models default to FULL_SHARD; vision models always train NO_SHARD.",
+        choices=SHARDING_STRATEGIES,
+    )
+    precision: str = option(
+        "auto",
+        "`auto` (bf16 on GPUs that support it, fp32 on CPU), `bf16` or `fp32`.",
+        choices=("auto", "bf16", "fp32"),
+    )
+    activation_checkpointing: bool | None = option(
+        None,
+        "Recompute each decoder layer's activations in backward; default from the model recipe.",
+        family="llama",
+    )
+
+
+@dataclass
+class CheckpointingOptions:
+    """When the run saves itself, and how much it keeps."""
+
+    checkpoint_interval: int | None = option(
+        None,
+        "Save a checkpoint every N steps (0: only at the end; vision also saves at every epoch end).",
+        minimum=0,
+    )
+    keep_checkpoints: int = option(2, "How many published checkpoints to keep.", minimum=1, trains=False)
+
+
+@dataclass
+class ElasticOptions:
+    """How the job survives lost processes and nodes."""
+
+    max_restarts: int = option(
+        3, "Times the agents restart the workers after a failure before the job fails.", minimum=0, trains=False
+    )
+    collective_timeout: int = option(
+        600,
+        "Seconds a collective waits for a silent peer (a hung GPU, a partitioned node) before the rank fails "
+        "and the agents restart the group, instead of the job hanging.",
+        minimum=1,
+        trains=False,
+    )
+    rdzv: str | None = option(
+        None,
+        "Rendezvous backend: `c10d` (a store hosted by node 0) or `etcd` (a store outside the nodes, which "
+        "survives the loss of any node). Default: c10d locally, etcd (the platform's) on EKS.",
+        choices=("c10d", "etcd"),
+        trains=False,
+    )
+    rdzv_endpoint: str | None = option(
+        None,
+        "host:port of the rendezvous store; local default: a free port on 127.0.0.1 (c10d) or the etcd "
+        "`make up` started; EKS: worker 0 (c10d) or the platform's etcd service.",
+        trains=False,
+    )
+
+
+@dataclass
+class PlacementOptions:
+    """Where the job runs."""
+
+    target: str = option(
+        "local",
+        "Where the job runs: `local` (processes on this machine) or `eks` (a PyTorchJob on the cluster).",
+        choices=("local", "eks"),
+        trains=False,
+    )
+    instance_type: str | None = option(
+        None,
+        "EKS: GPU instance type of the nodes, which sets --nproc; default: the infra stack's, else p5.48xlarge.",
+        trains=False,
+    )
+    image: str | None = option(
+        None, "EKS: training image; default: the infra stack's ECR `train` repository at tag `latest`.", trains=False
+    )
+    namespace: str | None = option(
+        None, "EKS: namespace of the job; default: trainkit-jobs (made by the platform stack).", trains=False
+    )
+    hf_token_file: str | None = option(
+        None, "File holding a Hugging Face token (the token itself is never part of the job).", trains=False
+    )
+
+
+@dataclass
+class Job:
+    """Everything a training job needs, whatever runs it."""
+
+    run: RunOptions = field(default_factory=RunOptions)
+    model: ModelOptions = field(default_factory=ModelOptions)
+    data: DataOptions = field(default_factory=DataOptions)
+    optimisation: OptimisationOptions = field(default_factory=OptimisationOptions)
+    parallelism: ParallelismOptions = field(default_factory=ParallelismOptions)
+    checkpointing: CheckpointingOptions = field(default_factory=CheckpointingOptions)
+    elastic: ElasticOptions = field(default_factory=ElasticOptions)
+    placement: PlacementOptions = field(default_factory=PlacementOptions)
+
+    # ------------------------------------------------------------------ derived values
+
+    @property
+    def world_size(self) -> int:
+        return self.parallelism.nodes * int(self.parallelism.nproc or 1)
+
+    @property
+    def grad_accum_steps(self) -> int:
+        o = self.optimisation
+        return o.global_batch_size // (o.micro_batch_size * self.world_size)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.runs_dir) / str(self.run.run_id)
+
+    # ------------------------------------------------------------------ spec.json
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"version": SPEC_VERSION, **dataclasses.asdict(self)}
+        data["derived"] = {"world_size": self.world_size, "grad_accum_steps": self.grad_accum_steps}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        """The job `to_dict` wrote; a flat spec.json of an earlier trainkit (one object, the fields' own
+        names) is read too, so older runs can be resumed and reported."""
+        job = cls()
+        nested = "version" in data
+        for spec in FIELDS:
+            source = data.get(spec.section, {}) if nested else data
+            key = spec.name if nested else spec.legacy_name
+            if key in source:
+                setattr(getattr(job, spec.section), spec.name, source[key])
+        return job
+
+    def fingerprint(self) -> str:
+        """Hash of the fields that change what is trained (not where logs go or how it is launched)."""
+        relevant = {spec.path: spec.get(self) for spec in FIELDS if spec.trains}
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:8]
+
+
+SECTIONS: dict[str, type] = typing.get_type_hints(Job)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One declared option: where it lives, its type and its metadata."""
+
+    section: str
+    name: str
+    kind: type
+    default: Any
+    meta: dict[str, Any]
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.name}"
+
+    @property
+    def flag(self) -> str:
+        return "--" + (self.meta["flag"] or self.name).replace("_", "-")
+
+    @property
+    def key(self) -> str:
+        """The flag as a Python identifier (what Invoke passes the task)."""
+        return (self.meta["flag"] or self.name).replace("-", "_")
+
+    @property
+    def legacy_name(self) -> str:
+        """The field's name in the flat spec.json of trainkit before sections."""
+        return {"model.name": "model"}.get(self.path, self.name)
+
+    def __getattr__(self, item: str) -> Any:  # help, choices, minimum, ... straight from the metadata
+        try:
+            return self.meta[item]
+        except KeyError:
+            raise AttributeError(item) from None
+
+    def get(self, job: Job) -> Any:
+        return getattr(getattr(job, self.section), self.name)
+
+    def set(self, job: Job, value: Any) -> None:
+        setattr(getattr(job, self.section), self.name, value)
+
+
+def _base_type(annotation: Any) -> type:
+    """`int | None` -> int; `list[str]` -> list."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is list:
+        return list
+    return args[0] if args else annotation
+
+
+def _declared() -> tuple[FieldSpec, ...]:
+    specs = []
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default = [] if f.default_factory is list else f.default
+            specs.append(FieldSpec(section, f.name, _base_type(hints[f.name]), default, dict(f.metadata)))
+    return tuple(specs)
+
+
+FIELDS: tuple[FieldSpec, ...] = _declared()
+BY_KEY: dict[str, FieldSpec] = {spec.key: spec for spec in FIELDS}
+
+
+def fields_of(section: str | None = None, cli: bool | None = None) -> Iterator[FieldSpec]:
+    for spec in FIELDS:
+        if (section is None or spec.section == section) and (cli is None or spec.cli == cli):
+            yield spec
+
+
+def range_problem(spec: FieldSpec, value: Any) -> str | None:
+    """What is wrong with a number for this field (type, finiteness, bounds), or None."""
+    if value is None or spec.kind not in (int, float):
+        return None
+    if spec.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+        return f"must be an integer (got {value!r})"
+    if spec.kind is float and not isinstance(value, int | float):
+        return f"must be a number (got {value!r})"
+    if not math.isfinite(value):
+        return f"must be a finite number (got {value!r})"
+    low, high, above, below = spec.minimum, spec.maximum, spec.above, spec.below
+    if spec.kind is int and low is not None and high is not None:
+        ok, wanted = low <= value <= high, f"an integer in {low}..{high}"
+    elif spec.kind is int and low is not None:
+        ok, wanted = value >= low, f"a {'positive' if low == 1 else 'non-negative'} integer"
+    elif above is not None:
+        ok, wanted = value > above, "positive" if above == 0 else f"> {above:g}"
+    elif low is not None and below is not None:
+        ok, wanted = low <= value < below, f"in [{low:g}, {below:g})"
+    elif low is not None:
+        ok, wanted = value >= low, f">= {low:g}"
+    else:
+        ok, wanted = True, ""
+    return None if ok else f"must be {wanted} (got {value!r})"
+
+
+def read_job(path: str | Path) -> Job:
+    """The job a run's spec.json describes (what every worker starts from)."""
+    return Job.from_dict(json.loads(Path(path).read_text()))
+
+
+# ---------------------------------------------------------------------- files the launcher prepares
+
+MODEL_CONFIG = "model_config.json"
+"""In the run folder: what the workers build a randomly initialised model from (language models: a
+Hugging Face config.json; vision: the class count of synthetic input)."""
+SYNTHETIC_DIALOGUES = Path("data") / "dialogues.jsonl"
+SYNTHETIC_IMAGES = Path("data") / "imagenet"
+
+
+def data_source(job: Job, run_dir: Path) -> str:
+    """Where the workers read the dataset: the data the launcher generated into the run folder for
+    `synthetic`, else the user's path (home expanded, as the launcher checked it) or a hub name."""
+    if job.data.dataset == SYNTHETIC:
+        generated = SYNTHETIC_IMAGES if job.model.family == "vision" else SYNTHETIC_DIALOGUES
+        return str(run_dir / generated)
+    path = Path(job.data.dataset).expanduser()
+    return str(path) if path.exists() else job.data.dataset
+
+
+def worker_arguments(run_dir: Path) -> list[str]:
+    """The training entry points' only argument: the run's spec.json."""
+    return ["--spec", str(run_dir / SPEC_FILE)]
+
+
+def parse_worker_arguments(argv: list[str] | None, description: str) -> tuple[Job, Path]:
+    """(job, run folder) from `--spec runs/<run-id>/spec.json`: the run folder is where spec.json is."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--spec", required=True, help="The run's spec.json, written by the launcher.")
+    path = Path(parser.parse_args(argv).spec)
+    return read_job(path), path.parent

@@ -1,0 +1,145 @@
+"""Following and stopping a local run from its folder: `invoke status | logs | stop` for the local target.
+
+What a local run leaves to read: `launcher.json` (the `invoke train` process that owns the job, while
+it runs), `launcher.pid` (its torchrun agents), `metrics.jsonl`, `events.jsonl`, `summary.json`, and
+`logs/ranks/<rank>.json`, where every worker records the files torchrun sends its output to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from training.common.job import SPEC_FILE, read_job
+from training.common.run import RANK_LOGS_DIR
+
+from ..errors import SpecError
+from .base import RunRef
+
+OWNER_FILE = "launcher.json"
+FOLLOW_POLL_S = 0.5
+
+
+def record_owner(run_dir: Path) -> Path:
+    path = run_dir / OWNER_FILE
+    path.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}) + "\n")
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_pid(run_dir: Path) -> int | None:
+    """The pid of the launcher running this run on this machine, or None."""
+    try:
+        owner = json.loads((run_dir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = owner.get("pid")
+    return pid if owner.get("host") == os.uname().nodename and isinstance(pid, int) and _alive(pid) else None
+
+
+def find_run(ref: RunRef) -> Path:
+    runs = Path(ref.runs_dir)
+    if ref.run_id:
+        run_dir = runs / ref.run_id
+        if not (run_dir / SPEC_FILE).is_file():
+            known = sorted(p.parent.name for p in runs.glob(f"*/{SPEC_FILE}"))
+            hint = f"runs there: {', '.join(known)}" if known else "no runs there"
+            raise SpecError(f"--run-id {ref.run_id!r}: no run in {runs} ({hint}); check --run-id and --runs-dir")
+        return run_dir
+    specs = sorted(runs.glob(f"*/{SPEC_FILE}"), key=lambda p: p.stat().st_mtime)
+    if not specs:
+        raise SpecError(f"no runs in {runs}: start one with `invoke train` (or give --runs-dir)")
+    return specs[-1].parent
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def status(ref: RunRef) -> str:
+    run_dir = find_run(ref)
+    job = read_job(run_dir / SPEC_FILE)
+    p, o = job.parallelism, job.optimisation
+    pid = owner_pid(run_dir)
+    events = _jsonl(run_dir / "events.jsonl")
+    if pid is not None:
+        state = "running"
+    elif (run_dir / "summary.json").exists():
+        state = "finished"
+    else:
+        state = "stopped" if events and events[-1]["event"] == "stop" else "not running"
+    lines = [f"run {job.run.run_id} ({job.model.name}, {p.nodes} node(s) x {p.nproc} process(es)): {state}"]
+    metrics = _jsonl(run_dir / "metrics.jsonl")
+    if metrics:
+        last = metrics[-1]
+        total = f" of {o.steps}" if o.steps else ""
+        ago = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime
+        lines.append(f"  step       {last['step']}{total}, loss {last['loss']:.4f}, {ago:.0f} s ago")
+    resumes = sum(1 for e in events if e["event"] == "resume")
+    lines.append(f"  restarts   {resumes} (resumed from a checkpoint)")
+    if pid is not None:
+        lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
+    lines.append(f"  folder     {run_dir}")
+    return "\n".join(lines)
+
+
+def _rank_files(run_dir: Path, rank: int) -> list[Path]:
+    record = run_dir / "logs" / RANK_LOGS_DIR / f"{rank}.json"
+    if not record.exists():
+        known = sorted(int(p.stem) for p in (run_dir / "logs" / RANK_LOGS_DIR).glob("*.json"))
+        ranks = f"ranks with logs: {', '.join(map(str, known))}" if known else "no rank has started yet"
+        raise SpecError(f"--rank {rank}: no log for that rank in {run_dir} ({ranks})")
+    files = json.loads(record.read_text())
+    return [Path(files[name]) for name in ("stdout", "stderr") if name in files]
+
+
+def logs(ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+    """Rank 0's output (the leader's), or another rank's: its stdout and stderr files, as torchrun wrote
+    them; with `follow`, new lines as they come until the run's launcher has exited."""
+    run_dir = find_run(ref)
+    shown = 0 if rank is None else rank
+    files = _rank_files(run_dir, shown)
+    yield f"==> {run_dir.name} (rank {shown})" + (" (leader)" if rank is None else "")
+    offsets = dict.fromkeys(files, 0)
+    while True:
+        for path in files:
+            if not path.exists():
+                continue
+            with path.open("rb") as handle:
+                handle.seek(offsets[path])
+                data = handle.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            offsets[path] += len(complete)
+            yield from complete.decode(errors="replace").splitlines()
+        if not follow or owner_pid(run_dir) is None:
+            return
+        time.sleep(FOLLOW_POLL_S)
+
+
+def stop(ref: RunRef) -> str:
+    """SIGTERM to the launcher, which stops its agents as Ctrl-C does: the workers checkpoint at the next
+    step boundary when time allows, then exit."""
+    run_dir = find_run(ref)
+    pid = owner_pid(run_dir)
+    if pid is None:
+        raise SpecError(f"run {run_dir.name} is not running on this machine; nothing to stop")
+    os.kill(pid, signal.SIGTERM)
+    return (
+        f"asked run {run_dir.name} to stop (launcher pid {pid}): it saves a checkpoint at the next step boundary "
+        "when time allows; the same `invoke train` command resumes it"
+    )

@@ -1,0 +1,12 @@
+"""The job model on the launcher's side: profiles, the model registry, and the pure steps that turn what
+the user gave into a complete, checked job (the fields themselves are declared once, in
+training/common/job.py, which the training workers read too)."""
+
+from training.common.job import Job
+
+from .build import Machine, build, load_profile, parse_bool
+from .derive import derive
+from .models import REGISTRY, get_model
+from .validate import validate
+
+__all__ = ["REGISTRY", "Job", "Machine", "build", "derive", "get_model", "load_profile", "parse_bool", "validate"]

@@ -1,0 +1,113 @@
+"""Build a job from what the user gave: the profile YAML, then the flags (last wins). Pure: it reads the
+profile file and probes nothing; values nobody gave stay None for the backend and the recipe to fill.
+
+Every value is typed and checked against its declaration (training/common/job.py) here, so a bad flag
+is refused with the flag's name before anything else looks at it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from training.common.job import BY_KEY, FIELDS, FieldSpec, Job, range_problem
+
+from ..errors import SpecError
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the place a job runs on offers, as its backend found it."""
+
+    gpus_per_node: int
+    process_limit: int | None = None
+    """Training processes one machine can host when every node shares it (local), else None."""
+    described: str = ""
+    """The machine in words, for errors ("2 CPU core(s) and no GPU")."""
+
+
+def profiles() -> dict[str, Any]:
+    """Profile name -> its file (package data, so an installed trainkit finds them too)."""
+    folder = resources.files("trainkit.job") / "profiles"
+    return {entry.name.removesuffix(".yaml"): entry for entry in folder.iterdir() if entry.name.endswith(".yaml")}
+
+
+def load_profile(profile: str) -> dict[str, Any]:
+    """A profile's values, keyed like the flags (`runs_dir`, `metrics_port`, ...)."""
+    known = profiles()
+    if profile not in known:
+        raise SpecError(f"--profile {profile!r} does not exist; choose one of: {', '.join(sorted(known))}")
+    data = yaml.safe_load(known[profile].read_text()) or {}
+    unknown = sorted(set(data) - set(BY_KEY))
+    if unknown:
+        raise SpecError(f"profile {profile} has unknown keys {unknown}; remove them")
+    return data
+
+
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+
+
+def parse_bool(flag: str, value: str) -> bool:
+    """true/false (also yes/no, 1/0, on/off) from the command line, or a SpecError naming the flag."""
+    text = value.strip().lower()
+    if text in _TRUE + _FALSE:
+        return text in _TRUE
+    raise SpecError(f"{flag} must be true or false (got {value!r})")
+
+
+def parse_value(spec: FieldSpec, value: Any) -> Any:
+    """A flag arrives as text; give it the field's type."""
+    if not isinstance(value, str) or spec.kind is str:
+        return value
+    if spec.kind is bool:
+        return parse_bool(spec.flag, value)
+    try:
+        return spec.kind(value)
+    except ValueError:
+        kind = "an integer" if spec.kind is int else "a number"
+        raise SpecError(f"{spec.flag} must be {kind} (got {value!r})") from None
+
+
+def check_field(spec: FieldSpec, value: Any) -> None:
+    """The field's own rules: allowed values, type, range, finiteness."""
+    if value is None:
+        return
+    if spec.choices and value not in spec.choices:
+        raise SpecError(f"{spec.flag} {value!r} is not valid; choose one of: {', '.join(spec.choices)}")
+    problem = range_problem(spec, value)
+    if problem:
+        raise SpecError(f"{spec.flag} {problem}")
+
+
+def check_fields(job: Job) -> None:
+    for spec in FIELDS:
+        check_field(spec, spec.get(job))
+
+
+def _node_range(text: str) -> tuple[str, str]:
+    low, _, high = text.partition(":")
+    if not (low.isdigit() and high.isdigit()):
+        raise SpecError(f"--nodes must be N or MIN:MAX, e.g. 1:2 (got {text!r})")
+    return low, high
+
+
+def build(flags: dict[str, Any], profile: str = "local") -> Job:
+    """The profile's values, then the flags (None: not given), typed and checked field by field."""
+    given = {key: value for key, value in flags.items() if value is not None}
+    unknown = sorted(set(given) - set(BY_KEY))
+    if unknown:
+        raise SpecError(f"unknown option(s): {', '.join('--' + u.replace('_', '-') for u in unknown)}")
+    if isinstance(given.get("nodes"), str) and ":" in given["nodes"]:
+        given["min_nodes"], given["nodes"] = _node_range(given["nodes"])
+    merged = {**load_profile(profile), **given}
+    job = Job()
+    for key, value in merged.items():
+        spec = BY_KEY[key]
+        value = parse_value(spec, value)
+        check_field(spec, value)
+        spec.set(job, value)
+    job.run.profile = profile
+    return job

@@ -1,0 +1,95 @@
+"""Fill in what the user left open, once the backend has said where the job runs. Pure: the model
+recipe (its CPU-sized values on a machine without GPUs), then the values that follow from the rest
+(the micro batch that fits the processes, the vision learning rate for the batch, the run id).
+Each adjustment the user may want to know about is added to `job.run.notes`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from training.common.job import BY_KEY, Job
+
+from .build import Machine
+from .models import get_model
+
+SYNTHETIC_STEPS = 50
+# Fields that are alternatives: giving one (flag or profile) drops the recipe's value for the other.
+ALTERNATIVES = {"steps": "epochs", "epochs": "steps", "warmup_steps": "warmup_epochs", "warmup_epochs": "warmup_steps"}
+
+
+def _value(job: Job, key: str):
+    return BY_KEY[key].get(job)
+
+
+def derive(job: Job, machine: Machine) -> None:
+    entry = get_model(job.model.name)
+    job.model.family = entry.family
+    o, p = job.optimisation, job.parallelism
+    fit_micro_batch = o.micro_batch_size is None  # the recipe's micro batch may shrink; a given one may not
+    recipe = dataclasses.asdict(entry.recipe)
+    cpu = recipe.pop("cpu")
+    if cpu and machine.gpus_per_node == 0:
+        _apply_cpu_recipe(job, cpu)
+    if job.data.synthetic:
+        if o.steps is None and o.epochs is None:
+            o.steps = SYNTHETIC_STEPS
+            job.run.notes.append(
+                f"--synthetic has no epochs: running {SYNTHETIC_STEPS} steps (set --steps to change it)"
+            )
+        if o.warmup_steps is None and o.warmup_epochs is None:
+            o.warmup_steps = 0  # no epochs to warm up over
+    given = {key for key in recipe if _value(job, key) is not None}
+    for key, value in recipe.items():
+        pair = ALTERNATIVES.get(key)
+        if value is None or key in given or (pair and pair in given):
+            continue
+        BY_KEY[key].set(job, value)
+    if entry.family == "vision" and o.lr is None:
+        o.lr = scaled_lr(o.global_batch_size, o.optimizer)
+        job.run.notes.append(
+            f"learning rate {o.lr:g} from the {o.optimizer} scaling rule for a global batch of "
+            f"{o.global_batch_size} (set --lr to change it)"
+        )
+    if p.min_nodes is None:
+        p.min_nodes = p.nodes
+    if fit_micro_batch:
+        o.micro_batch_size = fitted_micro_batch(o.global_batch_size, o.micro_batch_size, job.world_size)
+    if job.model.init == "pretrained" and job.model.weights is None:
+        job.model.weights = entry.hub_id
+    if job.model.layers is not None and entry.family == "llama" and job.model.layers <= entry.arch.num_hidden_layers:
+        full = entry.arch.num_hidden_layers
+        job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
+    if job.run.run_id is None:
+        job.run.run_id = f"{job.model.name}-{job.fingerprint()}"
+
+
+def _apply_cpu_recipe(job: Job, cpu: dict) -> None:
+    """The recipe's CPU-sized values, for fields nobody set; the two batch sizes go together."""
+    batch = ("global_batch_size", "micro_batch_size")
+    skip = set(batch) if any(_value(job, key) is not None for key in batch) else set()
+    applied = {key: value for key, value in cpu.items() if key not in skip and _value(job, key) is None}
+    for key, value in applied.items():
+        BY_KEY[key].set(job, value)
+    if applied:
+        settings = ", ".join(f"{BY_KEY[k].flag} {v}" for k, v in applied.items())
+        job.run.notes.append(
+            f"no GPU: using the CPU settings of the {job.model.name} recipe ({settings}); set them to change"
+        )
+
+
+def scaled_lr(global_batch_size: int, optimizer: str | None) -> float:
+    """SGD: linear scaling, 0.1 per 256 images (Goyal et al. 2017). LAMB: square-root scaling from 0.005
+    per 256 (You et al. 2019 scale LAMB's rate with the square root of the batch); an untuned start."""
+    ratio = global_batch_size / 256
+    return 0.1 * ratio if optimizer == "sgd" else 0.005 * ratio**0.5
+
+
+def fitted_micro_batch(global_batch: int, micro: int, world: int) -> int:
+    """The largest micro batch up to the recipe's that divides each rank's share of the global batch, so
+    a recipe works unchanged on 2 CPU processes or 8 GPUs."""
+    per_rank = global_batch // world
+    micro = min(micro, max(per_rank, 1))
+    while micro > 1 and per_rank % micro:
+        micro -= 1
+    return micro

@@ -1,0 +1,155 @@
+"""Check a complete job. Pure: it changes nothing and probes nothing; the first problem found is raised
+as a SpecError naming the flag to change and the values it allows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from training.common.job import FIELDS, Job
+
+from .. import cluster, hardware
+from ..errors import SpecError
+from .build import Machine, check_fields
+from .models import ModelEntry, get_model
+
+FAMILY_KIND = {"llama": "language", "vision": "vision"}
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecError(message)
+
+
+def validate(job: Job, machine: Machine) -> None:
+    entry = get_model(job.model.name)
+    _check_family(job, entry)
+    check_fields(job)  # again: the recipe and the backend filled values in since the flags were checked
+    o, p = job.optimisation, job.parallelism
+    require(o.steps is None or o.epochs is None, "give either --steps or --epochs, not both")
+    require(
+        o.warmup_steps is None or o.warmup_epochs is None, "give either --warmup-steps or --warmup-epochs, not both"
+    )
+    require(p.min_nodes <= p.nodes, f"--nodes {p.min_nodes}:{p.nodes}: the minimum must not exceed the maximum")
+    if entry.family == "vision":
+        _validate_vision(job)
+    else:
+        context = entry.arch.max_position_embeddings
+        require(
+            job.data.seq_len <= context,
+            f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
+            f"use --seq-len <= {context}",
+        )
+    _validate_model(job, entry)
+    if job.placement.target == "eks":
+        _validate_eks(job)
+    require(
+        job.elastic.rdzv != "etcd" or bool(job.elastic.rdzv_endpoint),
+        "--rdzv etcd needs an etcd server: run `make up` (starts one on this machine) or give "
+        "--rdzv-endpoint host:port (or use --rdzv c10d)",
+    )
+    if machine.process_limit is not None:
+        per_machine = p.nproc * p.nodes
+        require(
+            per_machine <= machine.process_limit,
+            f"--nproc {p.nproc} x --nodes {p.nodes} needs {per_machine} processes but this "
+            f"machine has {machine.described}; use --nproc <= {machine.process_limit // p.nodes or 1}",
+        )
+    _validate_batch(job)
+    require(
+        not (p.sharding == "HYBRID_SHARD" and (p.nodes < 2 or p.nproc < 2)),
+        "--sharding HYBRID_SHARD shards within a node and replicates across nodes, so it needs --nodes >= 2 "
+        f"and --nproc >= 2 (got {p.nodes} node(s) x {p.nproc}); on one node use FULL_SHARD or SHARD_GRAD_OP",
+    )
+    require(
+        not (p.sharding == "HYBRID_SHARD" and machine.gpus_per_node == 0),
+        "--sharding HYBRID_SHARD needs GPUs: Accelerate builds its 2-D device mesh only for FSDP on accelerators "
+        "and refuses it on CPU processes; use FULL_SHARD here (HYBRID_SHARD runs on EKS)",
+    )
+    run_id = job.run.run_id
+    require(
+        all(c.isalnum() or c in "-_." for c in run_id) and not run_id.startswith("."),
+        f"--run-id {run_id!r} may only contain letters, digits, '-', '_' and '.'",
+    )
+
+
+def _check_family(job: Job, entry: ModelEntry) -> None:
+    """A flag of the other workload is a mistake worth stopping for, not something to ignore silently.
+    The recipes fill only their own family's fields, so any other family's value was given."""
+    for spec in FIELDS:
+        if spec.family and spec.family != entry.family and spec.get(job) is not None:
+            kind = FAMILY_KIND[spec.family]
+            raise SpecError(f"{spec.flag} applies to {kind} models, not to {job.model.name}; drop it")
+    if entry.family == "vision":
+        sharding = job.parallelism.sharding
+        require(
+            sharding == "NO_SHARD",
+            f"--sharding {sharding}: {job.model.name} trains data-parallel (NO_SHARD, DDP); drop --sharding",
+        )
+        require(
+            job.model.init == "random",
+            f"--init {job.model.init}: {job.model.name} trains from random weights; use --init random",
+        )
+
+
+def _validate_vision(job: Job) -> None:
+    data = job.data
+    require(
+        not (data.synthetic and job.optimisation.epochs is not None),
+        "--synthetic has no dataset to count epochs over; use --steps",
+    )
+    require(
+        not (data.synthetic and data.dataset != "synthetic"),
+        f"--synthetic feeds random tensors; drop --data {data.dataset} (or drop --synthetic to read it)",
+    )
+
+
+def _validate_model(job: Job, entry: ModelEntry) -> None:
+    model = job.model
+    if model.layers is not None:
+        full = entry.arch.num_hidden_layers
+        require(model.layers <= full, f"--layers {model.layers} exceeds {model.name}'s {full} layers; use 1..{full}")
+    if model.init == "pretrained":
+        require(
+            model.weights is not None,
+            f"--model {model.name} has no published weights; use --init random or --weights <local HF directory>",
+        )
+        require(
+            model.layers is None, "--layers truncates a randomly initialised model; drop --layers or use --init random"
+        )
+    else:
+        require(model.weights is None, "--weights is only used with --init pretrained")
+
+
+def _validate_eks(job: Job) -> None:
+    placement, nproc = job.placement, job.parallelism.nproc
+    gpus = hardware.INSTANCE_TYPES[placement.instance_type].gpus
+    require(
+        0 < nproc <= gpus,
+        f"--nproc {nproc}: a {placement.instance_type} node has {gpus} GPUs; use --nproc 1..{gpus} (default: all)",
+    )
+    runs = Path(job.run.runs_dir)
+    require(
+        not runs.is_absolute() or runs.is_relative_to(cluster.FSX_MOUNT),
+        f"--runs-dir {job.run.runs_dir}: on EKS runs live on the FSx volume; give a path relative to it "
+        f"(default `runs`) or under {cluster.FSX_MOUNT}",
+    )
+    data = Path(job.data.dataset)
+    require(
+        not data.is_absolute() or data.is_relative_to(cluster.FSX_MOUNT),
+        f"--dataset {job.data.dataset}: training pods read data from the FSx volume; copy it there and give a path "
+        f"under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or 'synthetic'",
+    )
+
+
+def _validate_batch(job: Job) -> None:
+    """Every world size the job can run at (elastic: min..max nodes) must split the global batch."""
+    o, p = job.optimisation, job.parallelism
+    for nodes in range(p.nodes, p.min_nodes - 1, -1):
+        world = nodes * p.nproc
+        per_step = o.micro_batch_size * world
+        at = "" if nodes == p.nodes else f" (at {nodes} node(s), allowed by --nodes {p.min_nodes}:{p.nodes})"
+        require(
+            o.global_batch_size % per_step == 0,
+            f"--global-batch-size {o.global_batch_size} is not divisible by --micro-batch-size "
+            f"{o.micro_batch_size} x {world} processes = {per_step}{at}; use a multiple of {per_step}",
+        )
