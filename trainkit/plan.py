@@ -193,7 +193,8 @@ def render_plan(plan: Plan) -> str:
     columns = [("params", 9), ("grads", 9), ("optim", 9), ("gathered", 10), ("activ", 9), ("logits", 9), ("total", 9)]
     header = "".join(f"{title:>{width}}" for title, width in columns)
     lines = [
-        f"Plan: {job.model.name}{label} on {job.parallelism.nodes} x {job.placement.instance_type} ({plan.world_size} GPUs)",
+        f"Plan: {job.model.name}{label} on {job.parallelism.nodes} x {job.placement.instance_type} "
+        f"({plan.world_size} GPUs)",
         f"  parameters          {plan.param_count:,} ({plan.param_count / 1e9:.2f} B)",
         f"  batch               global {plan.global_batch_size} x seq {job.data.seq_len}, "
         f"micro {job.optimisation.micro_batch_size}, "
@@ -217,7 +218,8 @@ def render_plan(plan: Plan) -> str:
         lines += [
             f"  cost ({plan.price_source})",
             f"    $ per hour        {plan.usd_per_hour:,.2f}",
-            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {options.epoch_tokens:,} tokens; set --epoch-tokens)",
+            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {options.epoch_tokens:,} tokens; "
+            "set --epoch-tokens)",
         ]
     else:
         lines.append(f"  cost                {plan.price_source}")

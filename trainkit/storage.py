@@ -91,7 +91,8 @@ def check_free_space(job, entry: ModelEntry) -> StorageNeed:
     if need.total > free:
         raise SpecError(
             f"run {job.run.run_id} writes about {need.describe()} and {folder} has {free / GB:,.1f} GB free: "
-            f"free some space, keep fewer checkpoints (--keep-checkpoints, now {job.checkpointing.keep_checkpoints}), or "
+            f"free some space, keep fewer checkpoints (--keep-checkpoints, now "
+            f"{job.checkpointing.keep_checkpoints}), or "
             "put the run on a larger disk (--runs-dir)"
         )
     return need
@@ -110,7 +111,8 @@ def check_fsx_capacity(job, entry: ModelEntry, capacity_gib: int) -> StorageNeed
         raise SpecError(
             f"run {job.run.run_id} writes about {need.describe()} = {need.total / GIB:,.0f} GiB and the FSx file "
             f"system holds {capacity_gib:,} GiB in all: keep fewer checkpoints (--keep-checkpoints, now "
-            f"{job.checkpointing.keep_checkpoints}), or set fsx_storage_capacity_gib = {fsx_capacity_for(need.total)} in "
+            f"{job.checkpointing.keep_checkpoints}), or set fsx_storage_capacity_gib = "
+            f"{fsx_capacity_for(need.total)} in "
             "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
         )
     return need

@@ -100,7 +100,8 @@ class Trainer:
         if dataset.dropped and self.accelerator.is_main_process:
             total = len(dataset) + dataset.dropped
             print(
-                f"NOTE: {dataset.dropped} of {total} blocks of {job.data.seq_len} tokens are all prompt (no loss): left out",
+                f"NOTE: {dataset.dropped} of {total} blocks of {job.data.seq_len} tokens are all prompt (no loss): "
+                "left out",
                 flush=True,
             )
         sampler = StepSampler(

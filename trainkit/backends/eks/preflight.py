@@ -62,7 +62,8 @@ def check_capacity(kube: Kube, job: Job) -> str | None:
     need = f"{job.parallelism.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
     if usable < job.parallelism.min_nodes:
         raise SpecError(
-            f"the job needs {job.parallelism.min_nodes} {job.placement.instance_type} node(s) with {need} allocatable each and the "
+            f"the job needs {job.parallelism.min_nodes} {job.placement.instance_type} node(s) with {need} allocatable "
+            "each and the "
             f"cluster has {usable}: raise gpu_desired_nodes in terraform/stacks/infra/terraform.tfvars and run "
             f"`make up PROFILE=aws`, or ask for fewer with --nodes {max(usable, 1)}"
         )
@@ -88,7 +89,8 @@ def check_secret(kube: Kube, job: Job) -> None:
         return
     if unless_missing(kube.core.read_namespaced_secret, cluster.HF_TOKEN_SECRET, job.placement.namespace) is None:
         raise SpecError(
-            f"--init pretrained downloads {job.model.weights} with your Hugging Face token, and the cluster has no Secret "
+            f"--init pretrained downloads {job.model.weights} with your Hugging Face token, and the cluster has no "
+            "Secret "
             f"{job.placement.namespace}/{cluster.HF_TOKEN_SECRET}: run `invoke secrets.hf-token` first"
         )
 
@@ -109,7 +111,8 @@ def check_not_running(kube: Kube, job: Job) -> None:
         return
     raise SpecError(
         f"run {job.run.run_id} already has a job on the cluster ({job.placement.namespace}/{name}): follow it with "
-        f"`invoke status --run-id {job.run.run_id}`, or `invoke stop --run-id {job.run.run_id}` and submit again to resume"
+        f"`invoke status --run-id {job.run.run_id}`, or `invoke stop --run-id {job.run.run_id}` and submit again "
+        "to resume"
     )
 
 
