@@ -13,8 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from trainkit.cluster import MONITORING_NAMESPACE
-
+from .contract import MONITORING_NAMESPACE
 from .dashboards import DASHBOARDS
 from .dashboards.common import to_json
 from .rules import prometheus_rule, rule_groups

@@ -7,7 +7,6 @@ the PyTorchJob against tests/schemas/pytorchjob-v1.json (from the training-opera
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import re
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, invoke
+from tests.helpers.kubernetes import kubernetes_version
 from trainkit import cluster, hardware, render
 from trainkit.backends import job_from_flags as build_spec
 
@@ -26,14 +26,6 @@ SCHEMA = json.loads((REPO / "tests" / "schemas" / "pytorchjob-v1.json").read_tex
 GOLDEN = REPO / "tests" / "golden"
 TOKEN = "hf_do_not_leak_0123456789abcdef"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"
-
-
-@functools.cache
-def kubernetes_version() -> str:
-    """The version the infra stack creates (variables.tf default), as kubernetes-validate names it."""
-    text = (REPO / "terraform" / "stacks" / "infra" / "variables.tf").read_text()
-    found = re.search(r'variable "kubernetes_version" \{[^}]*?default\s*=\s*"([0-9.]+)"', text, re.S)
-    return found[1] + ".0"
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.test_eks_render import kubernetes_version
+from tests.helpers.kubernetes import kubernetes_version
 from trainkit import cluster
 
 ROOT = Path(__file__).resolve().parents[1] / "terraform" / "stacks" / "platform"

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.conftest import REPO, invoke, only_run_dir, output, read_jsonl, start_invoke
+from tests.helpers.waiting import latest_step, wait_for
 from training.common.checkpoint import STALL_ENV
 from training.llm.data import PackedDataset, load_records, tokenize_examples
 from training.llm.dialogues import write_dialogues
@@ -24,21 +25,6 @@ from training.llm.tokenizer import byte_tokenizer
 from trainkit.services import free_port_pair
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def latest_step(run_dir: Path) -> int:
-    pointer = run_dir / "checkpoints" / "latest"
-    return int(pointer.read_text().strip().split("-")[1]) if pointer.exists() else 0
 
 
 def job_processes(marker: str) -> list[str]:

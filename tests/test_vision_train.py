@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BIN, REPO, invoke, only_run_dir, read_jsonl, start_invoke
-from tests.test_train_local import latest_step, wait_for
+from tests.helpers.waiting import latest_step, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from observability.contract import MONITORING_NAMESPACE as MONITORING_NAMESPACE  # re-exported
+
 REPO = Path(__file__).resolve().parents[1]
 
 JOBS_NAMESPACE = "trainkit-jobs"
@@ -20,7 +22,7 @@ JOBS_NAMESPACE = "trainkit-jobs"
 PLATFORM_NAMESPACE = "trainkit-system"
 """Namespace of the platform's own services (etcd)."""
 # kube-prometheus-stack and dcgm-exporter; Grafana's service is <release>-grafana.
-MONITORING_NAMESPACE = "trainkit-monitoring"
+
 MONITORING_RELEASE = "kube-prometheus-stack"
 METRICS_PORT_NAME = "metrics-{rank}"
 """Container port name of each local rank's metrics; the platform's PodMonitor keeps ports named so."""

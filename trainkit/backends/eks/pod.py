@@ -1,9 +1,10 @@
 """Entry point of every EKS training pod: prepare the run on FSx, then become torchrun.
 
 The launcher validated the job and put it (spec.json's content) in `TRAINKIT_SPEC`; here the same
-`prepare_run` as on the local target writes `runs/<run-id>/` (relative to the FSx mount, the working directory), checks the
-data and the token (from the Secret), and torchrun takes over the process, so the kubelet's SIGTERM
-reaches it directly. Every worker pod does this; the writes are atomic and identical, so pods may race.
+`prepare_run` as on the local target writes `runs/<run-id>/` (relative to the FSx mount, the working
+directory), checks the data and the token (from the Secret), and torchrun takes over the process, so
+the kubelet's SIGTERM reaches it directly. Every worker pod does this; the writes are atomic and
+identical, so pods may race.
 """
 
 from __future__ import annotations
