@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO, invoke, only_run_dir, read_jsonl
-from training.common.run import RANK_LOGS_DIR
+from training.common.job import RANK_LOGS_DIR
 from trainkit.services import EtcdServer
 
 pytestmark = pytest.mark.slow

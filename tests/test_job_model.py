@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,14 @@ def test_the_import_check_finds_a_planted_import(tmp_path):
     (tmp_path / "b.py").write_text("import trainkit.cluster as c\n")
     (tmp_path / "c.py").write_text("from . import trainkit\n")  # relative: a module of its own package
     assert _importers_of(tmp_path, "trainkit") == ["b.py", "deep/a.py"]
+
+
+def test_the_launcher_starts_without_torch():
+    """Every `invoke` command imports the launcher; torch (and Accelerate) load only in the workers, so
+    `invoke --list`, `plan` and a dry run take a fraction of a second."""
+    code = (
+        "import sys, tasks, trainkit.backends.local, trainkit.backends.eks, trainkit.launch, trainkit.plan; "
+        "print(sorted(m for m in ('torch', 'accelerate', 'transformers') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

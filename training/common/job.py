@@ -14,6 +14,7 @@ the backend decides, and spec.json records the value that was decided.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -443,10 +444,9 @@ FIELDS: tuple[FieldSpec, ...] = _declared()
 BY_KEY: dict[str, FieldSpec] = {spec.key: spec for spec in FIELDS}
 
 
-def fields_of(section: str | None = None, cli: bool | None = None) -> Iterator[FieldSpec]:
-    for spec in FIELDS:
-        if (section is None or spec.section == section) and (cli is None or spec.cli == cli):
-            yield spec
+def fields_of(cli: bool) -> Iterator[FieldSpec]:
+    """The fields that are (or are not) command-line options."""
+    return (spec for spec in FIELDS if spec.cli == cli)
 
 
 def range_problem(spec: FieldSpec, value: Any) -> str | None:
@@ -485,6 +485,12 @@ def read_job(path: str | Path) -> Job:
 MODEL_CONFIG = "model_config.json"
 """In the run folder: what the workers build a randomly initialised model from (language models: a
 Hugging Face config.json; vision: the class count of synthetic input)."""
+RANK_LOGS_DIR = "ranks"
+"""logs/<this>/<rank>.json in the run folder: the files torchrun sends each rank's output to, recorded
+by the rank itself (`invoke logs --rank`)."""
+METRICS_PORT_OFFSET_ENV = "TRAINKIT_METRICS_PORT_OFFSET"
+"""Added to the metrics port by launchers that run several nodes on one machine, so each node's ranks
+get their own block of ports (rank r of the job serves port + r, as on one node)."""
 SYNTHETIC_DIALOGUES = Path("data") / "dialogues.jsonl"
 SYNTHETIC_IMAGES = Path("data") / "imagenet"
 
@@ -506,8 +512,6 @@ def worker_arguments(run_dir: Path) -> list[str]:
 
 def parse_worker_arguments(argv: list[str] | None, description: str) -> tuple[Job, Path]:
     """(job, run folder) from `--spec runs/<run-id>/spec.json`: the run folder is where spec.json is."""
-    import argparse
-
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--spec", required=True, help="The run's spec.json, written by the launcher.")
     path = Path(parser.parse_args(argv).spec)

@@ -23,17 +23,13 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager
 from .files import publish_text
+from .job import METRICS_PORT_OFFSET_ENV, RANK_LOGS_DIR, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
 EXIT_PEER_STOPPED = 75
-# Added to the metrics port by launchers that run several nodes on one machine, so each node's ranks
-# get their own block of ports (rank r of the job serves port + r, as on one node).
-METRICS_PORT_OFFSET_ENV = "TRAINKIT_METRICS_PORT_OFFSET"
-# logs/<this>/<rank>.json: the files torchrun sends each rank's output to (`invoke logs --rank`).
-RANK_LOGS_DIR = "ranks"
 
 
 def record_log_files(run_dir: Path, rank: int) -> None:
@@ -64,19 +60,12 @@ def peak_memory_bytes() -> int:
 
 
 class RunContext:
-    def __init__(
-        self,
-        accelerator: Accelerator,
-        run_dir: str | Path,
-        run_id: str,
-        model_name: str,
-        keep_checkpoints: int,
-        metrics_port: int,
-        nodes: int,
-    ):
+    def __init__(self, accelerator: Accelerator, job: Job, run_dir: Path, nodes: int):
+        """`nodes`: in this round of the job (current_nodes), which may be fewer than the job's."""
         self.accelerator = acc = accelerator
-        self.run_dir = Path(run_dir)
-        self.run_id, self.model_name = run_id, model_name
+        self.run_dir = run_dir
+        self.run_id, self.model_name = run_id, model_name = job.run.run_id, job.model.name
+        keep_checkpoints, metrics_port = job.checkpointing.keep_checkpoints, job.run.metrics_port
         self.started = time.perf_counter()
         self.checkpoints = CheckpointManager(
             self.run_dir / CHECKPOINTS_DIR, keep_checkpoints, acc.is_main_process, acc.wait_for_everyone

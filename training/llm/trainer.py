@@ -76,15 +76,7 @@ class Trainer:
         shard_group = self.world // self.nodes if job.parallelism.sharding == "HYBRID_SHARD" else self.world
         self.sharding_report = verify_sharding(self.model, job.parallelism.sharding, self.world, shard_group)
 
-        self.run = RunContext(
-            acc,
-            run_dir,
-            job.run.run_id,
-            job.model.name,
-            job.checkpointing.keep_checkpoints,
-            job.run.metrics_port,
-            self.nodes,
-        )
+        self.run = RunContext(acc, job, run_dir, self.nodes)
         self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(job.data.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
         self.peak_tflops = job.run.peak_tflops or device_peak

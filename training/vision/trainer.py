@@ -72,15 +72,7 @@ class VisionTrainer:
         )
         acc.register_for_checkpointing(self.scheduler)
         self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
-        self.run = RunContext(
-            acc,
-            run_dir,
-            job.run.run_id,
-            job.model.name,
-            job.checkpointing.keep_checkpoints,
-            job.run.metrics_port,
-            current_nodes(job.parallelism.nodes),
-        )
+        self.run = RunContext(acc, job, run_dir, current_nodes(job.parallelism.nodes))
 
     # ------------------------------------------------------------------ data
 
