@@ -22,17 +22,6 @@ def train(flags: dict[str, Any], profile: str = "local", dry_run: bool = False) 
     """Resolve and validate the job, then submit it to its backend (local: prepare the run folder and run
     torchrun here; eks: preflight, then a PyTorchJob). Returns the job's exit code (eks: 0 once submitted)."""
     job, backend = resolve_job(flags, profile)
-    if backend.name == "local" and not dry_run:
-        label = f" [{job.model.truncated_label}]" if job.model.truncated_label else ""
-        for note in job.run.notes:
-            print(f"note: {note}", flush=True)
-        p, o = job.parallelism, job.optimisation
-        length = f"{o.steps} steps" if o.steps else f"{o.epochs} epoch(s)"
-        print(
-            f"run {job.run.run_id}{label}: {job.model.name}, {p.nodes} node(s) x {p.nproc} process(es), "
-            f"{p.sharding}, {length} -> {job.run_dir}",
-            flush=True,
-        )
     return backend.submit(job, dry_run=dry_run)
 
 

@@ -29,14 +29,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.common.job import Job
-from training.common.run import METRICS_PORT_OFFSET_ENV
+from training.common.job import METRICS_PORT_OFFSET_ENV, Job
 
 from .. import hardware
 from ..job.build import Machine
 from ..launch import PreparedRun, prepare_run
 from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
+from . import local_runs
 from .base import Backend, RunRef
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
@@ -177,10 +177,8 @@ class LocalJob:
 def run_foreground(run: PreparedRun) -> int:
     """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
     kills it. Returns the job's exit code."""
-    from .local_runs import record_owner
-
     job = LocalJob(run)
-    owner = record_owner(run.job.run_dir)
+    owner = local_runs.record_owner(run.job.run_dir)
     job.start()
     received: list[int] = []
 
@@ -206,6 +204,20 @@ def run_foreground(run: PreparedRun) -> int:
     if reason:
         print(f"error: {reason}", file=sys.stderr, flush=True)
     return code
+
+
+def announce(job: Job) -> None:
+    """The launcher's adjustments and the run in one line, once its folder is ready."""
+    for note in job.run.notes:
+        print(f"note: {note}", flush=True)
+    p, o = job.parallelism, job.optimisation
+    label = f" [{job.model.truncated_label}]" if job.model.truncated_label else ""
+    length = f"{o.steps} steps" if o.steps else f"{o.epochs} epoch(s)"
+    print(
+        f"run {job.run.run_id}{label}: {job.model.name}, {p.nodes} node(s) x {p.nproc} process(es), "
+        f"{p.sharding}, {length} -> {job.run_dir}",
+        flush=True,
+    )
 
 
 def machine() -> Machine:
@@ -237,22 +249,18 @@ class LocalBackend(Backend):
         if dry_run:
             print(json.dumps(job.to_dict(), indent=2, sort_keys=True), flush=True)
             return 0
-        return run_foreground(prepare_run(job))
+        run = prepare_run(job)
+        announce(job)
+        return run_foreground(run)
 
     def status(self, ref: RunRef) -> str:
-        from .local_runs import status
-
-        return status(ref)
+        return local_runs.status(ref)
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
-        from .local_runs import logs
-
-        return logs(ref, rank, follow)
+        return local_runs.logs(ref, rank, follow)
 
     def stop(self, ref: RunRef) -> str:
-        from .local_runs import stop
-
-        return stop(ref)
+        return local_runs.stop(ref)
 
 
 def signal_group(pgid: int, sig: int) -> None:

@@ -14,8 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.common.job import SPEC_FILE, read_job
-from training.common.run import RANK_LOGS_DIR
+from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
 
 from ..errors import SpecError
 from .base import RunRef
@@ -24,30 +23,36 @@ OWNER_FILE = "launcher.json"
 FOLLOW_POLL_S = 0.5
 
 
+def _started(pid: int) -> str | None:
+    """When a process started (clock ticks since boot, /proc/<pid>/stat field 22), or None when there is
+    no such process: with the pid it identifies the process, since pids are reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # fields after the command name start at field 3
+
+
 def record_owner(run_dir: Path) -> Path:
+    """launcher.json: this process (pid, start time, host) owns the run while it runs."""
     path = run_dir / OWNER_FILE
-    path.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}) + "\n")
+    owner = {"pid": os.getpid(), "started": _started(os.getpid()), "host": os.uname().nodename}
+    path.write_text(json.dumps(owner) + "\n")
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def owner_pid(run_dir: Path) -> int | None:
-    """The pid of the launcher running this run on this machine, or None."""
+    """The pid of the launcher running this run on this machine, or None (also when the recorded
+    launcher died and its pid now belongs to another process)."""
     try:
         owner = json.loads((run_dir / OWNER_FILE).read_text())
     except (OSError, ValueError):
         return None
     pid = owner.get("pid")
-    return pid if owner.get("host") == os.uname().nodename and isinstance(pid, int) and _alive(pid) else None
+    if owner.get("host") != os.uname().nodename or not isinstance(pid, int):
+        return None
+    started = _started(pid)
+    return pid if started is not None and started == owner.get("started") else None
 
 
 def find_run(ref: RunRef) -> Path:
