@@ -14,8 +14,7 @@ from trainkit.errors import SpecError
 from trainkit.job import REGISTRY
 from trainkit.plan import PlanOptions
 
-TRAIN_FIELDS = list(fields_of(cli=True))
-MODEL_HELP = f"{BY_KEY['model'].help} One of: {', '.join(REGISTRY)}."
+TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
 PLAN_FLAGS = (
     "model",
     "layers",
@@ -51,7 +50,7 @@ def job_options(function, names, extra: dict[str, object]):
     for spec in (BY_KEY[name] for name in names):
         default = False if spec.switch else None
         params.append(inspect.Parameter(spec.key, inspect.Parameter.KEYWORD_ONLY, default=default))
-        helps[spec.flag[2:]] = MODEL_HELP if spec.key == "model" else spec.help
+        helps[spec.flag[2:]] = spec.help
         if spec.alias:
             params.append(inspect.Parameter(spec.alias, inspect.Parameter.KEYWORD_ONLY, default=None))
             helps[spec.alias] = f"Alias of {spec.flag}."
@@ -70,21 +69,22 @@ def _flags(values: dict, names) -> dict:
             if value is not None:
                 raise SpecError(f"--{spec.alias} is an alias of {spec.flag}; give one of them")
             value = values[spec.alias]
-        flags[spec.key] = value or None if spec.switch else value
+        flags[spec.key] = (value or None) if spec.switch else value  # a switch left off: not given
     return flags
 
 
 def _train(c, profile="local", dry_run=False, **values):
     """Train a model: validate the job, then run it (local: torchrun here; eks: a PyTorchJob)."""
-    code = commands.train(_flags(values, [s.key for s in TRAIN_FIELDS]), profile=profile, dry_run=dry_run)
+    code = commands.train(_flags(values, TRAIN_KEYS), profile=profile, dry_run=dry_run)
     if code:
         raise Exit(f"training exited with code {code}", code=code)
 
 
-_train_body, _train_help = job_options(_train, [s.key for s in TRAIN_FIELDS], {"profile": "local", "dry_run": False})
+_train_body, _train_help = job_options(_train, TRAIN_KEYS, {"profile": "local", "dry_run": False})
 train = task(
     help={
         **_train_help,
+        "model": f"{BY_KEY['model'].help} One of: {', '.join(REGISTRY)}.",
         "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",
         "dry-run": "Print what would run and create nothing: the job as spec.json (local) or the PyTorchJob as "
         "YAML (eks); checks nothing on a cluster.",

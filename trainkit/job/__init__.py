@@ -4,9 +4,9 @@ training/common/job.py, which the training workers read too)."""
 
 from training.common.job import Job
 
-from .build import Machine, build, load_profile, parse_bool
+from .build import Machine, build, load_profile
 from .derive import derive
 from .models import REGISTRY, get_model
 from .validate import validate
 
-__all__ = ["REGISTRY", "Job", "Machine", "build", "derive", "get_model", "load_profile", "parse_bool", "validate"]
+__all__ = ["REGISTRY", "Job", "Machine", "build", "derive", "get_model", "load_profile", "validate"]

@@ -9,6 +9,7 @@ run id again resumes from the last checkpoint.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 
 import yaml
@@ -205,11 +206,6 @@ def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     )
 
 
-def print_lines(lines: Iterator[str]) -> None:
-    for line in lines:
-        print(line, flush=True)
-
-
 def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:
     """Create (or replace) the Secret the pods read HF_TOKEN from. The token goes only into the request body."""
     kube = kube or Kube.connect()
@@ -236,18 +232,20 @@ class EksBackend(Backend):
         return resolve(job)
 
     def submit(self, job: Job, dry_run: bool = False) -> int:
-        import sys
-
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the YAML
             print(f"note: {note}", file=sys.stderr, flush=True)
         print(manifest_yaml(job) if dry_run else submit(job), flush=True)
         return 0
 
     def status(self, ref: RunRef) -> str:
-        return status(ref.namespace or cluster.JOBS_NAMESPACE, ref.run_id)
+        return status(_namespace(ref), ref.run_id)
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
-        return logs(ref.namespace or cluster.JOBS_NAMESPACE, ref.run_id, rank, follow)
+        return logs(_namespace(ref), ref.run_id, rank, follow)
 
     def stop(self, ref: RunRef) -> str:
-        return stop(ref.namespace or cluster.JOBS_NAMESPACE, ref.run_id)
+        return stop(_namespace(ref), ref.run_id)
+
+
+def _namespace(ref: RunRef) -> str:
+    return ref.namespace or cluster.JOBS_NAMESPACE
