@@ -9,13 +9,12 @@ without that file (a dry run on a laptop) the infra stack's defaults are assumed
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from observability.contract import MONITORING_NAMESPACE as MONITORING_NAMESPACE  # re-exported
 
-REPO = Path(__file__).resolve().parents[1]
+from .paths import state_dir
 
 JOBS_NAMESPACE = "trainkit-jobs"
 """Namespace for training jobs (ResourceQuota, FSx claim and the HF token Secret live there)."""
@@ -49,7 +48,7 @@ def etcd_endpoint() -> str:
 
 def aws_state_dir() -> Path:
     """Where the aws profile keeps Terraform state, the kubeconfig and the recorded outputs."""
-    return Path(os.environ.get("TRAINKIT_STATE_DIR", REPO / ".trainkit")) / "aws"
+    return state_dir() / "aws"
 
 
 def outputs_path() -> Path:

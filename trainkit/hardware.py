@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
 
 
 @dataclass(frozen=True)
@@ -22,12 +22,14 @@ class InstanceType:
     efa_interfaces: int
 
 
-# One table for Terraform (the gpu-nodegroup module reads it with jsondecode) and for Python.
-INSTANCE_TABLE = Path(__file__).resolve().parents[1] / "terraform" / "modules" / "gpu-nodegroup" / "instance_types.json"
+# One table for Terraform and Python: terraform/modules/gpu-nodegroup/instance_types.json, which the
+# module reads with jsondecode; trainkit/tables/instance_types.json is a link to it that the package
+# build copies in as package data, so an installed trainkit reads it without the source tree.
+INSTANCE_TABLE = ("tables", "instance_types.json")
 
 
 def _load_instance_types() -> dict[str, InstanceType]:
-    table = json.loads(INSTANCE_TABLE.read_text())
+    table = json.loads(files("trainkit").joinpath(*INSTANCE_TABLE).read_text())
     return {
         name: InstanceType(name, row["gpu"], row["gpus"], row["gpu_memory_gib"], row["efa_interfaces"])
         for name, row in table.items()

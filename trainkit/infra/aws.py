@@ -18,30 +18,39 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from ..cluster import aws_state_dir
 from ..errors import SpecError
 from ..hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
+from ..paths import terraform_dir
 from .terraform import PlanSummary, TerraformStack
 
-REPO = Path(__file__).resolve().parents[2]
-STACKS_DIR = REPO / "terraform" / "stacks"
-INFRA_STACK = STACKS_DIR / "infra"
 # Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
 STACK_ORDER = ("infra", "platform")
-STATE_DIR = aws_state_dir()
 STACK_TAG = "trainkit:stack-id"
 
 
+def stacks_dir() -> Path:
+    return terraform_dir() / "stacks"
+
+
 def default_var_file() -> Path:
-    return INFRA_STACK / "terraform.tfvars"
+    return stacks_dir() / "infra" / "terraform.tfvars"
 
 
 def resolve_var_file(var_file: str | None) -> Path:
     path = Path(var_file).expanduser().resolve() if var_file else default_var_file()
     if not path.is_file():
-        example = INFRA_STACK / "terraform.tfvars.example"
+        example = default_var_file().with_name("terraform.tfvars.example")
         raise SpecError(
-            f"{path} does not exist: copy {example.relative_to(REPO)} to {default_var_file().relative_to(REPO)} "
+            f"{path} does not exist: copy {_shown(example)} to {_shown(default_var_file())} "
             "and edit it (or pass --var-file)"
         )
     return path
+
+
+def _shown(path: Path) -> Path:
+    """A path as the user typed it: relative to where the command runs when it is below it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def _unquote(value):
@@ -85,16 +94,17 @@ def check_credentials() -> dict:
 
 
 def stack(name: str = "infra") -> TerraformStack:
+    state = aws_state_dir()
     if name == "infra":
-        return TerraformStack(STACKS_DIR / name, STATE_DIR)
+        return TerraformStack(stacks_dir() / name, state)
     # Later stacks read the infra stack's outputs from its state file (terraform_remote_state).
-    infra_state = {"TF_VAR_infra_state_path": str(STATE_DIR / "terraform.tfstate")}
-    return TerraformStack(STACKS_DIR / name, STATE_DIR / name, extra_env=infra_state)
+    infra_state = {"TF_VAR_infra_state_path": str(state / "terraform.tfstate")}
+    return TerraformStack(stacks_dir() / name, state / name, extra_env=infra_state)
 
 
 def teardown_order() -> list[str]:
     """Stacks present in the repository, last applied first."""
-    return [name for name in reversed(STACK_ORDER) if any((STACKS_DIR / name).glob("*.tf"))]
+    return [name for name in reversed(STACK_ORDER) if any((stacks_dir() / name).glob("*.tf"))]
 
 
 @dataclass

@@ -1,23 +1,4 @@
-"""Fault injection for elastic jobs on this machine: kill workers, nodes, agents or the rendezvous store
-mid-run, and measure what the job does about it.
-
-Each scenario starts a real elastic job (`--nodes 1:2 --nproc 1`: two torchrun agents, each a
-"node", at a real c10d or etcd rendezvous), waits until training has passed `fault_step`, injects
-its fault (into the last node, unless the scenario names node 0, which hosts the c10d store; see
-trainkit/backends/local.py) and watches the job to its end under a hard timeout. It reads what the
-run leaves, `metrics.jsonl` (every step with a wall-clock time) and `events.jsonl` (starts,
-resumes, checkpoints, stops), and records:
-
-    outcome       finished | error | timeout
-    restarts      resumes from a checkpoint after the fault
-    recovery_s    last step logged before the fault -> first step logged after it
-    steps_lost    steps done before the fault that had to be redone (<= checkpoint interval)
-    final_step    and final_loss, against an uninterrupted run of the same job (loss_delta)
-
-`invoke chaos` runs scenarios from the command line; `invoke bench elastic` runs all of them on
-both backends and writes benchmarks/elastic.json plus the README table; tests/test_chaos.py runs
-them all in `make test`.
-"""
+"""Runs scenarios: a real elastic job per scenario, the fault injected mid-run, the outcome measured."""
 
 from __future__ import annotations
 
@@ -29,98 +10,16 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-from .backends import job_from_flags
-from .backends.local import LocalJob, explain_failure, job_exit_code, signal_group
-from .errors import SpecError
-from .launch import prepare_run
-from .services import EtcdServer
-
-BACKENDS = ("c10d", "etcd")
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    fault: str
-    # What the job must do, per backend: "finished" unless listed here.
-    expected: dict[str, str] = field(default_factory=dict)
-
-
-SCENARIOS = {
-    s.name: s
-    for s in (
-        Scenario("worker-kill", "SIGKILL one worker process of the last node"),
-        Scenario("node-kill", "SIGKILL the last node: its agent and its workers at once"),
-        Scenario("agent-kill", "SIGKILL only the last node's agent (its workers die with it)"),
-        Scenario("agent-term", "SIGTERM the last node's agent (a drained or preempted node)"),
-        Scenario(
-            "node0-kill",
-            "SIGKILL node 0: rank 0's node and, with c10d, the host of the rendezvous store",
-            expected={"c10d": "error"},
-        ),
-        Scenario(
-            "store-loss",
-            "the rendezvous store dies: etcd is SIGKILLed and restarted; with c10d, node 0's agent (the store) is",
-            expected={"c10d": "error"},
-        ),
-        Scenario("node-return", "SIGKILL the last node, then start it again once the job has recovered"),
-    )
-}
-
-
-@dataclass
-class Settings:
-    """The job every scenario runs: small enough to finish in well under a minute on 2 CPU cores."""
-
-    model: str = "llama2-tiny"
-    steps: int = 20
-    checkpoint_interval: int = 4
-    fault_step: int = 9
-    nodes: str = "1:2"
-    nproc: int = 1
-    max_restarts: int = 3
-    timeout_s: float = 150.0
-
-    def overrides(self, backend: str, run_id: str, runs_dir: Path, endpoint: str | None) -> dict:
-        return {
-            "model": self.model,
-            "steps": self.steps,
-            "checkpoint_interval": self.checkpoint_interval,
-            "nodes": self.nodes,
-            "nproc": self.nproc,
-            "max_restarts": self.max_restarts,
-            "rdzv": backend,
-            "rdzv_endpoint": endpoint,
-            "run_id": run_id,
-            "runs_dir": str(runs_dir),
-            "metrics_port": 0,
-        }
-
-
-@dataclass
-class Result:
-    scenario: str
-    backend: str
-    expected: str
-    outcome: str
-    seconds: float
-    restarts: int | None = None
-    recovery_s: float | None = None
-    steps_lost: int | None = None
-    final_step: int | None = None
-    final_world_size: int | None = None
-    final_loss: float | None = None
-    loss_delta: float | None = None
-    seconds_to_error: float | None = None
-    error: str | None = None
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == self.expected and not self.problems
+from ..backends import job_from_flags
+from ..backends.local import LocalJob, explain_failure, job_exit_code, signal_group
+from ..errors import SpecError
+from ..launch import prepare_run
+from ..services import EtcdServer
+from .scenarios import SCENARIOS, Result, Settings
+from .table import describe
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -336,17 +235,6 @@ def run_baseline(workdir: Path, settings: Settings | None = None) -> float:
     return json.loads((run_dir / "summary.json").read_text())["last_loss"]
 
 
-def select(scenarios: str, backends: str) -> list[tuple[str, str]]:
-    """Scenario x backend pairs from comma lists ("all" for every one); unknown names are an error."""
-    names = list(SCENARIOS) if scenarios == "all" else [s.strip() for s in scenarios.split(",") if s.strip()]
-    chosen = list(BACKENDS) if backends == "all" else [b.strip() for b in backends.split(",") if b.strip()]
-    for value, allowed, flag in ((names, SCENARIOS, "--scenario"), (chosen, BACKENDS, "--rdzv")):
-        unknown = [v for v in value if v not in allowed]
-        if unknown or not value:
-            raise SpecError(f"{flag} {', '.join(unknown) or '(empty)'}: choose from all, {', '.join(allowed)}")
-    return [(name, backend) for backend in chosen for name in names]
-
-
 def run_matrix(
     pairs: list[tuple[str, str]],
     workdir: Path,
@@ -385,57 +273,3 @@ def run_matrix(
         "baseline_final_loss": baseline,
         "results": [dict(asdict(r), ok=r.ok) for r in results],
     }
-
-
-def describe(result: Result) -> str:
-    status = "ok" if result.ok else "UNEXPECTED"
-    if result.outcome == "error":
-        detail = f"error after {result.seconds_to_error} s: {result.error}"
-    else:
-        detail = (
-            f"{result.outcome}: restarts {result.restarts}, recovery {result.recovery_s} s, "
-            f"steps lost {result.steps_lost}, final step {result.final_step} (world {result.final_world_size}), "
-            f"loss delta {result.loss_delta}"
-        )
-    problems = f" [{'; '.join(result.problems)}]" if result.problems else ""
-    return f"{status:10} {result.scenario:12} {result.backend:5} {detail} ({result.seconds} s){problems}"
-
-
-TABLE_START, TABLE_END = "<!-- elastic-table:start -->", "<!-- elastic-table:end -->"
-
-
-def render_table(record: dict) -> str:
-    """The README table for a benchmark record."""
-    rows = [
-        "| scenario | rdzv | outcome | restarts | recovery (s) | steps lost | final step | final loss vs no fault |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-
-    def cell(value) -> str:
-        return "-" if value is None else str(value)
-
-    for r in record["results"]:
-        outcome = r["outcome"] if r["ok"] else f"{r['outcome']} (expected {r['expected']})"
-        if r["outcome"] == "error":
-            outcome += f" in {r['seconds_to_error']} s"
-        delta = r["loss_delta"]
-        delta = "-" if delta is None else "0" if delta == 0 else f"{delta:+.0e}"
-        rows.append(
-            f"| {r['scenario']} | {r['backend']} | {outcome} | {cell(r['restarts'])} | {cell(r['recovery_s'])} "
-            f"| {cell(r['steps_lost'])} | {cell(r['final_step'])} | {delta} |"
-        )
-    return "\n".join(rows)
-
-
-def update_readme(readme: Path, record: dict) -> None:
-    text = readme.read_text()
-    head, _, rest = text.partition(TABLE_START)
-    _, _, tail = rest.partition(TABLE_END)
-    if not rest:
-        raise RuntimeError(f"{readme} has no {TABLE_START} marker")
-    readme.write_text(f"{head}{TABLE_START}\n{render_table(record)}\n{TABLE_END}{tail}")
-
-
-def readme_table(readme: Path) -> str:
-    text = readme.read_text()
-    return text.partition(TABLE_START)[2].partition(TABLE_END)[0].strip()
