@@ -23,6 +23,7 @@ formula of `training.common.flops` and a stated MFU assumption.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 from training.common.flops import PEAK_BF16_TFLOPS
@@ -224,3 +225,10 @@ def render_plan(plan: Plan) -> str:
     else:
         lines.append(f"  cost                {plan.price_source}")
     return "\n".join(lines)
+
+
+def plan_json(plan: Plan) -> str:
+    data = asdict(plan)
+    for name, breakdown in plan.memory_per_gpu.items():
+        data["memory_per_gpu"][name]["total"] = breakdown.total
+    return json.dumps(data, indent=2)

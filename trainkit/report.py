@@ -148,3 +148,13 @@ def _empty(axis) -> None:
     """No ticks on a panel that has nothing to plot (no axis values that mean nothing)."""
     axis.set_xticks([])
     axis.set_yticks([])
+
+
+def report_run(run_id: str, runs_dir: str, output: str | None) -> str:
+    run_dir = Path(runs_dir) / run_id
+    if not run_dir.is_dir():
+        known = sorted(p.parent.name for p in Path(runs_dir).glob("*/metrics.jsonl"))
+        hint = f"runs there: {', '.join(known)}" if known else "no runs there"
+        raise SpecError(f"--run {run_id!r}: no folder {run_dir} ({hint}); check --run and --runs-dir")
+    written = write_report(run_dir, Path(output) if output else None)
+    return f"report written: {written.resolve()}"

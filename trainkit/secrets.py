@@ -43,3 +43,20 @@ def require_hf_token(weights: str, token_file: str | None) -> str:
             "(or a file passed with --hf-token-file). Never pass the token itself on the command line."
         )
     return token
+
+
+def store_hf_token(token_file: str | None, namespace: str) -> str:
+    """The token from a file, HF_TOKEN or a hidden prompt (never from the command line) into the cluster."""
+    import getpass
+    import sys
+
+    from .backends import eks
+
+    token = resolve_hf_token(token_file)
+    if token is None:
+        if not sys.stdin.isatty():
+            raise SpecError("no Hugging Face token found: pass --file with a file holding it, or set HF_TOKEN")
+        token = getpass.getpass("Hugging Face token (input hidden): ").strip()
+    if not token:
+        raise SpecError("the Hugging Face token is empty; nothing was created")
+    return eks.put_hf_token(token, namespace)

@@ -8,9 +8,10 @@ derive (recipe and derived values; pure) -> validate (pure, changes nothing).
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
-from training.common.job import Job
+from training.common.job import SPEC_FILE, Job
 
 from ..errors import SpecError
 from ..job import build, derive, validate
@@ -42,3 +43,13 @@ def job_from_flags(flags: dict[str, Any], profile: str = "local") -> Job:
 
 
 __all__ = ["BACKENDS", "Backend", "RunRef", "get_backend", "job_from_flags", "resolve_job"]
+
+
+def backend_of(run_id: str | None, target: str | None, runs_dir: str) -> Backend:
+    """The backend that holds a run: `target`, else local when the run (or, without a run id, any run)
+    is in the local runs folder, else EKS."""
+    if target is None:
+        runs = Path(runs_dir)
+        local = (runs / run_id / SPEC_FILE).is_file() if run_id else any(runs.glob(f"*/{SPEC_FILE}"))
+        target = "local" if local else "eks"
+    return get_backend(target)

@@ -1,0 +1,24 @@
+"""The command line: one Invoke collection per module (train: the job's doors at the top level; infra,
+data, obs, secrets; bench: chaos and benchmarks at the top level). The repository's tasks.py exposes
+`namespace` to `invoke`; an installed package has the same commands as `trainkit` (or `python -m trainkit`),
+which needs no tasks.py and no checkout."""
+
+from __future__ import annotations
+
+from invoke import Collection, Program
+
+from . import bench, data, infra, obs, secrets, train
+
+namespace = Collection(
+    *train.TASKS, *bench.TASKS, infra.collection, data.collection, secrets.collection, obs.collection
+)
+
+
+def main() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("trainkit")
+    except PackageNotFoundError:
+        installed = "unknown"
+    Program(namespace=namespace, name="trainkit", binary="trainkit", version=installed).run()

@@ -1,0 +1,72 @@
+"""`invoke infra.*`: bring a profile up and down (local: this machine's servers; aws: Terraform stacks)."""
+
+from __future__ import annotations
+
+from invoke import Collection, task
+
+from ..errors import SpecError
+from .options import user_errors
+
+PROFILES = ("local", "aws")
+STACKS = ("all", "infra", "platform")
+HELP = {
+    "profile": "local (this machine) or aws (Terraform infra stack, then the platform stack).",
+    "yes": "Do not ask for confirmation (aws).",
+    "var-file": "tfvars for the infra stack (default terraform/stacks/infra/terraform.tfvars).",
+}
+
+
+def _aws(profile: str) -> bool:
+    if profile not in PROFILES:
+        raise SpecError(f"--profile {profile!r} is not valid here; choose one of: {', '.join(PROFILES)}")
+    return profile == "aws"
+
+
+@task(help={**HELP, "stack": "aws: all (default), infra (cluster, nodes, FSx, ECR) or platform (on the cluster)."})
+@user_errors
+def up(c, profile="local", yes=False, var_file=None, stack="all"):
+    """Bring up a profile. aws: plan, cost per hour, confirm, apply infra, write a kubeconfig, apply the platform."""
+    from ..infra import lifecycle, local
+
+    if stack not in STACKS:
+        raise SpecError(f"--stack {stack!r} is not valid; choose one of: {', '.join(STACKS)}")
+    print(lifecycle.up(yes, var_file, stack) if _aws(profile) else local.up())
+
+
+@task(help=HELP)
+@user_errors
+def down(c, profile="local", yes=False, var_file=None):
+    """Take a profile down. aws: destroy in order, then audit that nothing tagged is left (exit 2 if so)."""
+    from ..infra import lifecycle, local
+
+    print(lifecycle.down(yes, var_file) if _aws(profile) else local.down())
+
+
+@task(name="plan", help={"var-file": HELP["var-file"]})
+@user_errors
+def plan(c, var_file=None):
+    """Show what `infra.up --profile aws` would create and its GPU cost per hour. Changes nothing."""
+    from ..infra import lifecycle
+
+    print(lifecycle.plan(var_file))
+
+
+@task
+@user_errors
+def outputs(c):
+    """Print the infra stack's outputs (cluster, FSx, ECR, GPU shape) as JSON."""
+    from ..infra import lifecycle
+
+    print(lifecycle.outputs())
+
+
+@task(help={"var-file": HELP["var-file"]})
+@user_errors
+def audit(c, var_file=None):
+    """List AWS resources still tagged with the stack id; exit 2 when any are left."""
+    from ..infra import lifecycle
+
+    print(lifecycle.audit(var_file))
+
+
+collection = Collection("infra", up, down, plan, outputs, audit)

@@ -1,0 +1,49 @@
+"""`invoke obs.*`: generated dashboards and rules, a run's report PNG, the cluster's Grafana."""
+
+from __future__ import annotations
+
+from invoke import Collection, Exit, task
+
+from .options import user_errors
+
+
+@task(name="generate", help={"check": "Change nothing; exit 1 and name the files that regenerating would change."})
+def generate(c, check=False):
+    """Regenerate observability/generated/ (dashboards JSON, alert rules) from observability/*.py."""
+    from observability import generate as generator
+
+    code = generator.main(["--check"] if check else [])
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "run": "The run id (its folder under --runs-dir).",
+        "runs-dir": "Where runs live (default runs); other runs of the model there give the scaling panel.",
+        "output": "PNG to write (default <runs-dir>/<run>/report.png).",
+    }
+)
+@user_errors
+def report(c, run, runs_dir="runs", output=None):
+    """One PNG of a run: loss, throughput and MFU over steps; scaling against ideal across world sizes."""
+    from ..report import report_run
+
+    print(report_run(run, runs_dir, output))
+
+
+@task(
+    help={
+        "port": "Local port for Grafana (default 3000).",
+        "kubeconfig": "kubeconfig of the cluster (default the one `make up PROFILE=aws` wrote).",
+    }
+)
+@user_errors
+def grafana(c, port=3000, kubeconfig=None):
+    """EKS: port-forward the platform's Grafana, print its URL and where its login comes from. Ctrl-C ends it."""
+    from ..backends.eks.grafana import port_forward_grafana
+
+    raise Exit(code=port_forward_grafana(int(port), kubeconfig))
+
+
+collection = Collection("obs", generate, report, grafana)

@@ -1,0 +1,56 @@
+"""What every task door shares: user errors as exit code 2, and task options generated from the job model."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from invoke import Exit
+
+from training.common.job import BY_KEY
+
+from ..errors import SpecError
+
+
+def user_errors(function):
+    """Invalid input ends the task with its message and exit code 2 (no traceback)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except SpecError as error:
+            raise Exit(f"error: {error}", code=2) from None
+
+    return wrapper
+
+
+def job_options(function, names, extra: dict[str, object]):
+    """Give a task one option per job field in `names` (name, help and kind from its declaration in
+    training/common/job.py) plus `extra` (name -> default); the body receives them all as keywords."""
+    params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    helps = {}
+    for spec in (BY_KEY[name] for name in names):
+        default = False if spec.switch else None
+        params.append(inspect.Parameter(spec.key, inspect.Parameter.KEYWORD_ONLY, default=default))
+        helps[spec.flag[2:]] = spec.help
+        if spec.alias:
+            params.append(inspect.Parameter(spec.alias, inspect.Parameter.KEYWORD_ONLY, default=None))
+            helps[spec.alias] = f"Alias of {spec.flag}."
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in extra.items()]
+    function.__signature__ = inspect.Signature(params)
+    return function, helps
+
+
+def job_flags(values: dict, names) -> dict:
+    """The job fields among a task's keywords; switches off and unset options mean "not given"."""
+    flags = {}
+    for name in names:
+        spec = BY_KEY[name]
+        value = values.get(spec.key)
+        if spec.alias and values.get(spec.alias) is not None:
+            if value is not None:
+                raise SpecError(f"--{spec.alias} is an alias of {spec.flag}; give one of them")
+            value = values[spec.alias]
+        flags[spec.key] = (value or None) if spec.switch else value  # a switch left off: not given
+    return flags

@@ -1,0 +1,124 @@
+"""The job's doors (top level): `train`, `plan`, and `status` / `logs` / `stop` of a run on any backend."""
+
+from __future__ import annotations
+
+from invoke import Exit, task
+
+from training.common.job import BY_KEY, fields_of
+
+from ..backends import RunRef, backend_of, resolve_job
+from ..cluster import JOBS_NAMESPACE
+from ..errors import SpecError
+from ..job import REGISTRY, build
+from ..plan import PlanOptions, make_plan, plan_json, render_plan
+from .options import job_flags, job_options, user_errors
+
+TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
+PLAN_FLAGS = (
+    "model",
+    "layers",
+    "seq_len",
+    "nodes",
+    "nproc",
+    "sharding",
+    "activation_checkpointing",
+    "micro_batch_size",
+    "global_batch_size",
+    "instance_type",
+)
+
+
+def _train(c, profile="local", dry_run=False, **values):
+    """Train a model: validate the job, then run it (local: torchrun here; eks: a PyTorchJob)."""
+    job, backend = resolve_job(job_flags(values, TRAIN_KEYS), profile)
+    code = backend.submit(job, dry_run=dry_run)
+    if code:
+        raise Exit(f"training exited with code {code}", code=code)
+
+
+_train_body, _train_help = job_options(_train, TRAIN_KEYS, {"profile": "local", "dry_run": False})
+train = task(
+    help={
+        **_train_help,
+        "model": f"{BY_KEY['model'].help} One of: {', '.join(REGISTRY)}.",
+        "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",
+        "dry-run": "Print what would run and create nothing: the job as spec.json (local) or the PyTorchJob as "
+        "YAML (eks); checks nothing on a cluster.",
+    },
+    name="train",
+)(user_errors(_train_body))
+
+
+def _plan(c, gpus_per_node=None, mfu=0.40, price_per_hour=0.0, epoch_tokens=100_000_000, json=False, **values):
+    """Estimate memory per GPU, step time, tokens/s and cost for a job. Runs nothing, creates nothing."""
+    flags = job_flags(values, PLAN_FLAGS)
+    flags["model"] = flags["model"] or "llama2-7b"
+    if gpus_per_node is not None:
+        if flags["nproc"] is not None:
+            raise SpecError("--gpus-per-node is an alias of --nproc; give one of them")
+        flags["nproc"] = gpus_per_node
+    options = PlanOptions(mfu=float(mfu), price_per_hour=float(price_per_hour) or None, epoch_tokens=int(epoch_tokens))
+    result = make_plan(build(flags), options)  # the same fields and checks as `invoke train`
+    print(plan_json(result) if json else render_plan(result))
+
+
+_plan_body, _plan_help = job_options(
+    _plan,
+    PLAN_FLAGS,
+    {"gpus_per_node": None, "mfu": 0.40, "price_per_hour": 0.0, "epoch_tokens": 100_000_000, "json": False},
+)
+plan = task(
+    help={
+        **_plan_help,
+        "model": "Registry name of a language model, e.g. llama2-7b (default: llama2-7b).",
+        "instance-type": "AWS instance type (p5.48xlarge, p4d.24xlarge, ...); default p5.48xlarge.",
+        "sharding": "FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD (all four are shown; this one is marked).",
+        "global-batch-size": "Sequences per optimizer step (default: recipe, raised to fill every GPU).",
+        "gpus-per-node": "Alias of --nproc: GPUs per instance (default: all GPUs of --instance-type).",
+        "mfu": "Assumed model FLOPs utilisation for time and cost (default 0.40).",
+        "price-per-hour": "USD per instance-hour; default from the price table in trainkit/hardware.py.",
+        "epoch-tokens": "Tokens in one epoch, for $ per epoch (default 100M).",
+        "json": "Print the plan as JSON.",
+    },
+    name="plan",
+)(user_errors(_plan_body))
+
+
+RUN_HELP = {
+    "run-id": "The run to act on (default: the newest run: local, else the newest trainkit job on the cluster).",
+    "target": "local or eks (default: local when the run is in --runs-dir, else eks).",
+    "runs-dir": "Local runs folder (default runs).",
+    "namespace": f"EKS: namespace of the jobs (default {JOBS_NAMESPACE}).",
+}
+
+
+@task(help=RUN_HELP)
+@user_errors
+def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
+    """A run's state: local (its processes, last step, restarts) or on EKS (conditions and pods)."""
+    print(backend_of(run_id, target, runs_dir).status(RunRef(run_id, runs_dir, namespace)))
+
+
+@task(
+    help={
+        **RUN_HELP,
+        "rank": "Show this global rank's lines only (default: the leader's log, rank 0's node).",
+        "follow": "Keep printing as the log grows.",
+    }
+)
+@user_errors
+def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None, follow=False):
+    """The leader's log (rank 0), or one rank's lines, of a local run or an EKS job."""
+    run = RunRef(run_id, runs_dir, namespace)
+    for line in backend_of(run_id, target, runs_dir).logs(run, None if rank is None else int(rank), follow):
+        print(line, flush=True)
+
+
+@task(help=RUN_HELP)
+@user_errors
+def stop(c, run_id=None, target=None, runs_dir="runs", namespace=None):
+    """Stop a run at a step boundary (local: its processes; EKS: its job); outputs stay, re-running resumes."""
+    print(backend_of(run_id, target, runs_dir).stop(RunRef(run_id, runs_dir, namespace)))
+
+
+TASKS = (train, plan, status, logs, stop)
