@@ -45,8 +45,17 @@ def rdzv_conf(backend: str, is_host: bool | None = None) -> str:
 
 
 def torchrun_command(
-    run: PreparedRun, endpoint: str, rdzv_id: str, log_dir: Path, args: list[str], is_host: bool | None = None
+    run: PreparedRun,
+    endpoint: str,
+    rdzv_id: str,
+    log_dir: Path,
+    args: list[str],
+    is_host: bool | None = None,
+    tee: bool = True,
 ) -> list[str]:
+    """`tee`: every rank's output also on the agent's console, each line prefixed `[default<local rank>]:`
+    (pod logs, where `invoke logs --rank` picks a rank's lines by it); else only into the rank's files under
+    `log_dir` (a local run's console follows rank 0's files instead, see backends/local_console.py)."""
     job, p = run.job, run.job.parallelism
     nnodes = str(p.nodes) if p.min_nodes == p.nodes else f"{p.min_nodes}:{p.nodes}"
     return [
@@ -69,7 +78,7 @@ def torchrun_command(
         str(job.elastic.max_restarts),
         "--log-dir",
         str(log_dir),
-        "--tee",
+        "--tee" if tee else "--redirects",
         "3",
         "-m",
         run.module,

@@ -491,6 +491,9 @@ by the rank itself (`invoke logs --rank`)."""
 METRICS_PORT_OFFSET_ENV = "TRAINKIT_METRICS_PORT_OFFSET"
 """Added to the metrics port by launchers that run several nodes on one machine, so each node's ranks
 get their own block of ports (rank r of the job serves port + r, as on one node)."""
+PROGRESS_ENV = "TRAINKIT_PROGRESS"
+"""How rank 0 shows progress: `bar` (a tqdm bar; the launcher sets it when its console is a terminal) or,
+by default, `lines` (one plain line per tenth of the run: logs, pipes and `kubectl logs`)."""
 SYNTHETIC_DIALOGUES = Path("data") / "dialogues.jsonl"
 SYNTHETIC_IMAGES = Path("data") / "imagenet"
 

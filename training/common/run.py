@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager
 from .files import publish_text
-from .job import METRICS_PORT_OFFSET_ENV, RANK_LOGS_DIR, Job
+from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, RANK_LOGS_DIR, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink
 
@@ -46,6 +46,36 @@ def record_log_files(run_dir: Path, rank: int) -> None:
     folder = run_dir / "logs" / RANK_LOGS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     publish_text(folder / f"{rank}.json", json.dumps(files) + "\n")
+
+
+class ProgressLines:
+    """The part of tqdm's interface the trainers use, as plain lines: `<run> step 12/60 (20%) loss=...`
+    when the run passes each tenth (and its last step), so a log or a pipe gets no carriage returns."""
+
+    def __init__(self, run_id: str, start: int, total: int, quiet: bool):
+        self.run_id, self.step, self.total, self.quiet = run_id, start, total, quiet
+        self.postfix: dict[str, str] = {}
+        self.started = time.perf_counter()
+        self.next_tenth = self._tenth(start) + 1
+
+    def _tenth(self, step: int) -> int:
+        return step * 10 // max(1, self.total)
+
+    def set_postfix(self, **values: str) -> None:
+        self.postfix = values
+
+    def update(self, steps: int = 1) -> None:
+        self.step += steps
+        if self.quiet or (self._tenth(self.step) < self.next_tenth and self.step < self.total):
+            return
+        self.next_tenth = self._tenth(self.step) + 1
+        values = " ".join(f"{k}={v}" for k, v in self.postfix.items())
+        elapsed = time.perf_counter() - self.started
+        percent = 100 * self.step // max(1, self.total)
+        print(f"{self.run_id} step {self.step}/{self.total} ({percent}%) {values} [{elapsed:.0f} s]", flush=True)
+
+    def close(self) -> None:
+        pass
 
 
 def current_nodes(configured: int) -> int:
@@ -128,10 +158,13 @@ class RunContext:
         self.accelerator.end_training()
         return True
 
-    def progress(self, start: int, total_steps: int) -> tqdm:
-        """A step progress bar on the main process (silent elsewhere)."""
+    def progress(self, start: int, total_steps: int) -> tqdm | ProgressLines:
+        """Step progress on the main process (silent elsewhere): a tqdm bar where the launcher's console is a
+        terminal (`TRAINKIT_PROGRESS=bar`), else a plain line per tenth of the run."""
         quiet = not self.accelerator.is_main_process
-        return tqdm(total=total_steps, initial=start, disable=quiet, desc=self.run_id, unit="step")
+        if os.environ.get(PROGRESS_ENV) == "bar":
+            return tqdm(total=total_steps, initial=start, disable=quiet, desc=self.run_id, unit="step")
+        return ProgressLines(self.run_id, start, total_steps, quiet)
 
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()

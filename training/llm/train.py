@@ -6,6 +6,8 @@ run folder the launcher prepared:
 
 from __future__ import annotations
 
+from transformers.utils import logging as hf_logging
+
 from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
 
@@ -15,6 +17,8 @@ from .trainer import Trainer
 def main(argv: list[str] | None = None) -> None:
     job, run_dir = parse_worker_arguments(argv, __doc__.splitlines()[0])
     die_with_parent()
+    # One progress indicator per run (rank 0's steps): not a second bar for the final model's shards.
+    hf_logging.disable_progress_bar()
     Trainer(job, run_dir).fit()
     exit_finished()
 

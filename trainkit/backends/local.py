@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.common.job import METRICS_PORT_OFFSET_ENV, Job
+from training.common.job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 
 from .. import hardware
 from ..job.build import Machine
@@ -38,6 +38,7 @@ from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
 from . import local_runs
 from .base import Backend, RunRef
+from .local_console import RankZeroConsole, summary_block
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
 # its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.
@@ -51,12 +52,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int) -> list[str]:
+def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int, tee: bool = False) -> list[str]:
     """torchrun for one node on this machine; with c10d, node 0 hosts the store (decided, not left to a
-    bind race between agents on one host), so the store's single point of failure is a known node."""
+    bind race between agents on one host), so the store's single point of failure is a known node.
+    Ranks write to their files only unless `tee` (local_console.py shows rank 0's on the console)."""
     job = run.job
     log_dir = job.run_dir / "logs" / (f"node-{node}" if job.parallelism.nodes > 1 else "")
-    return torchrun_command(run, endpoint, rdzv_id, log_dir, run.args, is_host=node == 0)
+    return torchrun_command(run, endpoint, rdzv_id, log_dir, run.args, is_host=node == 0, tee=tee)
 
 
 def node_environment(env: dict[str, str], job: Job, node: int) -> dict[str, str]:
@@ -117,7 +119,9 @@ class LocalJob:
         self.endpoint = job.elastic.rdzv_endpoint or f"127.0.0.1:{free_port()}"
         self.rdzv_id = rendezvous_id(job)
         self.env = job_environment(run)
-        self.output = output  # None: the agents write to this process's stdout/stderr
+        # None: the agents write to this process's stdout/stderr, and rank 0's output is followed onto it
+        # (RankZeroConsole); a file: the agents and, prefixed, every rank write there.
+        self.output = output
         self.agents: dict[int, subprocess.Popen] = {}
         self.pid_file = job.run_dir / PID_FILE
         self.scrape_file: Path | None = None
@@ -132,7 +136,7 @@ class LocalJob:
     def start_node(self, node: int) -> subprocess.Popen:
         """Start (or start again, after a loss) the agent of one node."""
         agent = subprocess.Popen(
-            node_command(self.run, self.endpoint, self.rdzv_id, node),
+            node_command(self.run, self.endpoint, self.rdzv_id, node, tee=self.output is not None),
             env=node_environment(self.env, self.run.job, node),
             start_new_session=True,
             stdout=self.output,
@@ -177,9 +181,14 @@ class LocalJob:
 def run_foreground(run: PreparedRun) -> int:
     """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
     kills it. Returns the job's exit code."""
+    if sys.stdout.isatty() and PROGRESS_ENV not in os.environ:
+        run.env[PROGRESS_ENV] = "bar"  # rank 0's output reaches a terminal (RankZeroConsole)
+    started = time.monotonic()
     job = LocalJob(run)
     owner = local_runs.record_owner(run.job.run_dir)
     job.start()
+    console = RankZeroConsole(run.job.run_dir)
+    console.start()
     received: list[int] = []
 
     def forward(signum, _frame):
@@ -192,6 +201,7 @@ def run_foreground(run: PreparedRun) -> int:
         codes = job.wait(received)
     finally:
         job.kill_all()
+        console.stop()
         owner.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -203,6 +213,9 @@ def run_foreground(run: PreparedRun) -> int:
     reason = explain_failure(run.job, codes) if code else None
     if reason:
         print(f"error: {reason}", file=sys.stderr, flush=True)
+    summary = None if code else summary_block(run.job, time.monotonic() - started)
+    if summary:
+        print(summary, flush=True)
     return code
 
 

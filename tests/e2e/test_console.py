@@ -1,0 +1,78 @@
+"""What a user sees of a local run: rank 0's output once, unprefixed, progress as plain lines in a log
+and as a bar in a terminal; every rank's output kept in its own log; a summary block at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+INVOKE = str(Path(sys.executable).parent / "invoke")
+
+
+def _train(runs: Path, *extra: str, **kwargs):
+    command = [INVOKE, "train", "--model", "llama2-tiny", "--steps", "20", "--runs-dir", str(runs), *extra]
+    return subprocess.run(command, cwd=REPO, timeout=600, **kwargs)
+
+
+def test_console_of_a_run_in_a_log(tmp_path):
+    result = _train(tmp_path / "runs", capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    console = result.stdout + result.stderr
+    assert "[default" not in console and "\r" not in console, console[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_id = run_dir.name
+    steps = [line for line in result.stdout.splitlines() if line.startswith(f"{run_id} step ")]
+    assert [line.split()[2] for line in steps] == [f"{n}/20" for n in range(2, 21, 2)], steps
+    assert len(set(result.stdout.splitlines())) == len([line for line in result.stdout.splitlines()]), "a line twice"
+
+    # The console carries rank 0's whole stdout, in order; every rank's files are recorded and kept.
+    ranks = {int(p.stem): json.loads(p.read_text()) for p in (run_dir / "logs" / "ranks").glob("*.json")}
+    assert sorted(ranks) == [0, 1] and all(Path(f).is_file() for files in ranks.values() for f in files.values())
+    rank0 = Path(ranks[0]["stdout"]).read_text()
+    assert "are all prompt (no loss)" in rank0 and rank0 in result.stdout
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    block = result.stdout[result.stdout.index(f"run {run_id} finished") :].splitlines()
+    fields = {line.split()[0]: line.split(None, 1)[1] for line in block[1:]}
+    assert fields["loss"].startswith(f"{summary['first_loss']:.4f} -> {summary['last_loss']:.4f} over 20 steps")
+    assert fields["throughput"].startswith(f"{summary['tokens_per_s_median']:,.0f} tokens/s")
+    assert float(fields["wall"].split()[1]) > summary["wall_time_s"] > 0  # "wall time N s (this command)"
+    assert Path(fields["model"]) == run_dir / "model" and (run_dir / "model").is_dir()
+    assert f"invoke obs.report --run {run_id} --runs-dir {tmp_path / 'runs'}" in fields["report"]
+    assert block[-1].strip().startswith("again")
+
+
+def test_console_of_a_run_in_a_terminal(tmp_path):
+    """In a terminal rank 0 draws one tqdm bar (carriage returns), still without a rank prefix."""
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [INVOKE, "train", "--model", "llama2-tiny", "--steps", "12", "--runs-dir", str(tmp_path / "runs")],
+        cwd=REPO,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env={k: v for k, v in os.environ.items() if k != "TRAINKIT_PROGRESS"},
+    )
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the terminal closed: every writer has exited
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    assert process.wait(timeout=600) == 0
+    screen = b"".join(chunks).decode(errors="replace")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert "[default" not in screen
+    assert f"\r{run_dir.name}: 100%" in screen and "12/12" in screen, screen[-3000:]
+    assert f"{run_dir.name} step " not in screen  # the bar, not the plain lines
+    assert f"run {run_dir.name} finished" in screen

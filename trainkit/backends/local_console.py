@@ -1,0 +1,104 @@
+"""What a local run shows on the launcher's console: rank 0's output, once and unprefixed, then a summary.
+
+The agents send every rank's output to files only (`torchrun --redirects`; the run's logs/ folder keeps
+all of it, `invoke logs --rank R` reads any rank). `RankZeroConsole` copies global rank 0's stdout and
+stderr files onto this console as they grow, byte for byte (so a progress bar's carriage returns work
+in a terminal), and moves to rank 0's new files when an elastic restart gives rank 0 to another
+process: each rank records its files in logs/ranks/<rank>.json when it starts. Rank 0 draws a tqdm bar
+when this console is a terminal and plain progress lines otherwise (`TRAINKIT_PROGRESS`), so a log or a
+pipe gets no carriage-return noise and no line twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import BinaryIO
+
+from training.common.job import RANK_LOGS_DIR, Job
+
+
+class RankZeroConsole(threading.Thread):
+    """Follows global rank 0's output files onto this process's stdout and stderr until `stop()`."""
+
+    def __init__(self, run_dir: Path, interval: float = 0.1):
+        super().__init__(name="rank0-console", daemon=True)
+        self.record = run_dir / "logs" / RANK_LOGS_DIR / "0.json"
+        self.interval = interval
+        self.stopping = threading.Event()
+        self.files: dict[str, str] = {}
+        self.handles: dict[str, BinaryIO] = {}
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            self.pump()
+        self.pump()  # what rank 0 wrote last
+        self.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+
+    def pump(self) -> None:
+        try:
+            files = json.loads(self.record.read_text())
+        except (OSError, ValueError):
+            files = self.files  # not written yet, or being replaced: keep following the current files
+        if files != self.files:
+            self.copy()  # the end of the old files first
+            self.close()
+            self.files = files
+        self.copy()
+
+    def copy(self) -> None:
+        for name in ("stdout", "stderr"):
+            if name not in self.handles and self.files.get(name):
+                try:
+                    self.handles[name] = open(self.files[name], "rb")  # noqa: SIM115 (kept open while followed)
+                except OSError:
+                    continue
+            handle = self.handles.get(name)
+            chunk = handle.read() if handle else b""
+            if chunk:
+                stream = sys.stdout if name == "stdout" else sys.stderr
+                stream.flush()
+                stream.buffer.write(chunk)
+                stream.buffer.flush()
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+        self.handles = {}
+
+
+def summary_block(job: Job, wall_s: float) -> str | None:
+    """The lines a finished run ends on: loss first -> last, median throughput, wall time, where its
+    outputs are, and what to run next. None when the run left no summary (it did not finish)."""
+    run_dir = job.run_dir
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    throughput = [
+        f"{summary[key]:,.0f} {unit}/s"
+        for key, unit in (("tokens_per_s_median", "tokens"), ("samples_per_s_median", "samples"))
+        if summary.get(key)
+    ]
+    first, last = summary.get("first_loss"), summary.get("last_loss")
+    loss = f"{first:.4f} -> {last:.4f}" if first is not None and last is not None else "not recorded"
+    model = run_dir / "model"
+    run = f"{job.run.run_id}" + (f" --runs-dir {job.run.runs_dir}" if job.run.runs_dir != "runs" else "")
+    rows = [
+        ("loss", f"{loss} over {summary.get('steps', 0)} steps"),
+        ("throughput", " | ".join(throughput) + " (median over the measured steps)" if throughput else "-"),
+        ("wall time", f"{wall_s:.1f} s (this command), restarts {summary.get('restarts', 0)}"),
+        ("model", str(model if model.is_dir() else run_dir / "checkpoints")),
+        ("metrics", f"{run_dir / 'metrics.jsonl'}, {run_dir / 'summary.json'}"),
+        ("logs", f"{run_dir / 'logs'} (invoke logs --run-id {run} --rank R)"),
+        ("report", f"invoke obs.report --run {run}  (writes {run_dir / 'report.png'})"),
+        ("again", "the same command resumes this run from its last checkpoint, or reports it finished"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join([f"run {job.run.run_id} finished", *(f"  {name:<{width}}  {text}" for name, text in rows)])
