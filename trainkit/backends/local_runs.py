@@ -96,7 +96,7 @@ def status(ref: RunRef) -> str:
         ago = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime
         lines.append(f"  step       {last['step']}{total}, loss {last['loss']:.4f}, {ago:.0f} s ago")
     resumes = sum(1 for e in events if e["event"] == "resume")
-    lines.append(f"  restarts   {resumes} (resumed from a checkpoint)")
+    lines.append(f"  restarts   {resumes} (times the job resumed from a checkpoint)")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
     lines.append(f"  folder     {run_dir}")
