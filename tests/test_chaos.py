@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, invoke
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke
 from trainkit import chaos
 
 pytestmark = pytest.mark.slow

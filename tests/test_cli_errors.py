@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import invoke
+from tests.helpers.product import invoke
 from training.vision.synthetic import SyntheticTree, write_tree
 
 

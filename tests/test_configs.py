@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig
 
+from tests.helpers.paths import REPO
 from training.llm.model import DECODER_LAYER
 
-CONFIGS = Path(__file__).resolve().parents[1] / "training" / "configs"
+CONFIGS = REPO / "training" / "configs"
 
 
 @pytest.mark.parametrize("name", ["fsdp.yaml", "ddp.yaml"])

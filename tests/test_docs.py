@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from tests.helpers.paths import REPO
 from training.common.job import fields_of
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (REPO / "README.md").read_text()
 
 
 def test_readme_opens_with_exactly_the_two_setup_commands():
@@ -22,6 +21,6 @@ def test_every_train_flag_is_documented():
 def test_every_exported_metric_is_in_the_metrics_contract():
     from training.common.metrics import GAUGES
 
-    contract = (Path(__file__).resolve().parents[1] / "observability" / "README.md").read_text()
+    contract = (REPO / "observability" / "README.md").read_text()
     missing = [name for name in GAUGES if f"`{name}`" not in contract]
     assert not missing, missing

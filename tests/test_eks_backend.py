@@ -14,8 +14,8 @@ import socket
 import pytest
 from moto import mock_aws
 
-from tests.conftest import invoke
 from tests.helpers.kube_api import FakeCluster
+from tests.helpers.product import invoke
 from trainkit.backends import eks
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import preflight

@@ -17,13 +17,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import REPO, invoke
 from tests.helpers.kubernetes import kubernetes_version
+from tests.helpers.paths import GOLDEN, PYTORCHJOB_SCHEMA, REPO
+from tests.helpers.product import invoke
 from trainkit import cluster, hardware, render
 from trainkit.backends import job_from_flags as build_spec
 
-SCHEMA = json.loads((REPO / "tests" / "schemas" / "pytorchjob-v1.json").read_text())
-GOLDEN = REPO / "tests" / "golden"
+SCHEMA = json.loads(PYTORCHJOB_SCHEMA.read_text())
 TOKEN = "hf_do_not_leak_0123456789abcdef"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"
 

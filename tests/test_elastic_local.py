@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, invoke, only_run_dir, read_jsonl
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke, only_run_dir, read_jsonl
 from training.common.job import RANK_LOGS_DIR
 from trainkit.services import EtcdServer
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from tests.conftest import REPO
+from tests.helpers.paths import HELPERS, REPO
 from training.common.lifecycle import StopSignal
 from trainkit import chaos
 from trainkit.backends import job_from_flags as build_spec
@@ -122,7 +122,7 @@ def test_a_silent_peer_fails_the_collective_after_the_timeout_instead_of_hanging
         "c10d",
         "--rdzv-endpoint",
         "127.0.0.1:0",
-        "tests/helpers/silent_peer.py",
+        str(HELPERS / "silent_peer.py"),
         "--timeout",
         "3",
     ]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAKE_AWS, REPO, moto_server
+from tests.helpers.aws import FAKE_AWS, moto_server
+from tests.helpers.paths import REPO
 
 pytestmark = pytest.mark.slow
 

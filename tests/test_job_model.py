@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, invoke
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke
 from training.common.job import BY_KEY, FIELDS, Job, fields_of, read_job
 
 # A value other than the default for every option, in three jobs that together use them all.

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.conftest import invoke, output, read_jsonl, start_invoke
+from tests.helpers.product import invoke, output, read_jsonl, start_invoke
 from tests.helpers.waiting import wait_for
 from trainkit.backends.local_runs import OWNER_FILE, owner_pid, record_owner
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import invoke, only_run_dir
+from tests.helpers.product import invoke, only_run_dir
 from trainkit.services import etcd_healthy
 
 

@@ -10,7 +10,7 @@ import stat
 
 from PIL import Image
 
-from tests.conftest import invoke
+from tests.helpers.product import invoke
 from trainkit.report import scaling_points
 
 

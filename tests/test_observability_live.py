@@ -18,7 +18,7 @@ import pytest
 
 from observability import generate, rules
 from observability.dashboards.common import expand, panel_queries, variable_queries
-from tests.conftest import invoke, read_jsonl
+from tests.helpers.product import invoke, read_jsonl
 from trainkit.services import LocalGpuExporter, free_port_pair
 
 RUN_ID = "obs-live"

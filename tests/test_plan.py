@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import invoke
+from tests.helpers.product import invoke
 from trainkit.errors import SpecError
 from trainkit.job import build
 from trainkit.plan import GIB, PlanOptions, make_plan

@@ -12,7 +12,6 @@ the names the EKS backend relies on (trainkit/cluster.py) are the ones created.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import hcl2
 import kubernetes_validate
@@ -20,9 +19,10 @@ import pytest
 import yaml
 
 from tests.helpers.kubernetes import kubernetes_version
+from tests.helpers.paths import REPO
 from trainkit import cluster
 
-ROOT = Path(__file__).resolve().parents[1] / "terraform" / "stacks" / "platform"
+ROOT = REPO / "terraform" / "stacks" / "platform"
 INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROFILE=aws`
     "fsx_file_system_id": "fs-0123456789abcdef0",
     "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import REPO
+
 SCAN_VENV = Path(os.environ.get("TRAINKIT_SCAN_VENV", REPO / ".venv-scan"))
 
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import invoke
+from tests.helpers.product import invoke
 from training.common.job import Job
 from trainkit import cluster
 from trainkit.backends import job_from_flags as build_spec

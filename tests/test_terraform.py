@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import REPO
 from trainkit.infra.cli_config import find_provider_mirror, render_cli_config, write_cli_config
 
-REPO = Path(__file__).resolve().parents[1]
 TERRAFORM = REPO / "terraform"
 # The platform root's providers (helm, kubernetes, kustomization) are not in this machine's mirror:
 # it is checked by tests/test_platform_stack.py and validated where the registry is reachable.

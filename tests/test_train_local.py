@@ -16,7 +16,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tests.conftest import REPO, invoke, only_run_dir, output, read_jsonl, start_invoke
+from tests.helpers.paths import HELPERS, REPO
+from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.checkpoint import STALL_ENV
 from training.llm.data import PackedDataset, load_records, tokenize_examples
@@ -186,7 +187,7 @@ def test_hybrid_shard_on_one_node_is_rejected_before_anything_starts(tmp_path):
 
 def test_guard_stops_fsdp_that_accelerate_silently_turned_into_ddp_or_copies():
     """Run the guard under torchrun with Accelerate left stock: it must refuse, not train."""
-    script = Path(__file__).parent / "helpers" / "guard_check.py"
+    script = HELPERS / "guard_check.py"
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
         cwd=REPO,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 from training.vision.layout import (
     FILE_DELAY_ENV,
     VAL_CSV_NAME,

@@ -11,7 +11,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.conftest import FAKE_AWS, invoke, moto_server, start_invoke
+from tests.helpers.aws import FAKE_AWS, moto_server
+from tests.helpers.product import invoke, start_invoke
 from training.vision.layout import FILE_DELAY_ENV, VAL_CSV_NAME, read_val_labels
 from training.vision.prep import MANIFEST, PrepError, with_retries
 from training.vision.synthetic import MARKER, SyntheticTree, write_tree

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, REPO, invoke, only_run_dir, read_jsonl, start_invoke
+from tests.helpers.paths import BIN, HELPERS, REPO
+from tests.helpers.product import invoke, only_run_dir, read_jsonl, start_invoke
 from tests.helpers.waiting import latest_step, wait_for
 
 pytestmark = pytest.mark.slow
@@ -102,7 +103,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_with_identical_losses(vision_run, 
 
 def test_replica_check_stops_ranks_that_train_alone():
     result = subprocess.run(
-        [str(BIN / "torchrun"), "--nproc-per-node", "2", str(REPO / "tests" / "helpers" / "vision_replica_check.py")],
+        [str(BIN / "torchrun"), "--nproc-per-node", "2", str(HELPERS / "vision_replica_check.py")],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
