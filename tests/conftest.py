@@ -1,35 +1,79 @@
-"""Fixtures and hooks for the whole suite; the helpers they use live in tests/helpers."""
+"""Fixtures and hooks for the whole suite; the helpers they use live in tests/helpers.
+
+The suite has three layers, one folder and one marker each (registered in pyproject.toml):
+
+    tests/unit          unit         in-process only: no subprocess, no server, no network (tests/unit/conftest.py
+                                     makes starting a process fail); the whole layer in under a minute
+    tests/integration   integration  real tools and servers: invoke commands that do not train, terraform,
+                                     promtool, moto, kubernetes-validate, a local Kubernetes API, checkov, trivy
+    tests/e2e           e2e, slow    real training processes: torchrun jobs, chaos and elastic scenarios, the
+                                     infra round trip over the AWS emulator
+
+The markers come from the folder (pytest_collection_modifyitems below), so `-m unit` and `tests/unit` select
+the same tests. `slow` is kept as another name for e2e: `-m 'not slow'` still leaves every training run out.
+Fixtures used by one layer live in that layer's conftest.py; those shared across layers live here.
+"""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import REPO
-from tests.helpers.product import only_run_dir, stop_started
-from trainkit.services import free_port_pair
+from tests.helpers.eks import ECR
+from tests.helpers.kube_api import FakeCluster
+from tests.helpers.product import stop_started
+from training.vision.synthetic import SyntheticTree, write_tree
+from trainkit import cluster
+
+LAYERS = ("unit", "integration", "e2e")
+ALIASES = {"e2e": ("slow",)}  # the marker the training runs had before the layers
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its layer's marker, from the folder it is in; a test outside the layers is an error."""
+    tests = Path(__file__).parent
+    outside = []
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else None
+        if folder not in LAYERS:
+            outside.append(item.nodeid)
+            continue
+        for name in (folder, *ALIASES.get(folder, ())):
+            item.add_marker(name)
+    if outside:
+        raise pytest.UsageError(
+            f"tests outside the layers ({', '.join(f'tests/{layer}' for layer in LAYERS)}): {', '.join(outside)}"
+        )
 
 
 @pytest.fixture(autouse=True)
 def stop_background_jobs():
-    """Whatever a test started with start_invoke and left running is stopped after it."""
+    """Whatever a test started with start_invoke and left running is stopped after it (every layer)."""
     yield
     stop_started()
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> Path:
-    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session."""
-    runs = tmp_path_factory.mktemp("tiny")
-    port = free_port_pair()
-    result = subprocess.run(
-        ["make", "train", "MODEL=llama2-tiny", f"ARGS=--runs-dir {runs} --metrics-port {port}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
+@pytest.fixture
+def recorded_outputs(tmp_path, monkeypatch):
+    """What `make up PROFILE=aws` records, so nothing depends on this machine."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    cluster.save_outputs(
+        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "ecr_repository_urls": {"train": ECR}}
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(runs)
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A local Kubernetes API server with two p5.48xlarge nodes (tests/helpers/kube_api.py), in KUBECONFIG."""
+    with FakeCluster(tmp_path / "cluster") as api:
+        api.add_nodes("p5.48xlarge", 2, gpus=8, efa=32)
+        monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig()))
+        monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+        yield api
+
+
+@pytest.fixture
+def flat(tmp_path) -> Path:
+    """An ILSVRC-shaped tree: train/<wnid>/, flat val/ and LOC_val_solution.csv."""
+    return write_tree(tmp_path / "imagenet", SyntheticTree(classes=4, per_class=3, val_per_class=5, flat_val=True))

@@ -19,8 +19,6 @@ from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
 from trainkit import chaos
 
-pytestmark = pytest.mark.slow
-
 SETTINGS = chaos.Settings()
 PAIRS = [(name, backend) for backend in chaos.BACKENDS for name in chaos.SCENARIOS]
 

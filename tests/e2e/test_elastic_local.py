@@ -13,8 +13,6 @@ from tests.helpers.product import invoke, only_run_dir, read_jsonl
 from training.common.job import RANK_LOGS_DIR
 from trainkit.services import EtcdServer
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory):

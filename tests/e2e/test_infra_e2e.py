@@ -19,8 +19,6 @@ import pytest
 from tests.helpers.aws import FAKE_AWS, moto_server
 from tests.helpers.paths import REPO
 
-pytestmark = pytest.mark.slow
-
 EMULATOR_TFVARS = """
 region                = "us-east-1"
 availability_zones    = ["us-east-1a", "us-east-1b"]

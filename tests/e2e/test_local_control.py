@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-
-import pytest
 
 from tests.helpers.product import invoke, output, read_jsonl, start_invoke
 from tests.helpers.waiting import wait_for
-from trainkit.backends.local_runs import OWNER_FILE, owner_pid, record_owner
 
 
-@pytest.mark.slow
 def test_status_logs_stop_of_a_running_local_job(tmp_path):
     runs = tmp_path / "runs"
     where = ["--runs-dir", str(runs)]
@@ -48,14 +43,3 @@ def test_status_logs_stop_of_a_running_local_job(tmp_path):
     assert again.returncode == 2 and "is not running on this machine" in again.stderr
     missing = invoke("logs", *where, "--run-id", "nope", "--target", "local")  # without it: EKS is asked
     assert missing.returncode == 2 and "no run in" in missing.stderr and "runs there: ctl" in missing.stderr
-
-
-def test_a_dead_launchers_pid_reused_by_another_process_is_not_taken_for_the_run(tmp_path):
-    """launcher.json outlives a SIGKILLed launcher; `stop` must not signal whatever process got its pid."""
-    run_dir = tmp_path / "runs" / "old"
-    run_dir.mkdir(parents=True)
-    record_owner(run_dir)
-    assert owner_pid(run_dir) == os.getpid()
-    owner = json.loads((run_dir / OWNER_FILE).read_text())
-    (run_dir / OWNER_FILE).write_text(json.dumps({**owner, "started": "1"}))  # same pid, another process
-    assert owner_pid(run_dir) is None

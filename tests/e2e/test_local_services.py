@@ -6,13 +6,10 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.product import invoke, only_run_dir
 from trainkit.services import etcd_healthy
 
 
-@pytest.mark.slow
 def test_up_starts_an_etcd_that_train_uses_and_down_stops_it(tmp_path):
     env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state")}
     up = invoke("infra.up", env=env)

@@ -60,7 +60,6 @@ def scraped_run(tmp_path_factory):
         assert "prometheus" in down.stdout, down.stdout + down.stderr
 
 
-@pytest.mark.slow
 def test_prometheus_scraped_both_ranks_of_the_run(scraped_run):
     endpoint, at, _ = scraped_run
     per_rank = ask(endpoint, f'count_over_time(trainkit_train_step{{run_id="{RUN_ID}"}}[1m])', at)
@@ -68,7 +67,6 @@ def test_prometheus_scraped_both_ranks_of_the_run(scraped_run):
     assert min(values(per_rank)) >= 3, "at least three scrapes of each rank during the run"
 
 
-@pytest.mark.slow
 def test_every_training_panel_returns_data_that_matches_the_run(scraped_run):
     endpoint, at, records = scraped_run
     board = generate.load_dashboard("training-run.json")
@@ -88,7 +86,6 @@ def panel_expr(board: dict, title: str) -> str:
     return next(expr for panel, expr in panel_queries(board) if panel == title)
 
 
-@pytest.mark.slow
 def test_gpu_panels_parse_and_show_nothing_without_a_gpu_exporter(scraped_run):
     endpoint, at, _ = scraped_run
     board = generate.load_dashboard("gpu-fleet.json")
@@ -100,7 +97,6 @@ def test_gpu_panels_parse_and_show_nothing_without_a_gpu_exporter(scraped_run):
             assert result == [], f"{expr!r} returned {result} on a machine with no GPU exporter"
 
 
-@pytest.mark.slow
 def test_every_alert_rule_evaluates_and_a_healthy_run_fires_none(scraped_run):
     endpoint, at, _ = scraped_run
     for alert in rules.alerts():

@@ -14,8 +14,6 @@ from tests.helpers.paths import BIN, HELPERS, REPO
 from tests.helpers.product import invoke, only_run_dir, read_jsonl, start_invoke
 from tests.helpers.waiting import latest_step, wait_for
 
-pytestmark = pytest.mark.slow
-
 EPOCHS, STEPS_PER_EPOCH = 6, 10  # resnet-tiny recipe: 400 training images / global batch 40
 
 

@@ -68,6 +68,11 @@ def stop_started() -> None:
                 process.wait()
 
 
+def tiny_args(runs: Path, *extra: str) -> list[str]:
+    """`invoke train` arguments for llama2-tiny into `runs` with --metrics-port 0; `extra` adds flags."""
+    return ["train", "--model", "llama2-tiny", "--runs-dir", str(runs), "--metrics-port", "0", *extra]
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 

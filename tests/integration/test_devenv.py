@@ -1,15 +1,15 @@
-"""The torchvision CPU shim: installed only on a CPU-torch + CUDA-torchvision mismatch, inert otherwise."""
+"""The torchvision CPU shim: installed only on a CPU-torch + CUDA-torchvision mismatch, inert otherwise;
+checked in fresh interpreters (its import hook in-process: tests/unit/test_devenv_hook.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import sysconfig
-import types
 
 import pytest
 
-from trainkit.devenv import torchvision_cpu, torchvision_cpu_shim
+from trainkit.devenv import torchvision_cpu
 
 SITE = sysconfig.get_paths()["purelib"]
 
@@ -42,13 +42,3 @@ def test_the_mismatch_is_real_here_and_the_shim_is_what_fixes_it():
     )
     assert shimmed.returncode == 0, shimmed.stderr
     assert shimmed.stdout.strip() == "1000"
-
-
-@pytest.mark.parametrize(("has_ops", "skipped"), [(True, False), (False, True)])
-def test_the_hook_only_replaces_registrations_when_the_extension_did_not_load(has_ops, skipped, monkeypatch):
-    extension = types.SimpleNamespace(_has_ops=lambda: has_ops)
-    monkeypatch.setitem(sys.modules, "torchvision.extension", extension)
-    finder = torchvision_cpu_shim._SkipRegistrationsWithoutOps()
-    for name in torchvision_cpu_shim._REGISTRATION_MODULES:
-        assert (finder.find_spec(name) is not None) == skipped
-    assert finder.find_spec("torchvision.models") is None  # nothing else is ever touched

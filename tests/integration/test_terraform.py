@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import REPO
-from trainkit.infra.cli_config import find_provider_mirror, render_cli_config, write_cli_config
+from trainkit.infra.cli_config import write_cli_config
 
 TERRAFORM = REPO / "terraform"
 # The platform root's providers (helm, kubernetes, kustomization) are not in this machine's mirror:
-# it is checked by tests/test_platform_stack.py and validated where the registry is reachable.
+# it is checked by tests/unit/test_platform_stack.py and tests/integration/test_platform_stack_objects.py, and
+# validated where the registry is reachable.
 ONLINE_ONLY = {Path("stacks/platform")}
 ROOTS = sorted(
     [p.relative_to(TERRAFORM) for p in (TERRAFORM / "modules").iterdir() if p.is_dir()]
@@ -44,18 +45,6 @@ def tf(tmp_path_factory):
     return run
 
 
-def test_cli_config_uses_the_mirror_when_present_and_the_registry_otherwise(tmp_path, monkeypatch):
-    mirror = tmp_path / "mirror"
-    (mirror / "registry.terraform.io" / "hashicorp" / "aws").mkdir(parents=True)
-    monkeypatch.setenv("TRAINKIT_TF_PROVIDER_MIRROR", str(mirror))
-    assert find_provider_mirror() == mirror
-    text = render_cli_config(mirror)
-    assert f'path    = "{mirror}"' in text and 'exclude = ["registry.terraform.io/hashicorp/aws"]' in text
-    monkeypatch.setenv("TRAINKIT_TF_PROVIDER_MIRROR", str(tmp_path / "empty"))
-    assert find_provider_mirror() is None
-    assert "filesystem_mirror" not in render_cli_config(None)
-
-
 def test_fmt(tf):
     result = tf(Path("."), "fmt", "-check", "-recursive", "-diff")
     assert result.returncode == 0, f"run `terraform fmt -recursive terraform/`:\n{result.stdout}{result.stderr}"
@@ -71,10 +60,3 @@ def test_init_validate_and_test(tf, root):
         test = tf(root, "test", "-no-color")
         assert test.returncode == 0, test.stdout + test.stderr
         assert " 0 failed" in test.stdout and "passed" in test.stdout
-
-
-def test_python_and_terraform_read_one_instance_table():
-    from trainkit.hardware import INSTANCE_TYPES
-
-    assert INSTANCE_TYPES["p5.48xlarge"].efa_interfaces == 32 and INSTANCE_TYPES["p4d.24xlarge"].efa_interfaces == 4
-    assert INSTANCE_TYPES["p5.48xlarge"].gpu_memory_gib == 80

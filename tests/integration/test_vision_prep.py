@@ -9,15 +9,13 @@ from pathlib import Path
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
 
 from tests.helpers.aws import FAKE_AWS, moto_server
 from tests.helpers.product import invoke, start_invoke
 from training.vision.layout import FILE_DELAY_ENV, VAL_CSV_NAME, read_val_labels
-from training.vision.prep import MANIFEST, PrepError, with_retries
+from training.vision.prep import MANIFEST
 from training.vision.synthetic import MARKER, SyntheticTree, write_tree
 
-pytestmark = pytest.mark.slow
 BUCKET, PREFIX = "datasets", "imagenet"
 
 
@@ -112,34 +110,6 @@ def test_wrong_source_is_one_clear_sentence(s3, tmp_path):
     assert empty.returncode == 2 and f"nothing found under s3://{BUCKET}/nothing; check --source" in empty.stderr
     bad = invoke("data.imagenet", "--source", "/local/path", "--dest", str(tmp_path / "d"), env=s3["env"])
     assert bad.returncode == 2 and "--source '/local/path' must look like s3://bucket/prefix/" in bad.stderr
-
-
-def test_transient_failures_are_retried_and_request_errors_are_not():
-    calls = []
-
-    def flaky():
-        calls.append(1)
-        if len(calls) < 3:
-            raise ConnectionResetError("connection reset by peer")
-
-    with_retries(flaky, "s3://b/k", base_delay=0)
-    assert len(calls) == 3
-
-    denied = []
-
-    def forbidden():
-        denied.append(1)
-        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
-
-    with pytest.raises(PrepError, match="s3://b/k: ClientError"):
-        with_retries(forbidden, "s3://b/k", base_delay=0)
-    assert len(denied) == 1
-
-    def always_down():
-        raise TimeoutError("read timed out")
-
-    with pytest.raises(PrepError, match="TimeoutError: read timed out"):
-        with_retries(always_down, "s3://b/k", attempts=3, base_delay=0)
 
 
 def test_without_a_label_csv_at_the_source_the_flat_val_is_laid_out_from_a_given_one(s3, tmp_path):

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
-from tests.helpers.paths import HELPERS, REPO
+from tests.helpers.paths import REPO
 from training.common.lifecycle import StopSignal
 from trainkit import chaos
 from trainkit.backends import job_from_flags as build_spec
@@ -48,12 +46,6 @@ def test_patient_backend_gives_up_after_its_timeout():
     backend = PatientBackend(FlakyStore(outages=10**6), outage_timeout=0.5)
     with pytest.raises(RendezvousConnectionError):
         backend.set_state(b"x", None)
-
-
-def test_torchrun_finds_the_etcd_backend_through_the_entry_point():
-    code = "from torch.distributed.elastic.rendezvous import rendezvous_handler_registry as r; print(r._registry)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
-    assert "trainkit-etcd" in out
 
 
 def test_a_stop_saves_only_when_the_grace_period_allows():
@@ -107,26 +99,3 @@ def test_committed_benchmark_matches_the_readme_and_covers_every_scenario():
     pairs = {(r["scenario"], r["backend"]) for r in record["results"]}
     assert pairs == {(s, b) for s in chaos.SCENARIOS for b in chaos.BACKENDS}
     assert all(r["ok"] for r in record["results"])
-
-
-@pytest.mark.slow
-def test_a_silent_peer_fails_the_collective_after_the_timeout_instead_of_hanging():
-    """Rank 1 stops answering without closing its connections; rank 0's all-reduce must fail in time."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "127.0.0.1:0",
-        str(HELPERS / "silent_peer.py"),
-        "--timeout",
-        "3",
-    ]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert "rank 0: collective failed after" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
-    waited = float(result.stdout.split("collective failed after")[1].split()[0])
-    assert 2.5 <= waited <= 30, waited

@@ -1,5 +1,5 @@
-"""observability.gpu_exporter: DCGM names, units and labels from NVML; EFA counters from sysfs; and
-nothing at all where there is no GPU.
+"""observability.gpu_exporter in-process: DCGM names, units and labels from NVML; EFA counters from sysfs.
+The exporter as a process serving nothing where there is no GPU: tests/integration/test_gpu_exporter_process.py.
 
 No GPU here, so NVML itself is replaced by a small stand-in with NVML's call signatures and units
 (pynvml's: mW, bytes); what is tested is our mapping onto DCGM's names and units. The exporter on
@@ -8,10 +8,7 @@ real NVML is measured only where a GPU is lent (see observability/README.md).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-import urllib.request
 from types import SimpleNamespace
 
 import pynvml
@@ -20,7 +17,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from observability.contract import GPU_LABELS, GPU_METRICS
 from observability.gpu_exporter import EfaCollector, build_registry
-from trainkit.services import LocalGpuExporter, free_port_pair
 
 
 class OneH100:
@@ -126,26 +122,3 @@ def test_efa_counters_come_from_amazon_devices_only(tmp_path):
     assert metrics["trainkit_efa_rdma_read_bytes"][0].value == 5
     assert "trainkit_efa_retransmitted_packets" not in metrics  # no such file on this device: no series
     assert [d.name for d in EfaCollector(tmp_path).devices()] == ["rdmap16s27"]
-
-
-def test_without_a_gpu_the_exporter_serves_no_gpu_series(tmp_path):
-    """The real process on this CPU machine: NVML does not load, so no DCGM series at all."""
-    port = free_port_pair()
-    command = [sys.executable, "-m", "observability.gpu_exporter", "--port", str(port), "--sysfs", str(tmp_path)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline, body = time.monotonic() + 30, None
-        while body is None and time.monotonic() < deadline:
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-            except OSError:
-                time.sleep(0.2)
-        assert body is not None, "the exporter did not serve"
-    finally:
-        process.terminate()
-        log = process.communicate(timeout=10)[0]
-    if LocalGpuExporter.hardware() is None:
-        assert "DCGM_" not in body and "trainkit_efa" not in body
-        assert "no NVML" in log and "GPU metrics absent" in log
-    else:  # a machine with a driver: the real NVML path
-        assert "DCGM_FI_DEV_GPU_UTIL{" in body, body[:2000]

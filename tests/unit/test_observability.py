@@ -1,12 +1,10 @@
-"""Dashboards and alert rules as code: generated files are current, rules pass promtool, every alert
-has a unit test that fires it, every query names a metric of the contract, GPU panels say "no data"."""
+"""Dashboards and alert rules as code: generated files are current, every alert has a unit test that fires
+it, every query names a metric of the contract, GPU panels say "no data". The rules through promtool:
+tests/integration/test_observability_promtool.py."""
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,17 +13,9 @@ from observability import generate, rules
 from observability.contract import GPU_METRICS, known_metrics
 from observability.dashboards import DASHBOARDS
 from observability.dashboards.common import GPU_NO_DATA, expand, panel_queries, variable_queries
+from tests.helpers.observability_files import RULES_FILE, UNIT_TESTS
 
-OBS = Path(generate.__file__).resolve().parent
-RULES_FILE = OBS / "generated" / "rules" / "trainkit-alerts.rules.yaml"
-UNIT_TESTS = OBS / "tests" / "alerts.test.yaml"
 METRIC_NAME = re.compile(r"\b(trainkit_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
-
-
-def promtool(*args: str) -> subprocess.CompletedProcess:
-    if shutil.which("promtool") is None:
-        pytest.fail("promtool is missing: run `make test-services` (Debian's prometheus package)")
-    return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_regenerating_changes_nothing():
@@ -41,33 +31,6 @@ def test_the_check_notices_an_edited_or_stray_file(tmp_path):
     assert generate.stale(tmp_path) == ["dashboards/old.json", "dashboards/training-run.json"]
     generate.write(tmp_path)
     assert generate.stale(tmp_path) == [] and not (tmp_path / "dashboards" / "old.json").exists()
-
-
-def test_promtool_check_rules_passes():
-    result = promtool("check", "rules", str(RULES_FILE))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(rules.alerts())} rules found" in result.stdout
-
-
-def test_promtool_unit_tests_pass():
-    result = promtool("test", "rules", str(UNIT_TESTS))
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_promtool_would_catch_a_broken_rule(tmp_path):
-    """The unit tests are not vacuous: with the NaN check removed, the loss test fails."""
-    groups = rules.rule_groups()
-    for group in groups["groups"]:
-        for rule in group["rules"]:
-            if rule["alert"] == "TrainingLossNotFinite":
-                rule["expr"] = "count by (run_id, model) (abs(trainkit_train_loss) == Inf) > 0"
-    broken = tmp_path / "generated" / "rules" / RULES_FILE.name
-    broken.parent.mkdir(parents=True)
-    broken.write_text(yaml.safe_dump(groups))
-    (tmp_path / "tests").mkdir()
-    shutil.copy(UNIT_TESTS, tmp_path / "tests" / UNIT_TESTS.name)
-    result = promtool("test", "rules", str(tmp_path / "tests" / UNIT_TESTS.name))
-    assert result.returncode != 0 and "alertname: TrainingLossNotFinite" in result.stdout + result.stderr
 
 
 def test_every_alert_has_a_unit_test_that_fires_it():

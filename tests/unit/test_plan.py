@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.helpers.product import invoke
+from tests.helpers.published import N7, N13, N70
 from trainkit.errors import SpecError
 from trainkit.job import build
 from trainkit.plan import GIB, PlanOptions, make_plan
@@ -15,9 +13,6 @@ from trainkit.plan import GIB, PlanOptions, make_plan
 def plan_of(mfu=0.40, price_per_hour=None, gpus_per_node=None, **flags):
     """The plan `invoke plan` makes for these flags (job fields, plus the planner's own options)."""
     return make_plan(build({**flags, "nproc": gpus_per_node}), PlanOptions(mfu=mfu, price_per_hour=price_per_hour))
-
-
-N7, N13, N70 = 6_738_415_616, 13_015_864_320, 68_976_648_192
 
 
 def test_llama2_7b_on_2_p5_full_shard():
@@ -63,16 +58,3 @@ def test_price_override_and_bad_input():
         plan_of(model="llama2-7b", instance_type="p9.huge")
     with pytest.raises(SpecError, match="--mfu must be in"):
         plan_of(model="llama2-7b", mfu=1.5)
-
-
-def test_invoke_plan_prints_the_table_and_json():
-    text = invoke("plan", "--model", "llama2-70b", "--nodes", "16", "--gpus-per-node", "8")
-    assert text.returncode == 0, text.stderr
-    assert "68,976,648,192" in text.stdout and "*FULL_SHARD" in text.stdout and "$ per hour" in text.stdout
-    data = json.loads(invoke("plan", "--model", "llama2-7b", "--json").stdout)
-    assert data["param_count"] == N7 and data["memory_per_gpu"]["FULL_SHARD"]["total"] > 0
-
-
-def test_invoke_plan_rejects_a_bad_boolean():
-    result = invoke("plan", "--activation-checkpointing", "maybe")
-    assert result.returncode == 2 and "--activation-checkpointing must be true or false" in result.stderr

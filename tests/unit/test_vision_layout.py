@@ -1,20 +1,14 @@
-"""ImageFolder trees on disk: the synthetic tree, the checks before training, and the val re-layout."""
+"""ImageFolder trees on disk: the synthetic tree, the checks before training, and the val re-layout, in-process
+(the re-layout as a killed and re-run process: tests/integration/test_vision_relayout_process.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import REPO
+from tests.helpers.images import tree_files, val_images
 from training.vision.layout import (
-    FILE_DELAY_ENV,
     VAL_CSV_NAME,
     LayoutError,
     check_image_folder,
@@ -22,20 +16,6 @@ from training.vision.layout import (
     relayout_val,
 )
 from training.vision.synthetic import SyntheticTree, write_tree
-
-
-def tree_files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def val_images(val: Path) -> list[Path]:
-    return sorted(p for p in val.rglob("*.JPEG"))
-
-
-@pytest.fixture
-def flat(tmp_path) -> Path:
-    """An ILSVRC-shaped tree: train/<wnid>/, flat val/ and LOC_val_solution.csv."""
-    return write_tree(tmp_path / "imagenet", SyntheticTree(classes=4, per_class=3, val_per_class=5, flat_val=True))
 
 
 def test_synthetic_tree_is_deterministic_idempotent_and_trainable(tmp_path):
@@ -98,29 +78,6 @@ def test_a_copy_that_brought_back_flat_duplicates_is_cleaned_up(flat):
     shutil.copy(placed, flat / "val" / placed.name)
     report = relayout_val(flat / "val", labels)
     assert report.duplicates_removed == 1 and len(val_images(flat / "val")) == 20
-
-
-def test_relayout_interrupted_half_way_then_rerun_ends_correct(flat):
-    """A real process, killed mid-way by SIGKILL, then the same command again."""
-    before = {p.name: p.read_bytes() for p in val_images(flat / "val")}
-    command = [sys.executable, "-m", "training.vision.prep", "--dest", str(flat)]
-    process = subprocess.Popen(command, cwd=REPO, env={**os.environ, FILE_DELAY_ENV: "0.2"})
-    deadline = time.monotonic() + 60
-    while sum(1 for p in val_images(flat / "val") if p.parent != flat / "val") < 5:
-        assert time.monotonic() < deadline and process.poll() is None, "re-layout never started moving"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    moved = [p for p in val_images(flat / "val") if p.parent != flat / "val"]
-    assert 5 <= len(moved) < 20, "the kill must land half-way"
-    assert len(val_images(flat / "val")) == 20
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert f"already in class folders {len(moved)}" in result.stdout
-    after = val_images(flat / "val")
-    assert {p.name: p.read_bytes() for p in after} == before
-    labels = read_val_labels(flat / VAL_CSV_NAME)
-    assert all(p.parent.name == labels[p.stem] for p in after)
 
 
 def test_csv_naming_unknown_files_stops_before_moving_anything(flat):
