@@ -81,6 +81,10 @@ test-services: ## Install the servers the tests start themselves (etcd, Promethe
 test: setup scan-tools test-services ## Run the whole test suite, offline.
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+.PHONY: test-fast
+test-fast: setup ## Run the unit layer only (tests/unit: in-process, under a minute).
+	$(BIN)/pytest -m unit tests/unit $(PYTEST_ARGS)
+
 .PHONY: lint
 lint: setup scan-tools ## Ruff, terraform fmt, checkov and trivy over terraform/.
 	$(BIN)/ruff check .

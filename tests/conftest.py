@@ -1,150 +1,79 @@
-"""Shared helpers: run the product the way a user does (invoke / make) and read what it leaves."""
+"""Fixtures and hooks for the whole suite; the helpers they use live in tests/helpers.
+
+The suite has three layers, one folder and one marker each (registered in pyproject.toml):
+
+    tests/unit          unit         in-process only: no subprocess, no server, no network (tests/unit/conftest.py
+                                     makes starting a process fail); the whole layer in under a minute
+    tests/integration   integration  real tools and servers: invoke commands that do not train, terraform,
+                                     promtool, moto, kubernetes-validate, a local Kubernetes API, checkov, trivy
+    tests/e2e           e2e, slow    real training processes: torchrun jobs, chaos and elastic scenarios, the
+                                     infra round trip over the AWS emulator
+
+The markers come from the folder (pytest_collection_modifyitems below), so `-m unit` and `tests/unit` select
+the same tests. `slow` is kept as another name for e2e: `-m 'not slow'` still leaves every training run out.
+Fixtures used by one layer live in that layer's conftest.py; those shared across layers live here.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from trainkit.services import free_port_pair
+from tests.helpers.eks import ECR
+from tests.helpers.kube_api import FakeCluster
+from tests.helpers.product import stop_started
+from training.vision.synthetic import SyntheticTree, write_tree
+from trainkit import cluster
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def invoke(
-    *args: str, env: dict | None = None, timeout: float = 600, drop_env_prefix: str | None = None
-) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not (drop_env_prefix and k.startswith(drop_env_prefix))}
-    return subprocess.run(
-        [str(BIN / "invoke"), *args],
-        cwd=REPO,
-        env={**base, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+LAYERS = ("unit", "integration", "e2e")
+ALIASES = {"e2e": ("slow",)}  # the marker the training runs had before the layers
 
 
-_STARTED: list[subprocess.Popen] = []
-
-
-def start_invoke(*args: str, env: dict | None = None) -> subprocess.Popen:
-    """Start a command in the background; whatever a test leaves running is stopped after it.
-
-    Output goes to a file (a pipe nobody reads would fill up and stall the job); `output(process)`
-    reads it.
-    """
-    log = tempfile.TemporaryFile(mode="w+")
-    process = subprocess.Popen(
-        [str(BIN / "invoke"), *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    process.log = log
-    _STARTED.append(process)
-    return process
-
-
-def output(process: subprocess.Popen) -> str:
-    process.log.seek(0)
-    return process.log.read()
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its layer's marker, from the folder it is in; a test outside the layers is an error."""
+    tests = Path(__file__).parent
+    outside = []
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else None
+        if folder not in LAYERS:
+            outside.append(item.nodeid)
+            continue
+        for name in (folder, *ALIASES.get(folder, ())):
+            item.add_marker(name)
+    if outside:
+        raise pytest.UsageError(
+            f"tests outside the layers ({', '.join(f'tests/{layer}' for layer in LAYERS)}): {', '.join(outside)}"
+        )
 
 
 @pytest.fixture(autouse=True)
 def stop_background_jobs():
+    """Whatever a test started with start_invoke and left running is stopped after it (every layer)."""
     yield
-    while _STARTED:
-        process = _STARTED.pop()
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)  # the launcher stops its whole job
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    stop_started()
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
-def only_run_dir(runs_dir: Path) -> Path:
-    runs = [p for p in runs_dir.iterdir() if p.is_dir()]
-    assert len(runs) == 1, runs
-    return runs[0]
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> Path:
-    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session."""
-    runs = tmp_path_factory.mktemp("tiny")
-    port = free_port_pair()
-    result = subprocess.run(
-        ["make", "train", "MODEL=llama2-tiny", f"ARGS=--runs-dir {runs} --metrics-port {port}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=900,
+@pytest.fixture
+def recorded_outputs(tmp_path, monkeypatch):
+    """What `make up PROFILE=aws` records, so nothing depends on this machine."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    cluster.save_outputs(
+        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "ecr_repository_urls": {"train": ECR}}
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(runs)
 
 
-def wait_until_serving(url: str, server: subprocess.Popen, failure: str, timeout: float) -> None:
-    """Poll `url` until the server answers; fail at once if the server process has exited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise AssertionError(failure) from None
-            time.sleep(0.2)
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A local Kubernetes API server with two p5.48xlarge nodes (tests/helpers/kube_api.py), in KUBECONFIG."""
+    with FakeCluster(tmp_path / "cluster") as api:
+        api.add_nodes("p5.48xlarge", 2, gpus=8, efa=32)
+        monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig()))
+        monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+        yield api
 
 
-@contextlib.contextmanager
-def moto_server(log_path: Path, env: dict | None = None) -> Iterator[str]:
-    """An AWS emulator (moto server) on 127.0.0.1; yields its endpoint URL. Real HTTP, real boto3 calls."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = log_path.open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env={**os.environ, **(env or {})},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_serving(f"{endpoint}/moto-api/", server, "moto server did not start", timeout=60)
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-
-
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}
+@pytest.fixture
+def flat(tmp_path) -> Path:
+    """An ILSVRC-shaped tree: train/<wnid>/, flat val/ and LOC_val_solution.csv."""
+    return write_tree(tmp_path / "imagenet", SyntheticTree(classes=4, per_class=3, val_per_class=5, flat_val=True))

@@ -1,4 +1,5 @@
-"""Jobs as tests read them: every field by its flag's name, whatever section declares it."""
+"""Jobs as tests read them: every field by its flag's name, whatever section declares it; and the walks, jobs
+that together give every option a value."""
 
 from __future__ import annotations
 
@@ -25,3 +26,65 @@ def build_spec(flags: dict, profile: str = "local") -> SimpleNamespace:
 def spec_file(run_dir: Path) -> SimpleNamespace:
     """A run's spec.json, read flat."""
     return flat(Job.from_dict(json.loads((Path(run_dir) / "spec.json").read_text())))
+
+
+# A value other than the default for every option, in three jobs that together use them all.
+WALKS = {
+    "llama-local": {
+        "model": "llama2-tiny",
+        "layers": 3,
+        "dataset": "org/dialogues",
+        "dataset_split": "validation",
+        "seq_len": 64,
+        "steps": 7,
+        "global_batch_size": 8,
+        "micro_batch_size": 2,
+        "lr": 0.002,
+        "schedule": "constant",
+        "warmup_steps": 2,
+        "weight_decay": 0.01,
+        "grad_clip": 0.5,
+        "nodes": 2,
+        "nproc": 1,
+        "sharding": "SHARD_GRAD_OP",
+        "precision": "fp32",
+        "activation_checkpointing": True,
+        "checkpoint_interval": 3,
+        "keep_checkpoints": 3,
+        "max_restarts": 1,
+        "collective_timeout": 120,
+        "rdzv": "etcd",
+        "rdzv_endpoint": "127.0.0.1:2379",
+        "run_id": "walk-llama",
+        "seed": 7,
+        "log_interval": 2,
+        "metrics_port": 9500,
+        "peak_tflops": 100.0,
+        "hf_token_file": "/nonexistent/token",
+        "target": "local",
+    },
+    "vision-local": {
+        "model": "resnet-tiny",
+        "image_size": 48,
+        "synthetic": True,
+        "loader_workers": 0,
+        "optimizer": "lamb",
+        "label_smoothing": 0.05,
+        "warmup_epochs": 0.5,
+        "steps": 5,
+        "run_id": "walk-vision",
+    },
+    "llama-eks": {
+        "model": "llama2-7b",
+        "init": "pretrained",
+        "weights": "meta-llama/Llama-2-7b-chat-hf",
+        "epochs": 1,
+        "target": "eks",
+        "instance_type": "p4d.24xlarge",
+        "image": "registry.example/trainkit:walk",
+        "namespace": "walk-jobs",
+        "nproc": 4,
+        "run_id": "walk-eks",
+        "runs_dir": "walk-runs",  # on FSx: relative to the mount
+    },
+}

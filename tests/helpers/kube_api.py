@@ -26,7 +26,9 @@ from urllib.parse import parse_qs, urlparse
 
 import jsonschema
 
-SCHEMA = json.loads((Path(__file__).parents[1] / "schemas" / "pytorchjob-v1.json").read_text())
+from tests.helpers.paths import PYTORCHJOB_SCHEMA
+
+SCHEMA = json.loads(PYTORCHJOB_SCHEMA.read_text())
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 
 
 @functools.cache

@@ -1,0 +1,1 @@
+"""Real training processes end to end (tests/conftest.py describes the layers)."""

@@ -1,0 +1,28 @@
+"""Fixtures of the e2e layer: real training runs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.paths import REPO
+from tests.helpers.product import only_run_dir
+from trainkit.services import free_port_pair
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session."""
+    runs = tmp_path_factory.mktemp("tiny")
+    port = free_port_pair()
+    result = subprocess.run(
+        ["make", "train", "MODEL=llama2-tiny", f"ARGS=--runs-dir {runs} --metrics-port {port}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return only_run_dir(runs)

@@ -1,0 +1,252 @@
+"""Real 2-process FSDP runs on CPU, launched the way users launch them, checked by what they leave."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.helpers.paths import HELPERS, REPO
+from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke, tiny_args
+from tests.helpers.waiting import latest_step, wait_for
+from training.common.checkpoint import STALL_ENV
+from training.llm.data import PackedDataset, load_records, tokenize_examples
+from training.llm.dialogues import write_dialogues
+from training.llm.tokenizer import byte_tokenizer
+from trainkit.services import free_port_pair
+
+
+def job_processes(marker: str) -> list[str]:
+    """Command lines of live processes that belong to a run (its run dir is on their command line)."""
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
+
+
+# --------------------------------------------------------------------------- first contact
+
+
+def test_make_train_learns_and_exports_a_loadable_hf_model(tiny_run):
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    metrics = read_jsonl(tiny_run / "metrics.jsonl")
+    assert summary["steps"] == 60 and [r["step"] for r in metrics] == list(range(1, 61))
+    assert summary["last_loss"] <= 0.7 * summary["first_loss"], summary
+    assert summary["first_loss"] == metrics[0]["loss"] and summary["last_loss"] == metrics[-1]["loss"]
+    assert summary["tokens_per_s_median"] > 0 and summary["wall_time_s"] > 0 and summary["resumed_from"] is None
+    assert summary["mfu_median"] is None  # CPU: no peak FLOP/s in the table and none given
+    assert set(metrics[1]) >= {"loss", "lr", "tokens_per_s", "step_time_s", "mfu", "peak_memory_bytes"}
+    # warmup then cosine: lr rises for 6 steps, peaks at 3e-3, ends near 10% of peak
+    lrs = [r["lr"] for r in metrics]
+    assert lrs[:6] == sorted(lrs[:6]) and max(lrs) == pytest.approx(3e-3) and lrs[-1] < 0.5e-3
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_run / "model")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_run / "model")
+    assert sum(p.numel() for p in model.parameters()) == summary["sharding"]["total_params"]
+    ids = torch.tensor([[1, *tokenizer("Summarize", add_special_tokens=False)["input_ids"]]])
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], 512)
+    spec = json.loads((tiny_run / "spec.json").read_text())
+    assert spec["model"]["name"] == "llama2-tiny" and spec["parallelism"]["sharding"] == "FULL_SHARD"
+    assert spec["parallelism"]["nproc"] == 2
+
+
+def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_run):
+    before = (tiny_run / "summary.json").read_text()
+    result = invoke("train", "--model", "llama2-tiny", "--runs-dir", str(tiny_run.parent), "--metrics-port", "0")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"run {tiny_run.name} already finished at step 60" in result.stdout
+    assert (tiny_run / "summary.json").read_text() == before
+
+
+def test_fsdp_really_shards_each_rank_holds_half(tiny_run):
+    sharding = json.loads((tiny_run / "summary.json").read_text())["sharding"]
+    assert sharding["strategy"] == "FULL_SHARD" and sharding["world_size"] == 2
+    assert abs(sharding["local_params"] - sharding["total_params"] / 2) <= 0.02 * sharding["total_params"]
+
+
+# --------------------------------------------------------------------------- crash and resume
+
+
+def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(tiny_run, tmp_path):
+    """Same command as the session's uninterrupted `make train` run: killed, re-run, compared."""
+    process = start_invoke(*tiny_args(tmp_path))
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    wait_for(lambda: latest_step(run_dir) >= 20, 240, "checkpoint at step 20")
+    job_pgid = int((run_dir / "launcher.pid").read_text())
+    os.killpg(job_pgid, signal.SIGKILL)
+    process.kill()
+    process.wait()
+    killed_at = max(r["step"] for r in read_jsonl(run_dir / "metrics.jsonl"))
+    resumed_from = latest_step(run_dir)
+    assert resumed_from >= 20 and resumed_from < 60
+
+    result = invoke(*tiny_args(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from"] == resumed_from and summary["restarts"] == 1
+    resumed = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
+    reference = {r["step"]: r["loss"] for r in read_jsonl(tiny_run / "metrics.jsonl")}
+    assert sorted(resumed) == list(range(1, 61)), f"killed at {killed_at}; steps must not repeat or vanish"
+    for step in range(resumed_from + 1, 61):
+        assert abs(resumed[step] - reference[step]) <= 1e-4, (step, resumed[step], reference[step])
+
+
+def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
+    args = tiny_args(tmp_path, "--steps", "12", "--checkpoint-interval", "4")
+    process = start_invoke(*args, env={STALL_ENV: "3"})
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    checkpoints = run_dir / "checkpoints"
+    wait_for(lambda: latest_step(run_dir) == 4, 120, "first checkpoint published")
+    wait_for(lambda: (checkpoints / ".tmp-step-00000008").is_dir(), 60, "second checkpoint being written")
+    time.sleep(1)  # shards are on disk, publication is pending
+    os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
+    process.kill()
+    process.wait()
+    assert latest_step(run_dir) == 4 and not (checkpoints / "step-00000008").exists()
+
+    result = invoke(*args)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from"] == 4 and summary["steps"] == 12
+    assert not list(checkpoints.glob(".tmp-*"))
+
+
+# --------------------------------------------------------------------------- strategies and guards
+
+
+def small_dataset(path: Path, count: int) -> tuple[Path, int]:
+    """A local JSONL data set and how many optimizer steps one epoch of it is at global batch 16 (blocks
+    of 128 tokens that hold a response token)."""
+    write_dialogues(path, count=count, seed=5)
+    ids, labels = tokenize_examples(load_records(str(path)), byte_tokenizer())
+    return path, len(PackedDataset.pack(ids, labels, 128)) // 16
+
+
+@pytest.mark.parametrize(("strategy", "share"), [("SHARD_GRAD_OP", 0.5), ("NO_SHARD", 1.0)])
+def test_other_strategies_run_an_epoch_of_a_local_jsonl_and_distribute_parameters_as_named(strategy, share, tmp_path):
+    dataset, steps_per_epoch = small_dataset(tmp_path / "small.jsonl", count=60)
+    runs = tmp_path / "runs"
+    result = invoke(*tiny_args(runs, "--sharding", strategy, "--epochs", "1", "--dataset", str(dataset)))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads((only_run_dir(runs) / "summary.json").read_text())
+    sharding = summary["sharding"]
+    assert sharding["strategy"] == strategy and summary["steps"] == steps_per_epoch > 0
+    assert sharding["local_params"] == pytest.approx(share * sharding["total_params"], rel=0.02)
+
+
+def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):
+    """Too little data for one global batch is only known once the workers have tokenised it."""
+    small = tmp_path / "small.jsonl"
+    small.write_text(json.dumps({"prompt": "Say hi.", "response": "hi"}) + "\n")
+    result = invoke(*tiny_args(tmp_path / "runs", "--dataset", str(small), "--steps", "2", "--max-restarts", "0"))
+    assert result.returncode == 1
+    assert "fewer than one sequence of 128" in result.stdout + result.stderr
+
+
+def test_guard_stops_fsdp_that_accelerate_silently_turned_into_ddp_or_copies():
+    """Run the guard under torchrun with Accelerate left stock: it must refuse, not train."""
+    script = HELPERS / "guard_check.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("guard ok") == 2
+
+
+# --------------------------------------------------------------------------- secrets, signals, metrics
+
+
+def test_pretrained_weights_load_and_the_token_never_reaches_files_or_argv(tiny_run, tmp_path):
+    token = "hf_secretTOKEN_do_not_leak_123"
+    process = start_invoke(
+        *tiny_args(tmp_path, "--init", "pretrained", "--weights", str(tiny_run / "model"), "--steps", "3"),
+        env={"HF_TOKEN": token},
+    )
+    seen_argv = []
+    while process.poll() is None:
+        seen_argv += [line for line in job_processes(str(tmp_path)) if token in line]
+        time.sleep(0.2)
+    text = output(process)
+    assert process.returncode == 0, text[-3000:]
+    assert not seen_argv and token not in text
+    run_dir = only_run_dir(tmp_path)
+    for path in run_dir.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert token.encode() not in path.read_bytes(), path
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # starts from the trained tiny model, so the first loss is already far below random init (ln 512 = 6.2)
+    assert summary["first_loss"] < 3.0
+
+
+def test_ctrl_c_stops_every_process_and_the_exit_code_says_so(tmp_path):
+    port = free_port_pair()
+    process = start_invoke(
+        "train", "--model", "llama2-tiny", "--runs-dir", str(tmp_path), "--steps", "500", "--metrics-port", str(port)
+    )
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    wait_for(lambda: (run_dir / "metrics.jsonl").exists(), 120, "first logged step")
+    for rank in (0, 1):  # every rank serves its metrics, labelled
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port + rank}/metrics", timeout=5).read().decode()
+        assert re.search(rf'trainkit_train_loss\{{.*rank="{rank}".*\}} \d', body), body[-1500:]
+        assert f'run_id="{run_dir.name}"' in body and 'model="llama2-tiny"' in body
+    assert len(job_processes(str(run_dir))) >= 3  # torchrun + 2 workers
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    wait_for(lambda: not job_processes(str(run_dir)), 10, "all job processes gone")
+    # The stop ended at a step boundary with a checkpoint of that step: nothing to redo on resume.
+    last_logged = max(r["step"] for r in read_jsonl(run_dir / "metrics.jsonl"))
+    stops = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "stop"]
+    assert stops and stops[0]["checkpoint"] == last_logged == latest_step(run_dir), stops
+
+
+# --------------------------------------------------------------------------- real 7B layer shapes
+
+
+def test_llama2_7b_truncated_to_two_layers_trains_with_true_shapes(tmp_path):
+    result = invoke(
+        "train",
+        "--model",
+        "llama2-7b",
+        "--init",
+        "random",
+        "--layers",
+        "2",
+        "--seq-len",
+        "32",  # the shapes under test are the layers'; a short sequence keeps the step cheap
+        "--steps",
+        "1",
+        "--nproc",
+        "2",
+        "--runs-dir",
+        str(tmp_path),
+        "--metrics-port",
+        "0",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "llama2-7b truncated to 2 of 32 layers" in result.stdout
+    run_dir = only_run_dir(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["truncated"] == "llama2-7b truncated to 2 of 32 layers" and summary["steps"] == 1
+    # 32 byte tokens are mostly prompt: those blocks are left out, so the step has a loss and a gradient.
+    assert "blocks of 32 tokens are all prompt (no loss): left out" in result.stdout
+    (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert 5 < record["loss"] < 20 and record["grad_norm"] > 0, record  # random init: about ln(32000) = 10.4
+    config = json.loads((run_dir / "model" / "config.json").read_text())
+    assert (config["hidden_size"], config["intermediate_size"], config["num_attention_heads"]) == (4096, 11008, 32)
+    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 32000
+    assert json.loads((run_dir / "model" / "trainkit.json").read_text())["truncated"] == summary["truncated"]
+    assert summary["sharding"]["total_params"] == 2 * 202_383_360 + 2 * 32000 * 4096 + 4096

@@ -1,0 +1,108 @@
+"""The platform root (terraform/stacks/platform) as python-hcl2 parses it, without its providers: its
+resources, variables and locals, and its Kubernetes objects rendered with the variables' defaults and
+sample infra outputs (the few HCL expressions the manifests use are evaluated here)."""
+
+from __future__ import annotations
+
+import re
+
+import hcl2
+
+from tests.helpers.paths import REPO
+
+ROOT = REPO / "terraform" / "stacks" / "platform"
+INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROFILE=aws`
+    "fsx_file_system_id": "fs-0123456789abcdef0",
+    "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+    "fsx_mount_name": "abcdefgh",
+    "fsx_storage_capacity_gib": 2400,
+    "gpu_nodes_max": 2,
+    "gpus_per_node": 8,
+}
+
+
+def unquote(value):
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def load(name: str) -> dict:
+    with (ROOT / name).open() as handle:
+        return hcl2.load(handle)
+
+
+def blocks(parsed: dict, kind: str) -> dict:
+    """{(type, name): body} for resource/data blocks, keys unquoted."""
+    found = {}
+    for block in parsed.get(kind, []):
+        for type_name, named in block.items():
+            for name, body in named.items():
+                found[(unquote(type_name), unquote(name))] = body
+    return found
+
+
+MAIN = load("main.tf")
+RESOURCES = blocks(MAIN, "resource")
+VARIABLES = {unquote(k): v for block in load("variables.tf")["variable"] for k, v in block.items()}
+DEFAULTS = {name: unquote(body.get("default")) for name, body in VARIABLES.items()}
+LOCALS = {k: v for block in MAIN["locals"] for k, v in block.items()}
+
+
+def evaluate(expression: str, context: dict):
+    """The few HCL expressions the manifests use: references, tostring(), merge(x, {literal})."""
+    if found := re.fullmatch(r"tostring\((.+)\)", expression):
+        return str(evaluate(found[1], context))
+    if found := re.fullmatch(r"merge\(([\w.]+), \{(.*)\}\)", expression):
+        return {**evaluate(found[1], context), **dict(re.findall(r'"([^"]+)" = "([^"]*)"', found[2]))}
+    value = context
+    for part in expression.split("."):
+        value = value[part]
+    return value
+
+
+def resolve(value, context: dict):
+    if isinstance(value, dict):
+        return {unquote(k): resolve(v, context) for k, v in value.items() if k != "__is_block__"}
+    if isinstance(value, list):
+        return [resolve(v, context) for v in value]
+    if not isinstance(value, str):
+        return value
+    text = unquote(value)
+    if text.startswith("${") and text.endswith("}") and text.count("${") == 1:
+        return resolve(evaluate(text[2:-1], context), context)
+    return re.sub(r"\$\{([^}]+)\}", lambda m: str(evaluate(m[1], context)), text)
+
+
+def base_context() -> dict:
+    context = {"var": DEFAULTS, "local": {"infra": INFRA_SAMPLE}}
+    context["local"]["gpu_quota"] = INFRA_SAMPLE["gpu_nodes_max"] * INFRA_SAMPLE["gpus_per_node"]
+    for name in ("labels", "fsx_size", "fsx_claims", "charts", "monitoring_charts", "training_pod_monitor"):
+        context["local"][name] = resolve(LOCALS[name], context)
+    return context
+
+
+def instances(body: dict, context: dict):
+    """(each.key, each.value) for a resource's for_each, or one instance without it."""
+    if "for_each" not in body:
+        yield None, None
+        return
+    expression = unquote(body["for_each"])
+    if found := re.fullmatch(r"\$\{toset\(\[(.+)\]\)\}", expression):
+        for item in found[1].split(", "):
+            value = evaluate(item, context)
+            yield value, value
+    else:
+        yield from resolve(expression, context).items()
+
+
+def manifests() -> list[tuple[str, dict]]:
+    context = base_context()
+    rendered = []
+    for (kind, name), body in RESOURCES.items():
+        if kind != "kubernetes_manifest":
+            continue
+        for key, value in instances(body, context):
+            each = {**context, "each": {"key": key, "value": value}}
+            rendered.append((f"{name}[{key}]" if key else name, resolve(body["manifest"], each)))
+    return rendered

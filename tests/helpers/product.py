@@ -1,0 +1,83 @@
+"""Run the product the way a user does (invoke) and read what it leaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.helpers.paths import BIN, REPO
+
+
+def invoke(
+    *args: str, env: dict | None = None, timeout: float = 600, drop_env_prefix: str | None = None
+) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not (drop_env_prefix and k.startswith(drop_env_prefix))}
+    return subprocess.run(
+        [str(BIN / "invoke"), *args],
+        cwd=REPO,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+_STARTED: list[subprocess.Popen] = []
+
+
+def start_invoke(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """Start a command in the background; whatever a test leaves running is stopped after it
+    (tests/conftest.py's stop_background_jobs calls stop_started()).
+
+    Output goes to a file (a pipe nobody reads would fill up and stall the job); `output(process)`
+    reads it.
+    """
+    log = tempfile.TemporaryFile(mode="w+")
+    process = subprocess.Popen(
+        [str(BIN / "invoke"), *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    process.log = log
+    _STARTED.append(process)
+    return process
+
+
+def output(process: subprocess.Popen) -> str:
+    process.log.seek(0)
+    return process.log.read()
+
+
+def stop_started() -> None:
+    """Stop every command start_invoke started that is still running."""
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # the launcher stops its whole job
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def tiny_args(runs: Path, *extra: str) -> list[str]:
+    """`invoke train` arguments for llama2-tiny into `runs` with --metrics-port 0; `extra` adds flags."""
+    return ["train", "--model", "llama2-tiny", "--runs-dir", str(runs), "--metrics-port", "0", *extra]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def only_run_dir(runs_dir: Path) -> Path:
+    runs = [p for p in runs_dir.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]

@@ -1,0 +1,155 @@
+"""EKS job rendering checked by real tools: `--dry-run` through the command line, golden manifests, and
+schema checks. Core kinds are validated with kubernetes-validate (strict) for the cluster's Kubernetes
+version; the PyTorchJob against tests/schemas/pytorchjob-v1.json (from the training-operator v1 CRD)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.helpers.eks import container, job_for, worker
+from tests.helpers.kubernetes import kubernetes_version
+from tests.helpers.paths import GOLDEN, PYTORCHJOB_SCHEMA, REPO
+from tests.helpers.product import invoke
+from trainkit import cluster, hardware, render
+
+SCHEMA = json.loads(PYTORCHJOB_SCHEMA.read_text())
+TOKEN = "hf_do_not_leak_0123456789abcdef"
+
+
+def validate_core(job: dict) -> None:
+    """The pod template as a core PodTemplate, strictly (unknown fields fail)."""
+    template = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": worker(job)["template"],
+    }
+    kubernetes_validate.validate(template, kubernetes_version(), strict=True)
+
+
+def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    env = {"HF_TOKEN": TOKEN, "TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")}
+    result = invoke(
+        "train",
+        "--model",
+        "llama2-7b",
+        "--target",
+        "eks",
+        "--nodes",
+        "2",
+        "--dry-run",
+        "--hf-token-file",
+        str(token_file),
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert TOKEN not in result.stdout + result.stderr
+    job = yaml.safe_load(result.stdout)  # stdout is only the YAML; notes go to stderr
+    assert "assuming p5.48xlarge" in result.stderr and "rendezvous: etcd" in result.stderr
+    jsonschema.validate(job, SCHEMA)
+    validate_core(job)
+    requests = container(job)["resources"]["requests"]
+    assert requests == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"} == container(job)["resources"]["limits"]
+    assert worker(job)["replicas"] == 2 and job["spec"]["nprocPerNode"] == "8"
+    pod = worker(job)["template"]["spec"]
+    assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    claims = {v["name"]: v for v in pod["volumes"]}
+    assert claims["fsx"]["persistentVolumeClaim"]["claimName"] == cluster.FSX_CLAIM
+    assert claims["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert {"name": "fsx", "mountPath": "/fsx"} in container(job)["volumeMounts"]
+    env_vars = {item["name"]: item for item in container(job)["env"]}
+    assert env_vars["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == cluster.HF_TOKEN_SECRET
+    assert "value" not in env_vars["HF_TOKEN"]
+    for name, value in render.NCCL_EFA_ENV.items():
+        assert env_vars[name]["value"] == value
+    policy = job["spec"]["elasticPolicy"]
+    assert (
+        policy["rdzvBackend"] == "etcd"
+        and policy["rdzvHost"] == f"{cluster.ETCD_SERVICE}.{cluster.PLATFORM_NAMESPACE}.svc"
+    )
+    assert policy["rdzvPort"] == cluster.ETCD_PORT and (policy["minReplicas"], policy["maxReplicas"]) == (2, 2)
+    assert pod["terminationGracePeriodSeconds"] >= 30 + 15  # torchrun's stop grace plus a checkpoint margin
+    labels = job["metadata"]["labels"]
+    assert labels[render.LABEL_MODEL] == "llama2-7b" and labels[render.LABEL_RUN].startswith("llama2-7b-")
+    assert not (REPO / "runs" / labels[render.LABEL_RUN]).exists()  # a dry run writes nothing locally
+
+
+@pytest.mark.parametrize(
+    "name, flags",
+    [
+        ("llama2-7b-2xp5", {"model": "llama2-7b", "nodes": "2", "run_id": "golden-llama"}),
+        (
+            "resnet50-4xp4d",
+            {
+                "model": "resnet50",
+                "nodes": "4",
+                "instance_type": "p4d.24xlarge",
+                "run_id": "golden-resnet",
+                "rdzv": "c10d",
+            },
+        ),
+    ],
+)
+def test_golden_manifests(recorded_outputs, name, flags):
+    """Regenerate with TRAINKIT_UPDATE_GOLDEN=1 after an intended change, and review the diff."""
+    text = yaml.safe_dump(job_for(flags), sort_keys=False, width=120)
+    path = GOLDEN / f"{name}.yaml"
+    if os.environ.get("TRAINKIT_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"{path} differs from the rendered job"
+    job = yaml.safe_load(text)
+    jsonschema.validate(job, SCHEMA)
+    validate_core(job)
+    gpus = hardware.INSTANCE_TYPES[flags.get("instance_type", "p5.48xlarge")]
+    assert container(job)["resources"]["limits"]["vpc.amazonaws.com/efa"] == str(gpus.efa_interfaces)
+    assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == str(gpus.gpus)
+
+
+def test_schema_and_core_validation_catch_mistakes(recorded_outputs):
+    job = job_for({"model": "llama2-7b"})
+    misspelt = copy.deepcopy(job)
+    misspelt["spec"]["elasticPolicy"]["rdzvBackned"] = "etcd"
+    with pytest.raises(jsonschema.ValidationError, match="rdzvBackned"):
+        jsonschema.validate(misspelt, SCHEMA)
+    wrong_backend = copy.deepcopy(job)
+    wrong_backend["spec"]["elasticPolicy"]["rdzvBackend"] = "trainkit-etcd"  # the operator knows only its own three
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong_backend, SCHEMA)
+    bad_pod = copy.deepcopy(job)
+    container(bad_pod)["volumeMount"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_core(bad_pod)
+
+
+def test_hf_token_secret_is_a_valid_secret_and_the_only_object_with_the_token():
+    secret = render.render_hf_token_secret(TOKEN, cluster.JOBS_NAMESPACE)
+    kubernetes_validate.validate(secret, kubernetes_version(), strict=True)
+    assert secret["stringData"][cluster.HF_TOKEN_KEY] == TOKEN
+
+
+def test_local_dry_run_prints_the_job_and_creates_nothing(tmp_path):
+    """Every backend has a dry run (trainkit/backends/README.md); the local one prints the spec.json it would write."""
+    runs = tmp_path / "runs"
+    result = invoke(
+        "train",
+        "--model",
+        "llama2-tiny",
+        "--runs-dir",
+        str(runs),
+        "--dry-run",
+        env={"TRAINKIT_STATE_DIR": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["placement"]["target"] == "local" and job["model"]["name"] == "llama2-tiny"
+    assert not runs.exists()

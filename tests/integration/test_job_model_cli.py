@@ -1,0 +1,75 @@
+"""The job is declared once, seen from the command line: every field reaches `invoke train --help` and,
+through a dry run, the spec.json a run writes and the workers' view of the job, with the same name and
+value; the launcher's modules import without torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helpers.jobs import WALKS
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke
+from training.common.job import BY_KEY, FIELDS, fields_of, read_job
+
+
+def _command_line(values: dict) -> list[str]:
+    args = []
+    for key, value in values.items():
+        spec = BY_KEY[key]
+        if spec.switch:
+            args.append(spec.flag)
+        else:
+            args += [spec.flag, str(value).lower() if isinstance(value, bool) else str(value)]
+    return args
+
+
+def _printed_job(result) -> dict:
+    """The job a dry run printed: spec.json itself (local) or the pods' TRAINKIT_SPEC (EKS)."""
+    assert result.returncode == 0, result.stderr
+    if result.stdout.lstrip().startswith("{"):
+        return json.loads(result.stdout)
+    manifest = yaml.safe_load(result.stdout)
+    container = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    return json.loads(next(e["value"] for e in container["env"] if e["name"] == "TRAINKIT_SPEC"))
+
+
+def test_every_option_is_in_the_help_with_its_declared_text():
+    result = invoke("train", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    for spec in fields_of(cli=True):
+        assert spec.flag in text, spec.flag
+        assert " ".join(spec.help.split()[:6]) in text, spec.flag
+
+
+@pytest.mark.parametrize("walk", WALKS)
+def test_every_field_reaches_spec_json_and_the_workers_view(walk, tmp_path):
+    values = {"runs_dir": str(tmp_path / "runs"), **WALKS[walk]}
+    result = invoke("train", *_command_line(values), "--dry-run", env={"TRAINKIT_STATE_DIR": str(tmp_path)})
+    written = _printed_job(result)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(written))
+    worker = read_job(path)  # what training.llm.train / training.vision.train start from
+    for spec in FIELDS:
+        section = written[spec.section]
+        assert spec.name in section, f"{spec.path} missing from spec.json"
+        assert spec.get(worker) == section[spec.name], spec.path
+        if spec.key in values:
+            assert section[spec.name] == values[spec.key], f"{spec.flag} {values[spec.key]!r} -> {spec.path}"
+    assert not (tmp_path / "runs").exists()  # a dry run creates nothing
+
+
+def test_the_launcher_starts_without_torch():
+    """Every `invoke` command imports the launcher; torch (and Accelerate) load only in the workers, so
+    `invoke --list`, `plan` and a dry run take a fraction of a second."""
+    code = (
+        "import sys, tasks, trainkit.backends.local, trainkit.backends.eks, trainkit.launch, trainkit.plan; "
+        "print(sorted(m for m in ('torch', 'accelerate', 'transformers') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

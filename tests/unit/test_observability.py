@@ -1,0 +1,71 @@
+"""Dashboards and alert rules as code: generated files are current, every alert has a unit test that fires
+it, every query names a metric of the contract, GPU panels say "no data". The rules through promtool:
+tests/integration/test_observability_promtool.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from observability import generate, rules
+from observability.contract import GPU_METRICS, known_metrics
+from observability.dashboards import DASHBOARDS
+from observability.dashboards.common import GPU_NO_DATA, expand, panel_queries, variable_queries
+from tests.helpers.observability_files import RULES_FILE, UNIT_TESTS
+
+METRIC_NAME = re.compile(r"\b(trainkit_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
+
+
+def test_regenerating_changes_nothing():
+    assert generate.stale() == [], "run `invoke obs.generate` and commit observability/generated/"
+
+
+def test_the_check_notices_an_edited_or_stray_file(tmp_path):
+    generate.write(tmp_path)
+    assert generate.stale(tmp_path) == []
+    edited = tmp_path / "dashboards" / "training-run.json"
+    edited.write_text(edited.read_text().replace("Loss", "Los"))
+    (tmp_path / "dashboards" / "old.json").write_text("{}")
+    assert generate.stale(tmp_path) == ["dashboards/old.json", "dashboards/training-run.json"]
+    generate.write(tmp_path)
+    assert generate.stale(tmp_path) == [] and not (tmp_path / "dashboards" / "old.json").exists()
+
+
+def test_every_alert_has_a_unit_test_that_fires_it():
+    tests = yaml.safe_load(UNIT_TESTS.read_text())["tests"]
+    fired = {case["alertname"] for test in tests for case in test["alert_rule_test"] if case["exp_alerts"]}
+    quiet = {case["alertname"] for test in tests for case in test["alert_rule_test"] if not case["exp_alerts"]}
+    names = {alert.name for alert in rules.alerts()}
+    assert fired == names and quiet == names, "each alert needs a firing case and a quiet case"
+
+
+def test_prometheus_rule_carries_the_same_groups():
+    rule = yaml.safe_load((RULES_FILE.parent / "trainkit-alerts.prometheusrule.yaml").read_text())
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
+    assert rule["spec"] == yaml.safe_load(RULES_FILE.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_query_names_metrics_of_the_contract(name):
+    board = generate.load_dashboard(name)
+    queries = panel_queries(board) + variable_queries(board)
+    assert len(queries) >= 8
+    unknown = {m for _, expr in queries for m in METRIC_NAME.findall(expr)} - known_metrics()
+    assert not unknown, f"{name}: queries use metrics nobody exports: {sorted(unknown)}"
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for _, expr in queries:
+        expand(expr, {"run_id": "r", "hostname": ".*"})  # every variable used is one the dashboard defines
+
+
+def test_gpu_panels_show_no_data_rather_than_a_value():
+    board = generate.load_dashboard("gpu-fleet.json")
+    for panel in board["panels"]:
+        if panel["type"] == "timeseries" and any("DCGM_" in t["expr"] for t in panel["targets"]):
+            assert panel["fieldConfig"]["defaults"]["noValue"] == GPU_NO_DATA
+    used = {m for _, expr in panel_queries(board) for m in METRIC_NAME.findall(expr)}
+    required = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_SM_CLOCK"}
+    required |= {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED"}
+    assert required <= used <= set(GPU_METRICS) | known_metrics()

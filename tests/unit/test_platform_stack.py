@@ -1,0 +1,123 @@
+"""The platform root (terraform/stacks/platform), checked without its providers.
+
+helm, kubernetes and kustomization cannot be installed here, so `terraform validate` of this root
+runs only where the registry is reachable (README, "Train on EKS"). Here: `terraform fmt`
+(tests/integration/test_terraform.py, whole tree), checkov and trivy (tests/integration/test_security_scans.py),
+every Kubernetes object valid for the cluster's version (tests/integration/test_platform_stack_objects.py,
+kubernetes-validate), and these policy tests over the HCL as python-hcl2 parses it (tests/helpers/platform_stack.py):
+every chart and image pinned, every values file present and valid, and the names the EKS backend relies on
+(trainkit/cluster.py) are the ones created.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.helpers.platform_stack import (
+    DEFAULTS,
+    INFRA_SAMPLE,
+    LOCALS,
+    MAIN,
+    RESOURCES,
+    ROOT,
+    base_context,
+    blocks,
+    manifests,
+    unquote,
+)
+from trainkit import cluster
+
+EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_every_chart_is_pinned_and_its_values_file_parses():
+    context = base_context()["local"]
+    charts = {**context["charts"], **context["monitoring_charts"]}
+    releases = [unquote(body["for_each"]) for (kind, _), body in RESOURCES.items() if kind == "helm_release"]
+    assert sorted(releases) == ["${local.charts}", "${local.monitoring_charts}"]
+    assert set(charts) == {
+        "nvidia-device-plugin",
+        "aws-efa-k8s-device-plugin",
+        "kube-prometheus-stack",
+        "dcgm-exporter",
+    }
+    for chart, settings in charts.items():
+        assert EXACT_VERSION.match(settings["version"]), f"{chart}: pin one version, not {settings['version']!r}"
+        assert settings["repository"].startswith("https://"), chart
+        values = yaml.safe_load((ROOT / "values" / f"{chart}.yaml").read_text())
+        assert isinstance(values, dict) and values, f"values/{chart}.yaml must be a non-empty mapping"
+        # Whatever runs on the GPU nodes must tolerate their taint (Prometheus itself stays off them).
+        on_gpu_nodes = values["prometheus-node-exporter"] if chart == "kube-prometheus-stack" else values
+        assert GPU_TAINT in on_gpu_nodes.get("tolerations", []), chart
+    assert sorted(p.stem for p in (ROOT / "values").glob("*.yaml")) == sorted(charts)  # no stray files
+
+
+def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated_files():
+    """The PodMonitor selects what render_pytorchjob produces; rules and dashboards are the committed ones."""
+    from trainkit.backends import job_from_flags as build_spec
+    from trainkit.render import render_pytorchjob
+
+    monitor = base_context()["local"]["training_pod_monitor"]
+    spec = build_spec({"model": "llama2-7b", "nodes": 2, "run_id": "obs"}, profile="aws")
+    pod = render_pytorchjob(spec, "rdzv")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert monitor["namespaceSelector"]["matchNames"] == [cluster.JOBS_NAMESPACE]
+    assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    keep = monitor["podMetricsEndpoints"][0]["relabelings"][0]
+    assert keep["action"] == "keep" and keep["sourceLabels"] == ["__meta_kubernetes_pod_container_port_name"]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    kept = {name: port for name, port in ports.items() if re.fullmatch(keep["regex"], name)}
+    assert kept == {f"metrics-{r}": spec.run.metrics_port + r for r in range(8)}  # one per rank, not c10d
+
+    text = (ROOT / "main.tf").read_text()
+    generated = (ROOT / unquote(LOCALS["observability"]).replace("${path.module}/", "")).resolve()
+    assert 'file("${local.observability}/rules/trainkit-alerts.prometheusrule.yaml")' in text
+    assert (generated / "rules" / "trainkit-alerts.prometheusrule.yaml").exists()
+    assert sorted(p.name for p in (generated / "dashboards").glob("*.json")) == ["gpu-fleet.json", "training-run.json"]
+    dashboards = RESOURCES[("kubernetes_config_map_v1", "grafana_dashboard")]
+    assert unquote(dashboards["for_each"]) == '${fileset("${local.observability}/dashboards", "*.json")}'
+    sidecar = yaml.safe_load((ROOT / "values" / "kube-prometheus-stack.yaml").read_text())["grafana"]["sidecar"]
+    assert 'grafana_dashboard = "1"' in dashboards["metadata"][0]["labels"]
+    assert (sidecar["dashboards"]["label"], sidecar["dashboards"]["labelValue"]) == ("grafana_dashboard", "1")
+    assert DEFAULTS["monitoring_namespace"] == cluster.MONITORING_NAMESPACE
+    assert cluster.MONITORING_RELEASE in base_context()["local"]["monitoring_charts"]
+
+
+def test_operator_and_images_are_pinned():
+    assert EXACT_VERSION.match(DEFAULTS["training_operator_ref"])
+    build = blocks(MAIN, "data")[("kustomization_build", "training_operator")]
+    assert unquote(build["path"]).endswith("?ref=${var.training_operator_ref}")
+    image, _, tag = DEFAULTS["etcd_image"].rpartition(":")
+    assert image and re.fullmatch(r"v3\.5\.\d+", tag), "etcd 3.5.x: the v2 API torch's etcd rendezvous needs"
+
+
+def test_names_match_what_the_eks_backend_uses():
+    objects = {(o["kind"], o["metadata"]["name"]): o for _, o in manifests()}
+    assert ("Namespace", cluster.JOBS_NAMESPACE) in objects and ("Namespace", cluster.PLATFORM_NAMESPACE) in objects
+    claim = objects[("PersistentVolumeClaim", cluster.FSX_CLAIM)]
+    assert claim["metadata"]["namespace"] == cluster.JOBS_NAMESPACE and claim["spec"]["accessModes"] == [
+        "ReadWriteMany"
+    ]
+    service = objects[("Service", cluster.ETCD_SERVICE)]
+    assert service["metadata"]["namespace"] == cluster.PLATFORM_NAMESPACE
+    assert service["spec"]["ports"][0]["port"] == cluster.ETCD_PORT
+    etcd = objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]["template"]["spec"]
+    command = etcd["containers"][0]["command"]
+    assert "--enable-v2=true" in command  # trainkit-etcd speaks etcd's v2 API
+    assert f"--advertise-client-urls=http://{cluster.etcd_endpoint()}" in command
+    assert etcd["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fsx-etcd"  # data survives a restart
+    quota = objects[("ResourceQuota", "gpus")]
+    assert quota["metadata"]["namespace"] == cluster.JOBS_NAMESPACE
+    assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "16"  # 2 nodes x 8 GPUs from the sample outputs
+    volume = objects[("PersistentVolume", f"{cluster.JOBS_NAMESPACE}-{cluster.FSX_CLAIM}")]
+    assert volume["spec"]["csi"]["volumeHandle"] == INFRA_SAMPLE["fsx_file_system_id"]
+
+
+def test_providers_take_no_token_into_state():
+    text = "\n".join(p.read_text() for p in ROOT.glob("*.tf"))
+    assert not re.search(r"data \"aws_eks_cluster_auth\"", text)  # its token would be stored in the state file
+    assert text.count('"eks", "get-token"') == 1 and "local.cluster_exec" in text

@@ -1,0 +1,72 @@
+"""The disk a run writes, in-process: the estimate, and the checks that refuse a run (local disk, FSx on EKS)
+before anything is written. Through the command line: tests/integration/test_storage_cli.py; the estimate
+against what a real run wrote: tests/e2e/test_storage_runs.py."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from trainkit import cluster
+from trainkit.backends import job_from_flags as build_spec
+from trainkit.backends.eks import preflight
+from trainkit.errors import SpecError
+from trainkit.job.models import get_model
+from trainkit.storage import GIB, check_fsx_capacity, fsx_capacity_for, saves, storage_need
+
+
+@pytest.mark.parametrize(
+    ("steps", "interval", "expected"), [(1000, 200, 5), (200, 200, 1), (201, 200, 2), (10, 0, 1), (None, 5, None)]
+)
+def test_saves_count_every_interval_and_the_last_step(steps, interval, expected):
+    assert saves(steps, interval) == expected
+
+
+def test_the_peak_is_keep_plus_the_one_being_written_less_what_is_already_there():
+    entry = get_model("llama2-7b")
+    spec = build_spec({"model": "llama2-7b", "steps": 1000, "checkpoint_interval": 100, "keep_checkpoints": 2})
+    assert storage_need(spec, entry).checkpoints == 3
+    assert storage_need(spec, entry, existing=2).checkpoints == 1  # a resumed run: two are on disk already
+    short = build_spec({"model": "llama2-7b", "steps": 50, "checkpoint_interval": 100, "keep_checkpoints": 2})
+    assert storage_need(short, entry).checkpoints == 1  # only the final save
+    # Vision: no export; SGD keeps one fp32 momentum, LAMB two.
+    vision = get_model("resnet50")
+    sgd = storage_need(build_spec({"model": "resnet50", "optimizer": "sgd"}), vision)
+    lamb = storage_need(build_spec({"model": "resnet50", "optimizer": "lamb"}), vision)
+    assert (sgd.export_bytes, sgd.checkpoint_bytes, lamb.checkpoint_bytes) == (0, 8 * 25_557_032, 12 * 25_557_032)
+
+
+def test_fsx_capacity_is_rounded_to_what_the_infra_stack_accepts():
+    wanted = {10: 1200, 1200: 1200, 1201: 2400, 2400: 2400, 2401: 4800, 5000: 7200}
+    assert {gib: fsx_capacity_for(gib * GIB) for gib in wanted} == wanted
+
+
+def test_llama2_70b_with_three_checkpoints_does_not_fit_the_default_fsx():
+    entry = get_model("llama2-70b")
+    spec = build_spec({"target": "eks", "model": "llama2-70b"})
+    with pytest.raises(
+        SpecError, match=r"2,570 GiB and the FSx file system holds 2,400 GiB.*fsx_storage_capacity_gib = 4800"
+    ):
+        check_fsx_capacity(spec, entry, 2400)
+    fewer = build_spec({"target": "eks", "model": "llama2-70b", "keep_checkpoints": 1})
+    assert check_fsx_capacity(fewer, entry, 2400).checkpoints == 2
+
+
+def test_the_eks_preflight_reads_the_capacity_make_up_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    spec = build_spec({"target": "eks", "model": "llama2-70b"})
+    preflight.check_storage(spec)  # nothing recorded yet: nothing to compare against
+    cluster.save_outputs({"fsx_storage_capacity_gib": 1200, "gpu_instance_type": "p5.48xlarge"})
+    with pytest.raises(SpecError, match=r"holds 1,200 GiB in all"):
+        preflight.check_storage(spec)
+    preflight.check_storage(build_spec({"target": "eks", "model": "llama2-13b"}))  # 485 GiB: fits
+
+
+def test_the_checks_leave_the_disk_alone(tmp_path):
+    """The local check reads free space at the nearest existing parent of a run folder not made yet."""
+    spec = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path / "a" / "b")})
+    from trainkit.storage import check_free_space
+
+    assert check_free_space(spec, get_model("llama2-tiny")).total < shutil.disk_usage(tmp_path).free
+    assert not (tmp_path / "a").exists()
