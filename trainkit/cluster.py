@@ -1,7 +1,7 @@
 """What the launcher knows about the EKS cluster: names the platform stack creates, and the infra outputs.
 
 The names below are the contract between `terraform/stacks/platform` (which creates the objects) and
-the EKS backend (which refers to them); tests/test_platform_stack.py checks both sides agree.
+the EKS backend (which refers to them); tests/unit/test_platform_stack.py checks both sides agree.
 `invoke infra.up --profile aws` records the infra stack's outputs in `.trainkit/aws/outputs.json`;
 without that file (a dry run on a laptop) the infra stack's defaults are assumed and said so.
 """

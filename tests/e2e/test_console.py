@@ -7,11 +7,11 @@ import json
 import os
 import pty
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-INVOKE = str(Path(sys.executable).parent / "invoke")
+from tests.helpers.paths import BIN, REPO
+
+INVOKE = str(BIN / "invoke")
 
 
 def _train(runs: Path, *extra: str, **kwargs):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.paths import BIN, REPO
 
 DRIVER = """
 import os, sys
@@ -98,9 +98,7 @@ def test_console_entry_point_is_installed(installed, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(installed)}
     listed = subprocess.run([str(script), "--list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr[-2000:]
-    in_checkout = subprocess.run(
-        [str(Path(sys.executable).parent / "invoke"), "--list"], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    in_checkout = subprocess.run([str(BIN / "invoke"), "--list"], cwd=REPO, capture_output=True, text=True, timeout=120)
     commands = [line.split()[0] for line in in_checkout.stdout.splitlines() if line.startswith("  ")]
     assert len(commands) > 15 and commands == [
         line.split()[0] for line in listed.stdout.splitlines() if line.startswith("  ")

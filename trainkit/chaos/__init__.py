@@ -15,7 +15,7 @@ resumes, checkpoints, stops), and records:
     final_step    and final_loss, against an uninterrupted run of the same job (loss_delta)
 
 `invoke chaos` runs scenarios from the command line; `invoke bench elastic` runs all of them on
-both backends and writes benchmarks/elastic.json plus the README table; tests/test_chaos.py runs
+both backends and writes benchmarks/elastic.json plus the README table; tests/e2e/test_chaos.py runs
 them all in `make test`.
 """
 

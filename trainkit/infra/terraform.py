@@ -4,7 +4,7 @@ python-terraform (the user's pick) has been unmaintained since 2019. Against Ter
 convenience wrappers break: `destroy()` passes the removed `-force` flag, `output(name)` raises, and
 `plan(dir)` passes the directory as a positional argument that Terraform no longer accepts. Its
 generic `cmd()` is sound, so everything here goes through `cmd()` with explicit flags, and the
-adapter is tested against a real Terraform binary (tests/test_infra_driver.py).
+adapter is tested against a real Terraform binary (tests/integration/test_infra_driver.py).
 
 python-terraform copies `os.environ` into the child at call time and takes no env argument, so the
 adapter sets the few variables it needs (the CLI config that points at the offline provider

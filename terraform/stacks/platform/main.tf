@@ -18,7 +18,7 @@ locals {
   }
   fsx_size = "${local.infra.fsx_storage_capacity_gib}Gi"
 
-  # Every chart pinned to one version (tests/test_platform_stack.py refuses ranges).
+  # Every chart pinned to one version (tests/unit/test_platform_stack.py refuses ranges).
   charts = {
     nvidia-device-plugin = {
       repository = "https://nvidia.github.io/k8s-device-plugin"
