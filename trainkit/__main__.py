@@ -1,5 +1,6 @@
 """`python -m trainkit ...`: the same commands as `invoke ...` in a checkout."""
 
-from .tasks import main
+from .cli import main
 
-main()
+if __name__ == "__main__":
+    main()

@@ -1,9 +1,9 @@
 """Where trainkit keeps its state and finds the project's Terraform, for a checkout or an installed package.
 
 State (`.trainkit/`: local servers, the aws profile's Terraform state, kubeconfig and outputs) lives in
-the folder commands run from (`TRAINKIT_STATE_DIR` moves it). Terraform stacks are not Python package
-data: infra commands use the `terraform/` of the project they run in (the folder commands run from, else
-the checkout this package was installed from in editable mode; `TRAINKIT_TERRAFORM_DIR` names another).
+the project: the checkout this package was installed from in editable mode, else the folder commands
+run from (`TRAINKIT_STATE_DIR` moves it). Terraform stacks are not Python package data: infra commands
+use that project's `terraform/` (`TRAINKIT_TERRAFORM_DIR` names another).
 """
 
 from __future__ import annotations
@@ -18,8 +18,21 @@ TERRAFORM_ENV = "TRAINKIT_TERRAFORM_DIR"
 _CHECKOUT = Path(__file__).resolve().parents[1]  # the repository, when installed editable
 
 
+def _project_roots() -> list[Path]:
+    """Where a trainkit project may be: the checkout this package runs from (an editable install), then
+    the folder commands run from (a non-editable install used inside a project)."""
+    return [_CHECKOUT, Path.cwd()]
+
+
+def project_root() -> Path:
+    """The first of `_project_roots` holding terraform/stacks, else the folder commands run from."""
+    return next((root for root in _project_roots() if (root / "terraform" / "stacks").is_dir()), Path.cwd())
+
+
 def state_dir() -> Path:
-    return Path(os.environ.get(STATE_ENV, ".trainkit")).resolve()
+    """`.trainkit/` of the project (not of whichever sub-folder `invoke` ran from: the aws profile's
+    Terraform state must be one), or `TRAINKIT_STATE_DIR`."""
+    return Path(os.environ.get(STATE_ENV) or project_root() / ".trainkit").resolve()
 
 
 def terraform_dir() -> Path:
@@ -27,7 +40,7 @@ def terraform_dir() -> Path:
     if os.environ.get(TERRAFORM_ENV):
         candidates = [Path(os.environ[TERRAFORM_ENV]).expanduser()]
     else:
-        candidates = [Path("terraform"), _CHECKOUT / "terraform"]
+        candidates = [root / "terraform" for root in _project_roots()]
     for candidate in candidates:
         if (candidate / "stacks").is_dir():
             return candidate.resolve()

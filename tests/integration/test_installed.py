@@ -21,12 +21,13 @@ from tests.helpers.paths import BIN, REPO
 
 DRIVER = """
 import os, sys
-repo, venv = sys.argv[1], os.path.join(sys.argv[1], ".venv")
+repo = sys.argv[1]
+interpreter = {os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
 opened = []
 def audit(event, args):
     if event == "open" and isinstance(args[0], (str, bytes)):
         path = os.path.abspath(os.fsdecode(args[0]))
-        if path.startswith(repo + os.sep) and not path.startswith(venv + os.sep):
+        if path.startswith(repo + os.sep) and not any(os.path.realpath(path).startswith(p) for p in interpreter):
             opened.append(path)
 sys.addaudithook(audit)
 import atexit, json
@@ -34,7 +35,7 @@ import observability, trainkit, training
 modules = {m.__name__: m.__file__ for m in (trainkit, training, observability)}
 atexit.register(lambda: print("AUDIT " + json.dumps({"opened": opened, "modules": modules}), file=sys.stderr))
 sys.argv = ["trainkit", *sys.argv[2:]]
-from trainkit.tasks import main
+from trainkit.cli import main
 main()
 """
 

@@ -32,9 +32,10 @@ from .metrics import MetricsSink
 EXIT_PEER_STOPPED = 75
 
 
-def record_log_files(run_dir: Path, rank: int) -> None:
+def record_log_files(run_dir: Path, rank: int | None = None) -> None:
     """Where this rank's stdout and stderr go (torchrun redirects them to files under its log folder),
-    so a rank's log can be found after elastic restarts re-number the nodes."""
+    so a rank's log can be found after elastic restarts re-number the nodes. `rank`: torchrun's RANK."""
+    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
     files = {}
     for fd, name in ((1, "stdout"), (2, "stderr")):
         try:
@@ -50,13 +51,17 @@ def record_log_files(run_dir: Path, rank: int) -> None:
 
 class ProgressLines:
     """The part of tqdm's interface the trainers use, as plain lines: `<run> step 12/60 (20%) loss=...`
-    when the run passes each tenth (and its last step), so a log or a pipe gets no carriage returns."""
+    at the first step, each tenth of the run, the last step, and at least every EVERY_S seconds between,
+    so a log or a pipe gets no carriage returns and a slow run still shows it is alive."""
+
+    EVERY_S = 30.0
 
     def __init__(self, run_id: str, start: int, total: int, quiet: bool):
         self.run_id, self.step, self.total, self.quiet = run_id, start, total, quiet
         self.postfix: dict[str, str] = {}
         self.started = time.perf_counter()
         self.next_tenth = self._tenth(start) + 1
+        self.last: float | None = None
 
     def _tenth(self, step: int) -> int:
         return step * 10 // max(1, self.total)
@@ -66,11 +71,19 @@ class ProgressLines:
 
     def update(self, steps: int = 1) -> None:
         self.step += steps
-        if self.quiet or (self._tenth(self.step) < self.next_tenth and self.step < self.total):
+        now = time.perf_counter()
+        due = (
+            self._tenth(self.step) >= self.next_tenth
+            or self.step >= self.total
+            or self.last is None  # the first step: the run is alive
+            or now - self.last >= self.EVERY_S
+        )
+        if self.quiet or not due:
             return
+        self.last = now
         self.next_tenth = self._tenth(self.step) + 1
         values = " ".join(f"{k}={v}" for k, v in self.postfix.items())
-        elapsed = time.perf_counter() - self.started
+        elapsed = now - self.started
         percent = 100 * self.step // max(1, self.total)
         print(f"{self.run_id} step {self.step}/{self.total} ({percent}%) {values} [{elapsed:.0f} s]", flush=True)
 
@@ -110,7 +123,6 @@ class RunContext:
         offset = int(os.environ.get(METRICS_PORT_OFFSET_ENV, 0))
         port = metrics_port + offset + acc.local_process_index if metrics_port else None
         self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
-        record_log_files(self.run_dir, acc.process_index)
         self.restarts = 0
         self.events = self.run_dir / "events.jsonl"
         self.stop_signal = StopSignal().install()

@@ -6,19 +6,17 @@ run folder the launcher prepared:
 
 from __future__ import annotations
 
-from transformers.utils import logging as hf_logging
-
 from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
+from training.common.run import record_log_files
 
 from .trainer import Trainer
 
 
 def main(argv: list[str] | None = None) -> None:
     job, run_dir = parse_worker_arguments(argv, __doc__.splitlines()[0])
+    record_log_files(run_dir)  # first: a failure while loading data is shown and found too
     die_with_parent()
-    # One progress indicator per run (rank 0's steps): not a second bar for the final model's shards.
-    hf_logging.disable_progress_bar()
     Trainer(job, run_dir).fit()
     exit_finished()
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
+from transformers.utils import logging as hf_logging
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
@@ -176,7 +177,10 @@ class Trainer:
         if self.accelerator.is_main_process:
             tmp = self.run_dir / ".tmp-model"
             shutil.rmtree(tmp, ignore_errors=True)
+            # One progress indicator per run (rank 0's steps): no second bar for the final model's shards.
+            hf_logging.disable_progress_bar()
             consolidated_copy(self.config, state_dict).save_pretrained(tmp, safe_serialization=True)
+            hf_logging.enable_progress_bar()
             self.tokenizer.save_pretrained(tmp)
             label = {"truncated": self.job.model.truncated_label, "run_id": self.job.run.run_id}
             (tmp / "trainkit.json").write_text(json.dumps(label, indent=2) + "\n")

@@ -42,7 +42,7 @@ def job_from_flags(flags: dict[str, Any], profile: str = "local") -> Job:
     return resolve_job(flags, profile)[0]
 
 
-__all__ = ["BACKENDS", "Backend", "RunRef", "get_backend", "job_from_flags", "resolve_job"]
+__all__ = ["BACKENDS", "Backend", "RunRef", "backend_of", "get_backend", "job_from_flags", "resolve_job"]
 
 
 def backend_of(run_id: str | None, target: str | None, runs_dir: str) -> Backend:

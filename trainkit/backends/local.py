@@ -38,7 +38,7 @@ from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
 from . import local_runs
 from .base import Backend, RunRef
-from .local_console import RankZeroConsole, summary_block
+from .local_console import RankZeroConsole, other_ranks_errors, summary_block
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
 # its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.
@@ -181,14 +181,12 @@ class LocalJob:
 def run_foreground(run: PreparedRun) -> int:
     """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
     kills it. Returns the job's exit code."""
-    if sys.stdout.isatty() and PROGRESS_ENV not in os.environ:
+    if sys.stdout.isatty() and sys.stderr.isatty() and PROGRESS_ENV not in os.environ:
         run.env[PROGRESS_ENV] = "bar"  # rank 0's output reaches a terminal (RankZeroConsole)
     started = time.monotonic()
     job = LocalJob(run)
     owner = local_runs.record_owner(run.job.run_dir)
-    job.start()
     console = RankZeroConsole(run.job.run_dir)
-    console.start()
     received: list[int] = []
 
     def forward(signum, _frame):
@@ -196,12 +194,16 @@ def run_foreground(run: PreparedRun) -> int:
         # First signal: orderly stop through torchrun. A second one: kill at once.
         job.signal_all(signal.SIGTERM if len(received) == 1 else signal.SIGKILL)
 
+    # Before the agents start: a Ctrl-C at any moment stops them (they run in sessions of their own).
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        job.start()
+        console.start()
         codes = job.wait(received)
     finally:
         job.kill_all()
-        console.stop()
+        if console.is_alive():
+            console.stop()
         owner.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -210,6 +212,9 @@ def run_foreground(run: PreparedRun) -> int:
     if codes is None:
         return 1
     code = job_exit_code(codes)
+    others = other_ranks_errors(run.job.run_dir, console.since) if code else None
+    if others:
+        print(others, file=sys.stderr, flush=True)
     reason = explain_failure(run.job, codes) if code else None
     if reason:
         print(f"error: {reason}", file=sys.stderr, flush=True)

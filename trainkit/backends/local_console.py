@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,19 +24,25 @@ from training.common.job import RANK_LOGS_DIR, Job
 class RankZeroConsole(threading.Thread):
     """Follows global rank 0's output files onto this process's stdout and stderr until `stop()`."""
 
-    def __init__(self, run_dir: Path, interval: float = 0.1):
+    def __init__(self, run_dir: Path, interval: float = 0.1, since: float | None = None):
         super().__init__(name="rank0-console", daemon=True)
         self.record = run_dir / "logs" / RANK_LOGS_DIR / "0.json"
+        # A resumed run's folder still holds the last invocation's record: only a rank 0 of this one counts.
+        self.since = time.time() - 1 if since is None else since
         self.interval = interval
         self.stopping = threading.Event()
         self.files: dict[str, str] = {}
         self.handles: dict[str, BinaryIO] = {}
 
     def run(self) -> None:
-        while not self.stopping.wait(self.interval):
-            self.pump()
-        self.pump()  # what rank 0 wrote last
-        self.close()
+        try:
+            while not self.stopping.wait(self.interval):
+                self.pump()
+            self.pump()  # what rank 0 wrote last
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass  # the console went away (a closed pipe): the rank logs keep everything
+        finally:
+            self.close()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -43,7 +50,11 @@ class RankZeroConsole(threading.Thread):
 
     def pump(self) -> None:
         try:
+            if self.record.stat().st_mtime < self.since:
+                raise FileNotFoundError(self.record)  # an earlier invocation's rank 0
             files = json.loads(self.record.read_text())
+            if not isinstance(files, dict):
+                raise ValueError(self.record)
         except (OSError, ValueError):
             files = self.files  # not written yet, or being replaced: keep following the current files
         if files != self.files:
@@ -71,6 +82,38 @@ class RankZeroConsole(threading.Thread):
         for handle in self.handles.values():
             handle.close()
         self.handles = {}
+
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def other_ranks_errors(run_dir: Path, since: float, lines: int = 15) -> str | None:
+    """After a failed run: the last traceback of every other rank whose stderr holds one (rank 0's own
+    output is already on the console), each distinct one once, with where the rest is. Only records of
+    this invocation (written after `since`) count: a re-run's folder holds the last one's."""
+    shown: set[str] = set()
+    out: list[str] = []
+    records = sorted((run_dir / "logs" / RANK_LOGS_DIR).glob("*.json"), key=lambda path: int(path.stem))
+    for record in records:
+        if record.stem == "0":
+            continue
+        try:
+            if record.stat().st_mtime < since:
+                continue
+            stderr = Path(json.loads(record.read_text())["stderr"]).read_text(errors="replace")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if TRACEBACK not in stderr:
+            continue
+        tail = stderr[stderr.rindex(TRACEBACK) :].splitlines()[-lines:]
+        if "\n".join(tail) in shown:
+            continue
+        shown.add("\n".join(tail))
+        out += [
+            f"rank {record.stem} failed with (all of it: invoke logs --rank {record.stem}):",
+            *(f"  {t}" for t in tail),
+        ]
+    return "\n".join(out) or None
 
 
 def summary_block(job: Job, wall_s: float) -> str | None:
