@@ -13,9 +13,8 @@ from trainkit.services import free_port_pair
 
 
 @pytest.fixture(scope="session")
-def tiny_console(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session: its run folder
-    and what it printed (stdout and stderr apart, as a log or a pipe gets them)."""
+def tiny_run(tmp_path_factory) -> Path:
+    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session."""
     runs = tmp_path_factory.mktemp("tiny")
     port = free_port_pair()
     result = subprocess.run(
@@ -26,10 +25,4 @@ def tiny_console(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(runs), result
-
-
-@pytest.fixture(scope="session")
-def tiny_run(tiny_console) -> Path:
-    """The run folder of `make train MODEL=llama2-tiny` (see tiny_console)."""
-    return tiny_console[0]
+    return only_run_dir(runs)

@@ -14,15 +14,33 @@ from tests.helpers.paths import BIN, REPO
 INVOKE = str(BIN / "invoke")
 
 
-def test_console_of_a_run_in_a_log(tiny_console):
-    """`make train MODEL=llama2-tiny` (60 steps, 2 processes) with its output captured."""
-    run_dir, result = tiny_console
+def _train(runs: Path, *extra: str, **kwargs):
+    command = [
+        INVOKE,
+        "train",
+        "--model",
+        "llama2-tiny",
+        "--steps",
+        "20",
+        "--metrics-port",
+        "0",
+        "--runs-dir",
+        str(runs),
+    ]
+    command += extra
+    return subprocess.run(command, cwd=REPO, timeout=600, **kwargs)
+
+
+def test_console_of_a_run_in_a_log(tmp_path):
+    result = _train(tmp_path / "runs", capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     console = result.stdout + result.stderr
     assert "[default" not in console and "\r" not in console, console[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
     run_id = run_dir.name
     steps = [line for line in result.stdout.splitlines() if line.startswith(f"{run_id} step ")]
-    assert [line.split()[2] for line in steps][:2] == ["1/60", "6/60"], steps
-    assert {f"{n}/60" for n in range(6, 61, 6)} <= {line.split()[2] for line in steps}, steps
+    assert [line.split()[2] for line in steps][:2] == ["1/20", "2/20"], steps
+    assert {f"{n}/20" for n in range(2, 21, 2)} <= {line.split()[2] for line in steps}, steps
     printed = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(set(printed)) == len(printed), "a line twice"
 
@@ -35,11 +53,11 @@ def test_console_of_a_run_in_a_log(tiny_console):
     summary = json.loads((run_dir / "summary.json").read_text())
     block = result.stdout[result.stdout.index(f"run {run_id} finished") :].splitlines()
     fields = {line.split()[0]: line.split(None, 1)[1] for line in block[1:]}
-    assert fields["loss"].startswith(f"{summary['first_loss']:.4f} -> {summary['last_loss']:.4f} over 60 steps")
+    assert fields["loss"].startswith(f"{summary['first_loss']:.4f} -> {summary['last_loss']:.4f} over 20 steps")
     assert fields["throughput"].startswith(f"{summary['tokens_per_s_median']:,.0f} tokens/s")
     assert float(fields["wall"].split()[1]) > summary["wall_time_s"] > 0  # "wall time N s (this command)"
     assert Path(fields["model"]) == run_dir / "model" and (run_dir / "model").is_dir()
-    assert f"invoke obs.report --run {run_id} --runs-dir {run_dir.parent}" in fields["report"]
+    assert f"invoke obs.report --run {run_id} --runs-dir {tmp_path / 'runs'}" in fields["report"]
     assert block[-1].strip().startswith("again")
 
 
