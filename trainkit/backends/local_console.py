@@ -21,6 +21,18 @@ from typing import BinaryIO
 from training.common.job import RANK_LOGS_DIR, Job
 
 
+def rank_files(record: Path, since: float) -> dict[str, str] | None:
+    """A rank's recorded {"stdout": path, "stderr": path}, if written by this invocation (at or after
+    `since`: a re-run's folder still holds the last one's); None when absent, older or half-written."""
+    try:
+        if record.stat().st_mtime < since:
+            return None
+        files = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    return files if isinstance(files, dict) else None
+
+
 class RankZeroConsole(threading.Thread):
     """Follows global rank 0's output files onto this process's stdout and stderr until `stop()`."""
 
@@ -49,14 +61,8 @@ class RankZeroConsole(threading.Thread):
         self.join()
 
     def pump(self) -> None:
-        try:
-            if self.record.stat().st_mtime < self.since:
-                raise FileNotFoundError(self.record)  # an earlier invocation's rank 0
-            files = json.loads(self.record.read_text())
-            if not isinstance(files, dict):
-                raise ValueError(self.record)
-        except (OSError, ValueError):
-            files = self.files  # not written yet, or being replaced: keep following the current files
+        # Not written yet, or being replaced: keep following the current files.
+        files = rank_files(self.record, self.since) or self.files
         if files != self.files:
             self.copy()  # the end of the old files first
             self.close()
@@ -97,11 +103,10 @@ def other_ranks_errors(run_dir: Path, since: float, lines: int = 15) -> str | No
     for record in records:
         if record.stem == "0":
             continue
+        files = rank_files(record, since)
         try:
-            if record.stat().st_mtime < since:
-                continue
-            stderr = Path(json.loads(record.read_text())["stderr"]).read_text(errors="replace")
-        except (OSError, ValueError, KeyError, TypeError):
+            stderr = Path(files["stderr"]).read_text(errors="replace") if files and files.get("stderr") else ""
+        except OSError:
             continue
         if TRACEBACK not in stderr:
             continue

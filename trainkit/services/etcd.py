@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ..errors import SpecError
-from .process import Background, free_port_pair, http_ok, launch, terminate
+from .process import Background, OwnedServer, free_port_pair, http_ok, launch
 
 
 def etcd_healthy(endpoint: str) -> bool:
@@ -25,7 +25,7 @@ def etcd_healthy(endpoint: str) -> bool:
     return http_ok(f"http://{endpoint}/health")
 
 
-class EtcdServer:
+class EtcdServer(OwnedServer):
     """One etcd member on 127.0.0.1: client port p, peer port p + 1, data under `data_dir`."""
 
     def __init__(self, data_dir: str | Path, port: int | None = None, detach: bool = False):
@@ -75,15 +75,6 @@ class EtcdServer:
         self.kill()
         time.sleep(down_seconds)
         self.start()
-
-    def stop(self) -> None:
-        terminate(self.process)
-
-    def __enter__(self) -> EtcdServer:
-        return self.start()
-
-    def __exit__(self, *_exc) -> None:
-        self.stop()
 
 
 class LocalEtcd(Background):

@@ -72,6 +72,25 @@ def port_free(port: int) -> bool:
     return True
 
 
+class OwnedServer(abc.ABC):
+    """A server its caller starts and stops (tests, the chaos harness), usable as a context manager."""
+
+    process: subprocess.Popen | None = None
+
+    @abc.abstractmethod
+    def start(self, timeout: float = 30) -> OwnedServer:
+        """Start it and return once it answers."""
+
+    def stop(self) -> None:
+        terminate(self.process)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *_exc) -> None:
+        self.stop()
+
+
 class Background(abc.ABC):
     """A server the local profile runs in the background: pid and endpoint files under
     `.trainkit/<name>/`; `_pid()` only trusts a pid whose command line is still ours."""

@@ -12,7 +12,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from ..errors import SpecError
-from .process import Background, free_port_pair, http_ok, launch, port_free, terminate
+from .process import Background, OwnedServer, free_port_pair, http_ok, launch, port_free
 
 RULES = "trainkit-alerts.rules.yaml"
 """The generated alert rules, package data of observability (generated/rules/); each server loads a copy
@@ -21,7 +21,7 @@ RANKS_JOB, GPU_JOB = "trainkit-ranks", "trainkit-gpu"
 SCRAPE_INTERVAL_ENV = "TRAINKIT_SCRAPE_INTERVAL"  # the local Prometheus's scrape interval (default 5s)
 
 
-class PrometheusServer:
+class PrometheusServer(OwnedServer):
     """One Prometheus on 127.0.0.1 (Debian's 2.42, `make test-services`) loading trainkit's alert rules
     and scraping what the file-discovery folders under `root/targets/` list: training ranks
     (`trainkit-ranks`) and GPU exporters (`trainkit-gpu`). Adding or removing a target is writing or
@@ -70,15 +70,6 @@ class PrometheusServer:
         ready = functools.partial(http_ok, f"http://{self.endpoint}/-/ready")
         self.process = launch(command, self.log_path, ready, f"prometheus on {self.endpoint}", timeout, self.detach)
         return self
-
-    def stop(self) -> None:
-        terminate(self.process)
-
-    def __enter__(self) -> PrometheusServer:
-        return self.start()
-
-    def __exit__(self, *_exc) -> None:
-        self.stop()
 
 
 def write_targets(root: Path, job: str, name: str, addresses: list[str]) -> Path:
