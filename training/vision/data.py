@@ -3,11 +3,22 @@
 Augmentation is seeded per (epoch, image): the crop and flip an image gets do not depend on which
 loader worker or which process reads it, so a resumed run sees exactly the pixels an uninterrupted
 one would. The train loader is iterated once for the whole run (its workers live as long as the
-run); the validation loader keeps persistent workers across epochs.
+run); the validation loader is made once and keeps its workers across epochs.
+
+Loader workers are spawned (a fresh interpreter), never forked from the training process: that process
+has threads (Gloo/NCCL, the metrics server, loader queue feeders), and a fork while one of them holds
+an interpreter lock leaves the child blocked for ever. Seen on CPython 3.11 in CI: the child stuck in
+`PyOS_AfterFork_Child` -> `_PyThreadState_DeleteExcept` waiting on the runtime's thread-state lock,
+the job silent at an epoch's evaluation (Python 3.14 stops defaulting to fork on Linux for the same
+reason). Not the fork server either: its workers' parent is the server, which outlives a killed trainer,
+so torch's parent-death check in the worker never fires and the workers are left behind. A spawned
+worker's parent is the trainer; it exits within seconds of the trainer's death. Cost: each worker
+imports torch once at start (~4 s more for the two-process resnet-tiny run on two cores).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 
 import torch
@@ -92,10 +103,14 @@ class StepBatches(Sampler[list[tuple[int, int]]]):
         return (self.end - self.start) * (self.sampler.global_batch // self.sampler.world // self.sampler.micro_batch)
 
 
+def worker_context() -> multiprocessing.context.BaseContext:
+    return multiprocessing.get_context("spawn")  # not fork, not forkserver: see the module's docstring
+
+
 def loader_options(workers: int, on_gpu: bool) -> dict:
     options: dict = {"num_workers": workers, "pin_memory": on_gpu}
     if workers:
-        options["prefetch_factor"] = 4
+        options.update(prefetch_factor=4, persistent_workers=True, multiprocessing_context=worker_context())
     return options
 
 
@@ -108,7 +123,7 @@ def val_loader(folder: datasets.ImageFolder, rank: int, world: int, batch: int, 
     indices = list(range(rank, len(folder), world))
     subset = torch.utils.data.Subset(folder, indices)
     options = loader_options(workers, on_gpu)
-    return DataLoader(subset, batch_size=batch, shuffle=False, persistent_workers=workers > 0, **options)
+    return DataLoader(subset, batch_size=batch, shuffle=False, **options)
 
 
 def synthetic_batch(

@@ -89,6 +89,7 @@ class VisionTrainer:
                 job.run.seed + self.rank,
             )
             return None
+        self.val_batches = None
         root = Path(data_source(job, self.run_dir))
         train = ClassFolder(
             str(root / "train"), classes=check_image_folder(root), transform=train_transform(job.data.image_size)
@@ -159,16 +160,17 @@ class VisionTrainer:
         self._sync_buffers()
         self.model.eval()
         totals = torch.zeros(4, device=self.device, dtype=torch.float64)  # top1, top5, loss sum, count
-        loader = val_loader(
-            self.val_images,
-            self.rank,
-            self.world,
-            self.job.optimisation.micro_batch_size,
-            self.job.data.loader_workers,
-            self.on_gpu,
-        )
+        if self.val_batches is None:  # made once: its workers serve every epoch's evaluation
+            self.val_batches = val_loader(
+                self.val_images,
+                self.rank,
+                self.world,
+                self.job.optimisation.micro_batch_size,
+                self.job.data.loader_workers,
+                self.on_gpu,
+            )
         k = min(5, len(self.classes))
-        for images, labels in loader:
+        for images, labels in self.val_batches:
             images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
             labels = labels.to(self.device, non_blocking=True)
             logits = self.model(images).float()

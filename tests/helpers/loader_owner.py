@@ -1,0 +1,28 @@
+"""A training-like process that owns a vision validation loader: reads one batch, prints its loader
+worker's pid, then dies the way argv[2] says (`exit`: os._exit as exit_finished does; `kill`: SIGKILL)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from pathlib import Path
+
+from training.vision.data import ClassFolder, val_loader, val_transform
+from training.vision.layout import check_image_folder
+
+
+def main() -> None:
+    root, how = Path(sys.argv[1]), sys.argv[2]
+    folder = ClassFolder(str(root / "val"), classes=check_image_folder(root), transform=val_transform(32))
+    loader = val_loader(folder, rank=0, world=1, batch=4, workers=1, on_gpu=False)
+    next(iter(loader))
+    print(" ".join(str(worker.pid) for worker in multiprocessing.active_children()), flush=True)
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
