@@ -82,6 +82,18 @@ def base_context() -> dict:
     return context
 
 
+FILTER = re.compile(r"\$\{\{for (\w+), (\w+) in ([\w.]+) : \1 => \2 if (!?)\2\.(\w+)\}\}")
+
+
+def selected(body: dict, context: dict) -> dict:
+    """The map a for_each iterates: a reference, or `{for k, v in MAP : k => v if [!]v.FIELD}`."""
+    expression = unquote(body["for_each"])
+    if found := FILTER.fullmatch(expression):
+        items = evaluate(found[3], context)
+        return {key: value for key, value in items.items() if bool(value[found[5]]) != bool(found[4])}
+    return resolve(expression, context)
+
+
 def instances(body: dict, context: dict):
     """(each.key, each.value) for a resource's for_each, or one instance without it."""
     if "for_each" not in body:

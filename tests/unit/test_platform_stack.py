@@ -25,6 +25,7 @@ from tests.helpers.platform_stack import (
     base_context,
     blocks,
     manifests,
+    selected,
     unquote,
 )
 from trainkit import cluster
@@ -38,8 +39,8 @@ GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedul
 def test_every_chart_is_pinned_and_its_values_file_parses():
     context = base_context()["local"]
     charts = {**context["charts"], **context["monitoring_charts"]}
-    releases = [unquote(body["for_each"]) for (kind, _), body in RESOURCES.items() if kind == "helm_release"]
-    assert sorted(releases) == ["${local.charts}", "${local.monitoring_charts}"]
+    releases = sorted(name for kind, name in RESOURCES if kind == "helm_release")
+    assert releases == ["device_plugin", "monitoring", "monitoring_operator"]
     assert set(charts) == {
         "nvidia-device-plugin",
         "aws-efa-k8s-device-plugin",
@@ -85,6 +86,40 @@ def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated
     assert (sidecar["dashboards"]["label"], sidecar["dashboards"]["labelValue"]) == ("grafana_dashboard", "1")
     assert DEFAULTS["monitoring_namespace"] == cluster.MONITORING_NAMESPACE
     assert cluster.MONITORING_RELEASE in base_context()["local"]["monitoring_charts"]
+
+
+def release_of(chart: str) -> tuple[str, dict]:
+    """The helm_release (name, body) whose for_each selects `chart`."""
+    context = base_context()
+    found = [
+        (name, body)
+        for (kind, name), body in RESOURCES.items()
+        if kind == "helm_release" and chart in selected(body, context)
+    ]
+    assert len(found) == 1, (chart, found)
+    return found[0]
+
+
+def renders_operator_objects(chart: str) -> bool:
+    """Whether our values make the chart render a prometheus-operator object (ServiceMonitor/PodMonitor)."""
+    values = yaml.safe_load((ROOT / "values" / f"{chart}.yaml").read_text())
+    return any(values.get(key, {}).get("enabled") for key in ("serviceMonitor", "podMonitor"))
+
+
+def test_charts_that_render_monitoring_objects_wait_for_the_crds():
+    """dcgm-exporter's chart (templates/service-monitor.yaml at 4.8.2) renders a ServiceMonitor whenever
+    serviceMonitor.enabled is true, without asking the cluster whether the kind exists: its release must
+    depend on the release that installs the prometheus-operator CRDs, or a fresh `make up` fails."""
+    charts = base_context()["local"]["monitoring_charts"]
+    providers = [name for name, chart in charts.items() if chart["installs_crds"]]
+    assert providers == ["kube-prometheus-stack"]
+    provider_release, _ = release_of("kube-prometheus-stack")
+    consumers = [c for c in [*charts, *base_context()["local"]["charts"]] if renders_operator_objects(c)]
+    assert "dcgm-exporter" in consumers
+    for chart in consumers:
+        name, body = release_of(chart)
+        assert name != provider_release, f"{chart} is installed in the same step as the CRDs it needs"
+        assert f"${{helm_release.{provider_release}}}" in body.get("depends_on", []), (chart, body)
 
 
 def test_operator_and_images_are_pinned():

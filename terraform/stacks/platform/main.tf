@@ -269,13 +269,17 @@ locals {
   observability = "${path.module}/../../../observability/generated"
 
   monitoring_charts = {
+    # installs_crds: the chart brings the prometheus-operator CRDs (ServiceMonitor, PodMonitor,
+    # PrometheusRule) that the other charts' objects are instances of.
     kube-prometheus-stack = {
-      repository = "https://prometheus-community.github.io/helm-charts"
-      version    = "88.5.3"
+      repository    = "https://prometheus-community.github.io/helm-charts"
+      version       = "88.5.3"
+      installs_crds = true
     }
     dcgm-exporter = {
-      repository = "https://nvidia.github.io/dcgm-exporter/helm-charts"
-      version    = "4.8.2"
+      repository    = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+      version       = "4.8.2"
+      installs_crds = false
     }
   }
 
@@ -307,8 +311,12 @@ locals {
   }
 }
 
-resource "helm_release" "monitoring" {
-  for_each = local.monitoring_charts
+# Two steps, not one for_each: dcgm-exporter's chart renders its ServiceMonitor whenever
+# serviceMonitor.enabled is true (no Capabilities check), so on a fresh cluster it must wait for
+# kube-prometheus-stack, whose CRDs define that kind; in parallel the apply fails with "resource
+# mapping not found ... ensure CRDs are installed first" (tests/unit/test_platform_stack.py).
+resource "helm_release" "monitoring_operator" {
+  for_each = { for name, chart in local.monitoring_charts : name => chart if chart.installs_crds }
 
   name       = each.key
   namespace  = var.monitoring_namespace
@@ -319,6 +327,20 @@ resource "helm_release" "monitoring" {
   wait       = true
 
   depends_on = [kubernetes_manifest.namespace]
+}
+
+resource "helm_release" "monitoring" {
+  for_each = { for name, chart in local.monitoring_charts : name => chart if !chart.installs_crds }
+
+  name       = each.key
+  namespace  = var.monitoring_namespace
+  repository = each.value.repository
+  chart      = each.key
+  version    = each.value.version
+  values     = [file("${path.module}/values/${each.key}.yaml"), local.monitoring_values[each.key]]
+  wait       = true
+
+  depends_on = [kubernetes_manifest.namespace, helm_release.monitoring_operator]
 }
 
 # Grafana's dashboard sidecar loads every ConfigMap labelled grafana_dashboard=1, so the committed
