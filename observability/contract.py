@@ -2,9 +2,9 @@
 
 Training ranks serve the `trainkit_*` gauges of `training.common.metrics` (labels run_id, model, rank,
 node). GPU metrics use the NVIDIA DCGM exporter's names and units (dcgm-exporter
-`etc/default-counters.csv`) and labels (gpu, UUID, pci_bus_id, device, modelName, hostname), whether
-dcgm-exporter serves them (EKS) or `observability.gpu_exporter` does from NVML (a machine without
-DCGM). EFA counters come from the exporter's reading of
+`etc/default-counters.csv`) and label names (GPU_LABELS below, from its source at the pinned chart),
+whether dcgm-exporter serves them (EKS) or `observability.gpu_exporter` does from NVML (a machine
+without DCGM). EFA counters come from the exporter's reading of
 `/sys/class/infiniband/<device>/ports/<port>/hw_counters/`.
 """
 
@@ -29,7 +29,22 @@ GPU_METRICS = {
     "DCGM_FI_DEV_FB_FREE": ("Framebuffer memory free (in MiB).", "mbytes"),
     "DCGM_FI_DEV_XID_ERRORS": ("Value of the last XID error encountered.", "none"),
 }
-GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname")
+
+# dcgm-exporter 4.8.2 (tag 4.5.3-4.8.2; the chart pinned in terraform/stacks/platform/main.tf), label names
+# of a per-GPU series in the order it writes them: the GPU template's fixed labels, `Hostname` (capital H:
+# internal/pkg/rendermetrics/render_metrics.go, gpuMetricsFormat, L47; the node name from NODE_NAME,
+# which the chart's DaemonSet sets), then the counters of type `label` (DCGM_FI_DRIVER_VERSION,
+# etc/default-counters.csv L77; internal/pkg/collector/gpu_collector.go L312-315). Only NVLink series use
+# lowercase `hostname`; the release after 4.8.2 renames it to `hostname` everywhere (main, #655): change
+# NODE_LABEL with the chart.
+NODE_LABEL = "Hostname"
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", NODE_LABEL, "DCGM_FI_DRIVER_VERSION")
+# DCGM_FI_DEV_XID_ERRORS also carries the XID as `err_code` and its description as `err_msg`
+# (gpu_collector.go L323-332).
+XID_LABELS = (*GPU_LABELS, "err_code", "err_msg")
+# On EKS, GPUs allocated to a pod also carry that pod's (internal/pkg/transformation/const.go L21-23);
+# idle GPUs carry none of them.
+POD_LABELS = ("namespace", "pod", "container")
 
 # EFA hw_counters file -> metric name (counters; absent where the device does not have the file).
 EFA_COUNTERS = {
@@ -42,7 +57,7 @@ EFA_COUNTERS = {
     "retrans_pkts": "trainkit_efa_retransmitted_packets_total",
     "rx_drops": "trainkit_efa_rx_drops_total",
 }
-EFA_LABELS = ("device", "port", "hostname")
+EFA_LABELS = ("device", "port", NODE_LABEL)  # our exporter; the node label named as the GPU series'
 
 
 def known_metrics() -> set[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import threading
 import time
@@ -22,11 +23,27 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .contract import EFA_COUNTERS, EFA_LABELS, GPU_LABELS, GPU_METRICS
+from .contract import EFA_COUNTERS, EFA_LABELS, GPU_LABELS, GPU_METRICS, NODE_LABEL, XID_LABELS
 
 log = logging.getLogger(__name__)
 AMAZON_PCI_VENDOR = "0x1d0f"
 MIB = 1024 * 1024
+XID = "DCGM_FI_DEV_XID_ERRORS"
+
+
+def node_name() -> str:
+    """dcgm-exporter's host label value: NODE_NAME (its DaemonSet sets it to the node), else the host name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def xid_text(code: int) -> str:
+    """`err_msg` of the XID series: dcgm-exporter writes NVIDIA's description of the code there (its own
+    table); we name the code and where it is described rather than copy that table."""
+    return "No Error" if code == 0 else f"XID {code}: see NVIDIA's XID catalogue"
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class NvmlCollector:
@@ -35,7 +52,8 @@ class NvmlCollector:
     def __init__(self, nvml, hostname: str | None = None):
         self.nvml = nvml
         nvml.nvmlInit()
-        self.hostname = hostname or socket.gethostname()
+        self.hostname = hostname or node_name()
+        self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         # Identity does not change while the exporter runs: read it once, not on every scrape.
         self.gpu_labels = [self.labels(index, handle) for index, handle in enumerate(self.handles)]
@@ -50,8 +68,9 @@ class NvmlCollector:
             "UUID": nvml.nvmlDeviceGetUUID(handle),
             "pci_bus_id": nvml.nvmlDeviceGetPciInfo(handle).busId,
             "device": f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}",
-            "modelName": nvml.nvmlDeviceGetName(handle),
-            "hostname": self.hostname,
+            "modelName": _text(nvml.nvmlDeviceGetName(handle)),
+            NODE_LABEL: self.hostname,
+            "DCGM_FI_DRIVER_VERSION": self.driver_version,
         }
         return [by_name[name] for name in GPU_LABELS]
 
@@ -71,10 +90,16 @@ class NvmlCollector:
         }
 
     def collect(self):
-        families = {name: GaugeMetricFamily(name, GPU_METRICS[name][0], labels=GPU_LABELS) for name in GPU_METRICS}
+        families = {
+            name: GaugeMetricFamily(name, GPU_METRICS[name][0], labels=XID_LABELS if name == XID else GPU_LABELS)
+            for name in GPU_METRICS
+        }
         for index, handle in enumerate(self.handles):
             for name, value in self.readings(index, handle).items():
-                families[name].add_metric(self.gpu_labels[index], value)
+                labels = self.gpu_labels[index]
+                if name == XID:  # the code itself is a label too, as dcgm-exporter writes it
+                    labels = [*labels, str(int(value)), xid_text(int(value))]
+                families[name].add_metric(labels, value)
         yield from families.values()
 
     def watch_xids(self) -> None:
@@ -106,7 +131,7 @@ class EfaCollector:
 
     def __init__(self, sysfs: str | Path = "/sys/class/infiniband", hostname: str | None = None):
         self.sysfs = Path(sysfs)
-        self.hostname = hostname or socket.gethostname()
+        self.hostname = hostname or node_name()
 
     def devices(self) -> list[Path]:
         found = []

@@ -40,7 +40,7 @@ GPU_ALERTS = [
     Alert(
         "GpuXidError",
         "DCGM_FI_DEV_XID_ERRORS != 0",
-        "GPU {{ $labels.gpu }} on {{ $labels.hostname }} reported XID {{ $value }}",
+        "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} reported XID {{ $value }}",
         "An XID is the driver reporting a GPU fault (catalogue: NVIDIA's XID errors document). Drain the "
         "node if it repeats; jobs on it restart elsewhere from their last checkpoint.",
         "critical",
@@ -51,7 +51,7 @@ GPU_ALERTS = [
         # mapping, the PodMonitor's target labels); on one machine neither does, so every GPU qualifies.
         f"(DCGM_FI_DEV_GPU_UTIL < {GPU_UTIL_LOW_PERCENT})"
         " and on (namespace, pod) group by (namespace, pod) (trainkit_train_step)",
-        "GPU {{ $labels.gpu }} on {{ $labels.hostname }} below "
+        "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} below "
         f"{GPU_UTIL_LOW_PERCENT}% for {GPU_UTIL_LOW_FOR} during a run",
         "The job is starved: look at the Training run dashboard's input wait and per-rank skew, and at "
         "EFA traffic, before adding nodes.",
@@ -61,7 +61,7 @@ GPU_ALERTS = [
     Alert(
         "GpuTemperatureHigh",
         f"DCGM_FI_DEV_GPU_TEMP > {GPU_TEMP_HIGH_C}",
-        "GPU {{ $labels.gpu }} on {{ $labels.hostname }} at {{ $value }} C",
+        "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} at {{ $value }} C",
         f"Above {GPU_TEMP_HIGH_C} C the GPU is close to thermal slowdown; its SM clock drops and the whole "
         "job waits for it.",
         "warning",

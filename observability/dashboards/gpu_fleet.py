@@ -5,11 +5,12 @@ On a machine with no GPU exporter every panel stays empty and says so; nothing i
 
 from __future__ import annotations
 
-from ..contract import GPU_METRICS
+from ..contract import GPU_METRICS, NODE_LABEL
 from .common import GPU_NO_DATA, build_dashboard, query, query_variable, stat_panel, table_panel, timeseries_panel
 
-SELECTED = '{hostname=~"$hostname"}'
-PER_GPU = "{{hostname}} gpu {{gpu}}"
+# The node variable is named after the label it filters (dcgm-exporter's, the EFA counters' too).
+SELECTED = f'{{{NODE_LABEL}=~"${NODE_LABEL}"}}'
+PER_GPU = f"{{{{{NODE_LABEL}}}}} gpu {{{{gpu}}}}"
 
 
 def _gpu_series(metric: str, title: str, description: str) -> object:
@@ -54,8 +55,8 @@ def errors_row() -> tuple[str, list]:
 
 
 def network_row() -> tuple[str, list]:
-    efa = '{hostname=~"$hostname"}[$__rate_interval]'
-    per_device = "{{hostname}} {{device}}"
+    efa = SELECTED + "[$__rate_interval]"
+    per_device = f"{{{{{NODE_LABEL}}}}} {{{{device}}}}"
     no_efa = "no data: no EFA device reports on this selection"
     return "Network (EFA)", [
         timeseries_panel(
@@ -77,8 +78,8 @@ def network_row() -> tuple[str, list]:
             "Packets per second retransmitted or dropped; anything above 0 slows collectives.",
             "pps",
             [
-                query(f"rate(trainkit_efa_retransmitted_packets_total{efa})", "retransmit {{hostname}} {{device}}"),
-                query(f"rate(trainkit_efa_rx_drops_total{efa})", "drop {{hostname}} {{device}}"),
+                query(f"rate(trainkit_efa_retransmitted_packets_total{efa})", f"retransmit {per_device}"),
+                query(f"rate(trainkit_efa_rx_drops_total{efa})", f"drop {per_device}"),
             ],
             width=24,
             no_value=no_efa,
@@ -91,6 +92,6 @@ def build():
         "GPU fleet",
         "trainkit-gpu-fleet",
         "DCGM exporter metrics per node and GPU, XID errors, EFA traffic.",
-        [query_variable("hostname", "Node", "DCGM_FI_DEV_GPU_UTIL", multi=True)],
+        [query_variable(NODE_LABEL, "Node", "DCGM_FI_DEV_GPU_UTIL", multi=True)],
         [utilisation_row(), health_row(), errors_row(), network_row()],
     )

@@ -91,7 +91,7 @@ def test_gpu_panels_parse_and_show_nothing_without_a_gpu_exporter(scraped_run):
     board = generate.load_dashboard("gpu-fleet.json")
     no_hardware = LocalGpuExporter.hardware() is None
     for _, expr in variable_queries(board) + panel_queries(board):
-        result = ask(endpoint, expand(expr, {"hostname": ".*"}), at)
+        result = ask(endpoint, expand(expr, {"Hostname": ".*"}), at)
         if no_hardware:
             # count() of nothing is nothing in PromQL, so even the "GPUs reporting" stat stays empty.
             assert result == [], f"{expr!r} returned {result} on a machine with no GPU exporter"

@@ -15,7 +15,7 @@ import pynvml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from observability.contract import GPU_LABELS, GPU_METRICS
+from observability.contract import GPU_LABELS, GPU_METRICS, XID_LABELS
 from observability.gpu_exporter import EfaCollector, build_registry
 
 
@@ -32,6 +32,9 @@ class OneH100:
 
     def nvmlInit(self):
         pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.159.04"
 
     def nvmlDeviceGetCount(self):
         return 1
@@ -85,7 +88,8 @@ def scrape(registry) -> dict[str, list]:
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
-def test_nvml_readings_become_dcgm_names_units_and_labels(tmp_path):
+def test_nvml_readings_become_dcgm_names_units_and_labels(tmp_path, monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "ip-10-0-1-5.ec2.internal")
     registry, found = build_registry(nvml=OneH100(), sysfs=tmp_path)
     assert found[0] == "1 GPU(s) through NVML"
     deadline = time.monotonic() + 5
@@ -102,6 +106,10 @@ def test_nvml_readings_become_dcgm_names_units_and_labels(tmp_path):
     labels = metrics["DCGM_FI_DEV_GPU_UTIL"][0].labels
     assert set(labels) == set(GPU_LABELS)
     assert labels["device"] == "nvidia0" and labels["modelName"] == "NVIDIA H100 80GB HBM3" and labels["gpu"] == "0"
+    assert labels["Hostname"] == "ip-10-0-1-5.ec2.internal"  # NODE_NAME first, as dcgm-exporter reads it
+    assert labels["DCGM_FI_DRIVER_VERSION"] == "580.159.04"
+    xid = metrics["DCGM_FI_DEV_XID_ERRORS"][0].labels
+    assert set(xid) == set(XID_LABELS) and xid["err_code"] == "79"
 
 
 def efa_device(sysfs, name: str, vendor: str, counters: dict[str, int]) -> None:
@@ -122,3 +130,24 @@ def test_efa_counters_come_from_amazon_devices_only(tmp_path):
     assert metrics["trainkit_efa_rdma_read_bytes"][0].value == 5
     assert "trainkit_efa_retransmitted_packets" not in metrics  # no such file on this device: no series
     assert [d.name for d in EfaCollector(tmp_path).devices()] == ["rdmap16s27"]
+
+
+# dcgm-exporter 4.8.2 (github.com/NVIDIA/dcgm-exporter, tag 4.5.3-4.8.2), read from its source: the label
+# names of a per-GPU series (not a MIG instance) as the GPU template writes them,
+# internal/pkg/rendermetrics/render_metrics.go L47 (gpu, the UUID label, pci_bus_id, device, modelName,
+# then Hostname when the host name is set, which the chart's NODE_NAME makes always), the UUID label's name
+# internal/pkg/collector/gpu_collector.go L316-319 ("UUID" without --use-old-namespace), then the
+# `label`-type counters of the chart's default counters file (etc/default-counters.csv L77:
+# DCGM_FI_DRIVER_VERSION), and on the XID series the attributes gpu_collector.go L323-332 adds.
+UPSTREAM_GPU_SERIES_LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
+UPSTREAM_XID_ATTRIBUTES = ["err_code", "err_msg"]
+UPSTREAM_POD_LABELS = ["pod", "namespace", "container"]  # internal/pkg/transformation/const.go L21-23
+
+
+def test_the_contract_uses_the_label_names_dcgm_exporter_writes():
+    from observability import contract
+
+    assert list(contract.GPU_LABELS) == UPSTREAM_GPU_SERIES_LABELS
+    assert list(contract.XID_LABELS) == UPSTREAM_GPU_SERIES_LABELS + UPSTREAM_XID_ATTRIBUTES
+    assert sorted(contract.POD_LABELS) == sorted(UPSTREAM_POD_LABELS)
+    assert contract.NODE_LABEL in contract.EFA_LABELS  # one node label for every panel of the fleet dashboard

@@ -57,7 +57,7 @@ def test_every_query_names_metrics_of_the_contract(name):
     ids = [panel["id"] for panel in board["panels"]]
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     for _, expr in queries:
-        expand(expr, {"run_id": "r", "hostname": ".*"})  # every variable used is one the dashboard defines
+        expand(expr, {"run_id": "r", "Hostname": ".*"})  # every variable used is one the dashboard defines
 
 
 def test_gpu_panels_show_no_data_rather_than_a_value():
