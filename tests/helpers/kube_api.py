@@ -24,11 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-import jsonschema
+from tests.helpers.crd import admission_errors
 
-from tests.helpers.paths import PYTORCHJOB_SCHEMA
-
-SCHEMA = json.loads(PYTORCHJOB_SCHEMA.read_text())
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
@@ -186,10 +183,9 @@ class FakeCluster:
     # ------------------------------------------------------------ operator and kubelet
 
     def create_job(self, namespace: str, body: dict) -> tuple[int, dict]:
-        try:
-            jsonschema.validate(body, SCHEMA)
-        except jsonschema.ValidationError as error:
-            return 422, status_body(422, "Invalid", f"PyTorchJob is invalid: {error.message}")
+        if refused := admission_errors(body):
+            code, message = refused
+            return code, status_body(code, "Invalid" if code == 422 else "BadRequest", message)
         name = body["metadata"]["name"]
         with self.lock:
             if (namespace, name) in self.jobs:

@@ -18,11 +18,14 @@ locals {
   }
   fsx_size = "${local.infra.fsx_storage_capacity_gib}Gi"
 
-  # Every chart pinned to one version (tests/unit/test_platform_stack.py refuses ranges).
+  # Every chart pinned to one version (tests/unit/test_platform_stack.py refuses ranges), the newest
+  # patch of its line as of 2026-11: nvidia-device-plugin v0.20.0 (tag of NVIDIA/k8s-device-plugin,
+  # 2026-08-19, newest tag), aws-efa-k8s-device-plugin v0.5.30 (aws/eks-charts master Chart.yaml and the
+  # gh-pages index, 2026-07-21).
   charts = {
     nvidia-device-plugin = {
       repository = "https://nvidia.github.io/k8s-device-plugin"
-      version    = "0.19.3"
+      version    = "0.20.0"
     }
     aws-efa-k8s-device-plugin = {
       repository = "https://aws.github.io/eks-charts"
@@ -269,6 +272,9 @@ locals {
   observability = "${path.module}/../../../observability/generated"
 
   monitoring_charts = {
+    # Pins: kube-prometheus-stack 88.5.3 (tag kube-prometheus-stack-88.5.3 of prometheus-community/
+    # helm-charts, 2026-08-21, newest), dcgm-exporter 4.8.2 (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2,
+    # 2026-05-06, newest; the label names in observability/contract.py are this release's).
     # installs_crds: the chart brings the prometheus-operator CRDs (ServiceMonitor, PodMonitor,
     # PrometheusRule) that the other charts' objects are instances of.
     kube-prometheus-stack = {

@@ -26,9 +26,9 @@ variable "gpu_quota" {
 }
 
 variable "etcd_image" {
-  description = "etcd image for the rendezvous store; 3.5.x, the last line that serves the v2 API torch's etcd rendezvous uses."
+  description = "etcd image for the rendezvous store; 3.5.x, the last line that serves the v2 API torch's etcd rendezvous uses (v3.5.33: newest 3.5 tag of etcd-io/etcd, 2026-07-23)."
   type        = string
-  default     = "quay.io/coreos/etcd:v3.5.21"
+  default     = "quay.io/coreos/etcd:v3.5.33"
 }
 
 variable "training_operator_ref" {
