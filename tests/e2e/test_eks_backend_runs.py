@@ -1,6 +1,8 @@
-"""The EKS backend end to end against a local Kubernetes API server (tests/helpers/kube_api.py): a real
-2-node job whose pods run here (the pod entry point, torchrun, an etcd rendezvous, training on CPU) is
-submitted, loses a worker, is followed through status and logs, and stopped."""
+"""The EKS backend end to end against a local Kubernetes API server that follows training-operator
+v1.9.4's rules (tests/helpers/kube_api.py): a real 2-node job whose pods run here (the pod entry point,
+torchrun, an etcd rendezvous, training on CPU) is submitted, loses a worker, is followed through status
+and logs, and stopped; and a job whose leader is slow to publish is still published whole although
+the operator ends the job when the first pod finishes."""
 
 from __future__ import annotations
 
@@ -12,34 +14,36 @@ from tests.helpers.product import invoke
 from trainkit.services import EtcdServer
 
 
+def job_flags(etcd, run_id: str, steps: int, *extra: str) -> list[str]:
+    return [
+        "--target",
+        "eks",
+        "--model",
+        "llama2-tiny",
+        "--image",
+        IMAGE,
+        "--nodes",
+        "2",
+        "--nproc",
+        "1",
+        "--rdzv",
+        "etcd",
+        "--rdzv-endpoint",
+        etcd.endpoint,
+        "--metrics-port",
+        "0",
+        "--steps",
+        str(steps),
+        "--run-id",
+        run_id,
+        *extra,
+    ]
+
+
 def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
     """A real 2-node job: pods run the pod entry point here, meet at a real etcd, lose a worker and go on."""
     with EtcdServer(tmp_path / "etcd") as etcd:
-        flags = [
-            "--target",
-            "eks",
-            "--model",
-            "llama2-tiny",
-            "--image",
-            IMAGE,
-            "--nodes",
-            "2",
-            "--nproc",
-            "1",
-            "--rdzv",
-            "etcd",
-            "--rdzv-endpoint",
-            etcd.endpoint,
-            "--metrics-port",
-            "0",
-            "--steps",
-            "24",
-            "--checkpoint-interval",
-            "4",
-            "--run-id",
-            "e2e",
-        ]
-        submitted = invoke("train", *flags)
+        submitted = invoke("train", *job_flags(etcd, "e2e", 24, "--checkpoint-interval", "4"))
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/e2e: 2 x p5.48xlarge, 1 processes each, rendezvous etcd" in submitted.stdout
         run = fake.fsx / "runs" / "e2e"
@@ -49,8 +53,13 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         fake.wait(lambda: fake.pod("e2e-worker-1").restarts == 1, 30, "the kubelet to restart worker 1")
         status = invoke("status", "--run-id", "e2e")
         assert status.returncode == 0, status.stderr
-        assert status.stdout.startswith("job trainkit-jobs/e2e (run e2e): ")
-        assert "e2e-worker-1 exited with code -9; restarting" in status.stdout
+        assert status.stdout.startswith("job trainkit-jobs/e2e (run e2e): Running")
+        # The container restarted in place: no Restarting condition, the count against the backoff limit.
+        assert "Restarting" not in status.stdout
+        assert "restarts of running pods: 1 of backoffLimit 3" in status.stdout
+        rank1 = invoke("logs", "--run-id", "e2e", "--rank", "1")
+        lines = rank1.stdout.splitlines()
+        assert "(rank 1)" in lines[0] and all(line.startswith("[default0]:") for line in lines[1:])
         rows = {
             line.split()[0]: line.split() for line in status.stdout.splitlines()[1:] if line.strip().startswith("e2e-")
         }
@@ -58,6 +67,12 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         assert rows["e2e-worker-0"][3] == fake.nodes[0]["metadata"]["name"]
         job = fake.jobs[("trainkit-jobs", "e2e")]
         fake.wait(lambda: job["status"]["conditions"][-1]["type"] == "Succeeded", 240, "the job to succeed")
+        assert [(c["type"], c["status"]) for c in job["status"]["conditions"]] == [
+            ("Created", "True"),
+            ("Running", "False"),
+            ("Succeeded", "True"),
+        ]
+        assert job["status"]["conditions"][-1]["message"] == "PyTorchJob trainkit-jobs/e2e successfully completed."
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == 24
         assert json.loads((run / "spec.json").read_text())["placement"]["target"] == "eks"
@@ -65,13 +80,12 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
         assert any(e["event"] == "resume" for e in events)  # the group re-formed after the loss
 
+        # Both agents left together (torchrun's exit barrier): the operator found every pod finished.
+        assert fake.deleted == [] and {p.phase for p in fake.pods.values()} == {"Succeeded"}
         leader = invoke("logs", "--run-id", "e2e")
         assert leader.returncode == 0, leader.stderr
         assert leader.stdout.startswith("==> e2e-worker-") and "(leader)" in leader.stdout.splitlines()[0]
         assert "group_rank=0" in leader.stdout and "summary: runs/e2e/summary.json" in leader.stdout
-        rank1 = invoke("logs", "--run-id", "e2e", "--rank", "1")
-        lines = rank1.stdout.splitlines()
-        assert "(rank 1)" in lines[0] and all(line.startswith("[default0]:") for line in lines[1:])
         follow = invoke("logs", "--run-id", "e2e", "-f")  # the pod has ended, so follow returns
         assert follow.returncode == 0 and "summary: runs/e2e/summary.json" in follow.stdout
 
@@ -79,3 +93,30 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         assert stopped.returncode == 0 and "deleted job trainkit-jobs/e2e" in stopped.stdout
         assert ("trainkit-jobs", "e2e") not in fake.jobs and (run / "summary.json").exists()  # outputs stay
         assert invoke("status", "--run-id", "e2e").returncode == 2
+
+
+def test_no_pod_leaves_before_the_run_is_published(fake, tmp_path):
+    """v1.9.4 marks the job Succeeded when the first Worker pod succeeds and deletes the pods still running
+    (cleanPodPolicy Running). Rank 0 is made slow to publish (8 s): the other node's ranks wait for it at
+    the final barrier, so the summary, the exported model and the finish event are all there."""
+    fake.pod_env["TRAINKIT_TEST_PUBLISH_DELAY_S"] = "8"
+    with EtcdServer(tmp_path / "etcd") as etcd:
+        submitted = invoke("train", *job_flags(etcd, "slow", 8))
+        assert submitted.returncode == 0, submitted.stderr
+        job = fake.jobs[("trainkit-jobs", "slow")]
+        fake.wait(lambda: job["status"]["conditions"][-1]["type"] == "Succeeded", 240, "the job to succeed")
+        run = fake.fsx / "runs" / "slow"
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["steps"] == 8 and summary["world_size"] == 2
+        events = [json.loads(line)["event"] for line in (run / "events.jsonl").read_text().splitlines()]
+        assert events[-1] == "finish"
+        model = run / "model"
+        assert (model / "config.json").exists() and list(model.glob("*.safetensors"))
+        assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000008"
+        # Rank 1 (the other node) waited for rank 0 at the final barrier before it left.
+        log = next((run / "logs" / "slow-worker-1").rglob("stdout.log")).read_text()
+        assert "rank 1: run published by rank 0, leaving" in log
+        assert (
+            next((run / "logs" / "slow-worker-1").rglob("stdout.log")).stat().st_mtime
+            >= (run / "summary.json").stat().st_mtime
+        )

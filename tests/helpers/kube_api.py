@@ -1,11 +1,25 @@
 """A local Kubernetes API server for the paths the EKS backend uses, with a small operator and kubelet.
 
-Requests come from the official Kubernetes client over real HTTP. A created PyTorchJob is checked
-against tests/schemas/pytorchjob-v1.json (422 otherwise, like an API server's schema validation);
-its workers become pods whose container really runs here: the command, args, working directory
-(the `/fsx` mount maps to a local folder) and environment from the manifest, Secrets and the
-downward API resolved. A pod whose process fails is restarted (restartPolicy OnFailure), which
-counts in restartCount and adds a Restarting condition to the job, as the training operator does.
+Requests come from the official Kubernetes client over real HTTP. A created PyTorchJob is checked as
+a cluster with training-operator v1.9.4 checks it (tests/helpers/crd.py: the CRD's schema, strictly, and
+the validating webhook); its workers become pods whose container really runs here: the command, args,
+working directory (the `/fsx` mount maps to a local folder) and environment from the manifest plus the
+operator's PET_* variables, Secrets and the downward API resolved.
+
+The operator's rules, from kubeflow/trainer at v1.9.4, for our shape (Worker replicas only, an
+elasticPolicy, restartPolicy OnFailure, cleanPodPolicy Running):
+- kubelet: a container that exits non-zero restarts in place (restartCount + 1, the pod stays Running);
+  one that exits 0 completes its pod (Succeeded).
+- status (pkg/controller.v1/pytorch/pytorchjob_controller.go, UpdateJobStatus L343-447): an elastic job
+  is Succeeded as soon as ANY Worker pod succeeded; else Running while a pod runs. Reasons
+  PyTorchJobCreated/Running/Succeeded/Failed, messages as the operator writes them.
+- backoff (pkg/core/job.go L95-133, PastBackoffLimit): Failed when the restart counts summed over the
+  job's Running pods reach runPolicy.backoffLimit; no Restarting condition for in-place restarts.
+- finish (pkg/controller.v1/common/job.go L43-69, cleanPodPolicy Running): the pods still Running or
+  Pending are deleted (SIGTERM, then SIGKILL after their grace period); finished pods stay.
+- conditions (pkg/util/status.go L58-149): one per type, a changed one moved to the end; Running and
+  Restarting replace each other; Succeeded/Failed set Running's status to False; after Failed nothing
+  changes.
 """
 
 from __future__ import annotations
@@ -117,17 +131,61 @@ class Pod:
         return body
 
 
+def set_condition(conditions: list[dict], kind: str, reason: str, message: str) -> None:
+    """pkg/util/status.go's updateJobConditions/setCondition for a condition with status True."""
+    if any(c["type"] == "Failed" and c["status"] == "True" for c in conditions):
+        return
+    current = next((c for c in conditions if c["type"] == kind), None)
+    if current and current["status"] == "True" and current["reason"] == reason:
+        return
+    stamp = now()
+    kept = current["lastTransitionTime"] if current and current["status"] == "True" else stamp
+    replaced = {"Running": "Restarting", "Restarting": "Running"}.get(kind)
+    remaining = [c for c in conditions if c["type"] not in (kind, replaced)]
+    if kind in ("Succeeded", "Failed"):
+        for condition in remaining:
+            if condition["type"] == "Running":
+                condition["status"] = "False"
+    condition = {"type": kind, "status": "True", "reason": reason, "message": message}
+    conditions[:] = [*remaining, condition | {"lastUpdateTime": stamp, "lastTransitionTime": kept}]
+
+
+def finished(job: dict) -> bool:
+    return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in job["status"]["conditions"])
+
+
+def operator_env(job: dict, index: int) -> dict:
+    """The PET_* variables the operator adds to every container of an elastic job (envvar.go, elastic.go)."""
+    spec, name = job["spec"], job["metadata"]["name"]
+    policy = spec["elasticPolicy"]
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "PET_NPROC_PER_NODE": str(spec.get("nprocPerNode", "auto")),
+        "PET_RDZV_ENDPOINT": f"{policy.get('rdzvHost', f'{name}-worker-0')}:{policy.get('rdzvPort', 23456)}",
+        "PET_RDZV_BACKEND": policy.get("rdzvBackend", "c10d"),
+        "PET_NNODES": f"{policy['minReplicas']}:{policy['maxReplicas']}",
+    }
+    if "maxRestarts" in policy:
+        env["PET_MAX_RESTARTS"] = str(policy["maxRestarts"])
+    if "rdzvId" in policy:
+        env["PET_RDZV_ID"] = policy["rdzvId"]
+    return env
+
+
 @dataclass
 class FakeCluster:
-    """State of the fake cluster; `root` holds the FSx folder and pod logs."""
+    """State of the fake cluster; `root` holds the FSx folder and pod logs. `pod_env`: extra variables for
+    every pod's container (a test's fault injection)."""
 
     root: Path
     operator_installed: bool = True
+    pod_env: dict = field(default_factory=dict)
     claim_phase: str | None = "Bound"
     nodes: list[dict] = field(default_factory=list)
     secrets: dict = field(default_factory=dict)
     jobs: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
+    deleted: list = field(default_factory=list)
 
     def __post_init__(self):
         self.fsx = self.root / "fsx"
@@ -191,7 +249,9 @@ class FakeCluster:
             if (namespace, name) in self.jobs:
                 return 409, status_body(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{name}" already exists')
             body["metadata"].update(creationTimestamp=now(), uid=f"uid-{name}")
-            body["status"] = {"conditions": [self._condition("Created", f"PyTorchJob {name} is created.")]}
+            body["status"] = {"conditions": []}
+            created = f"PyTorchJob {name} is created."
+            set_condition(body["status"]["conditions"], "Created", "PyTorchJobCreated", created)
             self.jobs[(namespace, name)] = body
             worker = body["spec"]["pytorchReplicaSpecs"]["Worker"]
             for index in range(worker["replicas"]):
@@ -202,7 +262,16 @@ class FakeCluster:
         name = f"{job['metadata']['name']}-worker-{index}"
         manifest = json.loads(json.dumps(template))
         manifest["metadata"].update(name=name, namespace=namespace)
-        manifest["metadata"]["labels"]["training.kubeflow.org/replica-index"] = str(index)
+        manifest["metadata"]["labels"].update(
+            {
+                "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                "training.kubeflow.org/job-name": job["metadata"]["name"],
+                "training.kubeflow.org/replica-type": "worker",
+                "training.kubeflow.org/replica-index": str(index),
+            }
+        )
+        if index == 0:
+            manifest["metadata"]["labels"]["training.kubeflow.org/job-role"] = "master"
         manifest["spec"]["nodeName"] = self.nodes[index % len(self.nodes)]["metadata"]["name"] if self.nodes else None
         container = manifest["spec"]["containers"][0]
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
@@ -216,13 +285,12 @@ class FakeCluster:
                 value = self.secrets.get((namespace, ref["name"]), {}).get(ref["key"])
                 if value is not None:
                     env[item["name"]] = value
+        env.update(operator_env(job, index))
+        env.update(self.pod_env)
         cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
         pod = Pod(manifest, self.root / f"{name}.log", env, cwd)
         self.pods[(namespace, name)] = pod
         pod.start()
-
-    def _condition(self, kind: str, message: str) -> dict:
-        return {"type": kind, "status": "True", "lastTransitionTime": now(), "message": message}
 
     def _kubelet(self) -> None:
         while not self.stopping.wait(0.2):
@@ -232,29 +300,41 @@ class FakeCluster:
 
     def _sync(self, namespace: str, name: str, job: dict) -> None:
         pods = [p for (ns, n), p in self.pods.items() if ns == namespace and n.startswith(f"{name}-worker-")]
-        conditions = job["status"]["conditions"]
-        if conditions[-1]["type"] in ("Succeeded", "Failed"):
-            return
-        limit = job["spec"].get("runPolicy", {}).get("backoffLimit", 3)
-        for pod in pods:
+        for pod in pods:  # the kubelet
             code = pod.process.poll() if pod.process else None
-            if code is None or pod.phase in ("Succeeded", "Failed"):
+            if code is None or pod.phase != "Running":
                 continue
             if code == 0:
                 pod.phase = "Succeeded"
-            elif pod.restarts < limit:
+            else:  # restartPolicy OnFailure: the container restarts in place
                 pod.restarts += 1
-                conditions.append(self._condition("Restarting", f"{pod.name} exited with code {code}; restarting"))
                 pod.start()
-            else:
-                pod.phase = "Failed"
-        phases = {pod.phase for pod in pods}
-        if phases == {"Running"} and conditions[-1]["type"] != "Running":
-            conditions.append(self._condition("Running", f"PyTorchJob {name} is running."))
-        if "Succeeded" in phases and "Running" not in phases:
-            conditions.append(self._condition("Succeeded", f"PyTorchJob {name} is successfully completed."))
-        elif phases == {"Failed"}:
-            conditions.append(self._condition("Failed", f"PyTorchJob {name} has failed."))
+        if finished(job):
+            return
+        conditions = job["status"]["conditions"]
+        running = [pod for pod in pods if pod.phase == "Running"]
+        succeeded = [pod for pod in pods if pod.phase == "Succeeded"]
+        limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
+        restarts = sum(pod.restarts for pod in running)
+        if limit is not None and (restarts > 0 if limit == 0 else restarts >= limit):
+            message = f"Job {name} has failed because it has reached the specified backoff limit"
+            set_condition(conditions, "Failed", "PyTorchJobFailed", message)
+        elif succeeded and job["spec"].get("elasticPolicy") is not None:
+            message = f"PyTorchJob {namespace}/{name} successfully completed."
+            set_condition(conditions, "Succeeded", "PyTorchJobSucceeded", message)
+        elif running:
+            set_condition(conditions, "Running", "PyTorchJobRunning", f"PyTorchJob {namespace}/{name} is running.")
+        if finished(job) and job["spec"].get("runPolicy", {}).get("cleanPodPolicy", "None") == "Running":
+            for pod in running:
+                self._delete_pod(namespace, pod)
+
+    def _delete_pod(self, namespace: str, pod: Pod) -> None:
+        """The kubelet's stop: SIGTERM, then SIGKILL after the grace period; the pod leaves the API at once."""
+        self.pods.pop((namespace, pod.name), None)
+        self.deleted.append(pod.name)
+        pod.kill(signal.SIGTERM)
+        grace = pod.manifest["spec"].get("terminationGracePeriodSeconds", 30)
+        threading.Timer(grace, pod.kill).start()
 
     def delete_job(self, namespace: str, name: str) -> tuple[int, dict]:
         with self.lock:
@@ -262,10 +342,7 @@ class FakeCluster:
             if job is None:
                 return 404, status_body(404, "NotFound", f'pytorchjobs.kubeflow.org "{name}" not found')
             for key in [k for k in self.pods if k[0] == namespace and k[1].startswith(f"{name}-worker-")]:
-                pod = self.pods.pop(key)
-                pod.kill(signal.SIGTERM)  # the kubelet's stop: SIGTERM, then SIGKILL after the grace period
-                grace = pod.manifest["spec"].get("terminationGracePeriodSeconds", 30)
-                threading.Timer(grace, pod.kill).start()
+                self._delete_pod(namespace, self.pods[key])
         return 200, status_body(200, "Deleted", name) | {"status": "Success"}
 
     # ------------------------------------------------------------ test controls

@@ -30,6 +30,9 @@ from .metrics import MetricsSink
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
 EXIT_PEER_STOPPED = 75
+# Fault injection for tests: rank 0 waits this many seconds before publishing the finished run, so a test
+# can show that no rank (and no pod) leaves before the run is published.
+PUBLISH_DELAY_ENV = "TRAINKIT_TEST_PUBLISH_DELAY_S"
 
 
 def record_log_files(run_dir: Path, rank: int | None = None) -> None:
@@ -134,6 +137,8 @@ class RunContext:
         if self.accelerator.is_main_process:
             with self.events.open("a") as handle:
                 handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
 
     def resume(self) -> int:
         """Load `latest` if there is one (every object registered with the accelerator); returns the next step."""
@@ -236,18 +241,31 @@ class RunContext:
         if latest is None or self.checkpoints.read_state(latest)["step"] != total_steps:
             self.save(total_steps, total_steps)
 
-    def write_summary(self, start: int, extra: dict) -> None:
-        """summary.json on the main rank: medians from metrics.jsonl plus what the trainer adds."""
-        if not self.accelerator.is_main_process:
-            return
-        common = {
-            "run_id": self.run_id,
-            "model": self.model_name,
-            "world_size": self.accelerator.num_processes,
-            "resumed_from": start or None,
-            "restarts": self.restarts,
-            "wall_time_s": time.perf_counter() - self.started,
-        }
-        path = self.metrics.write_summary({**common, **extra})
-        self.event("finish", step=json.loads(path.read_text())["steps"])
-        print(f"summary: {path}", flush=True)
+    def finish(self, start: int, extra: dict) -> None:
+        """Publish the finished run, then let the ranks go: rank 0 writes summary.json (medians from
+        metrics.jsonl plus what the trainer adds) and the `finish` event, both fsynced, while every other
+        rank waits at a barrier. Checkpoint and exported model are already on disk (save_final, export).
+
+        The barrier is what keeps a run whole on EKS: training-operator v1.9.4 marks an elastic
+        PyTorchJob Succeeded as soon as any Worker pod succeeds and `cleanPodPolicy: Running` then deletes
+        the pods still running (pkg/controller.v1/pytorch/pytorchjob_controller.go, the status update;
+        pkg/controller.v1/common/job.go): a node whose ranks left first would have the pod of rank 0
+        deleted mid-write. torchrun's agents also wait for each other before exiting (the elastic agent's
+        exit barrier), but only up to 300 s and they carry on when that barrier fails; here no rank leaves
+        before the run is published, within the job's collective timeout."""
+        if self.accelerator.is_main_process:
+            time.sleep(float(os.environ.get(PUBLISH_DELAY_ENV, 0)))
+            common = {
+                "run_id": self.run_id,
+                "model": self.model_name,
+                "world_size": self.accelerator.num_processes,
+                "resumed_from": start or None,
+                "restarts": self.restarts,
+                "wall_time_s": time.perf_counter() - self.started,
+            }
+            path = self.metrics.write_summary({**common, **extra})
+            self.event("finish", step=json.loads(path.read_text())["steps"])
+            print(f"summary: {path}", flush=True)
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process:  # rank 0's console ends with the summary
+            print(f"rank {self.accelerator.process_index}: run published by rank 0, leaving", flush=True)

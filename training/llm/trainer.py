@@ -215,7 +215,7 @@ class Trainer:
         bar.close()
         run.save_final(self.total_steps)
         exported = self.export()
-        run.write_summary(
+        run.finish(
             start,
             {
                 "truncated": job.model.truncated_label,

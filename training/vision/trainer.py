@@ -251,7 +251,7 @@ class VisionTrainer:
         self._sync_buffers()
         run.save_final(self.total_steps)
         digests = self.replica_digests()
-        run.write_summary(
+        run.finish(
             start,
             {
                 "samples": "images",

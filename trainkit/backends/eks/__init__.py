@@ -117,15 +117,20 @@ def restarts(pod) -> int:
 
 
 def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
+    """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
+    the job ends) and its pods. The state is the newest condition that holds. The operator restarts no pod
+    itself under restartPolicy OnFailure (containers restart in place, no Restarting condition); it fails
+    the job when the restart counts of its running pods reach runPolicy.backoffLimit, so that sum is shown."""
     kube = kube or Kube.connect()
     job = find_job(kube, namespace, run_id)
     meta = job["metadata"]
     conditions = job.get("status", {}).get("conditions", [])
-    state = conditions[-1]["type"] if conditions else "Pending"
+    holding = [c for c in conditions if c.get("status") == "True"]
+    state = holding[-1]["type"] if holding else "Pending"
     lines = [f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {state}"]
     for condition in conditions:
-        message = condition.get("message", "")
-        lines.append(f"  {condition['type']:<11} {condition.get('lastTransitionTime', '')}  {message}".rstrip())
+        when, message = condition.get("lastTransitionTime", ""), condition.get("message", "")
+        lines.append(f"  {condition['type']:<11} {condition.get('status', '?'):<5} {when}  {message}".rstrip())
     pods = job_pods(kube, job)
     lines.append(f"  {'pod':<40} {'phase':<10} {'restarts':>8}  node")
     for pod in pods:
@@ -133,7 +138,11 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
             f"  {pod.metadata.name:<40} {pod.status.phase or '?':<10} {restarts(pod):>8}  {pod.spec.node_name or '-'}"
         )
     if not pods:
-        lines.append("  (no pods yet)")
+        lines.append("  (no pods yet)" if state not in ("Succeeded", "Failed") else "  (no pods left)")
+    limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
+    if limit is not None and state not in ("Succeeded", "Failed"):
+        counted = sum(restarts(pod) for pod in pods if pod.status.phase == "Running")
+        lines.append(f"  restarts of running pods: {counted} of backoffLimit {limit} (the job fails at the limit)")
     return "\n".join(lines)
 
 
@@ -174,12 +183,19 @@ def logs(
     by_node = pods_by_group_rank(kube, pods)
     if rank is None:
         pod, prefix = by_node.get(0, pods[0]), ""
+        if 0 not in by_node:  # the operator deletes the pods still running when the first one finishes
+            run = job["metadata"]["annotations"][render.LABEL_RUN]
+            yield (
+                f"note: no pod of {job['metadata']['name']} holds group rank 0 now (at a job's end the operator "
+                f"deletes pods still running); every rank's log stays on FSx under runs/{run}/logs/"
+            )
     else:
         if rank // nproc not in by_node:
             known = f"0..{len(by_node) * nproc - 1}" if by_node else "none yet"
             raise SpecError(f"--rank {rank} is not running (ranks now: {known}); see `invoke status`")
         pod, prefix = by_node[rank // nproc], f"[default{rank % nproc}]:"
-    yield f"==> {pod.metadata.name}" + (f" (rank {rank})" if rank is not None else " (leader)")
+    role = f" (rank {rank})" if rank is not None else (" (leader)" if 0 in by_node else "")
+    yield f"==> {pod.metadata.name}{role}"
     response = kube.core.read_namespaced_pod_log(
         pod.metadata.name, namespace, container=render.CONTAINER, follow=follow, _preload_content=False
     )
