@@ -79,6 +79,20 @@ def option(
     return field(default=default, metadata=meta)
 
 
+def micro_steps(global_batch: int, micro_batch: int, world: int) -> int:
+    """Forward/backward passes per optimizer step, the same on every rank: enough for the largest share."""
+    largest_share = -(-global_batch // world)  # ceiling division
+    return -(-largest_share // micro_batch)
+
+
+def share(global_batch: int, world: int, rank: int) -> tuple[int, int]:
+    """(offset, size) of rank's contiguous slice of a global batch: G // world each, the first G % world
+    ranks one more. Even when the world divides G (the launcher insists on it unless it chose G itself
+    for an elastic range, where no G divides every size)."""
+    base, extra = divmod(global_batch, world)
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
 @dataclass
 class RunOptions:
     """Where the run lives and how it reports."""
@@ -184,8 +198,20 @@ class OptimisationOptions:
         None, "Optimizer steps to train; default from the model recipe unless --epochs is given.", minimum=1
     )
     epochs: int | None = option(None, "Passes over the packed dataset; alternative to --steps.", minimum=1)
-    global_batch_size: int | None = option(None, "Sequences per optimizer step, all ranks together.", minimum=1)
+    global_batch_size: int | None = option(
+        None,
+        "Sequences per optimizer step, all ranks together; default: the recipe's, rounded to a whole number per "
+        "process (learning rate scaled to match).",
+        minimum=1,
+    )
     micro_batch_size: int | None = option(None, "Sequences per forward pass on one rank.", minimum=1)
+    global_batch_derived: bool = option(
+        False,
+        "Set when the launcher chose the global batch from the recipe for this world size; such a batch need not "
+        "divide every size of an elastic range (ranks then get shares one apart).",
+        trains=False,
+        cli=False,
+    )
     lr: float | None = option(None, "Peak learning rate.", above=0)
     schedule: str = option(
         "cosine",

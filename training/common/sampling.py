@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import torch
 
+from .job import micro_steps, share
+
 
 class StepSampler:
     """Epoch e uses permutation(seed + e); step s reads global positions [s*G, (s+1)*G) of the epoch,
-    rank r takes the r-th contiguous slice of G/world, split into micro batches. A remainder of
-    fewer than G samples at the end of an epoch is skipped (different each epoch).
+    rank r takes its contiguous slice (`share`), split into `micro_steps` micro batches of at most the
+    micro batch size (a smaller share gives smaller, possibly empty, ones). The trainers normalise the
+    loss by the whole global batch, so the gradient does not depend on the split. A remainder of fewer
+    than G samples at the end of an epoch is skipped (different each epoch).
     """
 
     def __init__(
@@ -32,6 +36,7 @@ class StepSampler:
         self.num_samples, self.global_batch, self.micro_batch = num_samples, global_batch, micro_batch
         self.rank, self.world, self.seed = rank, world, seed
         self.steps_per_epoch = num_samples // global_batch
+        self.micro_steps = micro_steps(global_batch, micro_batch, world)
         self._cached_epoch = -1
         self._order = torch.empty(0, dtype=torch.long)
 
@@ -49,7 +54,7 @@ class StepSampler:
         """Sample indices for each micro batch this rank runs at `step` (0-based)."""
         epoch, within = divmod(step, self.steps_per_epoch)
         order = self._permutation(epoch)
-        per_rank = self.global_batch // self.world
-        start = within * self.global_batch + self.rank * per_rank
-        mine = order[start : start + per_rank]
-        return list(mine.split(self.micro_batch))
+        offset, size = share(self.global_batch, self.world, self.rank)
+        start = within * self.global_batch + offset
+        mine = order[start : start + size]
+        return list(mine.tensor_split(self.micro_steps))

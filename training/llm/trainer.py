@@ -121,11 +121,19 @@ class Trainer:
         device = self.accelerator.device
         waited = time.perf_counter()
         micro = self.sampler.micro_batches(step)
+        # A rank with a smaller share than others (an elastic job's global batch need not divide every
+        # world size) may have an empty micro batch: it still runs the pass (FSDP's collectives need every
+        # rank) on a stand-in sample whose loss counts zero.
+        weights = [1.0 if len(indices) else 0.0 for indices in micro]
+        micro = [indices if len(indices) else torch.zeros(1, dtype=torch.long) for indices in micro]
         batches = [(self.dataset.input_ids[i].to(device), self.dataset.labels[i].to(device)) for i in micro]
         data_wait = time.perf_counter() - waited
         # Normalise by the loss tokens of the whole global batch, so the loss and the gradient do
         # not depend on how the batch is split over ranks and accumulation steps.
-        counted = torch.tensor(sum(int((y[:, 1:] != IGNORE_INDEX).sum()) for _, y in batches), device=device)
+        counted = torch.tensor(
+            sum(int((y[:, 1:] != IGNORE_INDEX).sum()) for (_, y), w in zip(batches, weights, strict=True) if w),
+            device=device,
+        )
         dist.all_reduce(counted)
         scale = self.world / counted.clamp(min=1)
         loss_sum = torch.zeros((), device=device)
@@ -138,8 +146,8 @@ class Trainer:
                     ignore_index=IGNORE_INDEX,
                     reduction="sum",
                 )
-                self.accelerator.backward(token_loss * scale)
-            loss_sum += token_loss.detach()
+                self.accelerator.backward(token_loss * (scale * weights[index]))
+            loss_sum += token_loss.detach() * weights[index]
         grad_norm = torch.zeros(())
         if self.job.optimisation.grad_clip > 0:
             grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)

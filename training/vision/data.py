@@ -100,7 +100,7 @@ class StepBatches(Sampler[list[tuple[int, int]]]):
                 yield [(epoch, int(i)) for i in micro]
 
     def __len__(self) -> int:
-        return (self.end - self.start) * (self.sampler.global_batch // self.sampler.world // self.sampler.micro_batch)
+        return (self.end - self.start) * self.sampler.micro_steps
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

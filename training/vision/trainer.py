@@ -16,7 +16,7 @@ from accelerate.utils import set_seed
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes, peak_memory_bytes
-from training.common.sampling import StepSampler
+from training.common.sampling import StepSampler, micro_steps
 from training.common.schedule import lr_multiplier
 
 from .data import ClassFolder, SeededImages, synthetic_batch, train_loader, train_transform, val_loader, val_transform
@@ -41,13 +41,13 @@ class VisionTrainer:
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         self.device = acc.device
-        self.micro_per_step = job.optimisation.global_batch_size // (job.optimisation.micro_batch_size * self.world)
-        if self.micro_per_step < 1 or job.optimisation.global_batch_size % (
-            job.optimisation.micro_batch_size * self.world
-        ):
+        o = job.optimisation
+        self.micro_per_step = micro_steps(o.global_batch_size, o.micro_batch_size, self.world)
+        if o.global_batch_size // self.world < self.micro_per_step:  # an empty micro batch would upset BatchNorm
             raise ValueError(
-                f"--global-batch-size {job.optimisation.global_batch_size} must be a multiple of --micro-batch-size "
-                f"{job.optimisation.micro_batch_size} x {self.world} processes"
+                f"--global-batch-size {o.global_batch_size} leaves a rank of {self.world} fewer images than its "
+                f"{self.micro_per_step} micro batches of {o.micro_batch_size}; use a multiple of "
+                f"{o.micro_batch_size * self.world}"
             )
         self.classes = self._build_data()
         self.num_classes = len(self.classes) if self.classes else self.synthetic_classes
@@ -133,13 +133,18 @@ class VisionTrainer:
         torch.manual_seed(_step_seed(self.job.run.seed, step, self.rank))  # dropout, stochastic depth
         self.model.train()
         loss_sum = torch.zeros((), device=self.device)
+        # Summed over images and scaled by world / global batch: after DDP's mean over ranks, the gradient
+        # of the global batch's mean loss, however the batch is split over ranks and micro batches.
+        scale = self.world / self.job.optimisation.global_batch_size
         for index, (images, labels) in enumerate(micro):
             last = index == len(micro) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
                 logits = self.model(images)
-                loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.job.optimisation.label_smoothing)
-                self.accelerator.backward(loss / len(micro))
-            loss_sum += loss.detach() / len(micro)
+                loss = F.cross_entropy(
+                    logits.float(), labels, label_smoothing=self.job.optimisation.label_smoothing, reduction="sum"
+                )
+                self.accelerator.backward(loss * scale)
+            loss_sum += loss.detach() * scale
         grad_norm = torch.zeros(())
         if self.job.optimisation.grad_clip > 0:
             grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)

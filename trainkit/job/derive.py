@@ -27,6 +27,7 @@ def derive(job: Job, machine: Machine) -> None:
     job.model.family = entry.family
     o, p = job.optimisation, job.parallelism
     fit_micro_batch = o.micro_batch_size is None  # the recipe's micro batch may shrink; a given one may not
+    batch_given, lr_given = o.global_batch_size is not None, o.lr is not None
     recipe = dataclasses.asdict(entry.recipe)
     cpu = recipe.pop("cpu")
     if cpu and machine.gpus_per_node == 0:
@@ -45,16 +46,18 @@ def derive(job: Job, machine: Machine) -> None:
         if value is None or key in given or (pair and pair in given):
             continue
         BY_KEY[key].set(job, value)
+    if p.min_nodes is None:
+        p.min_nodes = p.nodes
+    if not batch_given:
+        choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family == "llama")
+    elif fit_micro_batch:
+        o.micro_batch_size = fitted_micro_batch(o.global_batch_size, o.micro_batch_size, job.world_size)
     if entry.family == "vision" and o.lr is None:
         o.lr = scaled_lr(o.global_batch_size, o.optimizer)
         job.run.notes.append(
             f"learning rate {o.lr:g} from the {o.optimizer} scaling rule for a global batch of "
             f"{o.global_batch_size} (set --lr to change it)"
         )
-    if p.min_nodes is None:
-        p.min_nodes = p.nodes
-    if fit_micro_batch:
-        o.micro_batch_size = fitted_micro_batch(o.global_batch_size, o.micro_batch_size, job.world_size)
     if job.model.init == "pretrained" and job.model.weights is None:
         job.model.weights = entry.hub_id
     if job.model.layers is not None and entry.family == "llama" and job.model.layers <= entry.arch.num_hidden_layers:
@@ -83,6 +86,38 @@ def scaled_lr(global_batch_size: int, optimizer: str | None) -> float:
     per 256 (You et al. 2019 scale LAMB's rate with the square root of the batch); an untuned start."""
     ratio = global_batch_size / 256
     return 0.1 * ratio if optimizer == "sgd" else 0.005 * ratio**0.5
+
+
+def choose_global_batch(job: Job, fit_micro_batch: bool, scale_lr: bool) -> None:
+    """The recipe's global batch is a target: each process of the (largest) world takes a whole number of
+    sequences, the nearest to target / processes and at least one (or one micro batch when --micro-batch-size
+    is given), so the recipe works at any node count. A batch that moved is announced, and a recipe
+    learning rate follows it by the square-root rule for Adam-type optimisers (Malladi et al. 2022, "On
+    the SDEs and scaling rules for adaptive gradient algorithms"); vision rates follow their own rule.
+    In an elastic range the batch chosen for the largest size is kept at every size (same data, same
+    gradient); where it does not divide a smaller world, ranks take shares one apart."""
+    o, p, world = job.optimisation, job.parallelism, job.world_size
+    target, cap = o.global_batch_size, o.micro_batch_size
+    share = target / world
+    if share >= cap or not fit_micro_batch:  # whole micro batches per process
+        per_process = max(1, round(share / cap)) * cap
+    else:
+        per_process = max(1, round(share))
+    o.global_batch_size, o.global_batch_derived = per_process * world, True
+    if fit_micro_batch:  # the largest share in the range in one pass where the recipe's micro batch allows
+        smallest_world = p.min_nodes * int(p.nproc or 1)
+        o.micro_batch_size = min(cap, -(-o.global_batch_size // smallest_world))
+    if o.global_batch_size == target:
+        return
+    note = (
+        f"global batch {o.global_batch_size}: the recipe's {target} rounded to {per_process} per process x {world} "
+        "processes (set --global-batch-size to choose)"
+    )
+    if scale_lr and o.lr is not None:
+        scaled = o.lr * (o.global_batch_size / target) ** 0.5
+        note += f"; learning rate {o.lr:g} -> {scaled:.3g} by the square-root rule (set --lr to choose)"
+        o.lr = float(f"{scaled:.3g}")
+    job.run.notes.append(note)
 
 
 def fitted_micro_batch(global_batch: int, micro: int, world: int) -> int:

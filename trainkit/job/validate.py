@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from training.common.job import FIELDS, Job
+from training.common.job import FIELDS, Job, micro_steps
 
 from .. import cluster, hardware
 from ..errors import SpecError
@@ -142,12 +142,22 @@ def _validate_eks(job: Job) -> None:
 
 
 def _validate_batch(job: Job) -> None:
-    """Every world size the job can run at (elastic: min..max nodes) must split the global batch."""
+    """Every world size the job can run at (elastic: min..max nodes) must split the global batch: evenly for
+    a batch the user gave; for one the launcher chose from the recipe (derive.choose_global_batch), into
+    shares one apart, with no vision rank short of an image for one of its micro batches."""
     o, p = job.optimisation, job.parallelism
     for nodes in range(p.nodes, p.min_nodes - 1, -1):
         world = nodes * p.nproc
         per_step = o.micro_batch_size * world
         at = "" if nodes == p.nodes else f" (at {nodes} node(s), allowed by --nodes {p.min_nodes}:{p.nodes})"
+        if o.global_batch_derived:
+            short = o.global_batch_size // world < (micro_steps(o.global_batch_size, o.micro_batch_size, world))
+            require(
+                o.global_batch_size >= world and not (short and job.model.family == "vision"),
+                f"the recipe's global batch {o.global_batch_size} cannot be split over {world} processes{at}; "
+                f"give --global-batch-size as a multiple of {per_step}",
+            )
+            continue
         require(
             o.global_batch_size % per_step == 0,
             f"--global-batch-size {o.global_batch_size} is not divisible by --micro-batch-size "
