@@ -10,12 +10,9 @@ only after an elastic job shrank; the workers are started directly here (torchru
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 
-from tests.helpers.paths import BIN, REPO
-from tests.helpers.product import read_jsonl
+from tests.helpers.product import read_jsonl, torchrun
 
 STEPS = 3  # inside the recipe's 6 warmup steps: the schedule does not depend on the run's length
 
@@ -30,15 +27,7 @@ def test_three_ranks_with_uneven_shares_match_two_even_ones(tiny_run, tmp_path):
     spec["optimisation"].update(micro_batch_size=1, steps=STEPS, global_batch_derived=True)
     spec["run"].update(run_id="uneven", runs_dir=str(tmp_path), metrics_port=0)
     (run / "spec.json").write_text(json.dumps(spec))
-    result = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "3", "-m", "training.llm.train"]
-        + ["--spec", str(run / "spec.json")],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = torchrun(3, "-m", "training.llm.train", "--spec", str(run / "spec.json"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     uneven = read_jsonl(run / "metrics.jsonl")
     even = read_jsonl(tiny_run / "metrics.jsonl")[:STEPS]

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.paths import BIN, HELPERS, REPO
-from tests.helpers.product import invoke, only_run_dir, read_jsonl, start_invoke
+from tests.helpers.paths import HELPERS
+from tests.helpers.product import invoke, only_run_dir, read_jsonl, start_invoke, torchrun
 from tests.helpers.waiting import latest_step, wait_for
 
 EPOCHS, STEPS_PER_EPOCH = 6, 10  # resnet-tiny recipe: 400 training images / global batch 40
@@ -100,14 +99,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_with_identical_losses(vision_run, 
 
 
 def test_replica_check_stops_ranks_that_train_alone():
-    result = subprocess.run(
-        [str(BIN / "torchrun"), "--nproc-per-node", "2", str(HELPERS / "vision_replica_check.py")],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = torchrun(2, str(HELPERS / "vision_replica_check.py"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("refused: data-parallel replicas hold different weights") == 2
 

@@ -29,6 +29,18 @@ def invoke(
 _STARTED: list[subprocess.Popen] = []
 
 
+def torchrun(nproc: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node N ARGS` from the checkout (workers import training/ from it)."""
+    return subprocess.run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(nproc), *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def start_invoke(*args: str, env: dict | None = None) -> subprocess.Popen:
     """Start a command in the background; whatever a test leaves running is stopped after it
     (tests/conftest.py's stop_background_jobs calls stop_started()).
