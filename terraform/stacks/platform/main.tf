@@ -225,6 +225,9 @@ resource "kubernetes_manifest" "etcd" {
 # Device plugins
 ################################################################################
 
+# Neither device-plugin chart renders an object of a CRD kind with these values (k8s-device-plugin
+# v0.20.0: only its optional NFD subchart, off here, brings CRDs and a PodMonitor; aws-efa-k8s-device-plugin
+# v0.5.30: one DaemonSet), so they need no ordering against the monitoring CRDs.
 resource "helm_release" "device_plugin" {
   for_each = local.charts
 
