@@ -9,6 +9,7 @@ strictly, and its webhook: tests/helpers/crd.py).
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from tests.helpers.crd import admission_errors
 from tests.helpers.eks import container, worker
@@ -63,6 +64,18 @@ def test_a_moved_batch_is_announced_with_the_learning_rate_it_implies():
     assert "1 per process x 128 processes" in note and "square-root rule" in note
     given = job_from_flags({"model": "llama2-70b", "target": "eks", "nodes": "16", "lr": 1e-5}, profile="aws")
     assert given.optimisation.lr == 1e-5  # a given rate is the user's
+
+
+def test_the_dry_run_of_a_wide_elastic_range_prints_an_admissible_job(tmp_path):
+    env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")}
+    flags = ["--model", "llama2-70b", "--target", "eks", "--nodes", "4:16", "--dry-run"]
+    result = invoke("train", *flags, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "global batch 128: the recipe's 64 rounded to 1 per process x 128 processes" in result.stderr
+    job = yaml.safe_load(result.stdout)
+    assert admission_errors(job) is None, admission_errors(job)
+    assert (job["spec"]["elasticPolicy"]["minReplicas"], job["spec"]["elasticPolicy"]["maxReplicas"]) == (4, 16)
+    assert container(job)["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
 
 
 def test_an_explicit_batch_that_does_not_split_is_still_refused(tmp_path):
