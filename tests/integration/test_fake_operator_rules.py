@@ -1,0 +1,65 @@
+"""The test API server ends jobs as training-operator v1.9.4 does (tests/helpers/kube_api.py cites the
+source): pods here run a shell command instead of training, so each rule is seen on its own."""
+
+from __future__ import annotations
+
+import time
+
+from tests.helpers.eks import IMAGE, container, job_for
+
+NAMESPACE = "trainkit-jobs"
+
+
+def submit(fake, name: str, script: str, **spec) -> dict:
+    job = job_for({"model": "llama2-tiny", "image": IMAGE, "nodes": "2", "nproc": "1", "run_id": name})
+    pod = container(job)
+    pod["command"], pod["args"] = ["sh", "-c", script], []
+    job["spec"]["runPolicy"].update(spec)
+    code, body = fake.create_job(NAMESPACE, job)
+    assert code == 201, body
+    return fake.jobs[(NAMESPACE, job["metadata"]["name"])]
+
+
+def kinds(job: dict) -> list[tuple[str, str]]:
+    return [(c["type"], c["status"]) for c in job["status"]["conditions"]]
+
+
+def test_the_first_worker_to_succeed_ends_the_job_and_the_running_ones_are_deleted(fake):
+    # worker-0 finishes after a second; worker-1 would run for a minute and records the SIGTERM it gets.
+    script = 'case "$POD_NAME" in *-0) sleep 1; exit 0;; *) trap "echo TERM; exit 143" TERM; sleep 60 & wait;; esac'
+    job = submit(fake, "early", script)
+    name = job["metadata"]["name"]
+    fake.wait(lambda: kinds(job)[-1] == ("Succeeded", "True"), 30, "the job to succeed")
+    assert kinds(job) == [("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
+    assert [c["reason"] for c in job["status"]["conditions"]] == [
+        "PyTorchJobCreated",
+        "PyTorchJobRunning",
+        "PyTorchJobSucceeded",
+    ]
+    assert job["status"]["conditions"][-1]["message"] == f"PyTorchJob {NAMESPACE}/{name} successfully completed."
+    assert fake.deleted == [f"{name}-worker-1"]  # cleanPodPolicy Running: the finished pod stays
+    assert fake.pod(f"{name}-worker-0").phase == "Succeeded"
+    fake.wait(lambda: "TERM" in (fake.root / f"{name}-worker-1.log").read_text(), 10, "SIGTERM to worker-1")
+
+
+def test_restarts_in_place_until_the_backoff_limit_fails_the_job(fake):
+    job = submit(fake, "crash", "sleep 0.3; exit 1", backoffLimit=4)
+    name = job["metadata"]["name"]
+    fake.wait(lambda: kinds(job)[-1] == ("Failed", "True"), 60, "the job to fail")
+    failed = job["status"]["conditions"][-1]
+    assert failed["reason"] == "PyTorchJobFailed"
+    assert failed["message"] == f"Job {name} has failed because it has reached the specified backoff limit"
+    assert "Restarting" not in [kind for kind, _ in kinds(job)]  # containers restarted in place
+    assert sorted(fake.deleted) == [f"{name}-worker-0", f"{name}-worker-1"]
+    # Failed is final: nothing the pods do afterwards changes the conditions.
+    before = list(job["status"]["conditions"])
+    time.sleep(1)  # five kubelet rounds
+    assert job["status"]["conditions"] == before
+
+
+def test_a_job_the_webhook_refuses_creates_nothing(fake):
+    job = job_for({"model": "llama2-tiny", "image": IMAGE, "nodes": "2", "nproc": "1", "run_id": "refused"})
+    container(job)["name"] = "trainer"
+    code, body = fake.create_job(NAMESPACE, job)
+    assert code == 400 and "must have at least one container with name pytorch" in body["message"]
+    assert not fake.jobs and not fake.pods
