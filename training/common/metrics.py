@@ -70,7 +70,11 @@ _MEDIANS = ("tokens_per_s", "samples_per_s", "mfu", "step_time_s", "data_wait_s"
 
 
 class MetricsSink:
-    def __init__(self, run_dir: Path, labels: dict[str, str], is_main: bool, port: int | None):
+    def __init__(
+        self, run_dir: Path, labels: dict[str, str], is_main: bool, port: int | None, address: str = "127.0.0.1"
+    ):
+        """`address`: where the rank's /metrics listens; this machine only unless a scraper elsewhere needs it
+        (EKS: Prometheus scrapes the pod's IP), see run.metrics_address."""
         self.run_dir = Path(run_dir)
         self.is_main = is_main
         self.jsonl = self.run_dir / "metrics.jsonl"
@@ -82,7 +86,7 @@ class MetricsSink:
         self._labels = labels
         if port:
             try:
-                start_http_server(port, registry=self.registry)
+                start_http_server(port, addr=address, registry=self.registry)
             except OSError as error:  # a busy port must not kill a training run
                 log.warning("metrics port %d unavailable (%s); Prometheus export disabled for this rank", port, error)
 

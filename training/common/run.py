@@ -94,6 +94,12 @@ class ProgressLines:
         pass
 
 
+def metrics_address(target: str) -> str:
+    """Where a rank's /metrics listens: loopback on one machine (the local Prometheus scrapes 127.0.0.1),
+    every interface on EKS, where Prometheus scrapes the pod's IP."""
+    return "0.0.0.0" if target == "eks" else "127.0.0.1"
+
+
 def current_nodes(configured: int) -> int:
     """Nodes in this round of an elastic job (torchrun's GROUP_WORLD_SIZE), else the configured count."""
     return int(os.environ.get("GROUP_WORLD_SIZE", configured))
@@ -125,7 +131,8 @@ class RunContext:
         }
         offset = int(os.environ.get(METRICS_PORT_OFFSET_ENV, 0))
         port = metrics_port + offset + acc.local_process_index if metrics_port else None
-        self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port)
+        address = metrics_address(job.placement.target)
+        self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port, address)
         self.restarts = 0
         self.events = self.run_dir / "events.jsonl"
         self.stop_signal = StopSignal().install()
