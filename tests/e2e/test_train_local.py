@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,6 +65,20 @@ def test_rerunning_a_finished_run_says_so_and_changes_nothing(tiny_run):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"run {tiny_run.name} already finished at step 60" in result.stdout
     assert (tiny_run / "summary.json").read_text() == before
+
+
+def test_a_finished_run_is_recognised_without_loading_its_checkpoint(tiny_run, tmp_path):
+    """From summary.json and trainer_state.json alone: with the weights of its checkpoint emptied, a copy of
+    the finished run still reports itself finished (loading them would fail)."""
+    copy = tmp_path / "runs" / tiny_run.name
+    shutil.copytree(tiny_run, copy)
+    latest = copy / "checkpoints" / (copy / "checkpoints" / "latest").read_text().strip()
+    for weights in [*latest.rglob("*.distcp"), *latest.rglob("*.bin"), *latest.rglob("*.safetensors")]:
+        weights.write_bytes(b"")
+    assert any(p.stat().st_size == 0 for p in latest.rglob("*") if p.is_file())
+    result = invoke("train", "--model", "llama2-tiny", "--runs-dir", str(copy.parent), "--metrics-port", "0")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"run {tiny_run.name} already finished at step 60" in result.stdout
 
 
 def test_fsdp_really_shards_each_rank_holds_half(tiny_run):
@@ -250,3 +265,34 @@ def test_llama2_7b_truncated_to_two_layers_trains_with_true_shapes(tmp_path):
     assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 32000
     assert json.loads((run_dir / "model" / "trainkit.json").read_text())["truncated"] == summary["truncated"]
     assert summary["sharding"]["total_params"] == 2 * 202_383_360 + 2 * 32000 * 4096 + 4096
+
+
+# --------------------------------------------------------------------------- divergence
+
+
+def strict_json(line: str) -> dict:
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_a_diverging_run_stops_at_the_step_and_publishes_nothing_non_finite(tmp_path):
+    """A finite but absurd learning rate makes the loss overflow within a few steps: the job stops at that
+    step on every rank with the step named, keeps the last good checkpoint, and refuses to resume."""
+    args = tiny_args(tmp_path / "runs", "--lr", "1e30", "--steps", "12", "--checkpoint-interval", "1")
+    result = invoke(*args, "--max-restarts", "1")
+    assert result.returncode != 0, result.stdout[-2000:]
+    found = re.search(r"training diverged at step (\d+): (loss|gradient norm) \S+ \(rank \d\)", result.stdout)
+    assert found, result.stdout[-3000:] + result.stderr[-3000:]
+    step = int(found[1])
+    run = only_run_dir(tmp_path / "runs")
+    assert "Traceback" not in result.stdout
+    records = [strict_json(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["step"] < step for r in records)
+    published = sorted(int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("step-*"))
+    assert all(s < step for s in published), (published, step)
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "not_finite"] == [step]
+    again = invoke(*args)
+    assert again.returncode != 0 and f"stopped at step {step}" in again.stdout and "not resumed" in again.stdout

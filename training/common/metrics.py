@@ -107,7 +107,7 @@ class MetricsSink:
                 self.set(gauge, record[field])
         if self.is_main:
             with self.jsonl.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(json.dumps(record, allow_nan=False) + "\n")  # NaN/Infinity are not JSON
 
     def read_records(self) -> list[dict]:
         if not self.jsonl.exists():

@@ -11,6 +11,7 @@ whatever is being trained.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import time
@@ -30,6 +31,10 @@ from .metrics import MetricsSink
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
 EXIT_PEER_STOPPED = 75
+# Exit code of every rank when the loss or the gradient norm stopped being finite (any --max-restarts
+# would only repeat it: the run refuses to resume, see RunContext.refuse_if_diverged).
+EXIT_NOT_FINITE = 3
+NOT_FINITE_FILE = "not-finite.json"
 # Fault injection for tests: rank 0 waits this many seconds before publishing the finished run, so a test
 # can show that no rank (and no pod) leaves before the run is published.
 PUBLISH_DELAY_ENV = "TRAINKIT_TEST_PUBLISH_DELAY_S"
@@ -169,13 +174,19 @@ class RunContext:
         )
         return step
 
-    def already_finished(self, start: int, total_steps: int) -> bool:
-        """A finished run is reported and left as it is; the caller returns."""
-        if start < total_steps or not (self.run_dir / "summary.json").exists():
+    def already_finished(self, total_steps: int) -> bool:
+        """A finished run is reported and left as it is; the caller returns. Decided from the run's small
+        files (summary.json and the latest checkpoint's trainer_state.json), before any checkpoint is
+        loaded: a finished run of a 70B model does not read its weights only to say so."""
+        latest = self.checkpoints.latest()
+        if latest is None or not (self.run_dir / "summary.json").exists():
+            return False
+        step = self.checkpoints.read_state(latest)["step"]
+        if step < total_steps:
             return False
         if self.accelerator.is_main_process:
             print(
-                f"run {self.run_id} already finished at step {start}; outputs in {self.run_dir} "
+                f"run {self.run_id} already finished at step {step}; outputs in {self.run_dir} "
                 "(pass a new --run-id or more --steps to train again)",
                 flush=True,
             )
@@ -189,6 +200,37 @@ class RunContext:
         if os.environ.get(PROGRESS_ENV) == "bar":
             return tqdm(total=total_steps, initial=start, disable=quiet, desc=self.run_id, unit="step")
         return ProgressLines(self.run_id, start, total_steps, quiet)
+
+    def check_finite(self, step: int, loss: float, grad_norm: float) -> None:
+        """Stop the job at the first step whose loss or gradient norm is not finite, before anything of it is
+        checkpointed or logged. Both are reduced over all ranks, so every rank stops at the same step; the
+        run records why (not-finite.json, an event) and refuses to resume, since a restart would only
+        repeat the same steps."""
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            return
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {grad_norm}"
+        saved = f"the last checkpoint (step {self.saved_step}) is kept" if self.saved_step else "no checkpoint was made"
+        message = (
+            f"training diverged at step {step}: {what} (rank {self.accelerator.process_index}); {saved}. "
+            "Lower --lr, raise --warmup-steps or set --grad-clip, and start again with the new values"
+        )
+        if self.accelerator.is_main_process:
+            publish_text(self.run_dir / NOT_FINITE_FILE, json.dumps({"step": step, "what": what}) + "\n")
+            self.event("not_finite", step=step, what=what)
+        print(f"error: {message}", flush=True)
+        raise SystemExit(EXIT_NOT_FINITE)
+
+    def refuse_if_diverged(self) -> None:
+        """A run that stopped on a non-finite value is not resumed (its settings are what diverged)."""
+        marker = self.run_dir / NOT_FINITE_FILE
+        if marker.exists():
+            found = json.loads(marker.read_text())
+            print(
+                f"error: run {self.run_id} stopped at step {found['step']} ({found['what']}); it is not resumed: "
+                "change --lr, --warmup-steps or --grad-clip (a new run id) to train again",
+                flush=True,
+            )
+            raise SystemExit(EXIT_NOT_FINITE)
 
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()

@@ -201,9 +201,10 @@ class Trainer:
 
     def fit(self) -> None:
         job, acc, run = self.job, self.accelerator, self.run
-        start = run.resume()
-        if run.already_finished(start, self.total_steps):
+        if run.already_finished(self.total_steps):
             return
+        run.refuse_if_diverged()
+        start = run.resume()
         if acc.is_main_process and job.model.truncated_label:
             print(f"NOTE: {job.model.truncated_label}", flush=True)
         bar = run.progress(start, self.total_steps)
@@ -212,6 +213,7 @@ class Trainer:
             lr = self.scheduler.get_last_lr()[0]
             started = time.perf_counter()
             loss, grad_norm, data_wait = self.train_step(step)
+            run.check_finite(step + 1, loss, grad_norm)
             elapsed = time.perf_counter() - started
             done = step + 1
             if done % job.run.log_interval == 0 or done == self.total_steps:

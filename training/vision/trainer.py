@@ -224,9 +224,10 @@ class VisionTrainer:
 
     def fit(self) -> None:
         job, acc, run = self.job, self.accelerator, self.run
-        start = run.resume()
-        if run.already_finished(start, self.total_steps):
+        if run.already_finished(self.total_steps):
             return
+        run.refuse_if_diverged()
+        start = run.resume()
         batches = self._micro_batches(start)
         bar = run.progress(start, self.total_steps)
         first, evaluation = True, {}
@@ -235,6 +236,7 @@ class VisionTrainer:
             lr = self.scheduler.get_last_lr()[0]
             started = time.perf_counter()
             loss, grad_norm, data_wait = self.train_step(step, batches)
+            run.check_finite(step + 1, loss, grad_norm)
             elapsed = time.perf_counter() - started
             done = step + 1
             epoch_end = done % self.steps_per_epoch == 0 or done == self.total_steps
