@@ -296,3 +296,53 @@ def test_a_diverging_run_stops_at_the_step_and_publishes_nothing_non_finite(tmp_
     assert [e["step"] for e in events if e["event"] == "not_finite"] == [step]
     again = invoke(*args)
     assert again.returncode != 0 and f"stopped at step {step}" in again.stdout and "not resumed" in again.stdout
+
+
+# --------------------------------------------------------------------------- damaged checkpoints
+
+
+@pytest.fixture(scope="module")
+def six_steps(tmp_path_factory) -> Path:
+    """A 6-step run with checkpoints at steps 4 and 6 (two kept); the tests drop its summary.json, as if
+    it had stopped after its last checkpoint, so a re-run resumes instead of reporting it finished."""
+    runs = tmp_path_factory.mktemp("six")
+    result = invoke(*tiny_args(runs, "--steps", "6", "--checkpoint-interval", "2", "--run-id", "ck"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return runs / "ck"
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        ("truncate", "of the wrong size"),  # a shard cut short (a full disk, a copy that stopped)
+        ("remove", "missing"),  # the marker reached the disk, a shard did not (power loss)
+        ("scramble", "does not load"),  # right size, wrong bytes: the scheduler state no longer unpickles
+    ],
+)
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_resumed(six_steps, tmp_path, damage, why):
+    run = tmp_path / "runs" / "ck"
+    shutil.copytree(six_steps, run)
+    (run / "summary.json").unlink()
+    newest = run / "checkpoints" / "step-00000006"
+    assert (run / "checkpoints" / "step-00000004").is_dir() and (newest / "MANIFEST.json").is_file()
+    shard = sorted(newest.rglob("*.distcp"))[0]
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    elif damage == "remove":
+        shard.unlink()
+    else:
+        states = newest / "custom_checkpoint_0.pkl"
+        states.write_bytes(bytes(states.stat().st_size))
+    result = invoke(*tiny_args(tmp_path / "runs", "--steps", "6", "--checkpoint-interval", "2", "--run-id", "ck"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "checkpoint step-00000006 is not usable" in result.stdout and why in result.stdout
+    assert "resuming from step-00000004" in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from"] == 4 and summary["steps"] == 6
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    set_aside = [e for e in events if e["event"] == "checkpoint_set_aside"]
+    assert len(set_aside) == 1 and why in set_aside[0]["reason"] and set_aside[0]["kept_as"] == "corrupt-step-00000006"
+    evidence = run / "checkpoints" / "corrupt-step-00000006"
+    assert why in (evidence / "REJECTED").read_text()  # kept, with the reason, never read again
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000006"  # written again, whole
+    assert (run / "checkpoints" / "step-00000006" / "MANIFEST.json").is_file()

@@ -7,9 +7,13 @@ Layout under `checkpoints/`:
     latest                  text file naming the newest published step directory
 
 A process killed at any moment leaves either the previous `latest` or the new one, never a
-half-written directory under a published name. On start, leftover `.tmp-*` directories are removed
-and `latest` is checked; if it names a directory that is missing or incomplete, the newest complete
-step directory is used instead.
+half-written directory under a published name. Before the marker is written every rank fsyncs the
+files it can see under the new directory and the main rank records each file's size in
+`MANIFEST.json` and fsyncs the folders, so a power loss cannot leave a marker over missing data. On
+start, leftover `.tmp-*` directories are removed and `latest` is checked; if it names a directory
+that is missing or incomplete, the newest complete step directory is used instead. A published
+checkpoint that does not match its manifest or does not load is set aside as `corrupt-step-*` (kept as
+evidence, never read again) and the next older one is tried (training/common/run.py, resume).
 
 Works for any writer: `save(step, write_fn, state)` calls `write_fn(tmp_dir)` on every rank (e.g.
 Accelerate's sharded `save_state`), with barriers around it supplied by the caller.
@@ -28,7 +32,9 @@ CHECKPOINTS_DIR = "checkpoints"
 """Under the run directory."""
 COMPLETE_MARKER = "COMPLETE"
 STATE_FILE = "trainer_state.json"
+MANIFEST = "MANIFEST.json"
 LATEST = "latest"
+SET_ASIDE_PREFIX = "corrupt-"
 # Fault injection for tests and `invoke chaos`: seconds to pause after the shards are written and
 # before the checkpoint is published, so a kill can land inside the write.
 STALL_ENV = "TRAINKIT_CHECKPOINT_STALL_S"
@@ -50,6 +56,43 @@ def _write_durable(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
     tmp.replace(path)
     _fsync_dir(path.parent)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and folder under `root` (the shards a rank wrote reach the disk before the marker)."""
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as handle:
+                os.fsync(handle.fileno())
+    for folder in sorted({p.parent for p in root.rglob("*")} | {root}):
+        _fsync_dir(folder)
+
+
+def manifest_of(directory: Path) -> dict[str, int]:
+    """{relative path: size} of every file of a checkpoint but its own bookkeeping files."""
+    skip = {COMPLETE_MARKER, STATE_FILE, MANIFEST}
+    return {
+        str(p.relative_to(directory)): p.stat().st_size
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name not in skip
+    }
+
+
+def check_manifest(directory: Path) -> str | None:
+    """Why the files of a published checkpoint differ from what was written (None: they match, or a
+    checkpoint from before manifests)."""
+    recorded_file = directory / MANIFEST
+    if not recorded_file.is_file():
+        return None
+    recorded, found = json.loads(recorded_file.read_text()), manifest_of(directory)
+    missing = sorted(set(recorded) - set(found))
+    if missing:
+        return f"{len(missing)} file(s) missing, e.g. {missing[0]}"
+    changed = sorted(name for name, size in recorded.items() if found[name] != size)
+    if changed:
+        name = changed[0]
+        return f"{len(changed)} file(s) of the wrong size, e.g. {name} ({found[name]} bytes, written {recorded[name]})"
+    return None
 
 
 def complete_steps(root: Path) -> list[Path]:
@@ -108,11 +151,13 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         self.barrier()
         write_fn(tmp)
+        _fsync_tree(tmp)  # each rank: what it wrote is on disk before anything is published
         self.barrier()
         stall = float(os.environ.get(STALL_ENV, "0") or 0)
         if stall > 0:
             time.sleep(stall)
         if self.is_main:
+            _write_durable(tmp / MANIFEST, json.dumps(manifest_of(tmp), indent=1) + "\n")
             _write_durable(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
             _write_durable(tmp / COMPLETE_MARKER, f"{step}\n")
             if final.exists():  # a re-run of the same step after a crash between rename and `latest`
@@ -123,6 +168,24 @@ class CheckpointManager:
             self._prune()
         self.barrier()
         return final
+
+    def set_aside(self, checkpoint: Path, reason: str) -> Path:
+        """Rename a published checkpoint that cannot be used to `corrupt-<name>` (main rank), with why, and point
+        `latest` at the newest one left. Nothing is deleted: it is evidence."""
+        target = self.root / f"{SET_ASIDE_PREFIX}{checkpoint.name}"
+        if self.is_main:
+            if target.exists():
+                shutil.rmtree(target)
+            checkpoint.rename(target)
+            _write_durable(target / "REJECTED", reason + "\n")
+            remaining = self._complete_steps()
+            if remaining:
+                _write_durable(self.root / LATEST, remaining[-1].name + "\n")
+            else:
+                (self.root / LATEST).unlink(missing_ok=True)
+            _fsync_dir(self.root)
+        self.barrier()
+        return target
 
     def _prune(self) -> None:
         for old in self._complete_steps()[: -self.keep]:

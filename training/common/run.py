@@ -22,7 +22,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from tqdm import tqdm
 
-from .checkpoint import CHECKPOINTS_DIR, CheckpointManager
+from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest
 from .files import publish_text
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, RANK_LOGS_DIR, Job
 from .lifecycle import StopSignal
@@ -153,12 +153,26 @@ class RunContext:
                 os.fsync(handle.fileno())
 
     def resume(self) -> int:
-        """Load `latest` if there is one (every object registered with the accelerator); returns the next step."""
+        """Load the newest checkpoint that is whole (every object registered with the accelerator); returns the
+        next step. One that does not match its manifest or does not load on some rank is set aside with the
+        reason (an event, a line on the console) and the next older one is tried; none left: a fresh start."""
         self.checkpoints.clean_partial()
-        latest = self.checkpoints.latest()
-        step = 0
+        latest, step = None, 0
+        while (candidate := self.checkpoints.latest()) is not None:
+            reason = self._unusable(candidate)
+            if reason is None:
+                latest = candidate
+                break
+            kept = self.checkpoints.set_aside(candidate, reason)
+            after = self.checkpoints.latest()
+            self.event("checkpoint_set_aside", checkpoint=candidate.name, reason=reason, kept_as=kept.name)
+            if self.accelerator.is_main_process:
+                print(
+                    f"checkpoint {candidate.name} is not usable ({reason}); kept as checkpoints/{kept.name}, "
+                    f"resuming from {after.name if after else 'the start'}",
+                    flush=True,
+                )
         if latest is not None:
-            self.accelerator.load_state(str(latest))
             state = self.checkpoints.read_state(latest)
             self.restarts = state.get("restarts", 0) + 1
             self.metrics.truncate_after(state["step"])
@@ -173,6 +187,22 @@ class RunContext:
             agent_restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
         )
         return step
+
+    def _unusable(self, checkpoint: Path) -> str | None:
+        """Why `checkpoint` cannot be resumed from (None: it loaded), the same answer on every rank."""
+        reason = check_manifest(checkpoint)
+        if reason is None:
+            try:
+                self.accelerator.load_state(str(checkpoint))
+            except Exception as error:  # a shard that does not parse, whatever the reader raises
+                first = (str(error).strip().splitlines() or [""])[0][:200]
+                reason = f"it does not load: {type(error).__name__}: {first}"
+        failed = torch.tensor([float(reason is not None)], device=self.accelerator.device)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        if failed.item() and reason is None:
+            reason = "it does not load on another rank"
+        return reason
 
     def already_finished(self, total_steps: int) -> bool:
         """A finished run is reported and left as it is; the caller returns. Decided from the run's small
