@@ -105,6 +105,8 @@ def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(tin
 
     result = invoke(*tiny_args(tmp_path))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # The killed launcher's lock went with it: the run is taken over, and said so.
+    assert f"was last launched by pid {process.pid}" in result.stdout and "taking it over" in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resumed_from"] == resumed_from and summary["restarts"] == 1
     resumed = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
@@ -112,6 +114,25 @@ def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(tin
     assert sorted(resumed) == list(range(1, 61)), f"killed at {killed_at}; steps must not repeat or vanish"
     for step in range(resumed_from + 1, 61):
         assert abs(resumed[step] - reference[step]) <= 1e-4, (step, resumed[step], reference[step])
+
+
+def test_the_same_run_launched_twice_at_once_trains_once(tmp_path):
+    """One writer per run: the second launch is refused (exit 2, naming the first) and touches nothing."""
+    args = tiny_args(tmp_path, "--steps", "10")
+    first = start_invoke(*args)
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    wait_for(lambda: (run_dir / "launcher.json").exists(), 60, "the first launch to own the run")
+    spec = (run_dir / "spec.json").read_text() if (run_dir / "spec.json").exists() else None
+    second = invoke(*args)
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    assert f"is being trained by pid {first.pid}" in second.stderr and "one writer per run" in second.stderr
+    assert "Traceback" not in second.stderr and len(second.stderr.strip().splitlines()) == 1
+    assert first.wait(timeout=300) == 0, output(first)
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert events.count("start") == 1 and events.count("finish") == 1 and "resume" not in events
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == list(range(1, 11))
+    if spec is not None:
+        assert json.loads((run_dir / "spec.json").read_text()) == json.loads(spec)
 
 
 def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):

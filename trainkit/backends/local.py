@@ -113,8 +113,9 @@ def explain_failure(job: Job, codes: list[int | None]) -> str | None:
 class LocalJob:
     """The agents of one submission: start them (or one node again), signal them, wait for them."""
 
-    def __init__(self, run: PreparedRun, output=None):
+    def __init__(self, run: PreparedRun, output=None, keep_open: tuple[int, ...] = ()):
         self.run = run
+        self.keep_open = keep_open
         job = run.job
         self.endpoint = job.elastic.rdzv_endpoint or f"127.0.0.1:{free_port()}"
         self.rdzv_id = rendezvous_id(job)
@@ -141,6 +142,7 @@ class LocalJob:
             start_new_session=True,
             stdout=self.output,
             stderr=subprocess.STDOUT if self.output else None,
+            pass_fds=self.keep_open,
         )
         self.agents[node] = agent
         self.pid_file.write_text("".join(f"{a.pid}\n" for a in self.agents.values()))
@@ -178,13 +180,13 @@ class LocalJob:
             time.sleep(0.2)
 
 
-def run_foreground(run: PreparedRun) -> int:
+def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
     """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
-    kills it. Returns the job's exit code."""
+    kills it. Returns the job's exit code. `keep_open`: descriptors the agents inherit (the run lock)."""
     if sys.stdout.isatty() and sys.stderr.isatty() and PROGRESS_ENV not in os.environ:
         run.env[PROGRESS_ENV] = "bar"  # rank 0's output reaches a terminal (RankZeroConsole)
     started = time.monotonic()
-    job = LocalJob(run)
+    job = LocalJob(run, keep_open=keep_open)
     owner = local_runs.record_owner(run.job.run_dir)
     console = RankZeroConsole(run.job.run_dir)
     received: list[int] = []
@@ -267,9 +269,10 @@ class LocalBackend(Backend):
         if dry_run:
             print(json.dumps(job.to_dict(), indent=2, sort_keys=True), flush=True)
             return 0
-        run = prepare_run(job)
-        announce(job)
-        return run_foreground(run)
+        with local_runs.run_lock(job.run_dir) as lock:  # before prepare_run rewrites anything of the run
+            run = prepare_run(job)
+            announce(job)
+            return run_foreground(run, keep_open=(lock,))
 
     def status(self, ref: RunRef) -> str:
         return local_runs.status(ref)

@@ -7,8 +7,11 @@ it runs), `launcher.pid` (its torchrun agents), `metrics.jsonl`, `events.jsonl`,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ from ..errors import SpecError
 from .base import RunRef
 
 OWNER_FILE = "launcher.json"
+LOCK_FILE = ".lock"
 FOLLOW_POLL_S = 0.5
 
 
@@ -41,12 +45,60 @@ def record_owner(run_dir: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[int]:
+    """One writer per run: an exclusive lock on `<run>/.lock` for the job's life, or a refusal naming the
+    launcher that holds it. Yields the lock's file descriptor: the torchrun agents inherit it (pass_fds),
+    so the run stays locked while any of them lives, even if this launcher is killed first. A lock of a
+    launcher that died is free again (the kernel drops it with its last holder); taking such a run over
+    is said on the console."""
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SpecError(_held_by(run_dir)) from None
+        previous = _recorded_owner(run_dir)
+        if previous and owner_pid(run_dir) is None:
+            print(
+                f"note: run {run_dir.name} was last launched by pid {previous.get('pid')} on "
+                f"{previous.get('host')}, which is gone; taking it over (it resumes from its last checkpoint)",
+                flush=True,
+            )
+        record_owner(run_dir)
+        try:
+            yield descriptor
+        except SpecError:  # refused while preparing: a run this call created leaves nothing behind
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+    finally:
+        os.close(descriptor)
+
+
+def _recorded_owner(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _held_by(run_dir: Path) -> str:
+    owner = _recorded_owner(run_dir) or {}
+    who = f"pid {owner['pid']} on {owner.get('host', '?')}" if "pid" in owner else "another launch (or its agents)"
+    return (
+        f"run {run_dir.name} is being trained by {who}: one writer per run. Wait for it, stop it with "
+        f"`invoke stop --run-id {run_dir.name} --runs-dir {run_dir.parent}`, or pass another --run-id"
+    )
+
+
 def owner_pid(run_dir: Path) -> int | None:
     """The pid of the launcher running this run on this machine, or None (also when the recorded
     launcher died and its pid now belongs to another process)."""
-    try:
-        owner = json.loads((run_dir / OWNER_FILE).read_text())
-    except (OSError, ValueError):
+    owner = _recorded_owner(run_dir)
+    if owner is None:
         return None
     pid = owner.get("pid")
     if owner.get("host") != os.uname().nodename or not isinstance(pid, int):
