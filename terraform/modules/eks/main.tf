@@ -239,6 +239,17 @@ data "aws_iam_policy_document" "fsx_csi" {
   statement {
     actions   = ["fsx:UpdateFileSystem", "fsx:TagResource", "fsx:ListTagsForResource"]
     resources = ["arn:${local.partition}:fsx:*:${data.aws_caller_identity.current.account_id}:file-system/*"]
+
+    # Only this stack's file system: the one carrying its tag (its ARN is not known here, the file
+    # system being created after the cluster).
+    dynamic "condition" {
+      for_each = var.fsx_scope_tag == null ? [] : [var.fsx_scope_tag]
+      content {
+        test     = "StringEquals"
+        variable = "aws:ResourceTag/${condition.value.key}"
+        values   = [condition.value.value]
+      }
+    }
   }
 }
 

@@ -138,3 +138,12 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "fsx_scope_tag" {
+  description = "Tag (key, value) of the FSx file systems the FSx CSI driver may update; null: every file system of the account."
+  type = object({
+    key   = string
+    value = string
+  })
+  default = null
+}

@@ -56,6 +56,10 @@ resource "aws_fsx_lustre_file_system" "this" {
   tags                        = merge(var.tags, { Name = var.name })
 }
 
+locals {
+  repository_events = concat(["NEW", "CHANGED"], var.sync_deletions ? ["DELETED"] : [])
+}
+
 resource "aws_fsx_data_repository_association" "s3" {
   count = var.create && var.s3_import_path != null ? 1 : 0
 
@@ -63,13 +67,15 @@ resource "aws_fsx_data_repository_association" "s3" {
   data_repository_path = var.s3_import_path
   file_system_path     = var.repository_mount_path
 
-  # New and changed S3 objects appear in Lustre; checkpoints written under the path go back to S3.
+  # New and changed S3 objects appear in Lustre; files written under the path go back to S3. Deletions
+  # travel only with sync_deletions: otherwise `rm -r` on the file system would delete the user's source
+  # objects in S3 (and an object deleted in S3 would vanish from a running job's view).
   s3 {
     auto_import_policy {
-      events = ["NEW", "CHANGED", "DELETED"]
+      events = local.repository_events
     }
     auto_export_policy {
-      events = ["NEW", "CHANGED", "DELETED"]
+      events = local.repository_events
     }
   }
 

@@ -67,6 +67,12 @@ variable "s3_import_path" {
   }
 }
 
+variable "sync_deletions" {
+  description = "Also propagate deletions between S3 and the file system (both ways). Off: deleting files on FSx never deletes S3 objects."
+  type        = bool
+  default     = false
+}
+
 variable "repository_mount_path" {
   description = "Where the S3 data appears inside the file system."
   type        = string

@@ -60,7 +60,6 @@ resource "aws_placement_group" "this" {
 resource "aws_launch_template" "this" {
   for_each = local.node_groups
 
-  #checkov:skip=CKV_AWS_341:hop limit 2 so training pods can use IMDSv2 (tokens stay required)
 
   name_prefix = "${var.cluster_name}-${coalesce(each.value.name, each.key)}-"
 
@@ -77,9 +76,14 @@ resource "aws_launch_template" "this" {
   }
 
   metadata_options {
-    http_endpoint               = "enabled"
-    http_tokens                 = "required" # IMDSv2 only
-    http_put_response_hop_limit = 2          # pods (one hop further) can still reach IMDS
+    http_endpoint = "enabled"
+    http_tokens   = "required" # IMDSv2 only
+    # Hop limit 1: a pod in its own network namespace (one hop further) cannot reach IMDS, so training
+    # pods cannot borrow the node role (nothing in them needs AWS credentials: data comes over FSx).
+    # What does need the node's identity runs with hostNetwork (no extra hop): aws-node (VPC CNI),
+    # kube-proxy, the EKS Pod Identity agent, the FSx CSI node plugin; the NVIDIA and EFA device
+    # plugins and dcgm-exporter read only the node's devices.
+    http_put_response_hop_limit = 1
   }
 
   block_device_mappings {

@@ -5,11 +5,13 @@
 data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
 
-data "aws_availability_zones" "gpu" {
-  # Looked up by name: the check below fails when the GPU AZ does not exist in the region.
+data "aws_availability_zones" "region" {
+  # The AZs the stack names, looked up by name: one the region does not have is simply not returned
+  # (the precondition below names it).
+  state = "available"
   filter {
     name   = "zone-name"
-    values = [var.gpu_availability_zone]
+    values = var.availability_zones
   }
 }
 
@@ -124,6 +126,7 @@ module "eks" {
   enable_addons         = var.enable_eks_addons
   enable_access_entries = var.enable_access_entries
   enable_pod_identity   = var.enable_pod_identity
+  fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id } # FSx carries it (default_tags)
 }
 
 module "gpu_nodegroup" {
@@ -161,6 +164,7 @@ module "fsx_lustre" {
   throughput_per_tib        = var.fsx_throughput_per_tib
   kms_key_arn               = aws_kms_key.this.arn
   s3_import_path            = var.fsx_s3_import_path
+  sync_deletions            = var.fsx_sync_deletions
 }
 
 module "ecr" {
@@ -170,9 +174,15 @@ module "ecr" {
   kms_key_arn = aws_kms_key.this.arn
 }
 
-check "gpu_az_exists_in_region" {
-  assert {
-    condition     = contains(data.aws_availability_zones.gpu.names, var.gpu_availability_zone)
-    error_message = "gpu_availability_zone ${var.gpu_availability_zone} is not an available AZ of ${var.region} for this account."
+# A plan-time error, not a warning: an AZ name the region does not have (us-east-1z, us-east-12a) would
+# otherwise fail halfway through an apply, with part of the stack created.
+resource "terraform_data" "availability_zones_exist" {
+  input = var.availability_zones
+
+  lifecycle {
+    precondition {
+      condition     = length(setsubtract(var.availability_zones, data.aws_availability_zones.region.names)) == 0
+      error_message = "availability_zones: ${join(", ", setsubtract(var.availability_zones, data.aws_availability_zones.region.names))} not available in ${var.region} for this account; name AZs the region has (aws ec2 describe-availability-zones --region ${var.region})."
+    }
   }
 }

@@ -67,6 +67,16 @@ variable "public_access_cidrs" {
     condition     = length(var.public_access_cidrs) > 0 && alltrue([for c in var.public_access_cidrs : can(cidrhost(c, 0))])
     error_message = "public_access_cidrs must list at least one valid IPv4 CIDR, e.g. [\"203.0.113.0/24\"] (your office or VPN range)."
   }
+  validation {
+    condition     = var.public_api_open_to_the_internet || alltrue([for c in var.public_access_cidrs : !endswith(c, "/0")])
+    error_message = "public_access_cidrs must not open the API endpoint to the whole internet (0.0.0.0/0, ::/0): list where you run invoke/kubectl from, or set public_api_open_to_the_internet = true to accept it."
+  }
+}
+
+variable "public_api_open_to_the_internet" {
+  description = "Allow public_access_cidrs to contain 0.0.0.0/0 or ::/0 (the whole internet). Off by default."
+  type        = bool
+  default     = false
 }
 
 ################################################################################
@@ -154,6 +164,12 @@ variable "fsx_s3_import_path" {
   description = "s3://bucket/prefix linked to FSx (datasets in, checkpoints out); null for none."
   type        = string
   default     = null
+}
+
+variable "fsx_sync_deletions" {
+  description = "Propagate deletions between FSx and the S3 path both ways. Off: `rm` on FSx never deletes S3 objects, and objects deleted in S3 stay on FSx until removed there."
+  type        = bool
+  default     = false
 }
 
 ################################################################################

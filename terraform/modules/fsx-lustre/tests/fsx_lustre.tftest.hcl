@@ -62,3 +62,34 @@ run "capacity_must_be_a_persistent_2_increment" {
 
   expect_failures = [var.storage_capacity_gib]
 }
+
+run "s3_link_imports_and_exports_new_and_changed_files_but_no_deletions" {
+  command = apply
+
+  variables {
+    s3_import_path = "s3://datasets-example/trainkit"
+  }
+
+  assert {
+    condition     = toset(aws_fsx_data_repository_association.s3[0].s3[0].auto_export_policy[0].events) == toset(["NEW", "CHANGED"])
+    error_message = "By default a deletion on FSx must not delete the user's S3 objects."
+  }
+  assert {
+    condition     = toset(aws_fsx_data_repository_association.s3[0].s3[0].auto_import_policy[0].events) == toset(["NEW", "CHANGED"])
+    error_message = "By default an S3 deletion does not remove files from FSx under a running job."
+  }
+}
+
+run "deletions_travel_only_when_asked" {
+  command = apply
+
+  variables {
+    s3_import_path = "s3://datasets-example/trainkit"
+    sync_deletions = true
+  }
+
+  assert {
+    condition     = contains(aws_fsx_data_repository_association.s3[0].s3[0].auto_export_policy[0].events, "DELETED") && contains(aws_fsx_data_repository_association.s3[0].s3[0].auto_import_policy[0].events, "DELETED")
+    error_message = "sync_deletions = true propagates deletions both ways."
+  }
+}

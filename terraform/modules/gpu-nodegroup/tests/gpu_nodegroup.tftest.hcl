@@ -36,7 +36,7 @@ run "p5_node_has_32_efa_interfaces_in_one_cluster_placement_group" {
   }
 }
 
-run "imdsv2_required_and_root_volume_encrypted" {
+run "imdsv2_required_hop_limit_1_and_root_volume_encrypted" {
   command = apply
 
   assert {
@@ -44,8 +44,8 @@ run "imdsv2_required_and_root_volume_encrypted" {
     error_message = "IMDSv2 must be required on GPU nodes."
   }
   assert {
-    condition     = aws_launch_template.this["gpu"].metadata_options[0].http_put_response_hop_limit == 2
-    error_message = "Hop limit 2 lets pods reach IMDSv2."
+    condition     = aws_launch_template.this["gpu"].metadata_options[0].http_put_response_hop_limit == 1
+    error_message = "Hop limit 1: training pods (their own network namespace) must not reach IMDS and the node role."
   }
   assert {
     condition     = aws_launch_template.this["gpu"].block_device_mappings[0].ebs[0].encrypted == "true" && aws_launch_template.this["gpu"].block_device_mappings[0].ebs[0].kms_key_id == var.kms_key_arn

@@ -126,3 +126,40 @@ run "desired_above_max" {
   }
   expect_failures = [var.gpu_desired_nodes]
 }
+
+run "az_names_the_region_does_not_have_fail_the_plan" {
+  command = plan
+  variables {
+    availability_zones = ["us-east-1a", "us-east-1b", "us-east-1z"]
+  }
+  expect_failures = [terraform_data.availability_zones_exist]
+}
+
+run "az_name_that_only_looks_like_the_region" {
+  command = plan
+  variables {
+    availability_zones    = ["us-east-1a", "us-east-12a"]
+    gpu_availability_zone = "us-east-1a"
+  }
+  expect_failures = [terraform_data.availability_zones_exist]
+}
+
+run "api_open_to_the_internet_is_refused" {
+  command = plan
+  variables {
+    public_access_cidrs = ["203.0.113.0/24", "0.0.0.0/0"]
+  }
+  expect_failures = [var.public_access_cidrs]
+}
+
+run "api_open_to_the_internet_with_the_opt_in" {
+  command = plan
+  variables {
+    public_access_cidrs             = ["0.0.0.0/0"]
+    public_api_open_to_the_internet = true
+  }
+  assert {
+    condition     = var.public_access_cidrs[0] == "0.0.0.0/0"
+    error_message = "The explicit opt-in accepts an open endpoint."
+  }
+}
