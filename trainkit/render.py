@@ -104,6 +104,15 @@ def _env(job: Job) -> list[dict]:
     return env
 
 
+# No privilege escalation and no capabilities but CAP_IPC_LOCK: EFA (libfabric's efa provider) and NCCL
+# register pinned memory with the device, and locking memory past RLIMIT_MEMLOCK needs IPC_LOCK
+# (capabilities(7), mlock(2)). Whether p5's EFA needs anything more is cloud-only (README, Train on EKS).
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+}
+
+
 def _container(job: Job, rdzv_id: str) -> dict:
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     devices = {"nvidia.com/gpu": str(job.parallelism.nproc)}
@@ -118,6 +127,7 @@ def _container(job: Job, rdzv_id: str) -> dict:
         "workingDir": cluster.FSX_MOUNT,
         "env": _env(job),
         "resources": {"requests": dict(devices), "limits": dict(devices)},
+        "securityContext": CONTAINER_SECURITY,
         "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(job)],
         "volumeMounts": [
             {"name": "fsx", "mountPath": cluster.FSX_MOUNT},
@@ -143,6 +153,9 @@ def render_pod_template(job: Job, rdzv_id: str) -> dict:
             "nodeSelector": {"node.kubernetes.io/instance-type": job.placement.instance_type, "trainkit/pool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+            # Nothing in a training pod talks to the Kubernetes API or needs AWS credentials.
+            "automountServiceAccountToken": False,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [_container(job, rdzv_id)],
             "volumes": [
                 {"name": "fsx", "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}},

@@ -63,6 +63,13 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
     pod = worker(job)["template"]["spec"]
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    # Least privilege: no API token, no escalation, only IPC_LOCK (EFA's pinned memory), the runtime's seccomp.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert container(job)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+    }
     claims = {v["name"]: v for v in pod["volumes"]}
     assert claims["fsx"]["persistentVolumeClaim"]["claimName"] == cluster.FSX_CLAIM
     assert claims["dshm"]["emptyDir"]["medium"] == "Memory"

@@ -16,6 +16,7 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
     kinds = sorted({obj["kind"] for _, obj in objects})
     assert kinds == [
         "Namespace",
+        "NetworkPolicy",
         "PersistentVolume",
         "PersistentVolumeClaim",
         "ResourceQuota",

@@ -145,6 +145,21 @@ def test_names_match_what_the_eks_backend_uses():
     assert "--enable-v2=true" in command  # trainkit-etcd speaks etcd's v2 API
     assert f"--advertise-client-urls=http://{cluster.etcd_endpoint()}" in command
     assert etcd["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fsx-etcd"  # data survives a restart
+    etcd_pod = objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]["template"]["spec"]
+    assert etcd_pod["automountServiceAccountToken"] is False
+    assert etcd_pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert etcd_pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # Only the jobs' namespace reaches etcd, on its client port.
+    policy = objects[("NetworkPolicy", "trainkit-etcd-from-jobs")]
+    assert policy["metadata"]["namespace"] == cluster.PLATFORM_NAMESPACE
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"]
+        == objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]["selector"]["matchLabels"]
+    )
+    (rule,) = policy["spec"]["ingress"]
+    jobs_namespace = {"kubernetes.io/metadata.name": cluster.JOBS_NAMESPACE}
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": jobs_namespace}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": cluster.ETCD_PORT}]
     quota = objects[("ResourceQuota", "gpus")]
     assert quota["metadata"]["namespace"] == cluster.JOBS_NAMESPACE
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "16"  # 2 nodes x 8 GPUs from the sample outputs

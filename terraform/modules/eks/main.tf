@@ -210,6 +210,7 @@ resource "aws_eks_addon" "this" {
   cluster_name                = aws_eks_cluster.this[0].name
   addon_name                  = each.key
   addon_version               = each.value.version
+  configuration_values        = each.value.configuration_values
   resolve_conflicts_on_create = "OVERWRITE"
   resolve_conflicts_on_update = "PRESERVE"
   tags                        = var.tags

@@ -90,10 +90,13 @@ variable "enable_access_entries" {
 variable "addons" {
   description = "Managed add-ons by name; version null = the default for the cluster version."
   type = map(object({
-    version = optional(string)
+    version              = optional(string)
+    configuration_values = optional(string)
   }))
   default = {
-    vpc-cni                = {}
+    # The VPC CNI enforces NetworkPolicy objects only with its policy agent on (the platform's policy
+    # that admits only the jobs' namespace to etcd relies on it).
+    vpc-cni                = { configuration_values = "{\"enableNetworkPolicy\":\"true\"}" }
     coredns                = {}
     kube-proxy             = {}
     eks-pod-identity-agent = {}

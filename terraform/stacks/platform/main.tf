@@ -179,7 +179,13 @@ resource "kubernetes_manifest" "etcd" {
       template = {
         metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "trainkit-etcd" }) }
         spec = {
-          securityContext = { runAsNonRoot = true, runAsUser = 1000, fsGroup = 1000 }
+          automountServiceAccountToken = false # etcd does not talk to the Kubernetes API
+          securityContext = {
+            runAsNonRoot   = true
+            runAsUser      = 1000
+            fsGroup        = 1000
+            seccompProfile = { type = "RuntimeDefault" }
+          }
           containers = [{
             name  = "etcd"
             image = var.etcd_image
@@ -209,8 +215,12 @@ resource "kubernetes_manifest" "etcd" {
               requests = { cpu = "250m", memory = "256Mi" }
               limits   = { cpu = "1", memory = "1Gi" }
             }
-            securityContext = { allowPrivilegeEscalation = false, readOnlyRootFilesystem = true }
-            volumeMounts    = [{ name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" }]
+            securityContext = {
+              allowPrivilegeEscalation = false
+              readOnlyRootFilesystem   = true
+              capabilities             = { drop = ["ALL"] }
+            }
+            volumeMounts = [{ name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" }]
           }]
           volumes = [{ name = "data", persistentVolumeClaim = { claimName = "fsx-etcd" } }]
         }
@@ -219,6 +229,30 @@ resource "kubernetes_manifest" "etcd" {
   }
 
   depends_on = [kubernetes_manifest.fsx_claim]
+}
+
+# Only the training pods reach etcd: the jobs' namespace, on the client port (the VPC CNI's policy agent
+# enforces it; terraform/modules/eks turns it on).
+resource "kubernetes_manifest" "etcd_ingress" {
+  manifest = {
+    apiVersion = "networking.k8s.io/v1"
+    kind       = "NetworkPolicy"
+    metadata = {
+      name      = "trainkit-etcd-from-jobs"
+      namespace = var.system_namespace
+      labels    = local.labels
+    }
+    spec = {
+      podSelector = { matchLabels = { "app.kubernetes.io/name" = "trainkit-etcd" } }
+      policyTypes = ["Ingress"]
+      ingress = [{
+        from  = [{ namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = var.jobs_namespace } } }]
+        ports = [{ protocol = "TCP", port = 2379 }]
+      }]
+    }
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
 }
 
 ################################################################################
