@@ -178,6 +178,13 @@ def logs(
     job = find_job(kube, namespace, run_id)
     pods = job_pods(kube, job)
     if not pods:
+        ended = {c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"}
+        if ended & {"Succeeded", "Failed"}:
+            run = job["metadata"]["annotations"][render.LABEL_RUN]
+            raise SpecError(
+                f"job {job['metadata']['name']} has ended and its pods are gone (the operator deletes pods still "
+                f"running at the end); every rank's log is on FSx under runs/{run}/logs/"
+            )
         raise SpecError(f"job {job['metadata']['name']} has no pods yet: see `invoke status`")
     nproc = int(job["spec"]["nprocPerNode"])
     by_node = pods_by_group_rank(kube, pods)
