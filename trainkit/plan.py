@@ -24,6 +24,7 @@ formula of `training.common.flops` and a stated MFU assumption.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 
 from training.common.flops import PEAK_BF16_TFLOPS
@@ -133,7 +134,21 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
         raise SpecError(f"--instance-type {instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}")
     if not 0 < options.mfu <= 1:
         raise SpecError(f"--mfu must be in (0, 1] (got {options.mfu}); 0.3-0.5 is typical for FSDP on H100")
+    price = options.price_per_hour
+    if price is not None and not (math.isfinite(price) and price > 0):
+        raise SpecError(f"--price-per-hour must be a positive number of dollars (got {options.price_per_hour})")
+    if not options.epoch_tokens > 0:
+        raise SpecError(f"--epoch-tokens must be a positive number of tokens (got {options.epoch_tokens})")
+    if p.min_nodes is not None and p.min_nodes != p.nodes:
+        raise SpecError(
+            f"--nodes {p.min_nodes}:{p.nodes}: invoke plan estimates one size; give --nodes {p.nodes} (and once more "
+            f"with --nodes {p.min_nodes} for the smallest)"
+        )
     instance = INSTANCE_TYPES[instance_type]
+    if p.nproc is not None and not 0 < p.nproc <= instance.gpus:
+        raise SpecError(
+            f"--gpus-per-node {p.nproc}: a {instance_type} node has {instance.gpus} GPUs; use 1..{instance.gpus}"
+        )
     recipe = entry.recipe
     job.placement.instance_type = instance_type
     p.sharding = p.sharding or "FULL_SHARD"

@@ -1,7 +1,8 @@
 """Hugging Face token lookup. The token is only ever passed on in a child's environment.
 
-Sources, first found wins: the HF_TOKEN environment variable, the file given by --hf-token-file,
-the file named by HF_TOKEN_PATH, then the Hugging Face CLI's default `~/.cache/huggingface/token`.
+Sources, first found wins: the file given by --hf-token-file (what the user asked for on this command
+wins over the environment), the HF_TOKEN environment variable, the file named by HF_TOKEN_PATH, then the
+Hugging Face CLI's default `~/.cache/huggingface/token`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from pathlib import Path
 from .errors import SpecError
 
 
-def _token_files(token_file: str | None) -> list[Path]:
+def _token_files() -> list[Path]:
     candidates = []
-    if token_file:
-        candidates.append(Path(token_file).expanduser())
     if os.environ.get("HF_TOKEN_PATH"):
         candidates.append(Path(os.environ["HF_TOKEN_PATH"]).expanduser())
     hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
@@ -24,11 +23,16 @@ def _token_files(token_file: str | None) -> list[Path]:
 
 
 def resolve_hf_token(token_file: str | None = None) -> str | None:
+    if token_file:
+        path = Path(token_file).expanduser()
+        if not path.is_file():
+            raise SpecError(f"--hf-token-file {token_file} does not exist; write your token there or set HF_TOKEN")
+        if not path.read_text().strip():
+            raise SpecError(f"--hf-token-file {token_file} is empty; write your token there or set HF_TOKEN")
+        return path.read_text().strip()
     if os.environ.get("HF_TOKEN", "").strip():
         return os.environ["HF_TOKEN"].strip()
-    if token_file and not Path(token_file).expanduser().is_file():
-        raise SpecError(f"--hf-token-file {token_file} does not exist; write your token there or set HF_TOKEN")
-    for path in _token_files(token_file):
+    for path in _token_files():
         if path.is_file() and path.read_text().strip():
             return path.read_text().strip()
     return None

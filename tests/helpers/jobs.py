@@ -60,7 +60,7 @@ WALKS = {
         "log_interval": 2,
         "metrics_port": 9500,
         "peak_tflops": 100.0,
-        "hf_token_file": "/nonexistent/token",
+        "hf_token_file": "{tmp}/token",  # the test writes it
         "target": "local",
     },
     "vision-local": {

@@ -50,6 +50,9 @@ def test_every_option_is_in_the_help_with_its_declared_text():
 @pytest.mark.parametrize("walk", WALKS)
 def test_every_field_reaches_spec_json_and_the_workers_view(walk, tmp_path):
     values = {"runs_dir": str(tmp_path / "runs"), **WALKS[walk]}
+    if "hf_token_file" in values:  # an existing file: a missing one is refused
+        values["hf_token_file"] = values["hf_token_file"].format(tmp=tmp_path)
+        (tmp_path / "token").write_text("hf_walk_token_not_real\n")
     result = invoke("train", *_command_line(values), "--dry-run", env={"TRAINKIT_STATE_DIR": str(tmp_path)})
     written = _printed_job(result)
     path = tmp_path / "spec.json"

@@ -68,7 +68,7 @@ def test_layers_label_and_limits(tmp_path):
         ({"rdzv": "etcd"}, r"--rdzv etcd needs an etcd server: run `make up`"),
         ({"steps": 5, "epochs": 1}, r"give either --steps or --epochs"),
         ({"activation_checkpointing": "maybe"}, r"--activation-checkpointing must be true or false"),
-        ({"run_id": "../escape"}, r"--run-id '../escape' may only contain"),
+        ({"run_id": "../escape"}, r"--run-id '../escape': use 1-63 ASCII letters"),
         ({"lr": "0"}, r"--lr must be positive"),
     ],
 )

@@ -52,7 +52,8 @@ def run_lock(run_dir: Path) -> Iterator[int]:
     so the run stays locked while any of them lives, even if this launcher is killed first. A lock of a
     launcher that died is free again (the kernel drops it with its last holder); taking such a run over
     is said on the console."""
-    created = not run_dir.exists()
+    absent = [folder for folder in [run_dir, *run_dir.parents] if not folder.exists()]
+    created = absent[-1] if absent else None  # the highest folder this call makes
     run_dir.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -71,8 +72,8 @@ def run_lock(run_dir: Path) -> Iterator[int]:
         try:
             yield descriptor
         except SpecError:  # refused while preparing: a run this call created leaves nothing behind
-            if created:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
             raise
     finally:
         os.close(descriptor)

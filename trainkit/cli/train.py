@@ -57,7 +57,11 @@ def _plan(c, gpus_per_node=None, mfu=0.40, price_per_hour=0.0, epoch_tokens=100_
         if flags["nproc"] is not None:
             raise SpecError("--gpus-per-node is an alias of --nproc; give one of them")
         flags["nproc"] = gpus_per_node
-    options = PlanOptions(mfu=float(mfu), price_per_hour=float(price_per_hour) or None, epoch_tokens=int(epoch_tokens))
+    try:
+        price, tokens, utilisation = float(price_per_hour), int(epoch_tokens), float(mfu)
+    except ValueError as error:
+        raise SpecError(f"--mfu, --price-per-hour and --epoch-tokens take numbers ({error})") from None
+    options = PlanOptions(mfu=utilisation, price_per_hour=price if price != 0 else None, epoch_tokens=tokens)
     result = make_plan(build(flags), options)  # the same fields and checks as `invoke train`
     print(plan_json(result) if json else render_plan(result))
 

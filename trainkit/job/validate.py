@@ -1,11 +1,15 @@
-"""Check a complete job. Pure: it changes nothing and probes nothing; the first problem found is raised
-as a SpecError naming the flag to change and the values it allows."""
+"""Check a complete job. It changes nothing and probes nothing but the local paths the job names (the
+runs folder, a dataset path); the first problem found is raised as a SpecError naming the flag to change
+and the values it allows."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from training.common.job import FIELDS, Job, micro_steps
+from training.vision.layout import LayoutError, check_image_folder
 
 from .. import cluster, hardware
 from ..errors import SpecError
@@ -67,8 +71,75 @@ def validate(job: Job, machine: Machine) -> None:
     )
     run_id = job.run.run_id
     require(
-        all(c.isalnum() or c in "-_." for c in run_id) and not run_id.startswith("."),
-        f"--run-id {run_id!r} may only contain letters, digits, '-', '_' and '.'",
+        RUN_ID.fullmatch(run_id) is not None,
+        f"--run-id {run_id!r}: use 1-63 ASCII letters, digits, '-', '_' or '.', starting with a letter or digit "
+        "(it names a folder, a Kubernetes job and label values)",
+    )
+    _validate_names(job)
+    if job.placement.target == "local":
+        _validate_local(job)
+
+
+def _validate_names(job: Job) -> None:
+    """Values that are names or addresses, whatever the target."""
+    endpoint = job.elastic.rdzv_endpoint
+    if endpoint is not None:
+        host, _, port = endpoint.rpartition(":")
+        require(
+            bool(host) and port.isdigit() and 0 < int(port) < 65536,
+            f"--rdzv-endpoint {endpoint}: give host:port (port 1..65535), e.g. 127.0.0.1:2379",
+        )
+    split = job.data.dataset_split
+    require(
+        SPLIT.fullmatch(split or "") is not None,
+        f"--dataset-split {split!r}: give a split name such as train or train[:10%]",
+    )
+    token_file = job.placement.hf_token_file
+    if token_file is not None:
+        path = Path(token_file).expanduser()
+        require(path.is_file(), f"--hf-token-file {token_file} does not exist; write your token there or drop the flag")
+
+
+# A run id names runs/<id>/, the PyTorchJob (after lower-casing) and label values (at most 63 characters).
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A Hugging Face hub id: owner/name (canonical one-word names moved under owners in 2024).
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+SYSTEM_TREES = ("/proc", "/sys", "/dev")
+SPLIT = re.compile(r"[A-Za-z0-9_.+%:\[\]-]+")  # datasets' split syntax: train, train[:10%], train+validation
+EKS_ONLY = ("instance_type", "image", "namespace")
+
+
+def _validate_local(job: Job) -> None:
+    """What only a run on this machine can get wrong: flags of the EKS target, the runs folder, a dataset."""
+    for key in EKS_ONLY:
+        field = next(spec for spec in FIELDS if spec.key == key)
+        value = field.get(job)
+        require(value is None, f"{field.flag} {value} is for --target eks; drop it (or add --target eks)")
+    runs = Path(job.run.runs_dir).expanduser().absolute()
+    require(
+        not any(runs == Path(tree) or runs.is_relative_to(tree) for tree in SYSTEM_TREES),
+        f"--runs-dir {job.run.runs_dir} is inside a system folder ({', '.join(SYSTEM_TREES)}); choose one of yours",
+    )
+    existing = next(p for p in [runs, *runs.parents] if p.exists())
+    require(existing.is_dir(), f"--runs-dir {job.run.runs_dir}: {existing} is a file, not a folder; choose a folder")
+    require(
+        os.access(existing, os.W_OK | os.X_OK),
+        f"--runs-dir {job.run.runs_dir}: {existing} is not writable by you; choose a folder you can write",
+    )
+    data = job.data.dataset
+    if data == "synthetic" or Path(data).expanduser().exists():
+        return
+    flag = "--data" if job.model.family == "vision" else "--dataset"
+    if job.model.family == "vision":
+        try:
+            check_image_folder(data)  # says how to make one
+        except LayoutError as error:
+            raise SpecError(str(error)) from None
+    require(
+        HUB_ID.fullmatch(data) is not None,
+        f"{flag} {data}: no such file or folder, and not a Hugging Face dataset id (owner/name); "
+        "give a .jsonl file, a dataset folder, an owner/name id, or synthetic",
     )
 
 
@@ -122,6 +193,12 @@ def _validate_model(job: Job, entry: ModelEntry) -> None:
 
 def _validate_eks(job: Job) -> None:
     placement, nproc = job.placement, job.parallelism.nproc
+    namespace = placement.namespace or cluster.JOBS_NAMESPACE
+    require(
+        DNS_LABEL.fullmatch(namespace) is not None,
+        f"--namespace {namespace}: a Kubernetes namespace is a DNS label (lower-case letters, digits and '-', at "
+        "most 63, starting and ending with a letter or digit)",
+    )
     gpus = hardware.INSTANCE_TYPES[placement.instance_type].gpus
     require(
         0 < nproc <= gpus,

@@ -1,0 +1,120 @@
+"""Every option of `invoke train` and `invoke plan` with a bad value: refused before anything starts.
+
+Each case: exit code 2, one line on stderr naming the flag (or file) and what to change, no traceback,
+and nothing created (no runs folder, no run folder, no spec.json). The table must cover every option the
+two commands have (derived from the job model's fields and the plan task's own flags), so a new option
+without a bad case fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.product import invoke
+from training.common.job import FIELDS
+from trainkit.cli.train import PLAN_FLAGS
+
+VISION = ("--model", "resnet-tiny")
+EKS = ("--target", "eks")
+
+# option -> (extra flags that put the bad value in context, the bad flag and value, text the message names)
+TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "run_id": ((), ("--run-id", "-abc"), "--run-id"),
+    "runs_dir": ((), ("--runs-dir", "{file}"), "--runs-dir"),
+    "seed": ((), ("--seed", "x"), "--seed"),
+    "log_interval": ((), ("--log-interval", "0"), "--log-interval"),
+    "metrics_port": ((), ("--metrics-port", "70000"), "--metrics-port"),
+    "peak_tflops": ((), ("--peak-tflops", "-5"), "--peak-tflops"),
+    "model": ((), ("--model", "gpt-9"), "--model"),
+    "init": ((), ("--init", "magic"), "--init"),
+    "weights": (VISION, ("--weights", "x"), "--weights"),
+    "layers": ((), ("--layers", "0"), "--layers"),
+    "dataset": ((), ("--dataset", "some-name"), "--dataset"),
+    "dataset_split": ((), ("--dataset-split", ""), "--dataset-split"),
+    "seq_len": ((), ("--seq-len", "99999"), "--seq-len"),
+    "image_size": (VISION, ("--image-size", "0"), "--image-size"),
+    "synthetic": ((), ("--synthetic",), "--synthetic"),
+    "loader_workers": (VISION, ("--loader-workers", "-1"), "--loader-workers"),
+    "steps": ((), ("--steps", "0"), "--steps"),
+    "epochs": ((), ("--epochs", "0"), "--epochs"),
+    "global_batch_size": ((), ("--global-batch-size", "0"), "--global-batch-size"),
+    "micro_batch_size": ((), ("--micro-batch-size", "0"), "--micro-batch-size"),
+    "lr": ((), ("--lr", "inf"), "--lr"),
+    "schedule": ((), ("--schedule", "zigzag"), "--schedule"),
+    "warmup_steps": ((), ("--warmup-steps", "-1"), "--warmup-steps"),
+    "warmup_epochs": (VISION, ("--warmup-epochs", "-1"), "--warmup-epochs"),
+    "weight_decay": ((), ("--weight-decay", "nan"), "--weight-decay"),
+    "grad_clip": ((), ("--grad-clip", "-1"), "--grad-clip"),
+    "optimizer": (VISION, ("--optimizer", "adam"), "--optimizer"),
+    "label_smoothing": (VISION, ("--label-smoothing", "1.5"), "--label-smoothing"),
+    "nodes": ((), ("--nodes", "0"), "--nodes"),
+    "nproc": ((), ("--nproc", "0"), "--nproc"),
+    "sharding": ((), ("--sharding", "ZERO"), "--sharding"),
+    "precision": ((), ("--precision", "fp8"), "--precision"),
+    "activation_checkpointing": ((), ("--activation-checkpointing", "maybe"), "--activation-checkpointing"),
+    "checkpoint_interval": ((), ("--checkpoint-interval", "-1"), "--checkpoint-interval"),
+    "keep_checkpoints": ((), ("--keep-checkpoints", "0"), "--keep-checkpoints"),
+    "max_restarts": ((), ("--max-restarts", "-1"), "--max-restarts"),
+    "collective_timeout": ((), ("--collective-timeout", "0"), "--collective-timeout"),
+    "rdzv": ((), ("--rdzv", "zmq"), "--rdzv"),
+    "rdzv_endpoint": ((), ("--rdzv-endpoint", "no-port-here"), "--rdzv-endpoint"),
+    "target": ((), ("--target", "gcp"), "--target"),
+    "instance_type": ((), ("--instance-type", "p5.48xlarge"), "--instance-type"),  # on the local target
+    "image": ((), ("--image", "example/train:1"), "--image"),
+    "namespace": (EKS, ("--namespace", "Not_A_Label"), "--namespace"),
+    "hf_token_file": ((), ("--hf-token-file", "{missing}"), "--hf-token-file"),
+}
+
+PLAN: dict[str, tuple[tuple[str, ...], str]] = {
+    "model": (("--model", "gpt-9"), "--model"),
+    "layers": (("--layers", "0"), "--layers"),
+    "seq_len": (("--seq-len", "0"), "--seq-len"),
+    "nodes": (("--nodes", "1:2"), "--nodes"),
+    "nproc": (("--nproc", "16"), "--gpus-per-node"),
+    "gpus_per_node": (("--gpus-per-node", "9"), "--gpus-per-node"),
+    "sharding": (("--sharding", "ZERO"), "--sharding"),
+    "activation_checkpointing": (("--activation-checkpointing", "maybe"), "--activation-checkpointing"),
+    "micro_batch_size": (("--micro-batch-size", "0"), "--micro-batch-size"),
+    "global_batch_size": (("--global-batch-size", "0"), "--global-batch-size"),
+    "instance_type": (("--instance-type", "p9.huge"), "--instance-type"),
+    "mfu": (("--mfu", "1.5"), "--mfu"),
+    "price_per_hour": (("--price-per-hour", "-3"), "--price-per-hour"),
+    "epoch_tokens": (("--epoch-tokens", "0"), "--epoch-tokens"),
+}
+PLAN_OWN = ("gpus_per_node", "mfu", "price_per_hour", "epoch_tokens")  # besides the job's fields
+VALUELESS = {"json"}  # `invoke plan --json` takes no value
+
+
+def test_the_tables_cover_every_option():
+    train_options = {spec.key for spec in FIELDS if spec.meta["cli"]}
+    assert set(TRAIN) == train_options, sorted(set(TRAIN) ^ train_options)
+    assert set(PLAN) == set(PLAN_FLAGS) | set(PLAN_OWN), sorted(set(PLAN) ^ (set(PLAN_FLAGS) | set(PLAN_OWN)))
+
+
+def refused(result, runs, names: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stdout[-1500:], result.stderr[-1500:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert names in lines[0], lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not runs.exists(), sorted(p.name for p in runs.rglob("*"))
+
+
+@pytest.mark.parametrize("option", sorted(TRAIN))
+def test_train_refuses(option, tmp_path):
+    context, bad, names = TRAIN[option]
+    (tmp_path / "file").write_text("not a folder\n")
+    bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing") for v in bad)
+    runs = tmp_path / "runs"
+    # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).
+    where = () if option == "runs_dir" or context == EKS else ("--runs-dir", str(runs))
+    env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none"), "HF_TOKEN": ""}
+    result = invoke("train", *where, *context, *bad, env=env, timeout=60)
+    refused(result, runs, names)
+
+
+@pytest.mark.parametrize("option", sorted(PLAN))
+def test_plan_refuses(option, tmp_path):
+    bad, names = PLAN[option]
+    result = invoke("plan", *bad, env={"TRAINKIT_STATE_DIR": str(tmp_path / "state")}, timeout=60)
+    refused(result, tmp_path / "runs", names)
