@@ -23,3 +23,24 @@ def test_python_and_terraform_read_one_instance_table():
 
     assert INSTANCE_TYPES["p5.48xlarge"].efa_interfaces == 32 and INSTANCE_TYPES["p4d.24xlarge"].efa_interfaces == 4
     assert INSTANCE_TYPES["p5.48xlarge"].gpu_memory_gib == 80
+
+
+def test_the_fsx_csi_role_may_change_only_this_stacks_file_system():
+    """The policy document is a data source (mocked in `terraform test`), so its scope is read from the HCL:
+    UpdateFileSystem/TagResource carry a tag condition, and the infra stack passes its own stack-id tag."""
+    import hcl2
+
+    from tests.helpers.paths import REPO
+
+    terraform = REPO / "terraform"
+    eks = hcl2.load((terraform / "modules" / "eks" / "main.tf").open())
+    documents = {
+        name.strip('"'): body for block in eks["data"] for named in block.values() for name, body in named.items()
+    }
+    (writes,) = [s for s in documents["fsx_csi"]["statement"] if '"fsx:UpdateFileSystem"' in s["actions"]]
+    (condition,) = [d['"condition"'] for d in writes["dynamic"]]
+    (content,) = condition["content"]
+    assert content["test"] == '"StringEquals"' and content["variable"] == '"aws:ResourceTag/${condition.value.key}"'
+    infra = (terraform / "stacks" / "infra" / "main.tf").read_text()
+    assert 'fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id }' in infra
+    assert '"trainkit:stack-id" = var.stack_id' in infra  # the tag every resource (FSx included) carries
