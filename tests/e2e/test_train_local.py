@@ -367,3 +367,20 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_resumed(s
     assert why in (evidence / "REJECTED").read_text()  # kept, with the reason, never read again
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000006"  # written again, whole
     assert (run / "checkpoints" / "step-00000006" / "MANIFEST.json").is_file()
+
+
+def test_when_every_checkpoint_is_damaged_the_run_trains_again_from_the_start(six_steps, tmp_path):
+    run = tmp_path / "runs" / "ck"
+    shutil.copytree(six_steps, run)
+    (run / "summary.json").unlink()
+    for step in ("step-00000004", "step-00000006"):
+        shard = sorted((run / "checkpoints" / step).rglob("*.distcp"))[0]
+        shard.write_bytes(b"")
+    result = invoke(*tiny_args(tmp_path / "runs", "--steps", "6", "--checkpoint-interval", "2", "--run-id", "ck"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no usable checkpoint left (step-00000006, step-00000004 set aside)" in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resumed_from"] is None and summary["steps"] == 6  # fresh processes, from step 0
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(1, 7))  # each step once
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("corrupt-"))
+    assert kept == ["corrupt-step-00000004", "corrupt-step-00000006"]

@@ -155,14 +155,16 @@ class RunContext:
     def resume(self) -> int:
         """Load the newest checkpoint that is whole (every object registered with the accelerator); returns the
         next step. One that does not match its manifest or does not load on some rank is set aside with the
-        reason (an event, a line on the console) and the next older one is tried; none left: a fresh start."""
+        reason (an event, a line on the console) and the next older one is tried; none left: the processes
+        exit to be restarted fresh (they may hold part of a failed load), and train from the start."""
         self.checkpoints.clean_partial()
-        latest, step = None, 0
+        latest, step, set_aside = None, 0, []
         while (candidate := self.checkpoints.latest()) is not None:
             reason = self._unusable(candidate)
             if reason is None:
                 latest = candidate
                 break
+            set_aside.append(candidate.name)
             kept = self.checkpoints.set_aside(candidate, reason)
             after = self.checkpoints.latest()
             self.event("checkpoint_set_aside", checkpoint=candidate.name, reason=reason, kept_as=kept.name)
@@ -172,11 +174,22 @@ class RunContext:
                     f"resuming from {after.name if after else 'the start'}",
                     flush=True,
                 )
+        if latest is None and set_aside:
+            # A load that failed part-way may have left some of its state in the model or the optimizer: this
+            # process is not trained on. Its agent starts fresh processes, which find no checkpoint and train
+            # from the start (one of --max-restarts); the set-aside checkpoints stay for a look.
+            if self.accelerator.is_main_process:
+                print(
+                    f"no usable checkpoint left ({', '.join(set_aside)} set aside); restarting the processes to "
+                    "train from the start",
+                    flush=True,
+                )
+            raise SystemExit(EXIT_PEER_STOPPED)
         if latest is not None:
             state = self.checkpoints.read_state(latest)
             self.restarts = state.get("restarts", 0) + 1
-            self.metrics.truncate_after(state["step"])
             step = self.saved_step = state["step"]
+        self.metrics.truncate_after(step)  # lines of steps after the checkpoint (all, without one) are redone
         # Exported from the start (0), so the first restart is a change a rule can see.
         self.metrics.set("trainkit_restarts", self.restarts)
         self.event(
