@@ -7,8 +7,8 @@ Layout under `checkpoints/`:
     latest                  text file naming the newest published step directory
 
 A process killed at any moment leaves either the previous `latest` or the new one, never a
-half-written directory under a published name. Before the marker is written every rank fsyncs the
-files it can see under the new directory and the main rank records each file's size in
+half-written directory under a published name. Before the marker is written one rank per machine
+fsyncs the files it can see under the new directory and the main rank records each file's size in
 `MANIFEST.json` and fsyncs the folders, so a power loss cannot leave a marker over missing data. On
 start, leftover `.tmp-*` directories are removed and `latest` is checked; if it names a directory
 that is missing or incomplete, the newest complete step directory is used instead. A published
@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .files import fsync_dir, publish_text
+
 CHECKPOINTS_DIR = "checkpoints"
 """Under the run directory."""
 COMPLETE_MARKER = "COMPLETE"
@@ -40,32 +42,15 @@ SET_ASIDE_PREFIX = "corrupt-"
 STALL_ENV = "TRAINKIT_CHECKPOINT_STALL_S"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
-    _fsync_dir(path.parent)
-
-
 def _fsync_tree(root: Path) -> None:
-    """fsync every file and folder under `root` (the shards a rank wrote reach the disk before the marker)."""
+    """fsync every file and folder under `root`: the shards this machine's ranks wrote reach the disk before the
+    marker."""
     for path in sorted(root.rglob("*")):
         if path.is_file():
             with path.open("rb") as handle:
                 os.fsync(handle.fileno())
     for folder in sorted({p.parent for p in root.rglob("*")} | {root}):
-        _fsync_dir(folder)
+        fsync_dir(folder)
 
 
 def manifest_of(directory: Path) -> dict[str, int]:
@@ -108,10 +93,15 @@ def step_dir_name(step: int) -> str:
 
 
 class CheckpointManager:
-    def __init__(self, root: Path, keep: int, is_main: bool, barrier: Callable[[], None]):
+    def __init__(
+        self, root: Path, keep: int, is_main: bool, barrier: Callable[[], None], is_local_main: bool | None = None
+    ):
+        """`is_local_main`: this rank syncs the node's writes to disk (one rank per machine; the page cache is
+        the machine's); defaults to `is_main` (one machine)."""
         self.root = Path(root)
         self.keep = keep
         self.is_main = is_main
+        self.is_local_main = is_main if is_local_main is None else is_local_main
         self.barrier = barrier
 
     # ------------------------------------------------------------------ reading
@@ -151,20 +141,22 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         self.barrier()
         write_fn(tmp)
-        _fsync_tree(tmp)  # each rank: what it wrote is on disk before anything is published
+        self.barrier()
+        if self.is_local_main:  # one rank per machine: what its ranks wrote is on disk before anything is published
+            _fsync_tree(tmp)
         self.barrier()
         stall = float(os.environ.get(STALL_ENV, "0") or 0)
         if stall > 0:
             time.sleep(stall)
         if self.is_main:
-            _write_durable(tmp / MANIFEST, json.dumps(manifest_of(tmp), indent=1) + "\n")
-            _write_durable(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
-            _write_durable(tmp / COMPLETE_MARKER, f"{step}\n")
+            publish_text(tmp / MANIFEST, json.dumps(manifest_of(tmp), indent=1) + "\n")
+            publish_text(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
+            publish_text(tmp / COMPLETE_MARKER, f"{step}\n")
             if final.exists():  # a re-run of the same step after a crash between rename and `latest`
                 shutil.rmtree(final)
             tmp.rename(final)
-            _fsync_dir(self.root)
-            _write_durable(self.root / LATEST, final.name + "\n")
+            fsync_dir(self.root)
+            publish_text(self.root / LATEST, final.name + "\n")
             self._prune()
         self.barrier()
         return final
@@ -177,13 +169,13 @@ class CheckpointManager:
             if target.exists():
                 shutil.rmtree(target)
             checkpoint.rename(target)
-            _write_durable(target / "REJECTED", reason + "\n")
+            publish_text(target / "REJECTED", reason + "\n")
             remaining = self._complete_steps()
             if remaining:
-                _write_durable(self.root / LATEST, remaining[-1].name + "\n")
+                publish_text(self.root / LATEST, remaining[-1].name + "\n")
             else:
                 (self.root / LATEST).unlink(missing_ok=True)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         self.barrier()
         return target
 

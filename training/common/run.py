@@ -125,7 +125,11 @@ class RunContext:
         keep_checkpoints, metrics_port = job.checkpointing.keep_checkpoints, job.run.metrics_port
         self.started = time.perf_counter()
         self.checkpoints = CheckpointManager(
-            self.run_dir / CHECKPOINTS_DIR, keep_checkpoints, acc.is_main_process, acc.wait_for_everyone
+            self.run_dir / CHECKPOINTS_DIR,
+            keep_checkpoints,
+            acc.is_main_process,
+            acc.wait_for_everyone,
+            is_local_main=acc.is_local_main_process,
         )
         world = acc.num_processes
         labels = {
@@ -210,10 +214,8 @@ class RunContext:
             except Exception as error:  # a shard that does not parse, whatever the reader raises
                 first = (str(error).strip().splitlines() or [""])[0][:200]
                 reason = f"it does not load: {type(error).__name__}: {first}"
-        failed = torch.tensor([float(reason is not None)], device=self.accelerator.device)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-        if failed.item() and reason is None:
+        (failed,) = self._any_rank(reason is not None)
+        if failed and reason is None:
             reason = "it does not load on another rank"
         return reason
 
@@ -294,13 +296,15 @@ class RunContext:
         this step boundary; the checkpoint is skipped when any stopping rank would run out of grace time.
         """
         stop = self.stop_signal
-        flags = torch.tensor(
-            [float(stop.pending), float(not stop.time_allows(self.save_seconds))], device=self.accelerator.device
-        )
+        requested, no_time = self._any_rank(stop.pending, not stop.time_allows(self.save_seconds))
+        return requested, not no_time
+
+    def _any_rank(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag as true when it holds on any rank: one MAX all-reduce (no-op in a single process)."""
+        values = torch.tensor([float(flag) for flag in flags], device=self.accelerator.device)
         if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        requested, no_time = flags.tolist()
-        return bool(requested), not no_time
+            dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        return tuple(bool(value) for value in values.tolist())
 
     def after_step(self, step: int, total_steps: int, interval: int, save_anyway: bool = False) -> None:
         """Every step boundary but the last (which save_final covers): checkpoint every `interval` steps

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from training.common.job import FIELDS, Job, micro_steps
+from training.common.job import BY_KEY, FIELDS, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
 
 from .. import cluster, hardware
@@ -113,7 +113,7 @@ EKS_ONLY = ("instance_type", "image", "namespace")
 def _validate_local(job: Job) -> None:
     """What only a run on this machine can get wrong: flags of the EKS target, the runs folder, a dataset."""
     for key in EKS_ONLY:
-        field = next(spec for spec in FIELDS if spec.key == key)
+        field = BY_KEY[key]
         value = field.get(job)
         require(value is None, f"{field.flag} {value} is for --target eks; drop it (or add --target eks)")
     runs = Path(job.run.runs_dir).expanduser().absolute()

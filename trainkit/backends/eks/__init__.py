@@ -116,6 +116,11 @@ def restarts(pod) -> int:
     return sum(status.restart_count for status in (pod.status.container_statuses or []))
 
 
+def holding(job: dict) -> list[str]:
+    """The types of the job's conditions that hold (status "True"), oldest first."""
+    return [c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"]
+
+
 def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
     the job ends) and its pods. The state is the newest condition that holds. The operator restarts no pod
@@ -125,8 +130,7 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     job = find_job(kube, namespace, run_id)
     meta = job["metadata"]
     conditions = job.get("status", {}).get("conditions", [])
-    holding = [c for c in conditions if c.get("status") == "True"]
-    state = holding[-1]["type"] if holding else "Pending"
+    state = (holding(job) or ["Pending"])[-1]
     lines = [f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {state}"]
     for condition in conditions:
         when, message = condition.get("lastTransitionTime", ""), condition.get("message", "")
@@ -178,8 +182,7 @@ def logs(
     job = find_job(kube, namespace, run_id)
     pods = job_pods(kube, job)
     if not pods:
-        ended = {c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"}
-        if ended & {"Succeeded", "Failed"}:
+        if {"Succeeded", "Failed"} & set(holding(job)):
             run = job["metadata"]["annotations"][render.LABEL_RUN]
             raise SpecError(
                 f"job {job['metadata']['name']} has ended and its pods are gone (the operator deletes pods still "
