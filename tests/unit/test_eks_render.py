@@ -28,7 +28,7 @@ def test_c10d_uses_worker_0_and_each_submission_gets_its_own_rendezvous_id(recor
         f"{spec.run.run_id}-0",
     ]
     assert policy["rdzvId"] != second["spec"]["elasticPolicy"]["rdzvId"]
-    assert container(first)["image"] == f"{ECR}:latest"  # from the recorded outputs
+    assert container(first)["image"] == f"{ECR}:{cluster.NOT_PUSHED_TAG}"  # recorded repository, nothing pushed
     secret_ref = {i["name"]: i for i in container(first)["env"]}["HF_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert secret_ref["optional"] is True  # random init: the token only opens gated datasets
 

@@ -1,5 +1,5 @@
 """The command line: one Invoke collection per module (train: the job's doors at the top level; infra,
-data, obs, secrets; bench: chaos and benchmarks at the top level). The repository's tasks.py exposes
+data, images, obs, secrets; bench: chaos and benchmarks at the top level). The repository's tasks.py exposes
 `namespace` to `invoke`; an installed package has the same commands as `trainkit` (or `python -m trainkit`),
 which needs no tasks.py and no checkout."""
 
@@ -7,10 +7,16 @@ from __future__ import annotations
 
 from invoke import Collection, Program
 
-from . import bench, data, infra, obs, secrets, train
+from . import bench, data, images, infra, obs, secrets, train
 
 namespace = Collection(
-    *train.TASKS, *bench.TASKS, infra.collection, data.collection, secrets.collection, obs.collection
+    *train.TASKS,
+    *bench.TASKS,
+    infra.collection,
+    data.collection,
+    images.collection,
+    secrets.collection,
+    obs.collection,
 )
 
 

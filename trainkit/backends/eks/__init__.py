@@ -48,8 +48,7 @@ def resolve(job: Job) -> Machine:
     if job.parallelism.nproc is None:
         job.parallelism.nproc = gpus
     if placement.image is None:
-        repository = outputs.image_repository
-        placement.image = f"{repository}:{cluster.DEFAULT_IMAGE_TAG}" if repository else cluster.UNRECORDED_IMAGE
+        placement.image = outputs.default_image
     if placement.namespace is None:
         placement.namespace = cluster.JOBS_NAMESPACE
     if elastic.rdzv is None:

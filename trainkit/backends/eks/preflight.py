@@ -122,8 +122,8 @@ def check_image(job: Job, ecr=None) -> str | None:
     if match is None:
         if job.placement.image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
             raise SpecError(
-                "no training image: run `make up PROFILE=aws` (records the ECR repository) and push the image "
-                "(containers/README.md), or pass --image"
+                "no training image: run `make up PROFILE=aws` (records the ECR repository), then "
+                "`invoke images.build && invoke images.push`, or pass --image"
             )
         return f"image {job.placement.image} is not in ECR; not checked (the nodes must be able to pull it)"
     import boto3
@@ -138,8 +138,8 @@ def check_image(job: Job, ecr=None) -> str | None:
         if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
             raise
         raise SpecError(
-            f"image {job.placement.image} is not in ECR ({code}): build and push it (containers/README.md), "
-            "or pass --image with a tag that exists"
+            f"image {job.placement.image} is not in ECR ({code}): build and push it (`invoke images.build && "
+            "invoke images.push`), or pass --image with a tag that exists"
         ) from None
     return None
 

@@ -1,0 +1,134 @@
+"""The training image's build plan and ECR push, in-process: tags, builder choice, the dry run's content, the
+login token, and the default image a push leaves for `--target eks`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.helpers.eks import ECR
+from trainkit import cluster, images
+from trainkit.errors import SpecError
+
+
+def git_answers(status: str, diff: str = "", commit: str = "0123456789abcdef0123"):
+    def run(command, **_):
+        answer = {"rev-parse": commit + "\n", "status": status, "diff": diff}[command[3]]
+        return subprocess.CompletedProcess(command, 0, answer, "")
+
+    return run
+
+
+def test_tags_are_the_commit_and_a_dirty_tree_gets_a_hash_of_its_changes(tmp_path):
+    (tmp_path / "new.txt").write_text("a")
+    clean = images.content_tag(tmp_path, "gpu", git_answers(""))
+    assert clean == "gpu-0123456789ab"
+    first = images.content_tag(tmp_path, "cpu", git_answers(" M a.py\n", diff="one"))
+    second = images.content_tag(tmp_path, "cpu", git_answers(" M a.py\n", diff="two"))
+    untracked = images.content_tag(tmp_path, "cpu", git_answers(" M a.py\n?? new.txt\n", diff="one"))
+    assert first.startswith("cpu-0123456789ab-dirty-") and len({first, second, untracked}) == 3
+    (tmp_path / "new.txt").write_text("b")  # the same untracked file with other content: another tag
+    assert images.content_tag(tmp_path, "cpu", git_answers(" M a.py\n?? new.txt\n", diff="one")) != untracked
+
+
+def fake_tools(available: set[str], buildx_ok: bool = True, daemon_ok: bool = True):
+    def which(name):
+        return f"/usr/bin/{name}" if name in available else None
+
+    def run(command, **_):
+        ok = buildx_ok if command[1] == "buildx" else daemon_ok
+        return subprocess.CompletedProcess(command, 0 if ok else 1, "", "")
+
+    return run, which
+
+
+@pytest.mark.parametrize(
+    ("available", "daemon_ok", "chosen"),
+    [
+        ({"docker", "buildah"}, True, "docker"),
+        ({"docker", "buildah"}, False, "buildah"),  # a docker CLI without a daemon (this machine's case)
+        ({"buildah"}, True, "buildah"),
+    ],
+)
+def test_docker_with_a_daemon_else_buildah(available, daemon_ok, chosen):
+    run, which = fake_tools(available, daemon_ok=daemon_ok)
+    assert images.find_builder(run, which) == chosen
+
+
+def test_no_builder_says_what_to_install():
+    run, which = fake_tools({"docker"}, daemon_ok=False)
+    with pytest.raises(SpecError, match="install Docker with the buildx plugin.*or buildah"):
+        images.find_builder(run, which)
+
+
+def test_the_gpu_plan_names_base_pins_tag_and_the_exact_command(tmp_path):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    plan = images.plan_build("gpu", tag="gpu-test", ca_bundle=str(bundle), tool="buildah", context=tmp_path / "ctx")
+    pins = images.pins(plan.root / images.DOCKERFILE)
+    text = "\n".join(plan.describe())
+    assert f"base     {pins['CUDA_BASE']}" in text and "cuda:13.0.3" in pins["CUDA_BASE"]
+    assert "TORCH_VERSION=2.13.0" in text and f"EFA_INSTALLER_VERSION={pins['EFA_INSTALLER_VERSION']}" in text
+    command = plan.command()
+    assert command[:3] == ["buildah", "bud", "--layers"] and command[-1] == str(tmp_path / "ctx")
+    assert f"{images.LOCAL_NAME}:gpu-test" in command and "FLAVOR=gpu" in command
+    # the CA bundle reaches the build as a secret only, never as a build argument (those stay in the image)
+    assert [arg for arg in command if str(bundle) in arg] == [f"id={images.CA_SECRET},src={bundle}"]
+    assert "command  " + " ".join(command) in text
+
+
+def test_the_cpu_plan_takes_torch_from_the_cpu_index_and_a_given_base(tmp_path):
+    plan = images.plan_build("cpu", tag="t", base="localhost/debian-base", tool="docker", context=tmp_path)
+    assert plan.command()[:4] == ["docker", "buildx", "build", "--load"]
+    assert plan.build_args == {
+        "FLAVOR": "cpu",
+        "CPU_BASE": "localhost/debian-base",
+        "TORCH_INDEX": images.CPU_TORCH_INDEX,
+    }
+    assert "EFA_INSTALLER_VERSION" not in "\n".join(plan.describe())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"flavor": "tpu"}, "--target tpu: choose one of gpu, cpu"),
+        ({"tag": "-bad"}, "--tag '-bad' is not an image tag"),
+        ({"tag": "x" * 129}, "is not an image tag"),
+        ({"ca_bundle": "/nonexistent/ca.pem"}, "--ca-bundle /nonexistent/ca.pem: no such file"),
+    ],
+)
+def test_bad_build_input_is_refused_before_anything_runs(kwargs, message):
+    with pytest.raises(SpecError, match=re.escape(message)):
+        images.plan_build(**{"tool": "buildah", **kwargs})
+
+
+class FakeEcr:
+    def __init__(self, token: str):
+        self.token = token
+
+    def get_authorization_token(self):
+        endpoint = "https://123456789012.dkr.ecr.us-east-1.amazonaws.com"
+        return {"authorizationData": [{"authorizationToken": self.token, "proxyEndpoint": endpoint}]}
+
+
+def test_the_registry_password_is_the_part_after_aws():
+    token = base64.b64encode(b"AWS:s3cret:with:colons").decode()
+    assert images.registry_password(FakeEcr(token)) == (
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com",
+        "s3cret:with:colons",
+    )
+    with pytest.raises(SpecError, match="not AWS:<password>"):
+        images.registry_password(FakeEcr(base64.b64encode(b"someone:pw").decode()))
+
+
+def test_the_pushed_image_becomes_the_eks_default_only_for_its_own_repository(recorded_outputs):
+    assert cluster.load_outputs().default_image == f"{ECR}:{cluster.NOT_PUSHED_TAG}"
+    record = cluster.aws_state_dir() / cluster.PUSHED_IMAGE_FILE
+    record.write_text(json.dumps({"image": f"{ECR}:gpu-abc", "tag": "gpu-abc", "digest": "sha256:00"}))
+    assert cluster.load_outputs().default_image == f"{ECR}:gpu-abc"
+    record.write_text(json.dumps({"image": "999999999999.dkr.ecr.eu-west-1.amazonaws.com/trainkit/train:gpu-abc"}))
+    assert cluster.load_outputs().default_image == f"{ECR}:{cluster.NOT_PUSHED_TAG}"  # an earlier stack's record

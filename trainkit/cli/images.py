@@ -1,0 +1,48 @@
+"""`invoke images.*`: the training image (containers/train/Dockerfile), built and pushed to the stack's ECR."""
+
+from __future__ import annotations
+
+from invoke import Collection, task
+
+from .options import user_errors
+
+
+@task(
+    help={
+        "target": "gpu (CUDA + EFA, for the cluster; default) or cpu (Debian + Python: the same application stage).",
+        "tag": "Image tag (default: content-addressed, <target>-<commit>[-dirty-<hash>]).",
+        "base": "Base image instead of the Dockerfile's (CUDA_BASE for gpu, CPU_BASE for cpu).",
+        "ca-bundle": "CA bundle for pip behind a TLS-inspecting proxy; passed as a build secret, kept in no layer.",
+        "torch-index": "Package index that serves torch (cpu default: PyTorch's CPU index; gpu: PyPI).",
+        "wheels": "Folder of local wheels the build may use (e.g. a CPU torch wheel where no index serves one).",
+        "dry-run": "Print the build (base, pins, tag, exact command) and build nothing.",
+    }
+)
+@user_errors
+def build(c, target="gpu", tag=None, base=None, ca_bundle=None, torch_index=None, wheels=None, dry_run=False):
+    """Build the training image with docker buildx, or buildah where there is no Docker engine."""
+    from .. import images
+
+    plan = images.plan_build(target, tag, base, ca_bundle, torch_index)
+    print("\n".join(plan.describe()), flush=True)
+    if not dry_run:
+        print(f"built {images.build(plan, wheels)}")
+
+
+@task(
+    help={
+        "target": "Which built image: gpu (default) or cpu.",
+        "tag": "Tag to push (default: the last one `invoke images.build --target T` built).",
+    }
+)
+@user_errors
+def push(c, target="gpu", tag=None):
+    """Push the image to the infra stack's ECR repository (login with the password on stdin) and record it as the
+    default image of `invoke train --target eks`."""
+    from .. import images
+
+    pushed = images.push(tag or images.last_built(target), images.find_builder())
+    print(f"{pushed['image']} ({pushed['digest']}): {pushed['note']}; `invoke train --target eks` now uses it")
+
+
+collection = Collection("images", build, push)

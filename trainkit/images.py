@@ -1,0 +1,256 @@
+"""The training image (containers/train/Dockerfile): build it with docker buildx or buildah, push it to the infra
+stack's ECR repository, and record what was pushed as the EKS backend's default image.
+
+Tags are content-addressed: `<flavor>-<commit>` for a clean checkout, `<flavor>-<commit>-dirty-<hash>` for one
+with changes (the hash is over the diff and the untracked files, so two different dirty trees never share a tag).
+The ECR repositories are IMMUTABLE (terraform/modules/ecr): a tag names one image for good, so a run's spec.json
+says exactly what it ran, and pushing a tag that is already there is a no-op, not an overwrite.
+
+ECR login: boto3's `get_authorization_token` gives a base64 `AWS:<password>`; the password goes to
+`<tool> login --password-stdin` on standard input, never on a command line or in a log.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cluster
+from .errors import SpecError
+
+FLAVORS = ("gpu", "cpu")
+LOCAL_NAME = "localhost/trainkit-train"
+DOCKERFILE = Path("containers") / "train" / "Dockerfile"
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+CA_SECRET = "pip-ca"
+BUILDS_FILE = "images.json"  # what images.build made, per flavour, beside the infra outputs
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+
+def checkout() -> Path:
+    """The source tree the image is built from: this package's checkout (an installed wheel has none)."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / DOCKERFILE).is_file() or not (root / "pyproject.toml").is_file():
+        raise SpecError(
+            f"images are built from a checkout of trainkit (no {DOCKERFILE} beside this installed package): "
+            "clone the repository and run `invoke images.build` there"
+        )
+    return root
+
+
+def pins(dockerfile: Path) -> dict[str, str]:
+    """The Dockerfile's ARG defaults (bases and versions), as written."""
+    found = re.findall(r"^ARG ([A-Z_]+)=(\S*)$", dockerfile.read_text(), flags=re.MULTILINE)
+    return {name: value.strip('"') for name, value in found}
+
+
+def content_tag(root: Path, flavor: str, run: Runner = subprocess.run) -> str:
+    def git(*args: str) -> str:
+        done = run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SpecError(f"--tag is needed outside a git checkout (git {args[0]}: {done.stderr.strip()})")
+        return done.stdout
+
+    commit = git("rev-parse", "HEAD").strip()[:12]
+    status = git("status", "--porcelain", "--untracked-files=all")
+    if not status.strip():
+        return f"{flavor}-{commit}"
+    digest = hashlib.sha256(git("diff", "HEAD", "--binary").encode())
+    for line in sorted(status.splitlines()):
+        if line.startswith("??"):
+            path = root / line[3:]
+            digest.update(line.encode() + (path.read_bytes() if path.is_file() else b""))
+    return f"{flavor}-{commit}-dirty-{digest.hexdigest()[:8]}"
+
+
+def find_builder(run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which) -> str:
+    """docker (with buildx, and a daemon that answers) where there is one, else buildah (no daemon needed)."""
+    if which("docker"):
+        buildx = run(["docker", "buildx", "version"], capture_output=True, text=True)
+        daemon = run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True)
+        if buildx.returncode == 0 and daemon.returncode == 0:
+            return "docker"
+    if which("buildah"):
+        return "buildah"
+    raise SpecError(
+        "no image builder: install Docker with the buildx plugin (and start its daemon), or buildah, which needs "
+        "no daemon (Debian/Ubuntu: apt-get install buildah; as root in a container also set STORAGE_DRIVER=vfs "
+        "and BUILDAH_ISOLATION=chroot)"
+    )
+
+
+@dataclass
+class BuildPlan:
+    tool: str
+    flavor: str
+    tag: str
+    root: Path
+    context: Path
+    build_args: dict[str, str] = field(default_factory=dict)
+    ca_bundle: Path | None = None
+
+    @property
+    def image(self) -> str:
+        return f"{LOCAL_NAME}:{self.tag}"
+
+    def command(self) -> list[str]:
+        head = ["docker", "buildx", "build", "--load"] if self.tool == "docker" else ["buildah", "bud", "--layers"]
+        command = [*head, "--file", str(self.root / DOCKERFILE), "--target", "app", "--tag", self.image]
+        for name, value in sorted(self.build_args.items()):
+            command += ["--build-arg", f"{name}={value}"]
+        if self.ca_bundle:
+            command += ["--secret", f"id={CA_SECRET},src={self.ca_bundle}"]
+        return [*command, str(self.context)]
+
+    def describe(self) -> list[str]:
+        defaults = pins(self.root / DOCKERFILE)
+        chosen = {**defaults, **self.build_args}
+        base = chosen["CUDA_BASE"] if self.flavor == "gpu" else chosen["CPU_BASE"]
+        lines = [f"image {self.image} ({self.flavor}), built with {self.tool}", f"  base     {base}"]
+        versions = ["TORCH_VERSION", "TORCHVISION_VERSION"]
+        versions += ["EFA_INSTALLER_VERSION"] if self.flavor == "gpu" else []
+        lines.append("  pins     " + ", ".join(f"{name}={chosen[name]}" for name in versions))
+        if chosen.get("TORCH_INDEX"):
+            lines.append(f"  torch    from {chosen['TORCH_INDEX']} (and PyPI)")
+        lines.append(f"  context  {self.context} (dist/: the trainkit wheel of this checkout; wheels/: local wheels)")
+        if self.ca_bundle:
+            lines.append(f"  secret   {CA_SECRET} <- {self.ca_bundle} (pip's CA bundle; not kept in any layer)")
+        lines.append("  command  " + " ".join(self.command()))
+        return lines
+
+
+def plan_build(
+    flavor: str = "gpu",
+    tag: str | None = None,
+    base: str | None = None,
+    ca_bundle: str | None = None,
+    torch_index: str | None = None,
+    tool: str | None = None,
+    context: Path | None = None,
+) -> BuildPlan:
+    """Everything about a build, decided and checked before anything is built."""
+    if flavor not in FLAVORS:
+        raise SpecError(f"--target {flavor}: choose one of {', '.join(FLAVORS)}")
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", tag):
+        raise SpecError(f"--tag {tag!r} is not an image tag: letters, digits, _ . - (at most 128, not starting . -)")
+    bundle = Path(ca_bundle).expanduser().absolute() if ca_bundle else None
+    if bundle is not None and not bundle.is_file():
+        raise SpecError(f"--ca-bundle {ca_bundle}: no such file")
+    root = checkout()
+    build_args = {"FLAVOR": flavor}
+    if base:
+        build_args["CUDA_BASE" if flavor == "gpu" else "CPU_BASE"] = base
+    index = torch_index if torch_index is not None else (CPU_TORCH_INDEX if flavor == "cpu" else "")
+    if index:
+        build_args["TORCH_INDEX"] = index
+    return BuildPlan(
+        tool=tool or find_builder(),
+        flavor=flavor,
+        tag=tag or content_tag(root, flavor),
+        root=root,
+        context=context or cluster.aws_state_dir().parent / f"image-context-{flavor}",
+        build_args=build_args,
+        ca_bundle=bundle,
+    )
+
+
+def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> None:
+    """The build context: dist/ holds the trainkit wheel of the checkout; wheels/ the local wheels asked for."""
+    shutil.rmtree(plan.context, ignore_errors=True)
+    (plan.context / "wheels").mkdir(parents=True)
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    done = run([*command, "--wheel-dir", str(plan.context / "dist"), str(plan.root)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SpecError(f"building the trainkit wheel failed: {done.stderr.strip()[-2000:]}")
+    for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else []:
+        shutil.copy(wheel, plan.context / "wheels" / wheel.name)
+
+
+def _record(name: str, flavor_or_none: str | None, entry: dict) -> Path:
+    path = cluster.aws_state_dir() / name
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data = {**data, flavor_or_none: entry} if flavor_or_none else entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def build(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> str:
+    stage_context(plan, wheels, run)
+    done = run(plan.command())
+    if done.returncode != 0:
+        raise SpecError(f"the image build failed (exit {done.returncode}); the builder's output is above")
+    _record(BUILDS_FILE, plan.flavor, {"image": plan.image, "tag": plan.tag})
+    return plan.image
+
+
+def last_built(flavor: str) -> str:
+    path = cluster.aws_state_dir() / BUILDS_FILE
+    built = json.loads(path.read_text()).get(flavor) if path.is_file() else None
+    if not built:
+        raise SpecError(f"no {flavor} image built yet: run `invoke images.build --target {flavor}` first")
+    return built["tag"]
+
+
+def registry_password(ecr) -> tuple[str, str]:
+    """(registry host, password) from ECR's authorization token."""
+    data = ecr.get_authorization_token()["authorizationData"][0]
+    user, _, password = base64.b64decode(data["authorizationToken"]).decode().partition(":")
+    if user != "AWS" or not password:
+        raise SpecError("ECR returned an authorization token that is not AWS:<password>")
+    return data["proxyEndpoint"].removeprefix("https://").rstrip("/"), password
+
+
+def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run) -> dict:
+    """Log in to ECR (password on stdin), push `LOCAL_NAME:tag` to the train repository, record it."""
+    outputs = cluster.load_outputs()
+    if not outputs.image_repository:
+        raise SpecError("no ECR repository recorded: run `make up PROFILE=aws` first (it records the repository)")
+    if ecr is None:
+        import boto3
+
+        ecr = boto3.client("ecr", region_name=outputs.region)
+    repository = outputs.image_repository
+    remote = f"{repository}:{tag}"
+    registry, password = registry_password(ecr)
+    login = run([tool, "login", "--username", "AWS", "--password-stdin", registry], input=password, text=True)
+    if login.returncode != 0:
+        raise SpecError(f"{tool} login to {registry} failed (exit {login.returncode})")
+    name = repository.split("/", 1)[1]
+    existing = ecr.describe_images(repositoryName=name, filter={"tagStatus": "TAGGED"}).get("imageDetails", [])
+    found = [image["imageDigest"] for image in existing if tag in image.get("imageTags", [])]
+    if found:
+        digest, note = found[0], "already in ECR (tags are immutable there): not pushed again"
+    else:
+        digest, note = _push(tool, f"{LOCAL_NAME}:{tag}", remote, run), "pushed"
+    entry = {"image": remote, "tag": tag, "digest": digest}
+    _record(cluster.PUSHED_IMAGE_FILE, None, entry)
+    return {**entry, "note": note}
+
+
+def _push(tool: str, local: str, remote: str, run: Runner) -> str:
+    with tempfile.TemporaryDirectory() as folder:
+        if tool == "buildah":
+            digest_file = Path(folder) / "digest"
+            done = run(["buildah", "push", "--digestfile", str(digest_file), local, f"docker://{remote}"])
+            digest = digest_file.read_text().strip() if done.returncode == 0 else ""
+        else:
+            done = run(["docker", "tag", local, remote])
+            if done.returncode == 0:
+                done = run(["docker", "push", remote])
+            inspect = ["docker", "inspect", "--format", "{{index .RepoDigests 0}}", remote]
+            found = run(inspect, capture_output=True, text=True)
+            digest = found.stdout.strip().rpartition("@")[2]
+    if done.returncode != 0 or not digest:
+        raise SpecError(f"pushing {remote} failed (exit {done.returncode}); the builder's output is above")
+    return digest
