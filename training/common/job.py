@@ -340,7 +340,9 @@ class PlacementOptions:
         trains=False,
     )
     image: str | None = option(
-        None, "EKS: training image; default: the one `invoke images.push` pushed to the infra stack's ECR repository.", trains=False
+        None,
+        "EKS: training image; default: the one `invoke images.push` pushed to the infra stack's ECR repository.",
+        trains=False,
     )
     namespace: str | None = option(
         None, "EKS: namespace of the job; default: trainkit-jobs (made by the platform stack).", trains=False

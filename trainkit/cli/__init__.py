@@ -1,17 +1,18 @@
 """The command line: one Invoke collection per module (train: the job's doors at the top level; infra,
-data, images, obs, secrets; bench: chaos and benchmarks at the top level). The repository's tasks.py exposes
-`namespace` to `invoke`; an installed package has the same commands as `trainkit` (or `python -m trainkit`),
-which needs no tasks.py and no checkout."""
+data, images, obs, secrets; bench: chaos and benchmarks at the top level; comms: nccl-test). The repository's
+tasks.py exposes `namespace` to `invoke`; an installed package has the same commands as `trainkit` (or
+`python -m trainkit`), which needs no tasks.py and no checkout."""
 
 from __future__ import annotations
 
 from invoke import Collection, Program
 
-from . import bench, data, images, infra, obs, secrets, train
+from . import bench, comms, data, images, infra, obs, secrets, train
 
 namespace = Collection(
     *train.TASKS,
     *bench.TASKS,
+    *comms.TASKS,
     infra.collection,
     data.collection,
     images.collection,

@@ -1,0 +1,1 @@
+"""Collective benchmarks run inside a job: the sweep behind `invoke nccl-test`, and the NCCL init-log check."""
