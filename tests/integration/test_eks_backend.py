@@ -104,13 +104,17 @@ def test_a_running_job_of_the_same_run_is_refused(fake):
         check()
 
 
+DIGEST = "sha256:" + "2" * 64
+
+
 @mock_aws
 def test_image_must_exist_in_ecr(fake, monkeypatch):
     import boto3
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     ecr = boto3.client("ecr", region_name="us-east-1")
-    url = ecr.create_repository(repositoryName="trainkit/train")["repository"]["repositoryUri"]
+    created = ecr.create_repository(repositoryName="trainkit/train", imageTagMutability="IMMUTABLE")  # as ours
+    url = created["repository"]["repositoryUri"]
     spec = spec_of(image=f"{url}:v1")
     with pytest.raises(SpecError, match=rf"image {url}:v1 is not in ECR \(ImageNotFoundException\): build and push it"):
         preflight.check_image(spec, ecr)
@@ -119,11 +123,19 @@ def test_image_must_exist_in_ecr(fake, monkeypatch):
             "schemaVersion": 2,
             "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
             "config": {"digest": "sha256:" + "0" * 64, "size": 1, "mediaType": "application/json"},
-            "layers": [],
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": 1, "digest": DIGEST}],
         }
     )
     ecr.put_image(repositoryName="trainkit/train", imageManifest=manifest, imageTag="v1")
     assert preflight.check_image(spec, ecr) is None
+    # the image now also carries the run's tag, which the lifecycle policy keeps (terraform/modules/ecr)
+    (image,) = ecr.describe_images(repositoryName="trainkit/train")["imageDetails"]
+    assert sorted(image["imageTags"]) == sorted(["v1", f"run-{spec.run.run_id}"])
+    assert preflight.check_image(spec, ecr) is None  # submitting again: the tag is there already
+    other = manifest.replace(DIGEST, "sha256:" + "1" * 64)  # a resumed run on another image: its first one stays kept
+    ecr.put_image(repositoryName="trainkit/train", imageManifest=other, imageTag="v2")
+    note = preflight.check_image(spec_of(image=f"{url}:v2"), ecr)
+    assert note and f"run-{spec.run.run_id} already tags the image this run started with" in note
     with pytest.raises(SpecError, match=r"RepositoryNotFoundException"):
         preflight.check_image(spec_of(image=url.replace("trainkit/train", "nope") + ":v1"), ecr)
 

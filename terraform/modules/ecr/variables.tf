@@ -31,6 +31,17 @@ variable "keep_images" {
   }
 }
 
+variable "keep_run_images" {
+  description = "Images of submitted runs (tagged run-<id>) kept per repository: a run can be resumed while its image is."
+  type        = number
+  default     = 500
+
+  validation {
+    condition     = var.keep_run_images >= 1
+    error_message = "keep_run_images must be at least 1."
+  }
+}
+
 variable "kms_key_arn" {
   description = "KMS key that encrypts the images."
   type        = string

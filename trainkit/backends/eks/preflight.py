@@ -133,6 +133,7 @@ def check_image(job: Job, ecr=None) -> str | None:
     tag = match["tag"] or "latest"
     try:
         ecr.describe_images(repositoryName=match["repo"], imageIds=[{"imageTag": tag}])
+        return tag_for_run(ecr, match["repo"], tag, job.run.run_id)
     except ClientError as error:
         code = error.response["Error"]["Code"]
         if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
@@ -141,6 +142,28 @@ def check_image(job: Job, ecr=None) -> str | None:
             f"image {job.placement.image} is not in ECR ({code}): build and push it (`invoke images.build && "
             "invoke images.push`), or pass --image with a tag that exists"
         ) from None
+    return None
+
+
+def tag_for_run(ecr, repository: str, tag: str, run_id: str) -> str | None:
+    """Tag the image run-<run id> as well (the same manifest under a second tag): the repository's lifecycle rule
+    keeps images with run- tags, so the image stays while the run can be resumed (terraform/modules/ecr)."""
+    from botocore.exceptions import ClientError
+
+    run_tag = f"run-{run_id}"
+    (image,) = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": tag}])["images"]
+    try:
+        (tagged,) = ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": run_tag}])["imageDetails"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "ImageNotFoundException":
+            raise
+    else:  # tags are immutable: a run resumed on another image keeps the first one tagged
+        same = tagged["imageDigest"] == image["imageId"]["imageDigest"]
+        return None if same else f"{run_tag} already tags the image this run started with; that one stays kept"
+    manifest = {"imageManifest": image["imageManifest"]}
+    if image.get("imageManifestMediaType"):
+        manifest["imageManifestMediaType"] = image["imageManifestMediaType"]
+    ecr.put_image(repositoryName=repository, imageTag=run_tag, **manifest)
     return None
 
 
