@@ -165,11 +165,23 @@ def plan_build(
 
 
 def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> None:
-    """The build context: dist/ holds the trainkit wheel of the checkout; wheels/ the local wheels asked for."""
+    """The build context: dist/ holds the trainkit wheel of the checkout; wheels/ the local wheels asked for.
+
+    The wheel is built from a copy of the files git sees (tracked, and untracked but not ignored: what the tag
+    hashes), so nothing stale in the checkout (build/, an old egg-info) reaches the image."""
     shutil.rmtree(plan.context, ignore_errors=True)
     (plan.context / "wheels").mkdir(parents=True)
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-    done = run([*command, "--wheel-dir", str(plan.context / "dist"), str(plan.root)], capture_output=True, text=True)
+    listed = run(["git", "-C", str(plan.root), "ls-files", "-z", "-co", "--exclude-standard"], capture_output=True)
+    if listed.returncode != 0:
+        raise SpecError("images are built from a git checkout (git ls-files failed)")
+    with tempfile.TemporaryDirectory(prefix="trainkit-src-") as folder:
+        source = Path(folder)
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            if (plan.root / name).is_file():
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(plan.root / name, source / name)
+        command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        done = run([*command, "--wheel-dir", str(plan.context / "dist"), str(source)], capture_output=True, text=True)
     if done.returncode != 0:
         raise SpecError(f"building the trainkit wheel failed: {done.stderr.strip()[-2000:]}")
     for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else []:

@@ -26,11 +26,15 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "trainkit"}
 # torchrun gives workers 30 s to stop after SIGTERM (they checkpoint when time allows, README
 # "Elastic training"); the kubelet must wait at least that long before it kills the pod.
 TERMINATION_GRACE_S = 60
-# Environment for NCCL over EFA (aws-ofi-nccl): the EFA libfabric provider with GPUDirect RDMA,
-# which p4d and p5 support; NCCL's own log, and a failed collective ends the process instead of hanging.
+# Environment for NCCL over EFA (aws-ofi-nccl), set on the pod so that an image of the user's gets it too (the
+# training image sets the first two as well): the EFA libfabric provider only; NCCL's sockets not on loopback,
+# docker bridges, veth pairs or EKS Pod Identity's pod-id-link0 (aws-samples/aws-do-eks#54); NCCL's own log (what
+# `invoke nccl-test` checks), and a failed collective ends the process instead of hanging. Not
+# FI_EFA_USE_DEVICE_RDMA: libfabric >= 1.18 uses GPUDirect RDMA where the instance has it (p4d, p5) and forcing it
+# fails where it has not (aws-ofi-nccl doc/efa-env-var.md).
 NCCL_EFA_ENV = {
     "FI_PROVIDER": "efa",
-    "FI_EFA_USE_DEVICE_RDMA": "1",
+    "NCCL_SOCKET_IFNAME": "^lo,docker,veth,pod-id-link",
     "NCCL_DEBUG": "INFO",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }
