@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import chaos_bench, image_build
 from tests.helpers.eks import ECR
 from tests.helpers.kube_api import FakeCluster
 from tests.helpers.product import stop_started
@@ -45,6 +46,44 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"tests outside the layers ({', '.join(f'tests/{layer}' for layer in LAYERS)}): {', '.join(outside)}"
         )
+    items.sort(key=lambda item: item.path.name in BACKGROUND)  # last: they wait for what runs in the background
+
+
+# Set-ups that run in the background from the start of the session (tests/helpers/background.py): the module
+# whose tests read it -> (start, remove).
+BACKGROUND = {
+    chaos_bench.MODULE: (chaos_bench.start, lambda started: started.remove()),
+    image_build.MODULE: (image_build.start, image_build.remove),
+}
+STARTED = pytest.StashKey[dict]()
+
+
+def pytest_collection_finish(session):
+    """Start the background set-ups whose tests are among those selected."""
+    started = session.config.stash.setdefault(STARTED, {})
+    if session.config.option.collectonly:
+        return
+    for module in sorted({item.path.name for item in session.items} & set(BACKGROUND)):
+        started[module] = BACKGROUND[module][0]()
+
+
+def pytest_sessionfinish(session):
+    for module, started in session.config.stash.get(STARTED, {}).items():
+        BACKGROUND[module][1](started)
+
+
+@pytest.fixture(scope="session")
+def chaos_matrix(request):
+    """(result, record, README copy) of the background `invoke bench elastic` (tests/helpers/chaos_bench.py)."""
+    return chaos_bench.result(request.config.stash[STARTED][chaos_bench.MODULE])
+
+
+@pytest.fixture(scope="session")
+def training_image(request):
+    """(buildah's environment, the build's folder, the build's result) of the background image build
+    (tests/helpers/image_build.py)."""
+    started = request.config.stash[STARTED][image_build.MODULE]
+    return image_build.buildah_env(started.root), started.root, started.result()
 
 
 @pytest.fixture(autouse=True)

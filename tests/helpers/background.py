@@ -1,0 +1,60 @@
+"""Long set-ups started in the background when the session starts, so they run beside the rest of the suite.
+
+Two pieces of the suite spend minutes in set-up that leaves CPU idle for long stretches: the chaos matrix
+(`invoke bench elastic`: process start-ups, rendezvous waits) and the training image (debootstrap and pip
+downloads, buildah's layer copies). tests/conftest.py starts each once collection has selected the module that
+reads it, and orders that module's tests last; its fixture then waits for the result. Nothing asserted on is a
+wall time: each piece keeps its own timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.helpers.paths import REPO
+
+
+class Background:
+    """One command, started now in a session of its own, its output in files under `root`."""
+
+    def __init__(self, name: str, command: list[str], timeout_s: float, env: dict | None = None):
+        self.root = Path(tempfile.mkdtemp(prefix=f"trainkit-{name}-"))
+        self.timeout_s = timeout_s
+        self.stdout, self.stderr = self.root / "stdout.log", self.root / "stderr.log"
+        self.command = [part.replace("{root}", str(self.root)) for part in command]
+        with self.stdout.open("w") as out, self.stderr.open("w") as err:
+            self.process = subprocess.Popen(
+                self.command, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True
+            )
+        self.started = time.monotonic()
+
+    def result(self) -> subprocess.CompletedProcess:
+        """Wait for the command (up to its timeout from the start) and give what it did."""
+        left = max(1.0, self.timeout_s - (time.monotonic() - self.started))
+        try:
+            self.process.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.stop()
+        return subprocess.CompletedProcess(
+            self.command, self.process.returncode, self.stdout.read_text(), self.stderr.read_text()
+        )
+
+    def stop(self) -> None:
+        """Interrupt it if still running (Ctrl-C first: the commands stop their own jobs), then kill."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)

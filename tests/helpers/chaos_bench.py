@@ -1,0 +1,30 @@
+"""The chaos matrix (`invoke bench elastic`), in the background from the start of the session
+(tests/helpers/background.py): ~6 minutes on 2 cores on its own. tests/e2e/test_chaos.py reads what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.helpers.background import Background
+from tests.helpers.paths import BIN, REPO
+
+MODULE = "test_chaos.py"
+PARALLEL = 2  # scenarios at a time: beside the rest of the suite, two keep both cores busy
+
+
+def start() -> Background:
+    command = [str(BIN / "invoke"), "bench", "elastic", "--output", "{root}/elastic.json", "--readme"]
+    bench = Background("bench", [*command, "{root}/README.md", "--parallel", str(PARALLEL)], timeout_s=1500)
+    shutil.copy(REPO / "README.md", bench.root / "README.md")  # read only when the bench ends
+    return bench
+
+
+def result(bench: Background) -> tuple[subprocess.CompletedProcess, dict | None, Path]:
+    """(the command's result, the benchmark record it wrote or None, its README copy)."""
+    done = bench.result()
+    output = bench.root / "elastic.json"
+    return done, json.loads(output.read_text()) if output.exists() else None, bench.root / "README.md"

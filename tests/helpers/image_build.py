@@ -1,0 +1,93 @@
+"""The training image's `cpu` flavour built the way a user builds it, for tests/e2e/test_training_image.py, in the
+background from the start of the session (tests/helpers/background.py): a Debian base made with debootstrap and
+committed with buildah, then `invoke images.build --target cpu` on it. buildah keeps everything under a
+storage.conf of its own (vfs driver, graph root in the build's folder); `remove` deletes it all.
+
+Run as `python -m tests.helpers.image_build FOLDER`; it needs root, buildah and debootstrap (`make test-services`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.background import Background
+from tests.helpers.paths import BIN
+
+MODULE = "test_training_image.py"
+BASE = "localhost/trainkit-test-debian:bookworm"
+TAG = "cpu-test"
+IMAGE = f"localhost/trainkit-train:{TAG}"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def buildah_env(root: Path) -> dict:
+    storage = {"CONTAINERS_STORAGE_CONF": str(root / "storage.conf"), "BUILDAH_ISOLATION": "chroot"}
+    return {**os.environ, **storage, "TRAINKIT_STATE_DIR": str(root / "state")}  # the build's record and context
+
+
+def debian_mirror() -> str:
+    """This machine's Debian mirror, from apt's sources (deb822 or one-line format)."""
+    for path in [Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")]:
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            if line.startswith(("URIs:", "deb ")) and "security" not in line:
+                return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+def local_wheels() -> str | None:
+    """pip's find-links folder (where this machine keeps torch's CPU wheel), if pip has one configured."""
+    found = subprocess.run([str(BIN / "pip"), "config", "get", "global.find-links"], capture_output=True, text=True)
+    return (found.stdout.strip() or None) if found.returncode == 0 else None
+
+
+def run(command: list[str], env: dict | None = None) -> str:
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    print(done.stdout, done.stderr, sep="", flush=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:3])} ... failed (exit {done.returncode})")
+    return done.stdout.strip()
+
+
+def build(root: Path) -> None:
+    missing = [tool for tool in ("buildah", "debootstrap") if shutil.which(tool) is None]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)} not installed: run `make test-services`")
+    if os.geteuid() != 0:
+        raise SystemExit("the image test builds as root (debootstrap, buildah's chroot isolation)")
+    (root / "storage.conf").write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{root / "graph"}"\nrunroot = "{root / "run"}"\n'
+    )
+    env, rootfs = buildah_env(root), root / "rootfs"
+    debootstrap = ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates"]
+    run([*debootstrap, "bookworm", str(rootfs), debian_mirror()])
+    working = run(["buildah", "from", "scratch"], env)
+    mounted = run(["buildah", "mount", working], env)
+    run(["cp", "-a", f"{rootfs}/.", mounted])
+    run(["buildah", "umount", working], env)
+    run(["buildah", "commit", "--quiet", working, BASE], env)
+    run(["buildah", "rm", working], env)
+    shutil.rmtree(rootfs)
+    args = ["--target", "cpu", "--base", BASE, "--tag", TAG, "--torch-index", "", "--ca-bundle", str(HOST_CA)]
+    wheels = local_wheels()
+    os.execve(str(BIN / "invoke"), ["invoke", "images.build", *args, *(["--wheels", wheels] if wheels else [])], env)
+
+
+def start() -> Background:
+    return Background("image", [sys.executable, "-m", "tests.helpers.image_build", "{root}"], timeout_s=1200)
+
+
+def remove(background: Background) -> None:
+    background.stop()
+    env = buildah_env(background.root)
+    if (background.root / "storage.conf").is_file():
+        subprocess.run(["buildah", "rm", "--all"], env=env, capture_output=True)
+        subprocess.run(["buildah", "rmi", "--all", "--force"], env=env, capture_output=True)
+    background.remove()
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]))
