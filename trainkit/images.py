@@ -238,16 +238,27 @@ def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run) -> dict:
     login = run([tool, "login", "--username", "AWS", "--password-stdin", registry], input=password, text=True)
     if login.returncode != 0:
         raise SpecError(f"{tool} login to {registry} failed (exit {login.returncode})")
-    name = repository.split("/", 1)[1]
-    existing = ecr.describe_images(repositoryName=name, filter={"tagStatus": "TAGGED"}).get("imageDetails", [])
-    found = [image["imageDigest"] for image in existing if tag in image.get("imageTags", [])]
-    if found:
-        digest, note = found[0], "already in ECR (tags are immutable there): not pushed again"
+    existing = _digest_of(ecr, repository.split("/", 1)[1], tag)
+    if existing:
+        digest, note = existing, "already in ECR (tags are immutable there): not pushed again"
     else:
         digest, note = _push(tool, f"{LOCAL_NAME}:{tag}", remote, run), "pushed"
     entry = {"image": remote, "tag": tag, "digest": digest}
     _record(cluster.PUSHED_IMAGE_FILE, None, entry)
     return {**entry, "note": note}
+
+
+def _digest_of(ecr, repository: str, tag: str) -> str | None:
+    """The digest `tag` names in the repository, None when no image has it (asked by tag: no listing to page)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        (image,) = ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": tag}])["imageDetails"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] == "ImageNotFoundException":
+            return None
+        raise
+    return image["imageDigest"]
 
 
 def _push(tool: str, local: str, remote: str, run: Runner) -> str:
