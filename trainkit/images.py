@@ -84,8 +84,8 @@ def find_builder(run: Runner = subprocess.run, which: Callable[[str], str | None
         return "buildah"
     raise SpecError(
         "no image builder: install Docker with the buildx plugin (and start its daemon), or buildah, which needs "
-        "no daemon (Debian/Ubuntu: apt-get install buildah; as root in a container also set STORAGE_DRIVER=vfs "
-        "and BUILDAH_ISOLATION=chroot)"
+        "no daemon (Debian/Ubuntu: apt-get install buildah; as root inside a container set BUILDAH_ISOLATION=chroot, "
+        'and where overlay mounts are refused point CONTAINERS_STORAGE_CONF at a storage.conf with driver "vfs")'
     )
 
 
