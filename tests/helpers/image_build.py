@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,10 @@ MODULE = "test_training_image.py"
 BASE = "localhost/trainkit-test-debian:bookworm"
 TAG = "cpu-test"
 IMAGE = f"localhost/trainkit-train:{TAG}"
-HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+# The CA bundle this machine's pip trusts (PIP_CERT, else the one Python's ssl uses): what the build's pip gets as
+# its secret, found where this machine keeps it rather than assumed.
+_VERIFY = ssl.get_default_verify_paths()
+HOST_CA = Path(os.environ.get("PIP_CERT") or _VERIFY.cafile or _VERIFY.openssl_cafile)
 
 
 def buildah_env(root: Path) -> dict:
