@@ -2,11 +2,13 @@
 
 A collective sweep (training/comms/sweep.py: all-reduce, all-gather, reduce-scatter over message sizes) on the
 same nodes and processes a training job would use, reported like nccl-tests (time, algbw, busbw per size) as
-results.json, table.md and busbw.png under runs/<id>/. Locally it runs over gloo (CPU) or NCCL (local GPUs) on
-`--nodes` torchrun agents of this machine. On GPUs every rank's NCCL init log is checked: on an instance type
-with EFA the test fails unless NCCL used the libfabric plugin over EFA, and names the cause
-(training/comms/nccl_log.py); the largest all-reduce at or above the published size is compared with the
-published figure for the instance type (warning below half).
+results.json, table.md and busbw.png under runs/<id>/ (training/comms/report.py, written where the sweep ran).
+Locally it runs over gloo (CPU) or NCCL (local GPUs) on `--nodes` torchrun agents of this machine. On EKS it is
+a PyTorchJob on the training jobs' placement (image, node selector, 8 GPUs and the EFA devices of the instance
+type per pod, the platform's etcd rendezvous) whose workers run torchrun on the sweep, writing to FSx. There the
+sweep expects EFA: it fails unless every rank's NCCL used the libfabric plugin over EFA, naming the cause
+(training/comms/nccl_log.py), and warns when the largest all-reduce at or above the published size is below
+half the published figure for the instance type.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import time
 import uuid
 from pathlib import Path
 
+from training.comms.report import table, verdict_lines
 from training.comms.sweep import OPS, RESULTS
 
 from . import hardware
 from .backends.local import free_port
 from .errors import SpecError
-from .torchrun import rdzv_conf
+from .launch import PreparedRun
+from .torchrun import rdzv_conf, rendezvous_id, torchrun_command
 
 GIB = 2**30
 # Published all_reduce_perf busbw between two nodes (GB/s, float sum, out-of-place), at the message size given:
@@ -78,6 +82,23 @@ def node_commands(nodes: int, nproc: int, out: Path, worker_args: list[str]) -> 
     return commands
 
 
+def sweep_args(ops: str, min_bytes: int, max_bytes: int, iters: int, warmup: int) -> list[str]:
+    return [
+        *("--ops", ops, "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes)),
+        *("--iters", str(iters), "--warmup", str(warmup)),
+    ]
+
+
+def expectations(instance_type: str, nodes: int) -> list[str]:
+    """The worker's --expect-* arguments for an instance type: EFA where it has EFA devices; the published
+    two-node all-reduce figure where one exists and the sweep spans nodes."""
+    args = ["--expect-efa"] if hardware.INSTANCE_TYPES[instance_type].efa_interfaces else []
+    if nodes >= 2 and instance_type in PUBLISHED:
+        size, gbps = PUBLISHED[instance_type]
+        args += ["--expect-busbw", f"{size}:{gbps}"]
+    return args
+
+
 def run_local(nodes: int, nproc: int, out: Path, worker_args: list[str], timeout_s: float) -> None:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     agents = []
@@ -93,65 +114,17 @@ def run_local(nodes: int, nproc: int, out: Path, worker_args: list[str], timeout
             process.kill()
             codes.append(process.wait())
         log.close()
-    if any(codes) or not (out / RESULTS).is_file():
+    if not (out / RESULTS).is_file():  # a failed verdict exits non-zero too, after writing the report
         raise RuntimeError(f"the collective sweep failed (agent exit codes {codes}); logs: {out / 'logs'}")
 
 
-def table(record: dict) -> list[str]:
-    lines = [
-        f"{record['backend']} on {record['device']}: {record['world_size']} processes, {record['nodes']} node(s), "
-        f"{record['dtype']}; {record['timing']}",
-        "",
-        "| op | size (B) | time (us) | algbw (GB/s) | busbw (GB/s) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for row in record["results"]:
-        lines.append(
-            f"| {row['op']} | {row['size_bytes']} | {row['time_us']:.1f} | {row['algbw_gbps']:.3f} | "
-            f"{row['busbw_gbps']:.3f} |"
-        )
-    return lines
+def sizes(gpus: bool, min_size: str | None, max_size: str | None) -> tuple[int, int]:
+    low, high = GPU_RANGE if gpus else CPU_RANGE
+    return parse_size(min_size or low, "--min-bytes"), parse_size(max_size or high, "--max-bytes")
 
 
-def plot(record: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(8, 4.5))
-    for op in dict.fromkeys(row["op"] for row in record["results"]):
-        rows = [row for row in record["results"] if row["op"] == op]
-        axis.plot([r["size_bytes"] for r in rows], [r["busbw_gbps"] for r in rows], marker="o", label=op)
-    axis.set_xscale("log", base=2)
-    axis.set_xlabel("message size (bytes)")
-    axis.set_ylabel("busbw (GB/s)")
-    axis.set_title(f"{record['backend']}: {record['world_size']} processes on {record['nodes']} node(s)")
-    axis.grid(True, alpha=0.3)
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
-
-
-def verdict(record: dict, instance_type: str | None) -> tuple[list[str], list[str]]:
-    """(failures, warnings): EFA not used on an instance type that has it; busbw below half the published."""
-    failures, warnings = [], []
-    shape = hardware.INSTANCE_TYPES.get(instance_type) if instance_type else None
-    for rank, net in sorted(record.get("net", {}).items()):
-        if shape is not None and shape.efa_interfaces and not net["efa"]:
-            failures.append(f"{rank}: NCCL did not use EFA (network {net['network']}): {net['cause']}")
-    published = PUBLISHED.get(instance_type or "")
-    if published and record["nodes"] >= 2:
-        size, expected = published
-        measured = [r for r in record["results"] if r["op"] == "all_reduce" and r["size_bytes"] >= size * 0.99]
-        if measured and measured[-1]["busbw_gbps"] < expected / 2:
-            warnings.append(
-                f"all_reduce busbw {measured[-1]['busbw_gbps']:.1f} GB/s at {measured[-1]['size_bytes']} B is below "
-                f"half of the published {expected} GB/s for 2 x {instance_type} at {size} B"
-            )
-    return failures, warnings
+def new_run_id() -> str:
+    return f"nccl-test-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
 
 
 def run(
@@ -163,24 +136,63 @@ def run(
     max_size: str | None,
     iters: int,
     warmup: int,
-    instance_type: str | None = None,
     timeout_s: float = 1800.0,
 ) -> tuple[Path, list[str], bool]:
-    """The local sweep: (run folder, lines to print, passed)."""
+    """The local sweep: (run folder, lines to print, passed). Nothing is expected of this machine's network."""
     gpus = hardware.local_gpu_count()
-    low, high = GPU_RANGE if gpus else CPU_RANGE
-    min_bytes, max_bytes = parse_size(min_size or low, "--min-bytes"), parse_size(max_size or high, "--max-bytes")
+    min_bytes, max_bytes = sizes(bool(gpus), min_size, max_size)
     chosen = check_inputs(nodes, nproc, ops, min_bytes, max_bytes, iters)
     if gpus and nodes * nproc > gpus:
         raise SpecError(f"--nodes {nodes} x --nproc {nproc} is more processes than this machine's {gpus} GPUs")
-    out = Path(runs_dir) / f"nccl-test-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
-    args = ["--ops", ",".join(chosen), "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes)]
-    run_local(nodes, nproc, out, [*args, "--iters", str(iters), "--warmup", str(warmup)], timeout_s)
+    out = Path(runs_dir) / new_run_id()
+    run_local(nodes, nproc, out, sweep_args(",".join(chosen), min_bytes, max_bytes, iters, warmup), timeout_s)
     record = json.loads((out / RESULTS).read_text())
-    lines = table(record)
-    (out / "table.md").write_text("\n".join(lines) + "\n")
-    plot(record, out / "busbw.png")
-    failures, warnings = verdict(record, instance_type)
-    lines += [""] + [f"warning: {w}" for w in warnings] + [f"FAILED: {f}" for f in failures]
+    lines = [*table(record), "", *verdict_lines(record)]
     lines.append(f"results: {out / RESULTS}, {out / 'table.md'}, {out / 'busbw.png'}")
-    return out, lines, not failures
+    return out, lines, not record["verdict"]["failures"]
+
+
+def eks_workload(job, rdzv_id: str, args: list[str]):
+    """The sweep under torchrun in every worker pod: the same rendezvous as a training job's, no restarts (a
+    fabric test that fails must fail the job), each agent's logs on FSx under runs/<id>/logs/<pod>."""
+    from .render import Workload, rdzv_endpoint, worker_env
+
+    run = PreparedRun(job=job, module="training.comms.sweep", args=["--out", str(job.run_dir), *args])
+    log_dir = job.run_dir / "logs" / "$(POD_NAME)"  # the kubelet expands $(VAR) from the container's env
+    command = torchrun_command(run, rdzv_endpoint(job), rdzv_id, log_dir, run.args)
+    return Workload("nccl-test", ["python", *command[1:3]], command[3:], worker_env(), restart_policy="Never")
+
+
+def submit_eks(
+    nodes: int,
+    nproc: int | None,
+    placement: dict,
+    ops: str,
+    min_size: str | None,
+    max_size: str | None,
+    iters: int,
+    warmup: int,
+    dry_run: bool,
+) -> str:
+    """Submit the sweep as a PyTorchJob (or, `dry_run`, return its YAML); `placement`: instance_type, image,
+    namespace, rdzv, rdzv_endpoint and run_id flags as `invoke train` takes them."""
+    from .backends import job_from_flags
+    from .backends.eks import manifest_yaml, submit
+
+    min_bytes, max_bytes = sizes(True, min_size, max_size)
+    flags = {key: value for key, value in placement.items() if value is not None}
+    flags.update(target="eks", nodes=nodes, min_nodes=nodes, nproc=nproc, max_restarts=0, metrics_port=0)
+    flags.setdefault("run_id", new_run_id())
+    job = job_from_flags(flags)
+    chosen = check_inputs(nodes, job.parallelism.nproc, ops, min_bytes, max_bytes, iters)
+    args = sweep_args(",".join(chosen), min_bytes, max_bytes, iters, warmup)
+    rdzv_id = rendezvous_id(job)
+    workload = eks_workload(job, rdzv_id, args + expectations(job.placement.instance_type, nodes))
+    for note in job.run.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    if dry_run:
+        return manifest_yaml(job, workload, rdzv_id)
+    return submit(job, workload=workload, rdzv_id=rdzv_id) + (
+        f"\nthe report: runs/{job.run.run_id}/table.md, results.json, busbw.png on FSx; the table also ends the "
+        "leader's log"
+    )

@@ -1,10 +1,12 @@
 """Kubernetes objects built from a validated job spec, as plain dicts (never text templates).
 
 `render_pytorchjob` is the whole EKS job: a Kubeflow training-operator v1 PyTorchJob with an elastic
-policy and one worker replica per node. Every worker runs `python -m trainkit.backends.eks.pod`, which
-prepares the run directory on the FSx volume with the same code as the local target and then starts
-torchrun. Field names follow the training-operator v1 CRD (tests/schemas/pytorchjob-v1.json keeps
-the part we use) and the Kubernetes core API (checked with kubernetes-validate).
+policy and one worker replica per node. A training job's workers run `python -m trainkit.backends.eks.pod`,
+which prepares the run directory on the FSx volume with the same code as the local target and then starts
+torchrun; other workloads on the same placement (`invoke nccl-test --target eks`) name their own torchrun
+command and environment (`Workload`). Field names follow the training-operator v1 CRD
+(tests/schemas/pytorchjob-v1.json keeps the part we use) and the Kubernetes core API (checked with
+kubernetes-validate).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 
 from training.common.job import Job
 
@@ -62,8 +65,20 @@ def label_value(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
 
 
-def job_labels(job: Job) -> dict[str, str]:
-    return {LABEL_RUN: label_value(job.run.run_id), LABEL_MODEL: label_value(job.model.name), **MANAGED_BY}
+@dataclass(frozen=True)
+class Workload:
+    """What the workers run: the container's command, args and environment, the replicas' restart policy, and
+    what the model label says (training: the model's name)."""
+
+    label: str
+    command: list[str]
+    args: list[str]
+    env: list[dict]
+    restart_policy: str = "OnFailure"
+
+
+def job_labels(job: Job, workload: Workload) -> dict[str, str]:
+    return {LABEL_RUN: label_value(job.run.run_id), LABEL_MODEL: label_value(workload.label), **MANAGED_BY}
 
 
 def rdzv_endpoint(job: Job) -> str:
@@ -86,12 +101,16 @@ def _elastic_policy(job: Job, rdzv_id: str) -> dict:
     }
 
 
+def worker_env(**plain: str) -> list[dict]:
+    """NCCL's and torchrun's variables, `plain` ones, and the pod's own name (the downward API)."""
+    env = [{"name": name, "value": value} for name, value in {**NCCL_EFA_ENV, **TORCH_ENV, **plain}.items()]
+    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    return env
+
+
 def _env(job: Job) -> list[dict]:
     """The spec travels as JSON (it holds no secrets); the token comes from the Secret, never a value."""
-    spec_json = json.dumps(job.to_dict(), sort_keys=True)
-    plain = {**NCCL_EFA_ENV, **TORCH_ENV, "TRAINKIT_SPEC": spec_json}
-    env = [{"name": name, "value": value} for name, value in plain.items()]
-    env.append({"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    env = worker_env(TRAINKIT_SPEC=json.dumps(job.to_dict(), sort_keys=True))
     env.append(
         {
             "name": "HF_TOKEN",
@@ -117,7 +136,11 @@ CONTAINER_SECURITY = {
 }
 
 
-def _container(job: Job, rdzv_id: str) -> dict:
+def training_workload(job: Job, rdzv_id: str) -> Workload:
+    return Workload(job.model.name, POD_ENTRY, ["--rdzv-endpoint", rdzv_endpoint(job), "--rdzv-id", rdzv_id], _env(job))
+
+
+def _container(job: Job, workload: Workload) -> dict:
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     devices = {"nvidia.com/gpu": str(job.parallelism.nproc)}
     if instance.efa_interfaces:
@@ -126,10 +149,10 @@ def _container(job: Job, rdzv_id: str) -> dict:
         "name": CONTAINER,
         "image": job.placement.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": POD_ENTRY,
-        "args": ["--rdzv-endpoint", rdzv_endpoint(job), "--rdzv-id", rdzv_id],
+        "command": workload.command,
+        "args": workload.args,
         "workingDir": cluster.FSX_MOUNT,
-        "env": _env(job),
+        "env": workload.env,
         "resources": {"requests": dict(devices), "limits": dict(devices)},
         "securityContext": CONTAINER_SECURITY,
         "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(job)],
@@ -150,9 +173,9 @@ def _metrics_ports(job: Job) -> list[dict]:
     ]
 
 
-def render_pod_template(job: Job, rdzv_id: str) -> dict:
+def render_pod_template(job: Job, rdzv_id: str, workload: Workload) -> dict:
     return {
-        "metadata": {"labels": {**job_labels(job), LABEL_RDZV: label_value(rdzv_id)}},
+        "metadata": {"labels": {**job_labels(job, workload), LABEL_RDZV: label_value(rdzv_id)}},
         "spec": {
             "nodeSelector": {"node.kubernetes.io/instance-type": job.placement.instance_type, "trainkit/pool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -160,7 +183,7 @@ def render_pod_template(job: Job, rdzv_id: str) -> dict:
             # Nothing in a training pod talks to the Kubernetes API or needs AWS credentials.
             "automountServiceAccountToken": False,
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [_container(job, rdzv_id)],
+            "containers": [_container(job, workload)],
             "volumes": [
                 {"name": "fsx", "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}},
                 # NCCL and data loader workers share memory through /dev/shm; the default 64 MiB is too small.
@@ -170,14 +193,16 @@ def render_pod_template(job: Job, rdzv_id: str) -> dict:
     }
 
 
-def render_pytorchjob(job: Job, rdzv_id: str) -> dict:
+def render_pytorchjob(job: Job, rdzv_id: str, workload: Workload | None = None) -> dict:
+    """The job; `workload` None: training (the pod entry point with the job's spec)."""
+    workload = workload or training_workload(job, rdzv_id)
     return {
         "apiVersion": API_VERSION,
         "kind": "PyTorchJob",
         "metadata": {
             "name": job_name(job.run.run_id),
             "namespace": job.placement.namespace,
-            "labels": job_labels(job),
+            "labels": job_labels(job, workload),
             "annotations": {LABEL_RUN: job.run.run_id},
         },
         "spec": {
@@ -187,8 +212,8 @@ def render_pytorchjob(job: Job, rdzv_id: str) -> dict:
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": job.parallelism.nodes,
-                    "restartPolicy": "OnFailure",
-                    "template": render_pod_template(job, rdzv_id),
+                    "restartPolicy": workload.restart_policy,
+                    "template": render_pod_template(job, rdzv_id, workload),
                 }
             },
         },

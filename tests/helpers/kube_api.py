@@ -9,12 +9,17 @@ operator's PET_* variables, Secrets and the downward API resolved.
 The operator's rules, from kubeflow/trainer at v1.9.4, for our shape (Worker replicas only, an
 elasticPolicy, restartPolicy OnFailure, cleanPodPolicy Running):
 - kubelet: a container that exits non-zero restarts in place (restartCount + 1, the pod stays Running);
-  one that exits 0 completes its pod (Succeeded).
+  one that exits 0 completes its pod (Succeeded). Under restartPolicy Never (the operator copies the replica's
+  policy into the pod template, pkg/core/pod.go SetRestartPolicy) a non-zero exit fails the pod (Failed).
+  `$(VAR)` in command and args is replaced by the container's variable VAR, `$$` by `$`, an unknown reference
+  stays as written (Kubernetes v1.33 third_party/forked/golang/expansion/expand.go, as the kubelet applies it).
 - status (pkg/controller.v1/pytorch/pytorchjob_controller.go, UpdateJobStatus L343-447): an elastic job
   is Succeeded as soon as ANY Worker pod succeeded; else Running while a pod runs. Reasons
   PyTorchJobCreated/Running/Succeeded/Failed, messages as the operator writes them.
 - backoff (pkg/core/job.go L95-133, PastBackoffLimit): Failed when the restart counts summed over the
   job's Running pods reach runPolicy.backoffLimit; no Restarting condition for in-place restarts.
+- failed pods (UpdateJobStatus L434-447): with failed pods and fewer succeeded plus running than replicas, a
+  replica spec with restartPolicy Never fails the job ("... is failed because N Worker replica(s) failed.").
 - finish (pkg/controller.v1/common/job.go L43-69, cleanPodPolicy Running): the pods still Running or
   Pending are deleted (SIGTERM, then SIGKILL after their grace period); finished pods stay.
 - conditions (pkg/util/status.go L58-149): one per type, a changed one moved to the end; Running and
@@ -79,6 +84,14 @@ def status_body(code: int, reason: str, message: str) -> dict:
     }
 
 
+REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(word: str, env: dict) -> str:
+    """The kubelet's expansion of `$(VAR)` references in a container's command and args."""
+    return REFERENCE.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), word)
+
+
 @dataclass
 class Pod:
     manifest: dict
@@ -97,7 +110,7 @@ class Pod:
         container = self.manifest["spec"]["containers"][0]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                container["command"] + container.get("args", []),
+                [expand(word, self.env) for word in container["command"] + container.get("args", [])],
                 cwd=self.cwd,
                 env=self.env,
                 stdout=out,
@@ -272,6 +285,7 @@ class FakeCluster:
         )
         if index == 0:
             manifest["metadata"]["labels"]["training.kubeflow.org/job-role"] = "master"
+        manifest["spec"]["restartPolicy"] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"]
         manifest["spec"]["nodeName"] = self.nodes[index % len(self.nodes)]["metadata"]["name"] if self.nodes else None
         container = manifest["spec"]["containers"][0]
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
@@ -306,6 +320,8 @@ class FakeCluster:
                 continue
             if code == 0:
                 pod.phase = "Succeeded"
+            elif pod.manifest["spec"].get("restartPolicy") == "Never":
+                pod.phase = "Failed"
             else:  # restartPolicy OnFailure: the container restarts in place
                 pod.restarts += 1
                 pod.start()
@@ -324,6 +340,11 @@ class FakeCluster:
             set_condition(conditions, "Succeeded", "PyTorchJobSucceeded", message)
         elif running:
             set_condition(conditions, "Running", "PyTorchJobRunning", f"PyTorchJob {namespace}/{name} is running.")
+        failed = [pod for pod in pods if pod.phase == "Failed"]
+        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+        if failed and worker["replicas"] > len(succeeded) + len(running) and worker["restartPolicy"] == "Never":
+            message = f"PyTorchJob {name} is failed because {len(failed)} Worker replica(s) failed."
+            set_condition(conditions, "Failed", "PyTorchJobFailed", message)
         if finished(job) and job["spec"].get("runPolicy", {}).get("cleanPodPolicy", "None") == "Running":
             for pod in running:
                 self._delete_pod(namespace, pod)

@@ -169,3 +169,42 @@ def test_local_dry_run_prints_the_job_and_creates_nothing(tmp_path):
     job = json.loads(result.stdout)
     assert job["placement"]["target"] == "local" and job["model"]["name"] == "llama2-tiny"
     assert not runs.exists()
+
+
+def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_sweep(tmp_path):
+    """`invoke nccl-test --target eks --dry-run`: the same pods as a training job on p5 (8 GPUs, 32 EFA devices,
+    node selector, security, FSx), admitted by the operator's CRD and webhook rules and valid as a core pod;
+    the workers run torchrun on the sweep, which expects EFA and the published busbw; nothing of training."""
+    env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")}
+    result = invoke("nccl-test", "--target", "eks", "--nodes", "2", "--run-id", "fabric", "--dry-run", env=env)
+    assert result.returncode == 0, result.stderr
+    job = yaml.safe_load(result.stdout)
+    assert admission_errors(job) is None, admission_errors(job)
+    validate_core(job)
+    trained = job_for({"model": "llama2-7b", "nodes": "2", "run_id": "fabric"})
+    for key in ("resources", "securityContext", "volumeMounts", "workingDir", "image"):
+        assert container(job)[key] == container(trained)[key], key
+    assert container(job)["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    pod, trained_pod = worker(job)["template"]["spec"], worker(trained)["template"]["spec"]
+    assert {k: v for k, v in pod.items() if k != "containers"} == {
+        k: v for k, v in trained_pod.items() if k != "containers"
+    }
+    assert worker(job)["restartPolicy"] == "Never" and job["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert job["spec"]["elasticPolicy"]["minReplicas"] == job["spec"]["elasticPolicy"]["maxReplicas"] == 2
+    assert job["metadata"]["labels"][render.LABEL_MODEL] == "nccl-test"
+    assert container(job)["command"] == ["python", "-m", "torch.distributed.run"]
+    args = container(job)["args"]
+    assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--nproc-per-node") + 1] == "8"
+    assert args[args.index("--max-restarts") + 1] == "0"
+    assert args[args.index("--log-dir") + 1] == "runs/fabric/logs/$(POD_NAME)"
+    sweep = args[args.index("-m") + 1 :]
+    assert sweep[:3] == ["training.comms.sweep", "--out", "runs/fabric"]
+    assert "--expect-efa" in sweep and sweep[sweep.index("--expect-busbw") + 1] == f"{2 * 2**30}:443.7"
+    assert sweep[sweep.index("--max-bytes") + 1] == str(16 * 2**30)  # GPUs: nccl-tests' usual 8 B .. 16 GiB
+    names = {item["name"] for item in container(job)["env"]}
+    assert set(render.NCCL_EFA_ENV) <= names and not {"TRAINKIT_SPEC", "HF_TOKEN"} & names
+
+
+def test_nccl_test_flags_of_the_cluster_are_refused_locally():
+    result = invoke("nccl-test", "--target", "local", "--image", "x", "--dry-run")
+    assert result.returncode == 2 and "--image, --dry-run: for --target eks only" in result.stderr

@@ -7,7 +7,8 @@ import pytest
 
 from tests.helpers.paths import TESTS
 from training.comms.nccl_log import check_init_log
-from training.comms.sweep import bandwidths, bus_factor, message_sizes
+from training.comms.report import GLOO_ON_EFA, verdict
+from training.comms.sweep import bandwidths, bus_factor, expected_busbw, message_sizes
 from trainkit import nccltest
 from trainkit.errors import SpecError
 
@@ -85,17 +86,26 @@ def test_bad_input_says_what_to_change(call, message):
     assert message in str(raised.value)
 
 
-def record(busbw_at_2gib: float, net: dict | None = None) -> dict:
+def record(busbw_at_2gib: float, net: dict | None = None, backend: str = "nccl") -> dict:
     row = {"op": "all_reduce", "size_bytes": 2 * 2**30, "time_us": 1.0, "algbw_gbps": 1.0}
     rows = [{**row, "busbw_gbps": busbw_at_2gib}]
-    return {"nodes": 2, "results": rows, **({"net": net} if net else {})}
+    return {"backend": backend, "nodes": 2, "results": rows, **({"net": net} if net else {})}
 
 
 def test_verdict_fails_without_efa_and_warns_below_half_the_published_figure():
+    expect = nccltest.expectations("p5.48xlarge", 2)
+    assert expect == ["--expect-efa", "--expect-busbw", f"{2 * 2**30}:443.7"]
+    published = expected_busbw(expect[2])
     no_efa = {"rank-3": {"network": "Socket", "efa": False, "cause": "NCCL fell back to TCP sockets"}}
-    failures, warnings = nccltest.verdict(record(100.0, no_efa), "p5.48xlarge")
+    failures, warnings = verdict(record(100.0, no_efa), True, published)
     assert failures == ["rank-3: NCCL did not use EFA (network Socket): NCCL fell back to TCP sockets"]
     assert warnings and "below half of the published 443.7 GB/s" in warnings[0]
     efa = {"rank-0": {"network": "Libfabric", "efa": True, "cause": None}}
-    assert nccltest.verdict(record(440.0, efa), "p5.48xlarge") == ([], [])
-    assert nccltest.verdict(record(0.01), None) == ([], [])  # locally: nothing to compare with
+    assert verdict(record(440.0, efa), True, published) == ([], [])
+    assert verdict(record(0.01), False, None) == ([], [])  # locally: nothing to compare with
+    assert nccltest.expectations("p4d.24xlarge", 1) == ["--expect-efa"]  # one node: no two-node figure
+
+
+def test_a_sweep_over_gloo_where_efa_is_expected_fails_saying_the_pods_saw_no_gpu():
+    failures, _ = verdict(record(1.0, backend="gloo"), True, None)
+    assert failures == [GLOO_ON_EFA] and "nvidia.com/gpu" in failures[0]

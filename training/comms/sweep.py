@@ -7,8 +7,10 @@ means 1e9 bytes/s. t is the mean over the timed iterations on each rank, then th
 slowest rank is when the operation is done). float32 elements; S is rounded down to a multiple of 4 x n bytes.
 
 NCCL (GPUs) writes its init log per rank under <out>/nccl/ (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET); rank 0
-checks every rank's log for the libfabric plugin over EFA (training/comms/nccl_log.py) and writes the answer
-with the sweep to <out>/results.json. gloo (CPU) has no such log.
+checks every rank's log for the libfabric plugin over EFA (training/comms/nccl_log.py), judges the sweep against
+the launcher's expectations (--expect-efa, --expect-busbw; training/comms/report.py) and writes table.md,
+busbw.png and, last, results.json to <out>. Every rank then exits 1 if the verdict failed, so that a job on a
+cluster fails on every node. gloo (CPU) has no init log.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from training.common.files import publish_text
+from training.comms import report
 from training.comms.nccl_log import check_init_log
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -93,6 +96,22 @@ def sweep(ops: list[str], sizes: list[int], iters: int, warmup: int, device: tor
     return rows
 
 
+def expected_busbw(text: str | None) -> tuple[int, float] | None:
+    """--expect-busbw SIZE:GBPS (bytes, GB/s)."""
+    if not text:
+        return None
+    size, _, gbps = text.partition(":")
+    return int(size), float(gbps)
+
+
+def publish(out: Path, record: dict) -> None:
+    """table.md and busbw.png, then results.json (the file a launcher waits for), each whole or absent."""
+    publish_text(out / "table.md", "\n".join(report.table(record)) + "\n")
+    partial = out / ".busbw.png.partial"
+    os.replace(report.plot(record, partial), out / "busbw.png")
+    publish_text(out / RESULTS, json.dumps(record, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True, type=Path)
@@ -101,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-bytes", type=int, required=True)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--expect-efa", action="store_true", help="fail unless every rank's NCCL used EFA")
+    parser.add_argument("--expect-busbw", help="SIZE:GBPS: warn when all-reduce busbw at SIZE is below half GBPS")
     args = parser.parse_args(argv)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
     gpu = torch.cuda.is_available()
@@ -116,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ops = [op.strip() for op in args.ops.split(",") if op.strip()]
     rows = sweep(ops, message_sizes(args.min_bytes, args.max_bytes, world), args.iters, args.warmup, device)
     dist.barrier()  # every rank's NCCL log is written
+    failed = torch.zeros(1, device=device)
     if rank == 0:
         record = {
             "backend": dist.get_backend(),
@@ -132,9 +154,16 @@ def main(argv: list[str] | None = None) -> int:
             logs = sorted((args.out / "nccl").glob("rank-*.log"))
             checks = {log.stem: check_init_log(log.read_text(errors="replace")) for log in logs}
             record["net"] = {name: {"network": c.network, "efa": c.efa, "cause": c.cause} for name, c in checks.items()}
-        publish_text(args.out / RESULTS, json.dumps(record, indent=2) + "\n")
+        expect = expected_busbw(args.expect_busbw)
+        record["expected"] = {"efa": args.expect_efa, "busbw": list(expect) if expect else None}
+        failures, warnings = report.verdict(record, args.expect_efa, expect)
+        record["verdict"] = {"failures": failures, "warnings": warnings}
+        publish(args.out, record)
+        print("\n".join(report.table(record) + [""] + report.verdict_lines(record)), flush=True)
+        failed += bool(failures)
+    dist.all_reduce(failed)  # also keeps every rank (and pod) alive until rank 0 has published
     dist.destroy_process_group()
-    return 0
+    return 1 if failed.item() else 0
 
 
 if __name__ == "__main__":

@@ -62,16 +62,19 @@ def resolve(job: Job) -> Machine:
     return Machine(gpus)
 
 
-def manifest_yaml(job: Job) -> str:
-    manifest = render.render_pytorchjob(job, rendezvous_id(job))
+def manifest_yaml(job: Job, workload: render.Workload | None = None, rdzv_id: str | None = None) -> str:
+    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload)
     return yaml.safe_dump(manifest, sort_keys=False, width=120)
 
 
-def submit(job: Job, kube: Kube | None = None, ecr=None) -> str:
+def submit(
+    job: Job, kube: Kube | None = None, ecr=None, workload: render.Workload | None = None, rdzv_id: str | None = None
+) -> str:
+    """Preflight, then create the job: training (`workload` None) or another workload on the same placement."""
     kube = kube or Kube.connect()
-    for note in preflight.preflight(kube, job, ecr):
+    for note in preflight.preflight(kube, job, ecr, training=workload is None):
         print(f"note: {note}", flush=True)
-    manifest = render.render_pytorchjob(job, rendezvous_id(job))
+    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload)
     namespace = job.placement.namespace
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S)
     name = manifest["metadata"]["name"]

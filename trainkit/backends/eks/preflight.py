@@ -116,8 +116,9 @@ def check_not_running(kube: Kube, job: Job) -> None:
     )
 
 
-def check_image(job: Job, ecr=None) -> str | None:
-    """The image must exist in ECR; an image from another registry is the user's to vouch for (a note)."""
+def check_image(job: Job, ecr=None, tag_run: bool = True) -> str | None:
+    """The image must exist in ECR; an image from another registry is the user's to vouch for (a note).
+    `tag_run`: also tag it for the run (a training run, which may be resumed on it)."""
     match = ECR_IMAGE.match(job.placement.image)
     if match is None:
         if job.placement.image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
@@ -133,7 +134,7 @@ def check_image(job: Job, ecr=None) -> str | None:
     tag = match["tag"] or "latest"
     try:
         ecr.describe_images(repositoryName=match["repo"], imageIds=[{"imageTag": tag}])
-        return tag_for_run(ecr, match["repo"], tag, job.run.run_id)
+        return tag_for_run(ecr, match["repo"], tag, job.run.run_id) if tag_run else None
     except ClientError as error:
         code = error.response["Error"]["Code"]
         if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
@@ -167,14 +168,16 @@ def tag_for_run(ecr, repository: str, tag: str, run_id: str) -> str | None:
     return None
 
 
-def preflight(kube: Kube, job: Job, ecr=None) -> list[str]:
-    """Every check, in order; returns notes (things that are fine but worth saying)."""
+def preflight(kube: Kube, job: Job, ecr=None, training: bool = True) -> list[str]:
+    """Every check, in order; returns notes (things that are fine but worth saying). `training` False (another
+    workload on the job's placement, e.g. the NCCL test): the model's storage and token are not its concern."""
     check_cluster(kube)
     check_operator(kube)
     check_not_running(kube, job)
     notes = [check_capacity(kube, job)]
     check_volume(kube, job.placement.namespace)
-    check_storage(job)
-    check_secret(kube, job)
-    notes.append(check_image(job, ecr))
+    if training:
+        check_storage(job)
+        check_secret(kube, job)
+    notes.append(check_image(job, ecr, tag_run=training))
     return [note for note in notes if note]
