@@ -109,3 +109,12 @@ def test_verdict_fails_without_efa_and_warns_below_half_the_published_figure():
 def test_a_sweep_over_gloo_where_efa_is_expected_fails_saying_the_pods_saw_no_gpu():
     failures, _ = verdict(record(1.0, backend="gloo"), True, None)
     assert failures == [GLOO_ON_EFA] and "nvidia.com/gpu" in failures[0]
+
+
+def test_a_real_nccl_2_28_log_without_the_plugin_is_named():
+    """Recorded on a lent H100 (tests/data/nccl/README.md): NCCL 2.28.9 looks for libnccl-net.so, finds no IB
+    device and settles on sockets."""
+    text = (LOGS / "h100-no-plugin-2.28.9.log").read_text()
+    assert "NCCL version 2.28.9+cuda13.0" in text
+    check = check_init_log(text)
+    assert not check.ok and check.network == "Socket" and "LD_LIBRARY_PATH" in check.cause
