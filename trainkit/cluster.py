@@ -28,6 +28,8 @@ METRICS_PORT_NAME = "metrics-{rank}"
 ETCD_SERVICE = "trainkit-etcd"
 ETCD_PORT = 2379
 FSX_CLAIM = "fsx-shared"
+# The data-preparation job's service account (platform stack) with read access to data_source_buckets (infra stack).
+DATA_SERVICE_ACCOUNT = "trainkit-data"
 """PersistentVolumeClaim (ReadWriteMany) bound to the infra stack's FSx for Lustre file system."""
 FSX_MOUNT = "/fsx"
 """Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""

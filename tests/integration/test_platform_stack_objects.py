@@ -21,6 +21,7 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
         "PersistentVolumeClaim",
         "ResourceQuota",
         "Service",
+        "ServiceAccount",
         "StatefulSet",
     ]
     for name, obj in objects:

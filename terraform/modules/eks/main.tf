@@ -278,3 +278,49 @@ resource "aws_eks_pod_identity_association" "fsx_csi" {
   role_arn        = aws_iam_role.fsx_csi[0].arn
   tags            = var.tags
 }
+
+# The data-preparation job (invoke data.imagenet --target eks) copies from S3 onto FSx: list and read the
+# named buckets, nothing else. Its pod runs as data_reader.service_account (the platform stack creates it); the
+# Pod Identity agent add-on hands it this role's credentials through its own projected token.
+locals {
+  data_reader             = local.create && var.enable_pod_identity && length(var.data_reader.buckets) > 0
+  data_reader_bucket_arns = [for bucket in var.data_reader.buckets : "arn:${local.partition}:s3:::${bucket}"]
+}
+
+data "aws_iam_policy_document" "data_reader" {
+  count = local.data_reader ? 1 : 0
+
+  statement {
+    actions   = ["s3:ListBucket"]
+    resources = local.data_reader_bucket_arns
+  }
+  statement {
+    actions   = ["s3:GetObject"]
+    resources = [for arn in local.data_reader_bucket_arns : "${arn}/*"]
+  }
+}
+
+resource "aws_iam_role" "data_reader" {
+  count = local.data_reader ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-data-"
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy" "data_reader" {
+  count = local.data_reader ? 1 : 0
+
+  role   = aws_iam_role.data_reader[0].id
+  policy = data.aws_iam_policy_document.data_reader[0].json
+}
+
+resource "aws_eks_pod_identity_association" "data_reader" {
+  count = local.data_reader ? 1 : 0
+
+  cluster_name    = aws_eks_cluster.this[0].name
+  namespace       = var.data_reader.namespace
+  service_account = var.data_reader.service_account
+  role_arn        = aws_iam_role.data_reader[0].arn
+  tags            = var.tags
+}

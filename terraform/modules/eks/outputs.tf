@@ -36,3 +36,15 @@ output "secrets_kms_key_arn" {
   description = "KMS key that envelope-encrypts Kubernetes secrets."
   value       = try(one([for c in aws_eks_cluster.this[0].encryption_config : c.provider[0].key_arn if contains(c.resources, "secrets")]), null)
 }
+
+output "data_reader" {
+  description = "The data-preparation job's service account and the buckets its role may read (empty: no role)."
+  value = {
+    namespace       = var.data_reader.namespace
+    service_account = var.data_reader.service_account
+    buckets         = local.data_reader ? var.data_reader.buckets : []
+    # what the role's policy names (ListBucket on these, GetObject on <arn>/*) and the association it got
+    bucket_arns = local.data_reader ? local.data_reader_bucket_arns : []
+    association = [for a in aws_eks_pod_identity_association.data_reader : { namespace = a.namespace, service_account = a.service_account }]
+  }
+}

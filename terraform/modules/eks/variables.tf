@@ -150,3 +150,20 @@ variable "fsx_scope_tag" {
   })
   default = null
 }
+
+variable "data_reader" {
+  description = "Read access to S3 for the data-preparation job (invoke data.imagenet --target eks): the Kubernetes namespace and service account it runs as, and the buckets it may list and read. No buckets: no role, no association."
+  type = object({
+    namespace       = optional(string, "trainkit-jobs")
+    service_account = optional(string, "trainkit-data")
+    buckets         = optional(list(string), [])
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    # S3 bucket naming rules (general purpose buckets): 3-63 of a-z, 0-9, '.', '-', starting and ending alphanumeric.
+    condition     = alltrue([for b in var.data_reader.buckets : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", b))])
+    error_message = "data_reader.buckets: bucket names only (e.g. my-datasets), not s3:// URLs or ARNs."
+  }
+}

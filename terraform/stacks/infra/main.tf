@@ -127,6 +127,7 @@ module "eks" {
   enable_access_entries = var.enable_access_entries
   enable_pod_identity   = var.enable_pod_identity
   fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id } # FSx carries it (default_tags)
+  data_reader           = { buckets = var.data_source_buckets }
 }
 
 module "gpu_nodegroup" {

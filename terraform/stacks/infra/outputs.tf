@@ -76,3 +76,8 @@ output "fsx_storage_capacity_gib" {
   description = "FSx for Lustre capacity in GiB (the platform stack sizes its volume claims with it)."
   value       = var.fsx_storage_capacity_gib
 }
+
+output "data_reader" {
+  description = "The data-preparation job's namespace, service account and readable buckets (invoke data.imagenet --target eks)."
+  value       = { for key in ["namespace", "service_account", "buckets"] : key => module.eks.data_reader[key] }
+}

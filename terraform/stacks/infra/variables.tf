@@ -233,3 +233,15 @@ variable "enable_pod_identity" {
   default     = true
   nullable    = false
 }
+
+variable "data_source_buckets" {
+  description = "S3 buckets the data-preparation job may list and read (invoke data.imagenet --target eks --source s3://<bucket>/...); bucket names, not URLs. Empty: the job has no S3 access."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    condition     = alltrue([for b in var.data_source_buckets : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", b))])
+    error_message = "data_source_buckets: bucket names only (e.g. [\"my-datasets\"]), not s3:// URLs or ARNs."
+  }
+}

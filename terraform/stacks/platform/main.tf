@@ -83,6 +83,24 @@ resource "kubernetes_manifest" "gpu_quota" {
   depends_on = [kubernetes_manifest.namespace]
 }
 
+# The data-preparation job's identity (invoke data.imagenet --target eks). EKS Pod Identity gives its pods the
+# infra stack's data-reader role (read-only, on data_source_buckets) through the agent add-on's own projected
+# token, so the account mounts no Kubernetes API token.
+resource "kubernetes_manifest" "data_service_account" {
+  manifest = {
+    apiVersion = "v1"
+    kind       = "ServiceAccount"
+    metadata = {
+      name      = var.data_service_account
+      namespace = var.jobs_namespace
+      labels    = local.labels
+    }
+    automountServiceAccountToken = false
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
 ################################################################################
 # FSx for Lustre volume (static provisioning through the FSx CSI driver add-on)
 ################################################################################

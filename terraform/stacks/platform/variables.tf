@@ -13,6 +13,12 @@ variable "jobs_namespace" {
   default     = "trainkit-jobs"
 }
 
+variable "data_service_account" {
+  description = "Service account of the data-preparation job; the infra stack's pod identity association names the same (trainkit.cluster.DATA_SERVICE_ACCOUNT)."
+  type        = string
+  default     = "trainkit-data"
+}
+
 variable "system_namespace" {
   description = "Namespace for the platform's own services, such as etcd (trainkit.cluster.PLATFORM_NAMESPACE)."
   type        = string

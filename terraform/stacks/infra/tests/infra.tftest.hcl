@@ -163,3 +163,47 @@ run "api_open_to_the_internet_with_the_opt_in" {
     error_message = "The explicit opt-in accepts an open endpoint."
   }
 }
+
+run "the_data_job_reads_only_the_named_buckets" {
+  command = plan
+
+  variables {
+    data_source_buckets = ["my-datasets", "imagenet.example"]
+  }
+
+  assert {
+    condition = (
+      module.eks.data_reader.association == [{ namespace = "trainkit-jobs", service_account = "trainkit-data" }]
+    )
+    error_message = "The data job's pod identity must be the jobs namespace's trainkit-data service account."
+  }
+  assert {
+    condition = (
+      module.eks.data_reader.bucket_arns == tolist(["arn:aws:s3:::my-datasets", "arn:aws:s3:::imagenet.example"])
+    )
+    error_message = "ListBucket must name exactly the configured buckets."
+  }
+  assert {
+    condition     = output.data_reader.buckets == tolist(["my-datasets", "imagenet.example"])
+    error_message = "The launcher reads the readable buckets from the outputs."
+  }
+}
+
+run "no_buckets_no_data_role" {
+  command = plan
+
+  assert {
+    condition     = length(module.eks.data_reader.association) == 0 && length(output.data_reader.buckets) == 0
+    error_message = "Without data_source_buckets there is no data role."
+  }
+}
+
+run "a_bucket_url_is_refused" {
+  command = plan
+
+  variables {
+    data_source_buckets = ["s3://my-datasets/imagenet"]
+  }
+
+  expect_failures = [var.data_source_buckets]
+}
