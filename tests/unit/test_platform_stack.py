@@ -164,7 +164,8 @@ def test_names_match_what_the_eks_backend_uses():
     assert quota["metadata"]["namespace"] == cluster.JOBS_NAMESPACE
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "16"  # 2 nodes x 8 GPUs from the sample outputs
     account = objects[("ServiceAccount", cluster.DATA_SERVICE_ACCOUNT)]
-    assert account["metadata"]["namespace"] == cluster.JOBS_NAMESPACE and account["automountServiceAccountToken"] is False
+    assert account["metadata"]["namespace"] == cluster.JOBS_NAMESPACE
+    assert account["automountServiceAccountToken"] is False
     volume = objects[("PersistentVolume", f"{cluster.JOBS_NAMESPACE}-{cluster.FSX_CLAIM}")]
     assert volume["spec"]["csi"]["volumeHandle"] == INFRA_SAMPLE["fsx_file_system_id"]
 
