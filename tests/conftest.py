@@ -98,7 +98,13 @@ def recorded_outputs(tmp_path, monkeypatch):
     """What `make up PROFILE=aws` records, so nothing depends on this machine."""
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
     cluster.save_outputs(
-        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "ecr_repository_urls": {"train": ECR}}
+        {
+            "gpu_instance_type": "p5.48xlarge",
+            "region": "us-east-1",
+            "ecr_repository_urls": {"train": ECR},
+            "gpu_availability_zone": "us-east-1b",
+            "data_reader": {"namespace": "trainkit-jobs", "service_account": "trainkit-data", "buckets": ["datasets"]},
+        }
     )
 
 

@@ -83,6 +83,8 @@ class InfraOutputs:
     recorded: bool
     fsx_capacity_gib: int | None = None
     pushed_image: str | None = None
+    data_buckets: tuple[str, ...] = ()  # what the data-preparation job may read (data_source_buckets)
+    fsx_zone: str | None = None  # the GPU nodes' and FSx's availability zone
 
     @property
     def default_image(self) -> str:
@@ -106,6 +108,8 @@ def load_outputs() -> InfraOutputs:
         region=data.get("region"),
         recorded=True,
         fsx_capacity_gib=data.get("fsx_storage_capacity_gib"),
+        data_buckets=tuple((data.get("data_reader") or {}).get("buckets") or ()),
+        fsx_zone=data.get("gpu_availability_zone"),
         # a record from an earlier stack's repository is not this stack's image
         pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,
     )

@@ -220,6 +220,63 @@ def render_pytorchjob(job: Job, rdzv_id: str, workload: Workload | None = None) 
     }
 
 
+PREP_CONTAINER = "prep"
+LABEL_DATA_DEST = "trainkit/data-dest"
+# The copy is I/O-bound (threads waiting on S3 and FSx): one CPU and a few GiB fit the system nodes beside the
+# platform's services. A failed pod is replaced up to this many times; each new pod resumes the copy.
+PREP_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "6Gi"}}
+PREP_BACKOFF_LIMIT = 3
+PREP_TTL_S = 7 * 24 * 3600  # the finished Job (and its pod's log) stays a week, then Kubernetes removes it
+
+
+def render_prep_job(name: str, namespace: str, image: str, args: list[str], dest_label: str, zone: str | None) -> dict:
+    """A batch/v1 Job running `python -m training.vision.prep` on the FSx volume (the working directory is its
+    mount, so relative paths land on FSx) as the data service account, which EKS Pod Identity gives read access to
+    the infra stack's data_source_buckets. It runs on the system (CPU) nodes, preferring the FSx file system's
+    zone (`zone`), since the copy needs no GPU."""
+    labels = {LABEL_DATA_DEST: label_value(dest_label), **MANAGED_BY}
+    pod = {
+        "serviceAccountName": cluster.DATA_SERVICE_ACCOUNT,
+        # Pod Identity's credentials come through the agent's own projected token, not the API token.
+        "automountServiceAccountToken": False,
+        "restartPolicy": "Never",
+        "nodeSelector": {"trainkit/pool": "system"},
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": PREP_CONTAINER,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["python", "-m", "training.vision.prep"],
+                "args": args,
+                "workingDir": cluster.FSX_MOUNT,
+                "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+                "resources": PREP_RESOURCES,
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "fsx", "mountPath": cluster.FSX_MOUNT}],
+            }
+        ],
+        "volumes": [{"name": "fsx", "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}}],
+    }
+    if zone:
+        preference = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}
+        pod["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": preference}]
+            }
+        }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": PREP_BACKOFF_LIMIT,
+            "ttlSecondsAfterFinished": PREP_TTL_S,
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+        },
+    }
+
+
 def render_hf_token_secret(token: str, namespace: str) -> dict:
     """The only object that carries the token; created by `invoke secrets.hf-token`, never printed."""
     return {

@@ -25,12 +25,23 @@ elasticPolicy, restartPolicy OnFailure, cleanPodPolicy Running):
 - conditions (pkg/util/status.go L58-149): one per type, a changed one moved to the end; Running and
   Restarting replace each other; Succeeded/Failed set Running's status to False; after Failed nothing
   changes.
+
+batch/v1 Jobs (the data-preparation job), as Kubernetes v1.33's Job controller treats one with the defaults we
+use (one completion, restartPolicy Never; pkg/controller/job/job_controller.go and the Jobs concept page): the
+object is checked against the v1.33 OpenAPI schema (kubernetes-validate, strict: stricter than the API server's
+default, which drops unknown fields with a warning); one pod named `<job>-<5 characters>` with the labels
+batch.kubernetes.io/job-name, job-name, batch.kubernetes.io/controller-uid and controller-uid; a failed pod is
+replaced after 10 s x 2^(failures - 1) (capped at 6 min) until more than spec.backoffLimit pods failed, then the
+conditions FailureTarget and Failed (reason BackoffLimitExceeded, "Job has reached the specified backoff
+limit"); a succeeded pod gives SuccessCriteriaMet then Complete (v1.31+ adds the first, then the terminal one).
+status.active/succeeded/failed count the pods. Pods get what Pod Identity would inject only through `pod_env`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -46,6 +57,8 @@ from urllib.parse import parse_qs, urlparse
 from tests.helpers.crd import admission_errors
 
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
+BATCH_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
+BACKOFF_BASE_S, BACKOFF_CAP_S = 10.0, 360.0
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
 CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
@@ -197,6 +210,7 @@ class FakeCluster:
     nodes: list[dict] = field(default_factory=list)
     secrets: dict = field(default_factory=dict)
     jobs: dict = field(default_factory=dict)
+    batch_jobs: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     deleted: list = field(default_factory=list)
 
@@ -311,6 +325,109 @@ class FakeCluster:
             with self.lock:
                 for (namespace, name), job in self.jobs.items():
                     self._sync(namespace, name, job)
+                for (namespace, name), job in self.batch_jobs.items():
+                    self._sync_batch(namespace, name, job)
+
+    # ------------------------------------------------------------ batch/v1 Jobs
+
+    def create_batch_job(self, namespace: str, body: dict) -> tuple[int, dict]:
+        import kubernetes_validate
+
+        from tests.helpers.kubernetes import kubernetes_version
+
+        try:
+            kubernetes_validate.validate(body, kubernetes_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return 422, status_body(422, "Invalid", f"Job.batch is invalid: {error}")
+        name = body["metadata"]["name"]
+        with self.lock:
+            if (namespace, name) in self.batch_jobs:
+                return 409, status_body(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+            body["metadata"].update(namespace=namespace, creationTimestamp=now(), uid=f"uid-{name}")
+            body["status"] = {"active": 0, "startTime": now()}
+            body["_next_pod_at"] = 0.0  # the controller's own bookkeeping, not served
+            self.batch_jobs[(namespace, name)] = body
+            self._sync_batch(namespace, name, body)
+        return 201, {k: v for k, v in body.items() if not k.startswith("_")}
+
+    def _batch_pods(self, namespace: str, name: str) -> list[Pod]:
+        return [
+            p
+            for (ns, _), p in self.pods.items()
+            if ns == namespace and p.manifest["metadata"]["labels"].get("batch.kubernetes.io/job-name") == name
+        ]
+
+    def _create_batch_pod(self, namespace: str, job: dict) -> None:
+        name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+        manifest = json.loads(json.dumps(job["spec"]["template"]))
+        suffix = "".join(random.choices("bcdfghjklmnpqrstvwxz2456789", k=5))
+        manifest["metadata"].update(name=f"{name}-{suffix}", namespace=namespace, creationTimestamp=now())
+        manifest["metadata"].setdefault("labels", {}).update(
+            {
+                "batch.kubernetes.io/controller-uid": uid,
+                "batch.kubernetes.io/job-name": name,
+                "controller-uid": uid,
+                "job-name": name,
+            }
+        )
+        container = manifest["spec"]["containers"][0]
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
+        env.update({item["name"]: item["value"] for item in container.get("env", []) if "value" in item})
+        env.update(self.pod_env)
+        cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
+        pod = Pod(manifest, self.root / f"{manifest['metadata']['name']}.log", env, cwd)
+        self.pods[(namespace, pod.name)] = pod
+        pod.start()
+
+    def _sync_batch(self, namespace: str, name: str, job: dict) -> None:
+        pods = self._batch_pods(namespace, name)
+        for pod in pods:  # the kubelet, restartPolicy Never
+            code = pod.process.poll() if pod.process else None
+            if pod.phase == "Running" and code is not None:
+                pod.phase = "Succeeded" if code == 0 else "Failed"
+                if code:  # the controller's back-off before the replacement: 10 s, 20 s, 40 s ... (6 min at most)
+                    failures = sum(p.phase == "Failed" for p in pods)
+                    delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1))
+                    job["_next_pod_at"] = time.monotonic() + delay
+        status = job["status"]
+        if any(c["type"] in ("Complete", "Failed") for c in status.get("conditions", [])):
+            return
+        counts = {phase: sum(p.phase == phase for p in pods) for phase in ("Running", "Succeeded", "Failed")}
+        status.update(active=counts["Running"], succeeded=counts["Succeeded"], failed=counts["Failed"])
+        if counts["Succeeded"]:
+            self._batch_end(
+                status,
+                ("SuccessCriteriaMet", "Complete"),
+                "CompletionsReached",
+                "Reached expected number of succeeded pods",
+            )
+        elif counts["Failed"] > job["spec"].get("backoffLimit", 6):
+            self._batch_end(
+                status,
+                ("FailureTarget", "Failed"),
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            )
+        elif not counts["Running"] and time.monotonic() >= job["_next_pod_at"]:
+            self._create_batch_pod(namespace, job)
+            status["active"] = 1
+
+    @staticmethod
+    def _batch_end(status: dict, kinds: tuple[str, str], reason: str, message: str) -> None:
+        stamp = now()
+        status["conditions"] = [
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastProbeTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+            for kind in kinds
+        ]
+        if kinds[1] == "Complete":
+            status["completionTime"] = stamp
 
     def _sync(self, namespace: str, name: str, job: dict) -> None:
         pods = [p for (ns, n), p in self.pods.items() if ns == namespace and n.startswith(f"{name}-worker-")]
@@ -383,6 +500,8 @@ class FakeCluster:
 
 def _handler(cluster: FakeCluster):
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # as the API server speaks it (chunked log streams are HTTP/1.1)
+
         def log_message(self, *args):
             pass
 
@@ -436,6 +555,8 @@ def _handler(cluster: FakeCluster):
                 )
             if m := JOBS.match(path):
                 return self._jobs(method, m[1], m[2], query)
+            if m := BATCH_JOBS.match(path):
+                return self._batch_jobs(method, m[1], m[2], query)
             if m := PODS.match(path):
                 return self._pods(method, m[1], m[2], bool(m[3]), query)
             if m := SECRETS.match(path):
@@ -464,6 +585,27 @@ def _handler(cluster: FakeCluster):
                     )
             return self._send(405, status_body(405, "MethodNotAllowed", method))
 
+        def _batch_jobs(self, method, namespace, name, query):
+            if method == "POST" and name is None:
+                return self._send(*cluster.create_batch_job(namespace, self._body()))
+            if method != "GET":
+                return self._send(405, status_body(405, "MethodNotAllowed", method))
+            with cluster.lock:
+                served = {
+                    key: {k: v for k, v in job.items() if not k.startswith("_")}
+                    for key, job in cluster.batch_jobs.items()
+                }
+            if name:
+                if (namespace, name) not in served:
+                    return self._send(404, status_body(404, "NotFound", f'jobs.batch "{name}" not found'))
+                return self._send(200, served[(namespace, name)])
+            items = [
+                job
+                for (ns, _), job in served.items()
+                if ns == namespace and matches(job["metadata"].get("labels", {}), query.get("labelSelector"))
+            ]
+            return self._send(200, {"apiVersion": "batch/v1", "kind": "JobList", "items": items, "metadata": {}})
+
         def _pods(self, method, namespace, name, log, query):
             if method == "GET" and name is None:
                 with cluster.lock:
@@ -478,20 +620,23 @@ def _handler(cluster: FakeCluster):
                 return self._send(404, status_body(404, "NotFound", f'pods "{name}" not found'))
             if not log:
                 return self._send(200, pod.to_api())
-            if query.get("follow") != "true":
+            # the API server reads query booleans with Go's strconv.ParseBool; the Python client sends "True"
+            if query.get("follow") not in ("1", "t", "T", "TRUE", "true", "True"):
                 return self._send(200, pod.log.read_bytes() if pod.log.exists() else b"")
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            offset = 0
+            offset, last = 0, False
             while True:
+                # whether the pod has ended is read before its log, so the last read sees all it wrote
+                last = pod.phase in ("Succeeded", "Failed") or (namespace, name) not in cluster.pods
                 data = pod.log.read_bytes()[offset:] if pod.log.exists() else b""
                 if data:
                     offset += len(data)
                     self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                     self.wfile.flush()
-                elif pod.phase in ("Succeeded", "Failed") or (namespace, name) not in cluster.pods:
+                elif last:
                     break
                 time.sleep(0.1)
             self.wfile.write(b"0\r\n\r\n")

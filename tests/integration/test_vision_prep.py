@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from tests.helpers.aws import FAKE_AWS, moto_server
+from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke, start_invoke
 from training.vision.layout import FILE_DELAY_ENV, VAL_CSV_NAME, read_val_labels
 from training.vision.prep import MANIFEST
@@ -123,3 +124,96 @@ def test_without_a_label_csv_at_the_source_the_flat_val_is_laid_out_from_a_given
     laid_out = invoke("data.imagenet", "--dest", str(dest), "--val-csv", str(csv), env=s3["env"])
     assert laid_out.returncode == 0, laid_out.stderr
     assert "val re-layout: moved 40" in laid_out.stdout and f"ready: {dest} (5 classes)" in laid_out.stdout
+
+
+def test_on_eks_the_copy_is_a_job_whose_pod_fills_fsx_and_follow_ends_with_its_result(s3, fake):
+    """`--target eks --follow` against a cluster that runs batch/v1 Jobs as Kubernetes v1.33 does
+    (tests/helpers/kube_api.py): the Job's pod runs the rendered command in the FSx folder with the emulator's
+    credentials standing in for what EKS Pod Identity injects, copies and re-lays out the tree there, and the
+    command streams its log and exits 0 once the Job is Complete."""
+    fake.pod_env.update(s3["env"])
+    source = f"s3://{BUCKET}/{PREFIX}"
+    flags = ["--target", "eks", "--source", source, "--dest", "/fsx/imagenet", "--image", IMAGE, "--workers", "4"]
+    result = invoke("data.imagenet", *flags, "--follow")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ((_, name),) = fake.batch_jobs
+    assert f"submitted trainkit-jobs/{name}: {source} -> /fsx/imagenet" in result.stdout
+    assert "ready: imagenet (5 classes)" in result.stdout and result.stdout.rstrip().endswith(": Complete")
+    dest = fake.fsx / "imagenet"
+    assert local_tree(dest) == expected_tree(s3["objects"], read_val_labels(dest / VAL_CSV_NAME))
+    job = fake.batch_jobs[("trainkit-jobs", name)]
+    assert [c["type"] for c in job["status"]["conditions"]] == ["SuccessCriteriaMet", "Complete"]
+    (pod,) = fake.pods.values()
+    assert pod.manifest["spec"]["serviceAccountName"] == "trainkit-data" and pod.restarts == 0
+
+
+def test_on_eks_a_destination_off_fsx_or_an_unreadable_bucket_is_refused_before_anything_is_created(
+    recorded_outputs, fake
+):
+    off = invoke("data.imagenet", "--target", "eks", "--source", "s3://datasets/x", "--dest", "/data/imagenet")
+    assert off.returncode == 2 and "give a path under /fsx, e.g. /fsx/imagenet" in off.stderr
+    other = invoke("data.imagenet", "--target", "eks", "--source", "s3://elsewhere/x", "--dest", "/fsx/imagenet")
+    assert other.returncode == 2 and '(datasets), not elsewhere: add "elsewhere" to data_source_buckets' in other.stderr
+    local = invoke("data.imagenet", "--dest", "x", "--follow")
+    assert local.returncode == 2 and "--follow: for --target eks only" in local.stderr
+    assert not fake.batch_jobs
+
+
+def test_on_eks_the_dry_run_is_a_valid_job_on_the_system_nodes_near_fsx(recorded_outputs, tmp_path):
+    import kubernetes_validate
+    import yaml
+
+    from tests.helpers.kubernetes import kubernetes_version
+
+    flags = ["--source", "s3://datasets/imagenet/", "--dest", "/fsx/imagenet", "--val-csv", "/fsx/labels.csv"]
+    result = invoke("data.imagenet", "--target", "eks", *flags, "--dry-run", env={"KUBECONFIG": str(tmp_path / "x")})
+    assert result.returncode == 0, result.stderr
+    job = yaml.safe_load(result.stdout)
+    kubernetes_validate.validate(job, kubernetes_version(), strict=True)
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "training.vision.prep"] and container["workingDir"] == "/fsx"
+    args = container["args"]
+    assert args[args.index("--dest") + 1] == "imagenet" and args[args.index("--val-csv") + 1] == "labels.csv"
+    assert pod["serviceAccountName"] == "trainkit-data" and pod["automountServiceAccountToken"] is False
+    assert pod["nodeSelector"] == {"trainkit/pool": "system"} and "nvidia.com/gpu" not in container["resources"]
+    (preferred,) = pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["preference"]["matchExpressions"][0]["values"] == ["us-east-1b"]  # FSx's zone
+    assert container["image"].endswith(":not-pushed") and job["spec"]["backoffLimit"] >= 1
+
+
+def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(fake):
+    """A Job past its backoffLimit (0 here: one pod) is Failed with BackoffLimitExceeded; `follow_job` streams the
+    failed pod's log and returns 1 with that reason."""
+    from trainkit import dataprep, render
+    from trainkit.backends.eks.kube import Kube
+
+    manifest = render.render_prep_job("prep-fails", "trainkit-jobs", IMAGE, ["--dest", "x"], "x", None)
+    manifest["spec"]["backoffLimit"] = 0
+    pod = manifest["spec"]["template"]["spec"]["containers"][0]
+    pod["command"], pod["args"] = ["python", "-c", "import sys; print('no such bucket'); sys.exit(2)"], []
+    kube = Kube.connect()
+    kube.batch.create_namespaced_job("trainkit-jobs", manifest)
+    lines = []
+    assert dataprep.follow_job(kube, "trainkit-jobs", "prep-fails", lines.append, poll_s=0.2) == 1
+    assert "no such bucket" in lines and lines[-1] == (
+        "job trainkit-jobs/prep-fails: Failed (BackoffLimitExceeded: Job has reached the specified backoff limit)"
+    )
+    job = fake.batch_jobs[("trainkit-jobs", "prep-fails")]
+    assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget", "Failed"]
+    assert (job["status"]["failed"], job["status"]["active"]) == (1, 0)
+
+
+def test_a_second_copy_into_a_folder_another_data_job_is_writing_is_refused(fake):
+    from trainkit import dataprep, render
+    from trainkit.backends.eks.kube import Kube
+
+    label = dataprep.dest_label("imagenet")
+    manifest = render.render_prep_job("prep-busy", "trainkit-jobs", IMAGE, [], label, None)
+    manifest["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "30"]
+    Kube.connect().batch.create_namespaced_job("trainkit-jobs", manifest)
+    again = invoke("data.imagenet", "--target", "eks", "--source", "s3://datasets/x", "--dest", "/fsx/imagenet")
+    assert again.returncode == 2 and "data job prep-busy is still writing /fsx/imagenet" in again.stderr
+    other = invoke("data.imagenet", "--target", "eks", "--source", "s3://x/y", "--dest", "/fsx/other", "--image", IMAGE)
+    assert other.returncode == 0, other.stderr  # another folder is fine
+    assert len(fake.batch_jobs) == 2

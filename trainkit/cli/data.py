@@ -2,29 +2,63 @@
 
 from __future__ import annotations
 
-from invoke import Collection, task
+from invoke import Collection, Exit, task
 
+from ..cluster import JOBS_NAMESPACE
 from ..errors import SpecError
 from .options import user_errors
 
 
 @task(
     help={
-        "dest": "Destination directory, the ImageFolder root (on EKS: a path on the FSx volume).",
+        "dest": "Destination directory, the ImageFolder root (eks: a folder on the FSx volume, e.g. /fsx/imagenet).",
         "source": "s3://bucket/prefix/ holding train/<wnid>/, val/ (and LOC_val_solution.csv). Without it, only "
         "re-lay out and check --dest.",
-        "val-csv": "LOC_val_solution.csv (local path or s3:// URL); default: the one at the source root or in --dest.",
+        "val-csv": "LOC_val_solution.csv (an s3:// URL, or a path: local, or on FSx for eks); default: the one at "
+        "the source root or in --dest.",
         "workers": "Parallel downloads (default 32).",
+        "target": "local (here, default) or eks (a Kubernetes Job on the cluster, writing to FSx).",
+        "image": "eks: the image to run (default: the training image `invoke images.push` recorded).",
+        "namespace": f"eks: namespace of the Job (default {JOBS_NAMESPACE}).",
+        "dry-run": "eks: print the Job as YAML and create nothing.",
+        "follow": "eks: stream the Job's log until it ends; exit non-zero if it failed.",
     }
 )
 @user_errors
-def imagenet(c, dest, source=None, val_csv=None, workers=32):
+def imagenet(
+    c,
+    dest,
+    source=None,
+    val_csv=None,
+    workers=32,
+    target="local",
+    image=None,
+    namespace=None,
+    dry_run=False,
+    follow=False,
+):
     """Copy ImageNet from S3 (parallel, resumable, retried), put val/ images into class folders, check the tree."""
     from training.vision.layout import LayoutError
     from training.vision.prep import PrepError, prepare_imagenet
 
     if int(workers) < 1:
         raise SpecError(f"--workers must be a positive integer (got {workers})")
+    if target == "eks":
+        from .. import dataprep
+
+        code = dataprep.submit(source, dest, val_csv, int(workers), image, namespace, dry_run, follow)
+        if code:
+            raise Exit("the data job failed: its log above says why; submitting again resumes the copy", code=code)
+        return
+    if target != "local":
+        raise SpecError(f"--target {target!r}: local or eks")
+    given = [
+        flag
+        for flag, value in (("image", image), ("namespace", namespace), ("dry-run", dry_run), ("follow", follow))
+        if value
+    ]
+    if given:
+        raise SpecError(f"{', '.join('--' + flag for flag in given)}: for --target eks only")
     try:
         lines = prepare_imagenet(dest, source, val_csv, int(workers))
     except (PrepError, LayoutError) as error:

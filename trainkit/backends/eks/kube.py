@@ -2,7 +2,7 @@
 
 Only these calls are made (tests/helpers/kube_api.py serves exactly these paths): version; the
 kubeflow.org/v1 resource list; create/get/list/delete PyTorchJob; list nodes; get a PVC; list pods
-and read their logs; create/read/replace a Secret.
+and read their logs; create/read/replace a Secret; create/get/list a batch/v1 Job (data preparation).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ class Kube:
     custom: object
     version: object
     host: str
+    batch: object = None
 
     @classmethod
     def connect(cls) -> Kube:
@@ -49,7 +50,13 @@ class Kube:
             raise SpecError(f"kubeconfig {path} is not usable ({error}); run `make up PROFILE=aws` again") from None
         configuration.retries = 1
         api = client.ApiClient(configuration)
-        return cls(client.CoreV1Api(api), client.CustomObjectsApi(api), client.VersionApi(api), configuration.host)
+        return cls(
+            client.CoreV1Api(api),
+            client.CustomObjectsApi(api),
+            client.VersionApi(api),
+            configuration.host,
+            client.BatchV1Api(api),
+        )
 
 
 def unless_missing(call, *args, **kwargs):

@@ -117,16 +117,26 @@ def check_not_running(kube: Kube, job: Job) -> None:
 
 
 def check_image(job: Job, ecr=None, tag_run: bool = True) -> str | None:
-    """The image must exist in ECR; an image from another registry is the user's to vouch for (a note).
-    `tag_run`: also tag it for the run (a training run, which may be resumed on it)."""
-    match = ECR_IMAGE.match(job.placement.image)
+    """The job's image must exist in ECR (`check_image_ref`); `tag_run`: also tag it for the run (a training
+    run, which may be resumed on it)."""
+    note, found = check_image_ref(job.placement.image, ecr)
+    if found is None or not tag_run:
+        return note
+    ecr, repository, tag = found
+    return tag_for_run(ecr, repository, tag, job.run.run_id)
+
+
+def check_image_ref(image: str, ecr=None) -> tuple[str | None, tuple | None]:
+    """(note, (ecr client, repository, tag) when the image is in ECR). An image from another registry is the user's
+    to vouch for (a note); one missing from ECR is an error that says what to run."""
+    match = ECR_IMAGE.match(image)
     if match is None:
-        if job.placement.image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
+        if image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
             raise SpecError(
                 "no training image: run `make up PROFILE=aws` (records the ECR repository), then "
                 "`invoke images.build && invoke images.push`, or pass --image"
             )
-        return f"image {job.placement.image} is not in ECR; not checked (the nodes must be able to pull it)"
+        return f"image {image} is not in ECR; not checked (the nodes must be able to pull it)", None
     import boto3
     from botocore.exceptions import ClientError
 
@@ -134,16 +144,15 @@ def check_image(job: Job, ecr=None, tag_run: bool = True) -> str | None:
     tag = match["tag"] or "latest"
     try:
         ecr.describe_images(repositoryName=match["repo"], imageIds=[{"imageTag": tag}])
-        return tag_for_run(ecr, match["repo"], tag, job.run.run_id) if tag_run else None
     except ClientError as error:
         code = error.response["Error"]["Code"]
         if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
             raise
         raise SpecError(
-            f"image {job.placement.image} is not in ECR ({code}): build and push it (`invoke images.build && "
+            f"image {image} is not in ECR ({code}): build and push it (`invoke images.build && "
             "invoke images.push`), or pass --image with a tag that exists"
         ) from None
-    return None
+    return None, (ecr, match["repo"], tag)
 
 
 def tag_for_run(ecr, repository: str, tag: str, run_id: str) -> str | None:

@@ -1,0 +1,195 @@
+"""`invoke data.imagenet --target eks`: the S3 -> FSx copy and val re-layout as a Kubernetes Job on the cluster.
+
+The pod runs the same `python -m training.vision.prep` as the local command (parallel, resumable, retried copy;
+val/ into class folders; the tree checked), in the training image, with the FSx volume as its working directory
+and the data service account, to which EKS Pod Identity gives read access to the infra stack's
+`data_source_buckets` and nothing else. Before anything is created: the destination must be on FSx, the
+bucket one the job may read (when infra outputs are recorded), the image in ECR, the volume bound, and no other
+data job may be writing the same destination. A failed pod is replaced (the copy resumes where it stopped).
+`--follow` streams the pods' logs and exits with the Job's result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+import yaml
+
+from . import cluster, render
+from .errors import SpecError
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (Kubernetes >= 1.27)
+POLL_S = 2.0
+
+
+def fsx_relative(path: str, flag: str) -> str:
+    """A path on the FSx volume, relative to its mount (the pod's working directory): /fsx/x or x -> x."""
+    given = PurePosixPath(path)
+    mount = PurePosixPath(cluster.FSX_MOUNT)
+    if given.is_absolute():
+        if mount not in given.parents:
+            raise SpecError(
+                f"{flag} {path}: on EKS the job writes to the FSx volume; give a path under {mount}, e.g. "
+                f"{mount}/imagenet (training then reads it with --data {mount}/imagenet)"
+            )
+        given = given.relative_to(mount)
+    if not given.parts or ".." in given.parts:
+        raise SpecError(f"{flag} {path}: a folder under {mount}, e.g. {mount}/imagenet")
+    return str(given)
+
+
+def prep_args(source: str | None, dest: str, val_csv: str | None, workers: int) -> list[str]:
+    args = ["--dest", dest, "--workers", str(workers)]
+    if source:
+        args[:0] = ["--source", source]
+    if val_csv:
+        csv = val_csv if val_csv.startswith("s3://") else fsx_relative(val_csv, "--val-csv")
+        args += ["--val-csv", csv]
+    return args
+
+
+def check_bucket(source: str | None, outputs: cluster.InfraOutputs) -> str | None:
+    """The source bucket must be one the data role may read; a note when no infra outputs say which."""
+    if not source:
+        return None
+    from training.vision.prep import PrepError, parse_s3_url
+
+    try:
+        bucket, _ = parse_s3_url(source)
+    except PrepError as error:
+        raise SpecError(str(error)) from None
+    if not outputs.recorded:
+        return f"no infra outputs recorded: not checked that the data job may read s3://{bucket}"
+    if bucket not in outputs.data_buckets:
+        readable = ", ".join(outputs.data_buckets) or "none"
+        raise SpecError(
+            f"the data job may read only the buckets in data_source_buckets ({readable}), not {bucket}: add "
+            f'"{bucket}" to data_source_buckets in terraform/stacks/infra/terraform.tfvars and run '
+            "`make up PROFILE=aws`"
+        )
+    return None
+
+
+def dest_label(dest: str) -> str:
+    return hashlib.sha256(dest.encode()).hexdigest()[:16]
+
+
+def job_name() -> str:
+    return f"data-imagenet-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
+
+
+def check_no_writer(kube, namespace: str, dest: str) -> None:
+    """Two copies into one folder would race on the same partial files: refuse while another is active."""
+    from .backends.eks.kube import TIMEOUT_S
+
+    selector = f"{render.LABEL_DATA_DEST}={dest_label(dest)}"
+    for job in kube.batch.list_namespaced_job(namespace, label_selector=selector, _request_timeout=TIMEOUT_S).items:
+        if not _ended(job):
+            raise SpecError(
+                f"data job {job.metadata.name} is still writing {cluster.FSX_MOUNT}/{dest}: wait for it to end "
+                "(a new job resumes where an ended one stopped), or choose another --dest"
+            )
+
+
+def _ended(job) -> str | None:
+    """'Complete' or 'Failed' once the Job controller says so (v1.31+ first adds SuccessCriteriaMet or
+    FailureTarget while pods still terminate; the job has ended only with Complete or Failed)."""
+    for condition in job.status.conditions or []:
+        if condition.type in ("Complete", "Failed") and condition.status == "True":
+            return condition.type
+    return None
+
+
+def submit(
+    source: str | None,
+    dest: str,
+    val_csv: str | None,
+    workers: int,
+    image: str | None,
+    namespace: str | None,
+    dry_run: bool,
+    follow: bool,
+    kube=None,
+    ecr=None,
+    out: Callable[[str], None] = print,
+) -> int:
+    """Create the Job (or print it, `dry_run`); with `follow`, stream its pods' logs: 0 when it completed."""
+    outputs = cluster.load_outputs()
+    namespace = namespace or cluster.JOBS_NAMESPACE
+    image = image or outputs.default_image
+    relative = fsx_relative(dest, "--dest")
+    manifest = render.render_prep_job(
+        job_name(),
+        namespace,
+        image,
+        prep_args(source, relative, val_csv, workers),
+        dest_label(relative),
+        outputs.fsx_zone,
+    )
+    manifest["metadata"]["annotations"] = {render.LABEL_DATA_DEST: f"{cluster.FSX_MOUNT}/{relative}"}
+    notes = [check_bucket(source, outputs)]
+    if dry_run:
+        _notes(notes)
+        out(yaml.safe_dump(manifest, sort_keys=False, width=120))
+        return 0
+    from .backends.eks import preflight
+    from .backends.eks.kube import TIMEOUT_S, Kube
+
+    kube = kube or Kube.connect()
+    preflight.check_cluster(kube)
+    preflight.check_volume(kube, namespace)
+    check_no_writer(kube, namespace, relative)
+    notes.append(preflight.check_image_ref(image, ecr)[0])
+    _notes(notes)
+    kube.batch.create_namespaced_job(namespace, manifest, _request_timeout=TIMEOUT_S)
+    name = manifest["metadata"]["name"]
+    what = source or "(no source: re-lay out and check)"
+    out(f"submitted {namespace}/{name}: {what} -> {cluster.FSX_MOUNT}/{relative}")
+    if not follow:
+        out(f"follow it: kubectl -n {namespace} logs -f job/{name} (or submit with --follow)")
+        return 0
+    return follow_job(kube, namespace, name, out)
+
+
+def _notes(notes: list[str | None]) -> None:
+    for note in notes:
+        if note:
+            print(f"note: {note}", file=sys.stderr, flush=True)
+
+
+def follow_job(kube, namespace: str, name: str, out: Callable[[str], None] = print, poll_s: float = POLL_S) -> int:
+    """Each pod's log in turn (a failed pod's replacement after it) until the Job ends: 0 Complete, 1 Failed."""
+    from .backends.eks import _lines
+    from .backends.eks.kube import TIMEOUT_S
+
+    followed: set[str] = set()
+    while True:
+        job = kube.batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT_S)
+        pods = kube.core.list_namespaced_pod(
+            namespace, label_selector=f"{JOB_NAME_LABEL}={name}", _request_timeout=TIMEOUT_S
+        ).items
+        started = [p for p in pods if p.metadata.name not in followed and p.status.phase != "Pending"]
+        if started:
+            pod = min(started, key=lambda p: p.metadata.creation_timestamp or 0)
+            followed.add(pod.metadata.name)
+            out(f"==> {pod.metadata.name}")
+            response = kube.core.read_namespaced_pod_log(
+                pod.metadata.name, namespace, container=render.PREP_CONTAINER, follow=True, _preload_content=False
+            )
+            for line in _lines(response):
+                out(line)
+            continue
+        ended = _ended(job)
+        if ended:
+            failed = next(c for c in job.status.conditions if c.type == ended)
+            out(
+                f"job {namespace}/{name}: {ended}"
+                + (f" ({failed.reason}: {failed.message})" if ended == "Failed" else "")
+            )
+            return 0 if ended == "Complete" else 1
+        time.sleep(poll_s)
