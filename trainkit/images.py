@@ -30,6 +30,7 @@ from .errors import SpecError
 FLAVORS = ("gpu", "cpu")
 LOCAL_NAME = "localhost/trainkit-train"
 DOCKERFILE = Path("containers") / "train" / "Dockerfile"
+SIGNATURE_CHECK = Path("containers") / "train" / "verify-signature.sh"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 CA_SECRET = "pip-ca"
 BUILDS_FILE = "images.json"  # what images.build made, per flavour, beside the infra outputs
@@ -50,7 +51,7 @@ def checkout() -> Path:
 
 def pins(dockerfile: Path) -> dict[str, str]:
     """The Dockerfile's ARG defaults (bases and versions), as written."""
-    found = re.findall(r"^ARG ([A-Z_]+)=(\S*)$", dockerfile.read_text(), flags=re.MULTILINE)
+    found = re.findall(r'^ARG ([A-Z_]+)=("[^"]*"|\S*)$', dockerfile.read_text(), flags=re.MULTILINE)
     return {name: value.strip('"') for name, value in found}
 
 
@@ -120,6 +121,8 @@ class BuildPlan:
         versions = ["TORCH_VERSION", "TORCHVISION_VERSION"]
         versions += ["EFA_INSTALLER_VERSION"] if self.flavor == "gpu" else []
         lines.append("  pins     " + ", ".join(f"{name}={chosen[name]}" for name in versions))
+        if self.flavor == "gpu":
+            lines.append(f"  verify   the EFA installer's GPG signature, key {chosen['EFA_KEY_FINGERPRINT']}")
         if chosen.get("TORCH_INDEX"):
             lines.append(f"  torch    from {chosen['TORCH_INDEX']} (and PyPI)")
         lines.append(f"  context  {self.context} (dist/: the trainkit wheel of this checkout; wheels/: local wheels)")
@@ -165,7 +168,8 @@ def plan_build(
 
 
 def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> None:
-    """The build context: dist/ holds the trainkit wheel of the checkout; wheels/ the local wheels asked for.
+    """The build context: dist/ holds the trainkit wheel of the checkout; wheels/ the local wheels asked for;
+    verify-signature.sh the gpu flavour's check of the EFA installer's signature.
 
     The wheel is built from a copy of the files git sees (tracked, and untracked but not ignored: what the tag
     hashes), so nothing stale in the checkout (build/, an old egg-info) reaches the image."""
@@ -186,6 +190,7 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
         raise SpecError(f"building the trainkit wheel failed: {done.stderr.strip()[-2000:]}")
     for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else []:
         shutil.copy(wheel, plan.context / "wheels" / wheel.name)
+    shutil.copy2(plan.root / SIGNATURE_CHECK, plan.context / SIGNATURE_CHECK.name)
 
 
 def _record(name: str, flavor_or_none: str | None, entry: dict) -> Path:

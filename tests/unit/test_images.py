@@ -73,6 +73,9 @@ def test_the_gpu_plan_names_base_pins_tag_and_the_exact_command(tmp_path):
     text = "\n".join(plan.describe())
     assert f"base     {pins['CUDA_BASE']}" in text and "cuda:13.0.3" in pins["CUDA_BASE"]
     assert "TORCH_VERSION=2.13.0" in text and f"EFA_INSTALLER_VERSION={pins['EFA_INSTALLER_VERSION']}" in text
+    # the EC2 user guide's fingerprint of the key that signs the EFA installer
+    assert pins["EFA_KEY_FINGERPRINT"] == "4E90 91BC BB97 A96B 26B1 5E59 A054 80B1 DD2D 3CCC"
+    assert f"GPG signature, key {pins['EFA_KEY_FINGERPRINT']}" in text
     command = plan.command()
     assert command[:3] == ["buildah", "bud", "--layers"] and command[-1] == str(tmp_path / "ctx")
     assert f"{images.LOCAL_NAME}:gpu-test" in command and "FLAVOR=gpu" in command
