@@ -110,6 +110,12 @@ def current_nodes(configured: int) -> int:
     return int(os.environ.get("GROUP_WORLD_SIZE", configured))
 
 
+def synchronize() -> None:
+    """Wait for the GPU's queued work (a timer's edge); nothing to wait for on CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def peak_memory_bytes() -> int:
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated()

@@ -18,7 +18,7 @@ from transformers.utils import logging as hf_logging
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
-from training.common.run import RunContext, current_nodes, peak_memory_bytes
+from training.common.run import RunContext, current_nodes, peak_memory_bytes, synchronize
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
 
@@ -116,8 +116,10 @@ class Trainer:
             return contextlib.nullcontext()
         return contextlib.nullcontext() if last_micro else self.accelerator.no_sync(self.model)
 
-    def train_step(self, step: int) -> tuple[float, float, float]:
-        """One optimizer step over the global batch; returns (mean loss, grad norm, input wait in s)."""
+    def train_step(self, step: int) -> tuple[float, float, float, float]:
+        """One optimizer step over the global batch; returns (mean loss, grad norm, input wait in s, optimizer
+        time in s: clipping, the optimizer and scheduler steps, from the end of backward, the device synchronised
+        at both ends, so the forward and backward time is the step's remainder)."""
         device = self.accelerator.device
         waited = time.perf_counter()
         micro = self.sampler.micro_batches(step)
@@ -148,16 +150,30 @@ class Trainer:
                 )
                 self.accelerator.backward(token_loss * (scale * weights[index]))
             loss_sum += token_loss.detach() * weights[index]
+        synchronize()
+        optimizer_started = time.perf_counter()
         grad_norm = torch.zeros(())
         if self.job.optimisation.grad_clip > 0:
             grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        synchronize()
+        optimizer_s = time.perf_counter() - optimizer_started
         dist.all_reduce(loss_sum)
-        return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm), data_wait
+        return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm), data_wait, optimizer_s
 
-    def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, data_wait: float, first: bool):
+    def log(
+        self,
+        step: int,
+        loss: float,
+        grad_norm: float,
+        lr: float,
+        step_time: float,
+        data_wait: float,
+        first: bool,
+        optimizer_s: float | None = None,
+    ):
         tokens = self.job.optimisation.global_batch_size * self.job.data.seq_len
         tokens_per_s = tokens / step_time
         record = {
@@ -169,6 +185,7 @@ class Trainer:
             "samples_per_s": self.job.optimisation.global_batch_size / step_time,
             "step_time_s": step_time,
             "data_wait_s": data_wait,
+            "optimizer_s": optimizer_s,
             "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
             "peak_memory_bytes": peak_memory_bytes(),
             "tokens_seen": step * tokens,
@@ -212,12 +229,12 @@ class Trainer:
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]
             started = time.perf_counter()
-            loss, grad_norm, data_wait = self.train_step(step)
+            loss, grad_norm, data_wait, optimizer_s = self.train_step(step)
             run.check_finite(step + 1, loss, grad_norm)
             elapsed = time.perf_counter() - started
             done = step + 1
             if done % job.run.log_interval == 0 or done == self.total_steps:
-                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, first)
+                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, first, optimizer_s)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             first = False
             bar.update(1)

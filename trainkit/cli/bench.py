@@ -11,7 +11,9 @@ CHAOS_HELP = {
     "rdzv": "Comma list of rendezvous backends or all: c10d, etcd (etcd: a local etcd is started per scenario).",
     "parallel": "Scenarios run at once (1 gives undisturbed timings).",
 }
-BENCHMARKS = ("elastic",)
+BENCHMARKS = ("elastic", "train")
+TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
+TRAIN_FLAGS += ("sharding", "activation_checkpointing")
 
 
 @task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
@@ -30,17 +32,60 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
     help={
         "what": f"Which benchmark: {', '.join(BENCHMARKS)}.",
         **CHAOS_HELP,
-        "output": "JSON results file (default: benchmarks/<what>.json).",
-        "readme": "README whose table is rewritten from the results ('' to leave it).",
+        "output": "JSON results file (default: benchmarks/<what>.json; train: benchmarks/<model>-<device>.json).",
+        "readme": "elastic: README whose table is rewritten from the results ('' to leave it).",
+        "model": "train: the model, as for invoke train (default llama2-tiny).",
+        "layers": "train: decoder layers (fewer than the model's for a short bench of a large one).",
+        "seq-len": "train: tokens per sequence.",
+        "steps": "train: optimizer steps per run (default 60; the first tenth is not timed).",
+        "nproc": "train: processes (default as invoke train: every GPU, else 2).",
+        "repeats": "train: trainkit/reference pairs, run alternately (default 3).",
+        "micro-batch-size": "train: as for invoke train.",
+        "global-batch-size": "train: as for invoke train.",
+        "precision": "train: as for invoke train (auto, bf16, fp32).",
+        "sharding": "train: FULL_SHARD (default) or SHARD_GRAD_OP (the reference is FSDP2 only).",
+        "activation-checkpointing": "train: as for invoke train.",
+        "workdir": "train: where the runs go (default: a new temporary directory).",
     },
 )
 @user_errors
-def bench(c, what, output=None, readme="README.md", scenario="all", rdzv="all", parallel=1):
-    """Run a benchmark and write its results file. elastic: recovery from every fault on both backends."""
+def bench(
+    c,
+    what,
+    output=None,
+    readme="README.md",
+    scenario="all",
+    rdzv="all",
+    parallel=1,
+    model="llama2-tiny",
+    layers=None,
+    seq_len=None,
+    steps=60,
+    nproc=None,
+    repeats=3,
+    micro_batch_size=None,
+    global_batch_size=None,
+    precision=None,
+    sharding=None,
+    activation_checkpointing=False,
+    workdir=None,
+):
+    """Run a benchmark and write its results file. elastic: recovery from every fault on both backends. train:
+    trainkit's throughput against a bare FSDP2 loop on the same job, with MFU and a step-time breakdown."""
     from .. import chaos as harness
 
     if what not in BENCHMARKS:
         raise Exit(f"error: unknown benchmark {what!r}; choose one of: {', '.join(BENCHMARKS)}", code=2)
+    if what == "train":
+        from .. import benchtrain
+
+        given = {key: value for key, value in locals().items() if key in TRAIN_FLAGS and value not in (None, False)}
+        flags = []
+        for key, value in given.items():
+            flags += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+        _path, lines = benchtrain.bench(flags, int(repeats), output, workdir)
+        print("\n".join(lines))
+        return
     output = output or f"benchmarks/{what}.json"
     if not harness.bench(output, readme or None, scenario, rdzv, int(parallel)):
         raise Exit("some scenarios did not end as expected (see above)", code=1)

@@ -1,0 +1,38 @@
+"""`invoke bench train`: trainkit's job and the bare FSDP2 reference really run on the same run folder, and the
+results file holds both sides' own measurements and their ratio. No speed is asserted (that is the bench's
+output, not a test's)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.helpers.product import invoke
+
+
+def test_one_pair_on_cpu_writes_both_sides_and_their_ratio(tmp_path):
+    output, workdir = tmp_path / "bench.json", tmp_path / "runs"
+    flags = ["--steps", "10", "--repeats", "1", "--output", str(output), "--workdir", str(workdir)]
+    result = invoke("bench", "train", "--model", "llama2-tiny", *flags, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads(output.read_text())
+    assert record["device"]["kind"] == "cpu" and record["versions"]["torch"].startswith("2.")
+    assert record["job"]["model"] == "llama2-tiny" and record["job"]["processes"] == 2
+    assert record["peak_tflops"] == {"datasheet_bf16": None, "measured_bf16_matmul": None}  # CPU: no GPU peaks
+    (ours,), (theirs,) = record["trainkit"], record["reference"]
+    for side in (ours, theirs):
+        assert side["steps_timed"] == 9  # the first step is warm-up
+        assert side["tokens_per_s"] > 0 and side["peak_memory_bytes"] > 0
+        parts = side["breakdown_s"]
+        assert parts["forward_backward"] > 0 and parts["optimizer"] > 0 and parts["input_wait"] >= 0
+        assert math.isfinite(side["first_loss"]) and side["last_loss"] < side["first_loss"]  # both really trained
+    assert record["ratio"]["pairs"] == [pytest.approx(ours["tokens_per_s"] / theirs["tokens_per_s"])]
+    # the reference's own output: one record per step, from its own loop
+    (reference,) = workdir.glob("reference-*.json")
+    steps = json.loads(reference.read_text())["steps"]
+    assert [s["step"] for s in steps] == list(range(1, 11)) and theirs["first_loss"] == steps[0]["loss"]
+    (run,) = [p for p in workdir.glob("bench-*") if p.is_dir()]
+    assert (run / "metrics.jsonl").is_file() and not (run / "checkpoints").exists() and not (run / "model").exists()
+    assert f"results: {output}" in result.stdout and "trainkit / reference:" in result.stdout
