@@ -25,6 +25,29 @@ from .errors import SpecError
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (Kubernetes >= 1.27)
 POLL_S = 2.0
+WAITING_REPORT_S = 60.0
+
+
+def waiting_report(namespace: str, name: str, pods: list) -> str:
+    """Why the Job has no running pod: each pending pod's waiting reason or scheduling message, or no pod at all."""
+    if not pods:
+        return (
+            f"waiting: job {namespace}/{name} has no pod yet; `kubectl -n {namespace} describe job {name}` shows why "
+            "(FailedCreate: a quota, the service account)"
+        )
+    reasons = []
+    for pod in pods:
+        if pod.status.phase != "Pending":
+            continue
+        waiting = [s.state.waiting for s in pod.status.container_statuses or [] if s.state and s.state.waiting]
+        unscheduled = [c for c in pod.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
+        why = (
+            f"{waiting[0].reason}: {waiting[0].message or ''}".rstrip(": ")
+            if waiting
+            else (unscheduled[0].message if unscheduled else "pending")
+        )
+        reasons.append(f"{pod.metadata.name} {why}")
+    return "waiting: " + ("; ".join(reasons) or f"job {namespace}/{name} between pods (back-off before a retry)")
 
 
 def fsx_relative(path: str, flag: str) -> str:
@@ -53,14 +76,14 @@ def prep_args(source: str | None, dest: str, val_csv: str | None, workers: int) 
     return args
 
 
-def check_bucket(source: str | None, outputs: cluster.InfraOutputs) -> str | None:
-    """The source bucket must be one the data role may read; a note when no infra outputs say which."""
-    if not source:
+def check_bucket(source: str | None, outputs: cluster.InfraOutputs, flag: str = "--source") -> str | None:
+    """An s3:// source must be in a bucket the data role may read; a note when no infra outputs say which."""
+    if not source or (flag != "--source" and not source.startswith("s3://")):
         return None
     from training.vision.prep import PrepError, parse_s3_url
 
     try:
-        bucket, _ = parse_s3_url(source)
+        bucket, _ = parse_s3_url(source, flag)
     except PrepError as error:
         raise SpecError(str(error)) from None
     if not outputs.recorded:
@@ -81,6 +104,17 @@ def dest_label(dest: str) -> str:
 
 def job_name() -> str:
     return f"data-imagenet-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
+
+
+def check_service_account(kube, namespace: str) -> None:
+    """Without its service account the Job's pods are never created (the Job only records FailedCreate)."""
+    from .backends.eks.kube import unless_missing
+
+    if unless_missing(kube.core.read_namespaced_service_account, cluster.DATA_SERVICE_ACCOUNT, namespace) is None:
+        raise SpecError(
+            f"the cluster has no service account {namespace}/{cluster.DATA_SERVICE_ACCOUNT} for the data job: run "
+            "`make up PROFILE=aws` (the platform stack creates it)"
+        )
 
 
 def check_no_writer(kube, namespace: str, dest: str) -> None:
@@ -120,7 +154,12 @@ def submit(
 ) -> int:
     """Create the Job (or print it, `dry_run`); with `follow`, stream its pods' logs: 0 when it completed."""
     outputs = cluster.load_outputs()
-    namespace = namespace or cluster.JOBS_NAMESPACE
+    if namespace not in (None, cluster.JOBS_NAMESPACE):
+        raise SpecError(
+            f"--namespace {namespace}: the data job runs in {cluster.JOBS_NAMESPACE}, where the platform stack made "
+            f"its service account ({cluster.DATA_SERVICE_ACCOUNT}) and the infra stack its S3 access; leave it out"
+        )
+    namespace = cluster.JOBS_NAMESPACE
     image = image or outputs.default_image
     relative = fsx_relative(dest, "--dest")
     manifest = render.render_prep_job(
@@ -132,7 +171,7 @@ def submit(
         outputs.fsx_zone,
     )
     manifest["metadata"]["annotations"] = {render.LABEL_DATA_DEST: f"{cluster.FSX_MOUNT}/{relative}"}
-    notes = [check_bucket(source, outputs)]
+    notes = [check_bucket(source, outputs), check_bucket(val_csv, outputs, "--val-csv")]
     if dry_run:
         _notes(notes)
         out(yaml.safe_dump(manifest, sort_keys=False, width=120))
@@ -143,6 +182,7 @@ def submit(
     kube = kube or Kube.connect()
     preflight.check_cluster(kube)
     preflight.check_volume(kube, namespace)
+    check_service_account(kube, namespace)
     check_no_writer(kube, namespace, relative)
     notes.append(preflight.check_image_ref(image, ecr)[0])
     _notes(notes)
@@ -168,6 +208,7 @@ def follow_job(kube, namespace: str, name: str, out: Callable[[str], None] = pri
     from .backends.eks.kube import TIMEOUT_S
 
     followed: set[str] = set()
+    quiet_since = time.monotonic()
     while True:
         job = kube.batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT_S)
         pods = kube.core.list_namespaced_pod(
@@ -183,7 +224,11 @@ def follow_job(kube, namespace: str, name: str, out: Callable[[str], None] = pri
             )
             for line in _lines(response):
                 out(line)
+            quiet_since = time.monotonic()
             continue
+        if time.monotonic() - quiet_since > WAITING_REPORT_S:  # say why nothing is running rather than hang silently
+            out(waiting_report(namespace, name, pods))
+            quiet_since = time.monotonic()
         ended = _ended(job)
         if ended:
             failed = next(c for c in job.status.conditions if c.type == ended)

@@ -226,6 +226,9 @@ LABEL_DATA_DEST = "trainkit/data-dest"
 # platform's services. A failed pod is replaced up to this many times; each new pod resumes the copy.
 PREP_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "6Gi"}}
 PREP_BACKOFF_LIMIT = 3
+# training.vision.prep exits 2 for what a retry cannot mend (a wrong bucket or key, no access, a bad tree): the
+# Job fails at once with the pod's log instead of repeating it (batch/v1 podFailurePolicy, GA in Kubernetes 1.31).
+PREP_FATAL_EXIT_CODES = [2]
 PREP_TTL_S = 7 * 24 * 3600  # the finished Job (and its pod's log) stays a week, then Kubernetes removes it
 
 
@@ -271,6 +274,18 @@ def render_prep_job(name: str, namespace: str, image: str, args: list[str], dest
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": PREP_BACKOFF_LIMIT,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": PREP_CONTAINER,
+                            "operator": "In",
+                            "values": PREP_FATAL_EXIT_CODES,
+                        },
+                    }
+                ]
+            },
             "ttlSecondsAfterFinished": PREP_TTL_S,
             "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
         },

@@ -17,10 +17,17 @@ expected=$(tr -d ' ' <<<"$4" | tr '[:lower:]' '[:upper:]')
 home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
 
-gpg --homedir "$home" --batch --quiet --import "$keyfile" 2>/dev/null
+if ! gpg --homedir "$home" --batch --quiet --import "$keyfile" 2>/dev/null; then
+  echo "verify-signature: no OpenPGP key could be read from $keyfile (a failed download?)" >&2
+  exit 1
+fi
 # gpg's machine-readable status lines: GOODSIG for a good signature, VALIDSIG whose last field is the signing
 # key's primary fingerprint (GnuPG doc/DETAILS, "VALIDSIG").
 status=$(gpg --homedir "$home" --batch --status-fd 1 --verify "$signature" "$file" 2>/dev/null || true)
+if grep -Eq '^\[GNUPG:\] (EXPKEYSIG|REVKEYSIG) ' <<<"$status"; then
+  echo "verify-signature: $signature was made by a key that has expired or been revoked" >&2
+  exit 1
+fi
 if ! grep -q '^\[GNUPG:\] GOODSIG ' <<<"$status"; then
   echo "verify-signature: $signature is not a good signature of $file by a key in $keyfile" >&2
   exit 1

@@ -29,10 +29,13 @@ def test_one_pair_on_cpu_writes_both_sides_and_their_ratio(tmp_path):
         assert parts["forward_backward"] > 0 and parts["optimizer"] > 0 and parts["input_wait"] >= 0
         assert math.isfinite(side["first_loss"]) and side["last_loss"] < side["first_loss"]  # both really trained
     assert record["ratio"]["pairs"] == [pytest.approx(ours["tokens_per_s"] / theirs["tokens_per_s"])]
+    assert record["ratio_wall"]["pairs"] == [pytest.approx(ours["tokens_per_s_wall"] / theirs["tokens_per_s_wall"])]
+    # the wall clock sees what the step timer does not: never faster than the median step by much
+    assert ours["tokens_per_s_wall"] < ours["tokens_per_s"] * 1.2
     # the reference's own output: one record per step, from its own loop
     (reference,) = workdir.glob("reference-*.json")
     steps = json.loads(reference.read_text())["steps"]
     assert [s["step"] for s in steps] == list(range(1, 11)) and theirs["first_loss"] == steps[0]["loss"]
     (run,) = [p for p in workdir.glob("bench-*") if p.is_dir()]
     assert (run / "metrics.jsonl").is_file() and not (run / "checkpoints").exists() and not (run / "model").exists()
-    assert f"results: {output}" in result.stdout and "trainkit / reference:" in result.stdout
+    assert f"results: {output}" in result.stdout and "trainkit / reference (wall clock):" in result.stdout

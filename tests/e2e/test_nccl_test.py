@@ -5,7 +5,6 @@ a cluster following the training operator runs it."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -49,10 +48,9 @@ def test_on_eks_a_sweep_that_saw_no_gpu_fails_the_job_on_every_node_with_its_rep
         assert "runs/fabric/table.md" in submitted.stdout
         job = fake.jobs[("trainkit-jobs", "fabric")]
         fake.wait(lambda: job["status"]["conditions"][-1]["type"] == "Failed", 180, "the job to fail")
-        assert re.fullmatch(
-            r"PyTorchJob fabric is failed because [12] Worker replica\(s\) failed\.",
-            job["status"]["conditions"][-1]["message"],
-        )
+        # backoffLimit 0: the operator's ReconcileJobs fails the job at the first failed pod (common/job.go)
+        message = "Job fabric has failed because it has reached the specified backoff limit"
+        assert job["status"]["conditions"][-1]["message"] == message
         assert all(pod.restarts == 0 for pod in fake.pods.values())
         run = fake.fsx / "runs" / "fabric"
         record = json.loads((run / "results.json").read_text())

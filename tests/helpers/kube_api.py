@@ -17,7 +17,10 @@ elasticPolicy, restartPolicy OnFailure, cleanPodPolicy Running):
   is Succeeded as soon as ANY Worker pod succeeded; else Running while a pod runs. Reasons
   PyTorchJobCreated/Running/Succeeded/Failed, messages as the operator writes them.
 - backoff (pkg/core/job.go L95-133, PastBackoffLimit): Failed when the restart counts summed over the
-  job's Running pods reach runPolicy.backoffLimit; no Restarting condition for in-place restarts.
+  job's Running pods reach runPolicy.backoffLimit; no Restarting condition for in-place restarts. And
+  (pkg/controller.v1/common/job.go L180-214, exceedsBackoffLimit): a new failed pod while fewer pods than
+  replicas are active is one more retry of the work queue; once retries exceed backoffLimit the job is Failed
+  ("Job <name> has failed because it has reached the specified backoff limit") before UpdateJobStatus runs.
 - failed pods (UpdateJobStatus L434-447): with failed pods and fewer succeeded plus running than replicas, a
   replica spec with restartPolicy Never fails the job ("... is failed because N Worker replica(s) failed.").
 - finish (pkg/controller.v1/common/job.go L43-69, cleanPodPolicy Running): the pods still Running or
@@ -33,7 +36,10 @@ default, which drops unknown fields with a warning); one pod named `<job>-<5 cha
 batch.kubernetes.io/job-name, job-name, batch.kubernetes.io/controller-uid and controller-uid; a failed pod is
 replaced after 10 s x 2^(failures - 1) (capped at 6 min) until more than spec.backoffLimit pods failed, then the
 conditions FailureTarget and Failed (reason BackoffLimitExceeded, "Job has reached the specified backoff
-limit"); a succeeded pod gives SuccessCriteriaMet then Complete (v1.31+ adds the first, then the terminal one).
+limit"); a failed pod whose container's exit code matches a podFailurePolicy rule with action FailJob ends the
+Job at once (FailureTarget, Failed; reason PodFailurePolicy, "Container <c> for pod <ns>/<pod> failed with exit
+code <n> matching FailJob rule at index <i>"); a succeeded pod gives SuccessCriteriaMet then Complete (v1.31+
+adds the first, then the terminal one). ServiceAccounts: GET of the ones in `service_accounts`.
 status.active/succeeded/failed count the pods. Pods get what Pod Identity would inject only through `pod_env`.
 """
 
@@ -61,6 +67,7 @@ BATCH_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$"
 BACKOFF_BASE_S, BACKOFF_CAP_S = 10.0, 360.0
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
+ACCOUNTS = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
 CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
 
 
@@ -119,11 +126,16 @@ class Pod:
     def name(self) -> str:
         return self.manifest["metadata"]["name"]
 
+    def declared(self) -> dict:
+        """What `$(VAR)` may name: the container's own env and the operator's PET_* additions, not the node's."""
+        names = {item["name"] for item in self.manifest["spec"]["containers"][0].get("env", [])}
+        return {k: v for k, v in self.env.items() if k in names or k.startswith("PET_")}
+
     def start(self) -> None:
         container = self.manifest["spec"]["containers"][0]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [expand(word, self.env) for word in container["command"] + container.get("args", [])],
+                [expand(word, self.declared()) for word in container["command"] + container.get("args", [])],
                 cwd=self.cwd,
                 env=self.env,
                 stdout=out,
@@ -213,6 +225,7 @@ class FakeCluster:
     batch_jobs: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
     deleted: list = field(default_factory=list)
+    service_accounts: set = field(default_factory=lambda: {("trainkit-jobs", "trainkit-data")})
 
     def __post_init__(self):
         self.fsx = self.root / "fsx"
@@ -221,6 +234,7 @@ class FakeCluster:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.stopping = threading.Event()
+        self._failures: dict = {}  # (namespace, job) -> (failed pods seen, the operator's retries)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -394,7 +408,10 @@ class FakeCluster:
             return
         counts = {phase: sum(p.phase == phase for p in pods) for phase in ("Running", "Succeeded", "Failed")}
         status.update(active=counts["Running"], succeeded=counts["Succeeded"], failed=counts["Failed"])
-        if counts["Succeeded"]:
+        matched = self._fail_job_rule(job, pods)
+        if matched:
+            self._batch_end(status, ("FailureTarget", "Failed"), "PodFailurePolicy", matched)
+        elif counts["Succeeded"]:
             self._batch_end(
                 status,
                 ("SuccessCriteriaMet", "Complete"),
@@ -411,6 +428,24 @@ class FakeCluster:
         elif not counts["Running"] and time.monotonic() >= job["_next_pod_at"]:
             self._create_batch_pod(namespace, job)
             status["active"] = 1
+
+    @staticmethod
+    def _fail_job_rule(job: dict, pods: list) -> str | None:
+        """The message of the first failed pod whose exit code matches a FailJob rule (operator In only)."""
+        rules = job["spec"].get("podFailurePolicy", {}).get("rules", [])
+        for pod in pods:
+            if pod.phase != "Failed":
+                continue
+            code = pod.process.returncode
+            for index, rule in enumerate(rules):
+                exit_codes = rule.get("onExitCodes", {})
+                if rule["action"] == "FailJob" and exit_codes.get("operator") == "In" and code in exit_codes["values"]:
+                    container = pod.manifest["spec"]["containers"][0]["name"]
+                    return (
+                        f"Container {container} for pod {pod.manifest['metadata']['namespace']}/{pod.name} failed "
+                        f"with exit code {code} matching FailJob rule at index {index}"
+                    )
+        return None
 
     @staticmethod
     def _batch_end(status: dict, kinds: tuple[str, str], reason: str, message: str) -> None:
@@ -449,7 +484,16 @@ class FakeCluster:
         succeeded = [pod for pod in pods if pod.phase == "Succeeded"]
         limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
         restarts = sum(pod.restarts for pod in running)
-        if limit is not None and (restarts > 0 if limit == 0 else restarts >= limit):
+        failed = [pod for pod in pods if pod.phase == "Failed"]
+        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+        # ReconcileJobs (common/job.go L180-197): a new failed pod while not all replicas are active counts one
+        # retry of the work queue; past backoffLimit the job fails before UpdateJobStatus is reached.
+        seen, retries = self._failures.get((namespace, name), (0, 0))
+        new_failure = len(failed) > seen and len(running) != worker["replicas"]
+        exceeds = limit is not None and new_failure and retries + 1 > limit
+        if len(failed) > seen:
+            self._failures[(namespace, name)] = (len(failed), retries + 1)
+        if exceeds or (limit is not None and (restarts > 0 if limit == 0 else restarts >= limit)):
             message = f"Job {name} has failed because it has reached the specified backoff limit"
             set_condition(conditions, "Failed", "PyTorchJobFailed", message)
         elif succeeded and job["spec"].get("elasticPolicy") is not None:
@@ -457,8 +501,6 @@ class FakeCluster:
             set_condition(conditions, "Succeeded", "PyTorchJobSucceeded", message)
         elif running:
             set_condition(conditions, "Running", "PyTorchJobRunning", f"PyTorchJob {namespace}/{name} is running.")
-        failed = [pod for pod in pods if pod.phase == "Failed"]
-        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
         if failed and worker["replicas"] > len(succeeded) + len(running) and worker["restartPolicy"] == "Never":
             message = f"PyTorchJob {name} is failed because {len(failed)} Worker replica(s) failed."
             set_condition(conditions, "Failed", "PyTorchJobFailed", message)
@@ -555,6 +597,12 @@ def _handler(cluster: FakeCluster):
                 )
             if m := JOBS.match(path):
                 return self._jobs(method, m[1], m[2], query)
+            if (m := ACCOUNTS.match(path)) and method == "GET":
+                if (m[1], m[2]) not in cluster.service_accounts:
+                    return self._send(404, status_body(404, "NotFound", f'serviceaccounts "{m[2]}" not found'))
+                return self._send(
+                    200, {"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": m[2], "namespace": m[1]}}
+                )
             if m := BATCH_JOBS.match(path):
                 return self._batch_jobs(method, m[1], m[2], query)
             if m := PODS.match(path):

@@ -82,6 +82,11 @@ def test_the_efa_installer_runs_only_when_signed_by_the_pinned_key(tmp_path):
     refused = verify(forged, f"{forged}.sig", both, spaced)
     assert refused.returncode == 1 and f"signed by key {other}, not the expected {fingerprint}" in refused.stderr
 
+    page = tmp_path / "error.html"  # what a failed key download may leave
+    page.write_text("<html>503</html>")
+    unreadable = verify(tarball, f"{tarball}.sig", page, spaced)
+    assert unreadable.returncode == 1 and "no OpenPGP key could be read" in unreadable.stderr
+
     tarball.write_bytes(b"installer bytes, changed")
     changed = verify(tarball, f"{tarball}.sig", key, spaced)
     assert changed.returncode == 1 and "is not a good signature" in changed.stderr

@@ -156,6 +156,14 @@ def test_on_eks_a_destination_off_fsx_or_an_unreadable_bucket_is_refused_before_
     assert other.returncode == 2 and '(datasets), not elsewhere: add "elsewhere" to data_source_buckets' in other.stderr
     local = invoke("data.imagenet", "--dest", "x", "--follow")
     assert local.returncode == 2 and "--follow: for --target eks only" in local.stderr
+    eks = ["data.imagenet", "--target", "eks", "--source", "s3://datasets/x", "--dest", "/fsx/imagenet"]
+    csv = invoke(*eks, "--val-csv", "s3://elsewhere/LOC_val_solution.csv")
+    assert csv.returncode == 2 and "not elsewhere" in csv.stderr
+    namespace = invoke(*eks, "--namespace", "team-a")
+    assert namespace.returncode == 2 and "the data job runs in trainkit-jobs" in namespace.stderr
+    fake.service_accounts.clear()  # the platform stack not applied since the data job came
+    account = invoke(*eks, "--image", IMAGE)
+    assert account.returncode == 2 and "no service account trainkit-jobs/trainkit-data" in account.stderr
     assert not fake.batch_jobs
 
 
@@ -182,23 +190,31 @@ def test_on_eks_the_dry_run_is_a_valid_job_on_the_system_nodes_near_fsx(recorded
     assert container["image"].endswith(":not-pushed") and job["spec"]["backoffLimit"] >= 1
 
 
-def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(fake):
-    """A Job past its backoffLimit (0 here: one pod) is Failed with BackoffLimitExceeded; `follow_job` streams the
-    failed pod's log and returns 1 with that reason."""
+@pytest.mark.parametrize(
+    ("exit_code", "backoff_limit", "reason", "message"),
+    [
+        # prep's exit 2 (a wrong bucket, no access, a bad tree): the podFailurePolicy ends the Job, no retry
+        (2, 3, "PodFailurePolicy", "failed with exit code 2 matching FailJob rule at index 0"),
+        # anything else is retried until the back-off limit (0 here: one pod)
+        (1, 0, "BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+    ],
+)
+def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(
+    fake, exit_code, backoff_limit, reason, message
+):
     from trainkit import dataprep, render
     from trainkit.backends.eks.kube import Kube
 
     manifest = render.render_prep_job("prep-fails", "trainkit-jobs", IMAGE, ["--dest", "x"], "x", None)
-    manifest["spec"]["backoffLimit"] = 0
+    manifest["spec"]["backoffLimit"] = backoff_limit
     pod = manifest["spec"]["template"]["spec"]["containers"][0]
-    pod["command"], pod["args"] = ["python", "-c", "import sys; print('no such bucket'); sys.exit(2)"], []
+    pod["command"], pod["args"] = ["python", "-c", f"import sys; print('no such bucket'); sys.exit({exit_code})"], []
     kube = Kube.connect()
     kube.batch.create_namespaced_job("trainkit-jobs", manifest)
     lines = []
     assert dataprep.follow_job(kube, "trainkit-jobs", "prep-fails", lines.append, poll_s=0.2) == 1
-    assert "no such bucket" in lines and lines[-1] == (
-        "job trainkit-jobs/prep-fails: Failed (BackoffLimitExceeded: Job has reached the specified backoff limit)"
-    )
+    assert "no such bucket" in lines
+    assert lines[-1].startswith(f"job trainkit-jobs/prep-fails: Failed ({reason}: ") and message in lines[-1]
     job = fake.batch_jobs[("trainkit-jobs", "prep-fails")]
     assert [c["type"] for c in job["status"]["conditions"]] == ["FailureTarget", "Failed"]
     assert (job["status"]["failed"], job["status"]["active"]) == (1, 0)

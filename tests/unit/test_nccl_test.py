@@ -118,3 +118,8 @@ def test_a_real_nccl_2_28_log_without_the_plugin_is_named():
     assert "NCCL version 2.28.9+cuda13.0" in text
     check = check_init_log(text)
     assert not check.ok and check.network == "Socket" and "LD_LIBRARY_PATH" in check.cause
+
+
+def test_a_rank_without_an_init_log_fails_the_check():
+    check = check_init_log("")
+    assert not check.ok and "wrote no NCCL init log" in check.cause

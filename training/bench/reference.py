@@ -9,8 +9,10 @@ and precision; FSDP2 `fully_shard` on every decoder block and then the root, as 
 reshard after forward unless the job asks for SHARD_GRAD_OP, and on GPUs with bf16 the policy Accelerate gives
 trainkit (bf16 parameters and reductions) with bf16 autocast; AdamW with the job's hyperparameters (fused on
 GPUs), the job's gradient clipping. What it leaves out is what trainkit adds: checkpoints, metrics, the learning
-rate schedule, elastic restarts. Each step is timed like trainkit's (input, forward and backward, optimizer,
-the device synchronised at each edge); rank 0 writes every step's times and loss to --out.
+rate schedule, elastic restarts, and the loss normalisation over the whole global batch's tokens (its loss is
+each micro batch's mean, so its loss values are close to trainkit's but not equal). Each step is timed like
+trainkit's (input, forward and backward, optimizer, the device synchronised at each edge), and stamped with the
+wall clock after it; rank 0 writes every step's times and loss to --out.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from training.common.distributed import resolve_precision
 from training.common.files import publish_text
 from training.common.job import MODEL_CONFIG, data_source, read_job
 from training.common.run import peak_memory_bytes, synchronize
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
     dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
     rank, world = dist.get_rank(), dist.get_world_size()
-    bf16 = gpu and job.parallelism.precision != "fp32" and torch.cuda.is_bf16_supported()
+    bf16 = resolve_precision(job.parallelism.precision) == "bf16"  # what trainkit's Accelerator gets
 
     records = load_records(data_source(job, run_dir), job.data.dataset_split)
     dataset = PackedDataset.pack(*tokenize_examples(records, load_tokenizer("byte")), job.data.seq_len)
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 "data_wait_s": data_s,
                 "optimizer_s": optimizer_s,
                 "tokens_per_s": opt.global_batch_size * job.data.seq_len / step_s,
+                "time": time.time(),
             }
         )
     if rank == 0:

@@ -70,6 +70,8 @@ def check_init_log(text: str) -> NetCheck:
         )
     if network == "Socket":
         return NetCheck(network, False, "NCCL fell back to TCP sockets (no EFA): the log shows no plugin error")
+    if not text.strip():
+        return NetCheck(None, False, "this rank wrote no NCCL init log (NCCL_DEBUG_FILE): NCCL never initialised there")
     if network is None:
         missing = "the log has no 'Using network' line: run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
         return NetCheck(None, False, missing)

@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "nccl").mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("NCCL_DEBUG", "INFO")
         os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
-        os.environ["NCCL_DEBUG_FILE"] = str(args.out / "nccl" / f"rank-{rank}.log")
+        log = args.out / "nccl" / f"rank-{rank}.log"
+        log.unlink(missing_ok=True)  # a reused run folder's log must not stand in for this run's
+        os.environ["NCCL_DEBUG_FILE"] = str(log)
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
     dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
@@ -151,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             "results": rows,
         }
         if gpu:
-            logs = sorted((args.out / "nccl").glob("rank-*.log"))
-            checks = {log.stem: check_init_log(log.read_text(errors="replace")) for log in logs}
+            logs = [args.out / "nccl" / f"rank-{r}.log" for r in range(world)]  # every rank's, none missing
+            checks = {
+                log.stem: check_init_log(log.read_text(errors="replace") if log.is_file() else "") for log in logs
+            }
             record["net"] = {name: {"network": c.network, "efa": c.efa, "cause": c.cause} for name, c in checks.items()}
         expect = expected_busbw(args.expect_busbw)
         record["expected"] = {"efa": args.expect_efa, "busbw": list(expect) if expect else None}
@@ -162,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(report.table(record) + [""] + report.verdict_lines(record)), flush=True)
         failed += bool(failures)
     dist.all_reduce(failed)  # also keeps every rank (and pod) alive until rank 0 has published
+    code = 1 if failed.item() else 0  # read (and so waited for) before the communicator goes
     dist.destroy_process_group()
-    return 1 if failed.item() else 0
+    return code
 
 
 if __name__ == "__main__":
