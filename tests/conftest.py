@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import chaos_bench, image_build
+from tests.helpers import chaos_bench, image_build, train_bench
 from tests.helpers.eks import ECR
 from tests.helpers.kube_api import FakeCluster
 from tests.helpers.product import stop_started
@@ -54,6 +54,7 @@ def pytest_collection_modifyitems(config, items):
 BACKGROUND = {
     chaos_bench.MODULE: (chaos_bench.start, lambda started: started.remove()),
     image_build.MODULE: (image_build.start, image_build.remove),
+    train_bench.MODULE: (train_bench.start, lambda started: started.remove()),
 }
 STARTED = pytest.StashKey[dict]()
 
@@ -76,6 +77,12 @@ def pytest_sessionfinish(session):
 def chaos_matrix(request):
     """(result, record, README copy) of the background `invoke bench elastic` (tests/helpers/chaos_bench.py)."""
     return chaos_bench.result(request.config.stash[STARTED][chaos_bench.MODULE])
+
+
+@pytest.fixture(scope="session")
+def train_bench_pair(request):
+    """(result, folder) of the background `invoke bench train` pair (tests/helpers/train_bench.py)."""
+    return train_bench.result(request.config.stash[STARTED][train_bench.MODULE])
 
 
 @pytest.fixture(scope="session")

@@ -9,13 +9,12 @@ import math
 
 import pytest
 
-from tests.helpers.product import invoke
 
-
-def test_one_pair_on_cpu_writes_both_sides_and_their_ratio(tmp_path):
-    output, workdir = tmp_path / "bench.json", tmp_path / "runs"
-    flags = ["--steps", "10", "--repeats", "1", "--output", str(output), "--workdir", str(workdir)]
-    result = invoke("bench", "train", "--model", "llama2-tiny", *flags, timeout=600)
+def test_one_pair_on_cpu_writes_both_sides_and_their_ratio(train_bench_pair):
+    """`invoke bench train --model llama2-tiny --steps 10 --repeats 1`, run in the background from the session's
+    start (tests/helpers/train_bench.py)."""
+    result, folder = train_bench_pair
+    output, workdir = folder / "bench.json", folder / "runs"
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     record = json.loads(output.read_text())
     assert record["device"]["kind"] == "cpu" and record["versions"]["torch"].startswith("2.")
