@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             "steps": steps,
         }
         publish_text(args.out, json.dumps(record, indent=2) + "\n")
+    dist.barrier()  # no rank tears its process group down while rank 0 still writes (gloo aborted there once)
     dist.destroy_process_group()
     return 0
 
