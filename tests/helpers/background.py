@@ -2,9 +2,9 @@
 
 Some pieces of the suite spend minutes in set-up that leaves CPU idle for long stretches: the chaos matrix
 (`invoke bench elastic`: process start-ups, rendezvous waits), the training image (debootstrap and pip
-downloads, buildah's layer copies) and the `invoke bench train` pair (process start-ups). tests/conftest.py starts each once collection has selected the module that
-reads it, and orders that module's tests last; its fixture then waits for the result. Nothing asserted on is a
-wall time: each piece keeps its own timeouts.
+downloads, buildah's layer copies) and the `invoke bench train` pair (process start-ups). tests/conftest.py
+starts each once collection has selected the module that reads it, and orders that module's tests last; its
+fixture then waits for the result. Nothing asserted on is a wall time: each piece keeps its own timeouts.
 """
 
 from __future__ import annotations
