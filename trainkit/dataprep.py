@@ -78,7 +78,7 @@ def prep_args(source: str | None, dest: str, val_csv: str | None, workers: int) 
 
 def check_bucket(source: str | None, outputs: cluster.InfraOutputs, flag: str = "--source") -> str | None:
     """An s3:// source must be in a bucket the data role may read; a note when no infra outputs say which."""
-    if not source or (flag != "--source" and not source.startswith("s3://")):
+    if not source:
         return None
     from training.vision.prep import PrepError, parse_s3_url
 
@@ -169,9 +169,10 @@ def submit(
         prep_args(source, relative, val_csv, workers),
         dest_label(relative),
         outputs.fsx_zone,
+        f"{cluster.FSX_MOUNT}/{relative}",
     )
-    manifest["metadata"]["annotations"] = {render.LABEL_DATA_DEST: f"{cluster.FSX_MOUNT}/{relative}"}
-    notes = [check_bucket(source, outputs), check_bucket(val_csv, outputs, "--val-csv")]
+    s3_csv = val_csv if val_csv and val_csv.startswith("s3://") else None  # a path on FSx reads no bucket
+    notes = [check_bucket(source, outputs), check_bucket(s3_csv, outputs, "--val-csv")]
     if dry_run:
         _notes(notes)
         out(yaml.safe_dump(manifest, sort_keys=False, width=120))

@@ -232,7 +232,9 @@ PREP_FATAL_EXIT_CODES = [2]
 PREP_TTL_S = 7 * 24 * 3600  # the finished Job (and its pod's log) stays a week, then Kubernetes removes it
 
 
-def render_prep_job(name: str, namespace: str, image: str, args: list[str], dest_label: str, zone: str | None) -> dict:
+def render_prep_job(
+    name: str, namespace: str, image: str, args: list[str], dest_label: str, zone: str | None, dest: str | None = None
+) -> dict:
     """A batch/v1 Job running `python -m training.vision.prep` on the FSx volume (the working directory is its
     mount, so relative paths land on FSx) as the data service account, which EKS Pod Identity gives read access to
     the infra stack's data_source_buckets. It runs on the system (CPU) nodes, preferring the FSx file system's
@@ -271,7 +273,12 @@ def render_prep_job(name: str, namespace: str, image: str, args: list[str], dest
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            **({"annotations": {LABEL_DATA_DEST: dest}} if dest else {}),  # the label is a hash; this, the path
+        },
         "spec": {
             "backoffLimit": PREP_BACKOFF_LIMIT,
             "podFailurePolicy": {

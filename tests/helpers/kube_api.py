@@ -315,7 +315,12 @@ class FakeCluster:
             manifest["metadata"]["labels"]["training.kubeflow.org/job-role"] = "master"
         manifest["spec"]["restartPolicy"] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"]
         manifest["spec"]["nodeName"] = self.nodes[index % len(self.nodes)]["metadata"]["name"] if self.nodes else None
-        container = manifest["spec"]["containers"][0]
+        self._run_pod(namespace, manifest, operator_env(job, index))
+
+    def _run_pod(self, namespace: str, manifest: dict, injected: dict | None = None) -> None:
+        """The kubelet starting a pod: the container's env resolved (values, the pod's name, Secrets), what a
+        controller injects, the test's `pod_env`; /fsx is the FSx folder."""
+        name, container = manifest["metadata"]["name"], manifest["spec"]["containers"][0]
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
         for item in container.get("env", []):
             if "value" in item:
@@ -327,7 +332,7 @@ class FakeCluster:
                 value = self.secrets.get((namespace, ref["name"]), {}).get(ref["key"])
                 if value is not None:
                     env[item["name"]] = value
-        env.update(operator_env(job, index))
+        env.update(injected or {})
         env.update(self.pod_env)
         cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
         pod = Pod(manifest, self.root / f"{name}.log", env, cwd)
@@ -384,14 +389,7 @@ class FakeCluster:
                 "job-name": name,
             }
         )
-        container = manifest["spec"]["containers"][0]
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
-        env.update({item["name"]: item["value"] for item in container.get("env", []) if "value" in item})
-        env.update(self.pod_env)
-        cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
-        pod = Pod(manifest, self.root / f"{manifest['metadata']['name']}.log", env, cwd)
-        self.pods[(namespace, pod.name)] = pod
-        pod.start()
+        self._run_pod(namespace, manifest)
 
     def _sync_batch(self, namespace: str, name: str, job: dict) -> None:
         pods = self._batch_pods(namespace, name)
