@@ -107,7 +107,8 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
             transform=mfu.transAxes,
         )
 
-    _scaling(axes[1][1], scaling_points(run_dir.parent, run.job.model.name, key), unit)
+    points = scaling_points(run_dir.parent, run.job.model.name, key)
+    _scaling(axes[1][1], points, unit, _prediction(run, points))
     output = output or run_dir / "report.png"
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=110, metadata={"Title": title, "Software": "trainkit obs.report"})
@@ -115,9 +116,26 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
     return output
 
 
-def _scaling(axis, points: dict[int, float], unit: str) -> None:
+def _prediction(run: RunFiles, points: dict[int, float]) -> dict[int, float] | None:
+    """The scaling model's tokens/s for the run's job at its world sizes (EKS runs on p4d/p5 family nodes)."""
+    if run.throughput_key != "tokens_per_s":
+        return None
+    from .plan import predicted_throughput
+
+    sizes = sorted(set(points) | {run.world_size})
+    return predicted_throughput(run.job, [*sizes, 2 * sizes[-1], 4 * sizes[-1]])  # and where it would go next
+
+
+def _scaling(axis, points: dict[int, float], unit: str, predicted: dict[int, float] | None = None) -> None:
+    """Measured throughput per world size against linear from the smallest, and the scaling model's prediction
+    (`invoke plan --scaling`) for the job's instance type where it has one."""
     axis.set(title="Scaling (median throughput per world size)", xlabel="processes (GPUs)", ylabel=unit)
-    if len(points) < 2:
+    if predicted:
+        sizes = sorted(predicted)
+        axis.plot(
+            sizes, [predicted[n] for n in sizes], ":", color="tab:blue", label="predicted (invoke plan --scaling)"
+        )
+    if len(points) < 2 and not predicted:
         _empty(axis)
         axis.text(
             0.5,
@@ -127,6 +145,10 @@ def _scaling(axis, points: dict[int, float], unit: str) -> None:
             va="center",
             transform=axis.transAxes,
         )
+        return
+    if len(points) < 2:
+        axis.plot(list(points), list(points.values()), "o", color="tab:orange", label="measured")
+        axis.legend(loc="upper left")
         return
     sizes = sorted(points)
     base = points[sizes[0]] / sizes[0]

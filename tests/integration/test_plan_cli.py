@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from PIL import Image
+
 from tests.helpers.product import invoke
 from tests.helpers.published import N7
 
@@ -19,3 +21,33 @@ def test_invoke_plan_prints_the_table_and_json():
 def test_invoke_plan_rejects_a_bad_boolean():
     result = invoke("plan", "--activation-checkpointing", "maybe")
     assert result.returncode == 2 and "--activation-checkpointing must be true or false" in result.stderr
+
+
+def test_invoke_plan_scaling_writes_the_table_png_and_json(tmp_path):
+    result = invoke(
+        "plan", "--model", "llama2-13b", "--instance-type", "p4d.24xlarge", "--scaling", "--output", str(tmp_path / "s")
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.strip().split(" ")[0].isdigit()]
+    assert [int(row[0]) for row in rows] == [1, 2, 4, 8, 16, 32, 64]
+    data = json.loads((tmp_path / "s.json").read_text())
+    assert data["instance_type"] == "p4d.24xlarge" and set(data["curves"]) == {
+        "FULL_SHARD",
+        "HYBRID_SHARD",
+        "SHARD_GRAD_OP",
+        "NO_SHARD",
+    }
+    for n, chosen in data["chosen"].items():  # the chosen strategy fits and is the fastest of those that fit
+        fitting = {name: curve for name, curve in data["curves"].items() if data["fits"][name][n]}
+        steps = {name: next(p["step_s"] for p in curve if p["nodes"] == int(n)) for name, curve in fitting.items()}
+        assert chosen == (min(steps, key=steps.get) if steps else None)
+    with Image.open(tmp_path / "s.png") as image:
+        assert image.format == "PNG" and image.width >= 1000
+
+
+def test_invoke_plan_published_prints_each_table_beside_the_model():
+    result = invoke("plan", "--published")
+    assert result.returncode == 0, result.stderr
+    for name in ("nccl-allreduce-2xp5", "bert-large-dl1", "bert-1.5b-dl1", "mlp-sagemaker-p3", "llama2-fsdp-p5"):
+        assert name in result.stdout
+    assert "+15.9%" in result.stdout and "pt" in result.stdout

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from json import dumps
+from pathlib import Path
+
 from invoke import Exit, task
 
 from training.common.job import BY_KEY, fields_of
@@ -10,7 +13,17 @@ from ..backends import RunRef, backend_of, resolve_job
 from ..cluster import JOBS_NAMESPACE
 from ..errors import SpecError
 from ..job import REGISTRY, build
-from ..plan import PlanOptions, make_plan, plan_json, render_plan
+from ..plan import (
+    PlanOptions,
+    make_plan,
+    make_scaling,
+    plan_json,
+    published_llm_curves,
+    render_plan,
+    render_scaling,
+    scaling_json,
+    scaling_png,
+)
 from .options import job_flags, job_options, user_errors
 
 TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
@@ -49,8 +62,25 @@ train = task(
 )(user_errors(_train_body))
 
 
-def _plan(c, gpus_per_node=None, mfu=0.40, price_per_hour=0.0, epoch_tokens=100_000_000, json=False, **values):
-    """Estimate memory per GPU, step time, tokens/s and cost for a job. Runs nothing, creates nothing."""
+def _plan(
+    c,
+    gpus_per_node=None,
+    mfu=None,
+    price_per_hour=0.0,
+    epoch_tokens=100_000_000,
+    json=False,
+    scaling=False,
+    published=False,
+    output=None,
+    **values,
+):
+    """Estimate memory per GPU, step time, tokens/s and cost for a job; --scaling: on 1..64 nodes for every
+    strategy; --published: the scaling model beside published tables. Runs nothing, creates nothing in the cloud."""
+    if published:
+        from .. import scaling as model
+
+        print(model.render_comparison(model.compare_published(published_llm_curves)))
+        return
     flags = job_flags(values, PLAN_FLAGS)
     flags["model"] = flags["model"] or "llama2-7b"
     if gpus_per_node is not None:
@@ -58,18 +88,37 @@ def _plan(c, gpus_per_node=None, mfu=0.40, price_per_hour=0.0, epoch_tokens=100_
             raise SpecError("--gpus-per-node is an alias of --nproc; give one of them")
         flags["nproc"] = gpus_per_node
     try:
-        price, tokens, utilisation = float(price_per_hour), int(epoch_tokens), float(mfu)
+        price, tokens = float(price_per_hour), int(epoch_tokens)
+        utilisation = None if mfu is None else float(mfu)
     except ValueError as error:
         raise SpecError(f"--mfu, --price-per-hour and --epoch-tokens take numbers ({error})") from None
     options = PlanOptions(mfu=utilisation, price_per_hour=price if price != 0 else None, epoch_tokens=tokens)
-    result = make_plan(build(flags), options)  # the same fields and checks as `invoke train`
+    job = build(flags)  # the same fields and checks as `invoke train`
+    if scaling:
+        result = make_scaling(job, options)
+        base = Path(output or f"runs/plan/scaling-{job.model.name}-{result.plan.job.placement.instance_type}")
+        png = scaling_png(result, base.with_suffix(".png"))
+        base.with_suffix(".json").write_text(dumps(scaling_json(result), indent=2) + "\n")
+        print(render_scaling(result))
+        print(f"\n  wrote {png} and {base.with_suffix('.json')}")
+        return
+    result = make_plan(job, options)
     print(plan_json(result) if json else render_plan(result))
 
 
 _plan_body, _plan_help = job_options(
     _plan,
     PLAN_FLAGS,
-    {"gpus_per_node": None, "mfu": 0.40, "price_per_hour": 0.0, "epoch_tokens": 100_000_000, "json": False},
+    {
+        "gpus_per_node": None,
+        "mfu": None,
+        "price_per_hour": 0.0,
+        "epoch_tokens": 100_000_000,
+        "json": False,
+        "scaling": False,
+        "published": False,
+        "output": None,
+    },
 )
 plan = task(
     help={
@@ -79,10 +128,15 @@ plan = task(
         "sharding": "FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD (all four are shown; this one is marked).",
         "global-batch-size": "Sequences per optimizer step (default: recipe, raised to fill every GPU).",
         "gpus-per-node": "Alias of --nproc: GPUs per instance (default: all GPUs of --instance-type).",
-        "mfu": "Assumed model FLOPs utilisation for time and cost (default 0.40).",
+        "mfu": "Model FLOPs utilisation for time and cost (default: the median of benchmarks/<model>-<gpu>.json "
+        "from invoke bench train when it exists, else 0.40).",
         "price-per-hour": "USD per instance-hour; default from the price table in trainkit/hardware.py.",
         "epoch-tokens": "Tokens in one epoch, for $ per epoch (default 100M).",
         "json": "Print the plan as JSON.",
+        "scaling": "Predict step time, tokens/s and efficiency on 1..64 nodes for every strategy and choose one "
+        "(trainkit/scaling.py); writes a PNG and JSON.",
+        "published": "Print the scaling model's predictions beside the published tables it is held against.",
+        "output": "--scaling: path of the PNG and JSON without suffix (default runs/plan/scaling-<model>-<instance>).",
     },
     name="plan",
 )(user_errors(_plan_body))

@@ -1,0 +1,413 @@
+"""A scaling model on paper: step time, tokens/s and efficiency on 1..64 nodes for each sharding strategy.
+
+    step time = compute + exposed communication
+
+compute: the model FLOPs of one GPU's share of the step at an MFU (taken from a `invoke bench train` results
+file when one exists for the model on that accelerator, else the planner's assumption) of the datasheet peak.
+
+communication: the collectives each strategy issues per optimizer step, each timed on a two-level fabric
+(`collective_time`): the NVLink stage (each GPU's share of the bytes at its NVLink bandwidth; NVSwitch gen3 on
+H100/H200 reduces in the switch, so an all-reduce sends each byte once) and, across nodes, the network stage bound
+by the node's network bandwidth, pipelined so the slower stage counts, plus a latency per level of the
+inter-node tree. Bus volumes are those of nccl-tests' doc/PERFORMANCE.md (all-gather and reduce-scatter (k-1)/k,
+all-reduce 2(k-1)/k of the payload, k participants), at the node level across nodes.
+
+overlap (the stated assumption): collectives run under compute that does not depend on them — FSDP's under
+forward and backward (prefetched all-gathers, reduce-scatters behind the next layer's backward), DDP's bucketed
+all-reduce under the last micro batch's backward (2/3 of that micro batch's compute) — and what does not fit in that window is exposed. One unit
+of communication can never hide: the first all-gather and last reduce-scatter of FSDP (the largest unit: a
+decoder layer or the embedding/LM head), DDP's last gradient bucket (25 MiB, torch's default bucket_cap_mb).
+
+Weak scaling, as published scaling tables measure it: every GPU keeps its micro batch and gradient accumulation
+from the one-node plan, the global batch grows with the nodes. Efficiency at n nodes = per-GPU throughput at n
+over per-GPU throughput at the smallest size (1 node, or the fewest nodes where the job fits).
+
+Per instance family one set of parameters (`FABRICS`): the datasheet links and two numbers for the collective
+software stack — the fraction of a link's nominal bandwidth a large collective reaches and the latency per
+inter-node tree level — fitted once to AWS's published 2 x p5 nccl-tests all-reduce bus bandwidth (the 16 MiB
+and 16 GiB rows; the 128 MiB and 2 GiB rows are predictions) and carried to p4d and p3, which have no published
+collective table here. dl1 (Gaudi, whose scale-out goes through the host's EFA devices) gets its own network
+efficiency, fitted to one row of the BERT-Large table. `trainkit/tables/published_scaling.json` holds the
+published tables and the workload parameters used for each; `compare_published` puts prediction beside
+publication.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from importlib.resources import files
+
+from training.common.flops import PEAK_BF16_TFLOPS
+from training.common.job import SHARDING_STRATEGIES
+
+from .errors import SpecError
+from .hardware import INSTANCE_TYPES
+
+NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+DDP_BUCKET_BYTES = 25 * 1024**2  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
+BACKWARD_SHARE = 2 / 3  # backward is twice the forward's FLOPs: the window DDP's all-reduce can hide in
+GIB, MIB = 1024**3, 1024**2
+
+# The collective stack, fitted once on p5 (see the module docstring and `fit_collectives`): a large collective
+# reaches 65% of a link's nominal bandwidth; each inter-node tree level costs 235 us.
+LINK_EFFICIENCY = 0.65
+TREE_LEVEL_LATENCY_S = 235e-6
+NVLINK_LATENCY_S = 20e-6  # one node's collective start-up; assumed (NCCL's intra-node latencies are tens of us)
+# dl1 has no published collective table: its inter-node efficiency is fitted to the BERT-Large table's 8-node row
+# (`fit_inter_efficiency("bert-large-dl1", 8)`), and the BERT 1.5B table is then predicted. It is an eighth of
+# p5's; the likely cause: on DL1 the Gaudis reach other nodes through the host's EFA devices, not their own ports.
+DL1_INTER_EFFICIENCY = 0.0795
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One instance family's accelerators and links as the model sees them."""
+
+    family: str
+    accelerator: str
+    per_node: int
+    peak_tflops: float | None  # dense bf16/fp16 per accelerator; None: not published (the tables anchor compute)
+    intra_gb_s: float  # per accelerator, one direction (NVLink or the on-chip RoCE ports of Gaudi)
+    inter_gb_s: float  # per node, one direction (EFA, or the ENA network where there is no EFA)
+    source: str
+    inter_efficiency: float = LINK_EFFICIENCY  # of inter_gb_s a large collective reaches
+    intra_efficiency: float = LINK_EFFICIENCY  # of intra_gb_s (not fitted anywhere: p5's network figure)
+    tree_latency_s: float = TREE_LEVEL_LATENCY_S
+    intra_latency_s: float = NVLINK_LATENCY_S
+    switch_reduction: bool = False  # NVSwitch gen3 (H100/H200 HGX) reduces in the switch (NVLS)
+
+
+FABRICS = {
+    "p5": Fabric(
+        "p5",
+        "H100",
+        8,
+        PEAK_BF16_TFLOPS["H100"],
+        450.0,
+        400.0,
+        "EC2 P5: 8 x H100 SXM, 900 GB/s NVLink per GPU (both directions) through NVSwitch gen3 with in-switch "
+        "reduction, 3,200 Gbps EFA per node",
+        switch_reduction=True,
+    ),
+    "p4d": Fabric(
+        "p4d",
+        "A100",
+        8,
+        PEAK_BF16_TFLOPS["A100"],
+        300.0,
+        50.0,
+        "EC2 P4d: 8 x A100 SXM, 600 GB/s NVLink per GPU (both directions), 400 Gbps EFA per node",
+    ),
+    "p3": Fabric(
+        "p3",
+        "V100",
+        8,
+        125.0,
+        150.0,
+        25 / 8,
+        "EC2 P3 (p3.16xlarge): 8 x V100 SXM2 (125 TFLOP/s fp16 tensor), NVLink 300 GB/s per GPU (both "
+        "directions), 25 Gbps network, no EFA",
+    ),
+    "dl1": Fabric(
+        "dl1",
+        "Gaudi",
+        8,
+        None,
+        43.75,
+        50.0,
+        "EC2 DL1 (dl1.24xlarge): 8 x Gaudi in a full RoCE mesh, 700 Gbps per Gaudi both directions, 400 Gbps EFA "
+        "per node (as the AWS DL1 DeepSpeed post describes the instance)",
+        inter_efficiency=DL1_INTER_EFFICIENCY,
+    ),
+}
+FAMILY_OF_INSTANCE = {"p5.48xlarge": "p5", "p5e.48xlarge": "p5", "p5en.48xlarge": "p5"}
+FAMILY_OF_INSTANCE |= {"p4d.24xlarge": "p4d", "p4de.24xlarge": "p4d"}
+
+
+def fabric_for(instance_type: str) -> Fabric:
+    family = FAMILY_OF_INSTANCE.get(instance_type)
+    if family is None:
+        raise SpecError(f"--instance-type {instance_type}: the scaling model describes {', '.join(FAMILY_OF_INSTANCE)}")
+    fabric = FABRICS[family]
+    gpu = INSTANCE_TYPES[instance_type].gpu
+    if gpu != fabric.accelerator:  # p5e/p5en: H200, same core and links as p5's H100 for this model
+        fabric = Fabric(**{**fabric.__dict__, "accelerator": gpu, "peak_tflops": PEAK_BF16_TFLOPS[gpu]})
+    return fabric
+
+
+# --------------------------------------------------------------------------- collectives
+
+BUS_FACTOR = {"all_gather": 1, "reduce_scatter": 1, "all_reduce": 2}
+
+
+def collective_time(kind: str, payload: float, nodes: int, fabric: Fabric) -> float:
+    """Seconds for one collective over `payload` bytes (the whole tensor: gathered, or reduced) among all GPUs
+    of `nodes` nodes: the NVLink stage, and across nodes the network stage, pipelined (the slower one counts)."""
+    g = fabric.per_node
+    if kind == "all_reduce" and fabric.switch_reduction:
+        intra_volume = 1.0  # NVLink SHARP: each GPU sends its bytes once, the switch reduces and multicasts
+    else:
+        intra_volume = BUS_FACTOR[kind] * (g - 1) / g
+    intra = intra_volume * payload / (fabric.intra_efficiency * fabric.intra_gb_s * 1e9)
+    if nodes == 1:
+        return fabric.intra_latency_s + intra
+    inter = BUS_FACTOR[kind] * (nodes - 1) / nodes * payload / (fabric.inter_efficiency * fabric.inter_gb_s * 1e9)
+    return fabric.tree_latency_s * math.ceil(math.log2(nodes)) + max(intra, inter)
+
+
+def allreduce_busbw(payload: float, nodes: int, fabric: Fabric) -> float:
+    """nccl-tests' all_reduce_perf bus bandwidth (bytes/s) the model predicts for `nodes` full nodes."""
+    n = nodes * fabric.per_node
+    return payload / collective_time("all_reduce", payload, nodes, fabric) * 2 * (n - 1) / n
+
+
+def fit_collectives(small: tuple[float, float], large: tuple[float, float], nodes: int, fabric: Fabric):
+    """(link efficiency, tree-level latency) that reproduce two all-reduce rows (bytes, busbw bytes/s) of
+    nccl-tests: the large one fixes the bandwidth, the small one the latency. How the constants were found."""
+    n = nodes * fabric.per_node
+    volume = 2 * (nodes - 1) / nodes
+
+    def seconds(row):
+        size, busbw = row
+        return size * 2 * (n - 1) / n / busbw
+
+    levels = math.ceil(math.log2(nodes))
+    # t = levels * latency + volume * size / (eff * B): two rows, two unknowns.
+    (s1, t1), (s2, t2) = (small[0], seconds(small)), (large[0], seconds(large))
+    per_byte = (t2 - t1) / (s2 - s1)
+    efficiency = volume / (per_byte * fabric.inter_gb_s * 1e9)
+    latency = (t1 - per_byte * s1) / levels
+    return efficiency, latency
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one GPU does per optimizer step, for the model."""
+
+    params: float  # parameters communicated (the whole model)
+    compute_s: float  # one GPU's forward + backward + optimizer at the assumed MFU
+    micro_batches: int  # gradient accumulation steps
+    largest_unit: float  # parameters of the largest FSDP unit (a layer, or embedding / LM head)
+    param_bytes: int = 2  # bf16 working copies all-gathered by FSDP
+    grad_bytes: int = 2  # gradients reduced in bf16 (FSDP2's MixedPrecisionPolicy as the trainer sets it)
+
+
+@dataclass(frozen=True)
+class Point:
+    nodes: int
+    strategy: str
+    compute_s: float
+    communication_s: float
+    exposed_s: float
+    step_s: float
+    efficiency: float = 1.0
+
+
+def strategy_communication(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> tuple[float, float]:
+    """(communication seconds per step, the part that cannot overlap) for one strategy."""
+    w, f = workload, fabric
+    params, grads = w.params * w.param_bytes, w.params * w.grad_bytes
+    unit_params, unit_grads = w.largest_unit * w.param_bytes, w.largest_unit * w.grad_bytes
+
+    def gather(size):
+        return collective_time("all_gather", size, nodes, f)
+
+    def scatter(size):
+        return collective_time("reduce_scatter", size, nodes, f)
+
+    if strategy == "FULL_SHARD":  # all-gather in forward and again in backward for every micro batch
+        return 2 * w.micro_batches * gather(params) + scatter(grads), gather(unit_params) + scatter(unit_grads)
+    if strategy == "SHARD_GRAD_OP":  # kept gathered from forward to backward
+        return w.micro_batches * gather(params) + scatter(grads), gather(unit_params) + scatter(unit_grads)
+    if strategy == "HYBRID_SHARD":  # FULL_SHARD inside the node, the shards' gradients all-reduced across nodes
+        inside = 2 * w.micro_batches * collective_time("all_gather", params, 1, f)
+        inside += collective_time("reduce_scatter", grads, 1, f)
+        # each GPU's shard (1/g of the gradients) all-reduced with its peers on the other nodes, over the network
+        across = collective_time("all_reduce", grads, nodes, replace(f, intra_gb_s=math.inf)) if nodes > 1 else 0.0
+        tail = collective_time("all_gather", unit_params, 1, f) + collective_time("reduce_scatter", unit_grads, 1, f)
+        return inside + across, tail
+    if strategy == "NO_SHARD":  # DDP: one bucketed all-reduce of the gradients per step
+        bucket = min(DDP_BUCKET_BYTES, grads)
+        return collective_time("all_reduce", grads, nodes, f), collective_time("all_reduce", bucket, nodes, f)
+    raise SpecError(f"unknown strategy {strategy!r}; choose one of: {', '.join(SHARDING_STRATEGIES)}")
+
+
+def predict(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> Point:
+    communication, tail = strategy_communication(workload, strategy, nodes, fabric)
+    if strategy == "NO_SHARD":  # gradients exist to all-reduce only during the last micro batch's backward
+        window = workload.compute_s / workload.micro_batches * BACKWARD_SHARE
+    else:
+        window = workload.compute_s
+    exposed = max(0.0, communication - tail - window) + tail
+    return Point(nodes, strategy, workload.compute_s, communication, exposed, workload.compute_s + exposed)
+
+
+def curve(workload: Workload, strategy: str, fabric: Fabric, node_counts=NODE_COUNTS, base_nodes=1) -> list[Point]:
+    """Predictions for each node count, with efficiency (per-GPU throughput) against `base_nodes`."""
+    points = [predict(workload, strategy, n, fabric) for n in node_counts]
+    base = predict(workload, strategy, base_nodes, fabric).step_s
+    return [Point(**{**p.__dict__, "efficiency": base / p.step_s}) for p in points]
+
+
+# --------------------------------------------------------------------------- published tables
+
+
+def published_tables() -> dict:
+    return json.loads(files("trainkit").joinpath("tables", "published_scaling.json").read_text())
+
+
+def _workload_of(name: str, tables: dict) -> Workload:
+    """A published table's workload from its stated parameters. Compute per step: from the table's own one-node
+    throughput (what that row measured, its own exposed communication taken out), from the FLOP rate another
+    table's accelerator reached, or calibrated on one row (which is then a fit, not a prediction)."""
+    entry = tables[name]
+    w, fabric = entry["workload"], FABRICS[entry["family"]]
+    items = w["per_device_batch"] * w.get("micro_batches", 1)  # per accelerator and optimizer step
+    workload = Workload(
+        params=w["params"],
+        compute_s=1.0,
+        micro_batches=w.get("micro_batches", 1),
+        largest_unit=w.get("largest_unit", w["params"]),
+        param_bytes=w.get("param_bytes", 2),
+        grad_bytes=w.get("grad_bytes", 2),
+    )
+    compute = w["compute"]
+    if compute == "one_node_throughput":
+        one_node_step = items * fabric.per_node / entry["published"]["throughput"][0]
+        exposed = predict(replace(workload, compute_s=one_node_step), w["strategy"], 1, fabric).exposed_s
+        return replace(workload, compute_s=one_node_step - exposed)
+    if "achieved_tflops_like" in compute:
+        rate = achieved_flops_per_device(compute["achieved_tflops_like"], tables)
+        return replace(workload, compute_s=items * w["tokens_per_item"] * 6 * w["params"] / rate)
+    nodes = compute["calibrated_on"]
+    target = dict(zip(entry["published"]["nodes"], published_efficiency(entry), strict=True))[nodes]
+
+    def efficiency(compute_s):
+        return curve(replace(workload, compute_s=compute_s), w["strategy"], fabric, (nodes,))[0].efficiency
+
+    return replace(workload, compute_s=solve_rising(efficiency, target))
+
+
+def solve_rising(function, target: float, low: float = 1e-6, high: float = 1e6) -> float:
+    """x in [low, high] where a rising function reaches target (bisection in log space)."""
+    for _ in range(200):
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if function(middle) < target else (low, middle)
+    return math.sqrt(low * high)
+
+
+def fit_inter_efficiency(name: str, nodes: int) -> float:
+    """The inter-node link efficiency that makes a published efficiency table's row at `nodes` come out exactly:
+    how a family's efficiency is found where its only published figures are a training table (dl1)."""
+    tables = published_tables()
+    entry = tables[name]
+    fabric = FABRICS[entry["family"]]
+    workload = _workload_of(name, tables)  # the one-node anchor does not cross the network
+    target = dict(zip(entry["published"]["nodes"], published_efficiency(entry), strict=True))[nodes]
+
+    def efficiency(inter_efficiency):
+        fitted = replace(fabric, inter_efficiency=inter_efficiency)
+        return curve(workload, entry["workload"]["strategy"], fitted, (nodes,))[0].efficiency
+
+    return solve_rising(efficiency, target, 1e-4, 1.0)
+
+
+def achieved_flops_per_device(name: str, tables: dict) -> float:
+    """FLOP/s one accelerator reached in a published table's one-node row (6 FLOPs per parameter per token)."""
+    entry = tables[name]
+    w, fabric = entry["workload"], FABRICS[entry["family"]]
+    tokens_per_s = entry["published"]["throughput"][0] / fabric.per_node * w.get("tokens_per_item", 128)
+    return tokens_per_s * 6 * w["params"]
+
+
+def published_efficiency(entry: dict) -> list[float]:
+    """Per-node-throughput efficiency from what the table publishes: throughput, time to train, or efficiency."""
+    published = entry["published"]
+    nodes = published["nodes"]
+    if "efficiency" in published:
+        return published["efficiency"]
+    if "throughput" in published:
+        values = published["throughput"]
+        return [v / values[0] / (n / nodes[0]) for v, n in zip(values, nodes, strict=True)]
+    minutes = published["minutes"]
+    return [minutes[0] / m / (n / nodes[0]) for m, n in zip(minutes, nodes, strict=True)]
+
+
+def compare_published(llm_curves=None) -> list[dict]:
+    """Every published row beside the model's prediction: table, at (nodes or size), published, predicted,
+    error (predicted - published: efficiency points, or relative for bandwidth), fit (a row the model was fitted
+    or normalised on). `llm_curves(model, nodes) -> [Point]` predicts trainkit's own jobs for the near-linear
+    claim (trainkit.plan supplies it; the model here knows no recipes)."""
+    rows = []
+    tables = published_tables()
+    for name, entry in tables.items():
+        if name.startswith("_"):
+            continue
+        fabric = FABRICS[entry["family"]]
+        if entry["kind"] == "allreduce_busbw":
+            for size, busbw in zip(entry["published"]["bytes"], entry["published"]["busbw_gb_s"], strict=True):
+                predicted = allreduce_busbw(size, entry["nodes"], fabric) / 1e9
+                fit = _size(size) in entry["fitted_rows"]
+                rows.append(_row(name, entry, _size(size), busbw, predicted, (predicted - busbw) / busbw, fit))
+        elif entry["kind"] == "near_linear":
+            if llm_curves is None:
+                continue
+            floor = entry["published"]["at_least"]
+            for model in entry["models"]:
+                points = llm_curves(model, entry["published"]["nodes"])
+                for point in points:
+                    at = _nodes(point.nodes)
+                    base = point.nodes == points[0].nodes
+                    rows.append(_row(f"{name}:{model}", entry, at, floor, point.efficiency, None, base))
+        else:
+            nodes = entry["published"]["nodes"]
+            workload = _workload_of(name, tables)
+            points = curve(workload, entry["workload"]["strategy"], fabric, nodes)
+            compute = entry["workload"]["compute"]
+            calibrated = compute.get("calibrated_on") if isinstance(compute, dict) else None
+            for n, published, point in zip(nodes, published_efficiency(entry), points, strict=True):
+                error = point.efficiency - published
+                fit = n in (1, calibrated) or _nodes(n) in entry.get("fitted_rows", ())
+                rows.append(_row(name, entry, _nodes(n), published, point.efficiency, error, fit))
+    return rows
+
+
+def _row(name, entry, at, published, predicted, error, fit) -> dict:
+    return {
+        "table": name,
+        "at": at,
+        "published": published,
+        "predicted": predicted,
+        "error": error,
+        "fit": fit,
+        "unit": entry["unit"],
+        "source": entry["source"],
+    }
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" + ("s" if n > 1 else "")
+
+
+def _size(size: float) -> str:
+    return f"{size / GIB:g} GiB" if size >= GIB else f"{size / MIB:g} MiB"
+
+
+def render_comparison(rows: list[dict]) -> str:
+    """Published beside predicted with the error; rows the model was fitted on are marked 'fit'."""
+    lines = [f"{'table':<32}{'at':>9}{'published':>13}{'predicted':>13}{'error':>9}"]
+    for row in rows:
+        mark = "  fit" if row["fit"] else ""
+        if row["unit"] == "GB/s":
+            cells = f"{row['published']:>8.0f} GB/s{row['predicted']:>8.0f} GB/s{row['error']:>+9.1%}"
+        elif row["error"] is None:  # a claim, not a figure: "near-linear" = at least this efficiency
+            cells = f"{'>= ' + format(row['published'], '.0%'):>13}{row['predicted']:>13.1%}{'':>9}"
+        else:
+            cells = f"{row['published']:>13.1%}{row['predicted']:>13.1%}{100 * row['error']:>+7.1f}pt"
+        lines.append(f"{row['table']:<32}{row['at']:>9}{cells}{mark}".rstrip())
+    return "\n".join(lines)
