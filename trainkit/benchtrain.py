@@ -1,13 +1,17 @@
 """`invoke bench train`: trainkit's throughput against the bare loop a user would write, on this machine.
 
 Each repeat runs the job through `invoke train` (local target, the same code path as any run) and then the bare
-FSDP2 reference (training/bench/reference.py) on the run folder trainkit prepared: same model, data, batch and
-precision, the same number of processes. Repeats alternate (trainkit, reference, trainkit, ...) so a machine's
-drift lands on both. Per run: the median over the steady steps (the first tenth, at least one step, left out:
-start-up, allocator and kernel warm-up) of tokens/s, step time and its parts (input wait, optimizer, forward
-and backward as the rest), MFU against the datasheet peak and, on a GPU, against the bf16 matmul peak measured
-on it (training/bench/peak.py), and the peak memory. The ratio trainkit / reference per pair, with its median and
-spread, is the figure to quote. Results: benchmarks/<model>-<device>.json.
+reference on the run folder trainkit prepared: same model, data, batch and precision, the same number of
+processes — for language models the FSDP2 loop of training/bench/reference.py, for vision models the DDP loop of
+training/bench/vision_reference.py (torchvision ImageFolder + DataLoader). For vision each repeat also runs
+trainkit once more on synthetic on-device input (`--synthetic`: no decode, no host work, no copy), the compute
+ceiling, and the input pipeline is judged as JPEG images/s over that ceiling. Repeats alternate (trainkit,
+reference, trainkit, ...) so a machine's drift lands on both. Per run: the median over the steady steps (the
+first tenth, at least one step, left out: start-up, allocator and kernel warm-up) of tokens (images)/s, step time
+and its parts (input wait, optimizer, forward and backward as the rest), MFU against the datasheet peak and, on a
+GPU, against the bf16 matmul peak measured on it (training/bench/peak.py), and the peak memory. The ratio
+trainkit / reference per pair, with its median and spread, is the figure to quote. Results:
+benchmarks/<model>-<device>.json.
 """
 
 from __future__ import annotations
@@ -41,30 +45,38 @@ def steady(steps: list[dict]) -> list[dict]:
     return steps[skip:]
 
 
-def wall_tokens_per_s(steps: list[dict]) -> float | None:
-    """Tokens/s over the steady window by the wall clock (each record's `time`, taken after its step): what the
-    step timer leaves out (logging, checkpoint checks, stop handling between steps) counts too."""
+def wall_rate(steps: list[dict], key: str = "tokens_per_s") -> float | None:
+    """Tokens (or images) per second over the steady window by the wall clock (each record's `time`, taken after
+    its step): what the step timer leaves out (logging, checkpoint checks, stop handling between steps) counts."""
     counted = steady(steps)
     before = steps[len(steps) - len(counted) - 1]
     if any("time" not in s for s in (before, *counted)):
         return None
-    tokens = sum(s["tokens_per_s"] * s["step_time_s"] for s in counted)
-    return tokens / (counted[-1]["time"] - before["time"])
+    done = sum(s[key] * s["step_time_s"] for s in counted)
+    return done / (counted[-1]["time"] - before["time"])
 
 
-def summarise(steps: list[dict], world: int, flops_per_token: float, peaks: dict, peak_memory: int | None) -> dict:
+# per family: the records' rate field -> the results file's names
+UNITS = {"llama": ("tokens_per_s", "tokens"), "vision": ("samples_per_s", "images")}
+
+
+def summarise(
+    steps: list[dict], world: int, flops_per_item: float, peaks: dict, peak_memory: int | None, family: str = "llama"
+) -> dict:
+    """One run's steady-state figures; `flops_per_item`: training FLOPs per token (or image)."""
+    key, unit = UNITS[family]
     counted = steady(steps)
 
-    def median(key: str) -> float:
-        return statistics.median(s[key] for s in counted)
+    def median(name: str) -> float:
+        return statistics.median(s[name] for s in counted)
 
-    tokens_per_s, step_s = median("tokens_per_s"), median("step_time_s")
+    rate, step_s = median(key), median("step_time_s")
     data_s, optimizer_s = median("data_wait_s"), median("optimizer_s")
     return {
         "steps_timed": len(counted),
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_device": tokens_per_s / world,
-        "tokens_per_s_wall": wall_tokens_per_s(steps),
+        f"{unit}_per_s": rate,
+        f"{unit}_per_s_per_device": rate / world,
+        f"{unit}_per_s_wall": wall_rate(steps, key),
         "step_time_s": step_s,
         "breakdown_s": {
             "input_wait": data_s,
@@ -72,10 +84,10 @@ def summarise(steps: list[dict], world: int, flops_per_token: float, peaks: dict
                 s["step_time_s"] - s["data_wait_s"] - s["optimizer_s"] for s in counted
             ),
             "optimizer": optimizer_s,
-            "exposed_communication": None,  # not separated: FSDP's collectives overlap forward and backward
+            "exposed_communication": None,  # not separated: the collectives overlap forward and backward
         },
-        "mfu_datasheet": mfu(tokens_per_s, flops_per_token, world, peaks["datasheet"]) if peaks["datasheet"] else None,
-        "mfu_measured": mfu(tokens_per_s, flops_per_token, world, peaks["measured"]) if peaks["measured"] else None,
+        "mfu_datasheet": mfu(rate, flops_per_item, world, peaks["datasheet"]) if peaks["datasheet"] else None,
+        "mfu_measured": mfu(rate, flops_per_item, world, peaks["measured"]) if peaks["measured"] else None,
         "peak_memory_bytes": peak_memory,
         "first_loss": steps[0]["loss"],
         "last_loss": steps[-1]["loss"],
@@ -111,12 +123,15 @@ def run_trainkit(flags: list[str], runs: Path, run_id: str) -> tuple[Path, list[
     return run, steps, max(r["peak_memory_bytes"] for r in steps)
 
 
-def run_reference(run: Path, nproc: int, out: Path) -> dict:
+REFERENCES = {"llama": "training.bench.reference", "vision": "training.bench.vision_reference"}
+
+
+def run_reference(run: Path, nproc: int, out: Path, family: str = "llama") -> dict:
     env = dict(os.environ)
     if not hardware.local_gpu_count():  # as the local backend sets it for trainkit's processes
         env.setdefault("OMP_NUM_THREADS", str(max(1, hardware.local_cpu_count() // nproc)))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    command += ["-m", "training.bench.reference", "--spec", str(run / SPEC_FILE), "--out", str(out)]
+    command += ["-m", REFERENCES[family], "--spec", str(run / SPEC_FILE), "--out", str(out)]
     _run(command, out.with_suffix(".log"), env)
     return json.loads(out.read_text())
 
@@ -168,68 +183,113 @@ def device_slug(env: dict) -> str:
     return (known[0] if known else "gpu").lower()
 
 
-def precheck(flags: list[str]) -> None:
-    """What the reference cannot run, refused before the first run: a vision model, a strategy other than FSDP2's."""
+def precheck(flags: list[str]) -> str:
+    """The model's family; what the references cannot run is refused before the first run: a strategy other than
+    FSDP2's for a language model, a sharded vision model (vision trains data-parallel)."""
     from .job.models import get_model
 
     given = {flag: value for flag, value in zip(flags, [*flags[1:], ""], strict=True) if flag.startswith("--")}
     model = given.get("--model", "llama2-tiny")
-    if get_model(model).family == "vision":
-        raise SpecError(f"--model {model}: the bare reference is the language-model loop; vision is not benched yet")
+    family = get_model(model).family
     sharding = given.get("--sharding")
+    if family == "vision":
+        if sharding not in (None, "NO_SHARD"):
+            raise SpecError(f"--sharding {sharding}: {model} trains data-parallel (NO_SHARD) and the reference is DDP")
+        if "--synthetic" in given:
+            raise SpecError("--synthetic: the vision bench runs both inputs itself (the JPEG pipeline and on-device)")
+        return family
     if sharding and sharding not in ("FULL_SHARD", "SHARD_GRAD_OP"):
         raise SpecError(f"--sharding {sharding}: the bare reference shards with FSDP2 (FULL_SHARD or SHARD_GRAD_OP)")
+    return family
 
 
 def job_shape(spec: dict, config: dict) -> tuple[int, float]:
-    """(processes, training FLOPs per token) of a run from its spec.json and model config."""
+    """(processes, training FLOPs per token or image) of a run from its spec.json and model config."""
     world = spec["parallelism"]["nodes"] * spec["parallelism"]["nproc"]
+    if "num_classes" in config:  # a vision model
+        return world, vision_flops_per_image(spec["model"]["name"], config["num_classes"], spec["data"]["image_size"])
     shape = TransformerShape.from_hf_config(SimpleNamespace(**config))
     return world, shape.flops_per_token(spec["data"]["seq_len"])
 
 
+def vision_flops_per_image(model: str, classes: int, size: int) -> float:
+    """Training FLOPs per image (forward + backward), counted by torch's FlopCounterMode on a batch of two (in
+    training mode BatchNorm needs more than one value per channel)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from training.vision.models import build_model
+
+    with torch.device("meta"):  # shapes only: nothing is computed or allocated
+        net = build_model(model, classes)
+        images = torch.randn(2, 3, size, size)
+    with FlopCounterMode(display=False) as counter:
+        net(images).sum().backward()
+    return counter.get_total_flops() / 2
+
+
+def _ratio(ours: list, theirs: list, key: str) -> dict:
+    pairs = [a[key] / b[key] for a, b in zip(ours, theirs, strict=True) if a.get(key) and b.get(key)]
+    if not pairs:
+        return {"pairs": [], "median": None, "min": None, "max": None}
+    return {"pairs": pairs, "median": statistics.median(pairs), "min": min(pairs), "max": max(pairs)}
+
+
 def make_record(
-    flags: list[str], env: dict, peaks: dict, spec: dict, config: dict, precision: str, ours: list, theirs: list
+    flags: list[str],
+    env: dict,
+    peaks: dict,
+    spec: dict,
+    config: dict,
+    precision: str,
+    ours: list,
+    theirs: list,
+    ceiling: list | None = None,
 ) -> dict:
-    """The results file's content: the machine, the job, both sides' summaries per repeat and the ratios."""
+    """The results file's content: the machine, the job, both sides' summaries per repeat and the ratios; for
+    vision also the on-device runs (`ceiling`) and the JPEG pipeline's share of that ceiling."""
     world, flops = job_shape(spec, config)
-    ratios = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(ours, theirs, strict=True)]
-    walls = [
-        a["tokens_per_s_wall"] / b["tokens_per_s_wall"]
-        for a, b in zip(ours, theirs, strict=True)
-        if a.get("tokens_per_s_wall") and b.get("tokens_per_s_wall")
-    ]
-    return {
-        "what": "invoke bench train: trainkit (invoke train, local) against the bare FSDP2 loop of "
-        "training/bench/reference.py on the same run folder; medians over the steady steps of each run",
+    vision = "num_classes" in config
+    unit = "images" if vision else "tokens"
+    job = {
+        "model": spec["model"]["name"],
+        "global_batch_size": spec["optimisation"]["global_batch_size"],
+        "micro_batch_size": spec["optimisation"]["micro_batch_size"],
+        "processes": world,
+        "precision": precision,
+        "sharding": spec["parallelism"]["sharding"],
+        "steps": spec["optimisation"]["steps"],
+    }
+    if vision:
+        job |= {"image_size": spec["data"]["image_size"], "loader_workers": spec["data"]["loader_workers"]}
+        job |= {"flops_per_image": flops}
+    else:
+        job |= {"layers": config["num_hidden_layers"], "seq_len": spec["data"]["seq_len"], "flops_per_token": flops}
+    reference = (
+        "the bare DDP loop of training/bench/vision_reference.py"
+        if vision
+        else ("the bare FSDP2 loop of training/bench/reference.py")
+    )
+    record = {
+        "what": f"invoke bench train: trainkit (invoke train, local) against {reference} on the same run folder; "
+        "medians over the steady steps of each run",
         "measured": time.strftime("%Y-%m-%d", time.gmtime()),
         "command": "invoke bench train " + " ".join(flags),
         **env,
-        "job": {
-            "model": spec["model"]["name"],
-            "layers": config["num_hidden_layers"],
-            "seq_len": spec["data"]["seq_len"],
-            "global_batch_size": spec["optimisation"]["global_batch_size"],
-            "micro_batch_size": spec["optimisation"]["micro_batch_size"],
-            "processes": world,
-            "precision": precision,
-            "sharding": spec["parallelism"]["sharding"],
-            "steps": spec["optimisation"]["steps"],
-            "flops_per_token": flops,
-        },
+        "job": job,
         "peak_tflops": {"datasheet_bf16": peaks["datasheet"], "measured_bf16_matmul": peaks["measured"]},
         "trainkit": ours,
         "reference": theirs,
-        # per pair, on the median step's tokens/s, and on the steady window's wall-clock tokens/s (the fairer one:
-        # it includes what each loop does between steps)
-        "ratio": {"pairs": ratios, "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
-        "ratio_wall": {
-            "pairs": walls,
-            "median": statistics.median(walls) if walls else None,
-            "min": min(walls) if walls else None,
-            "max": max(walls) if walls else None,
-        },
+        # per pair, on the median step's rate, and on the steady window's wall-clock rate (it includes what each
+        # loop does between steps)
+        "ratio": _ratio(ours, theirs, f"{unit}_per_s"),
+        "ratio_wall": _ratio(ours, theirs, f"{unit}_per_s_wall"),
     }
+    if ceiling is not None:
+        record["synthetic_input"] = ceiling
+        # the JPEG pipeline (decode, augment, copy) against on-device input, per repeat: 1 - this is its cost
+        record["input_pipeline"] = _ratio(ours, ceiling, "images_per_s")
+    return record
 
 
 def bench(flags: list[str], repeats: int, output: str | None, workdir: str | None = None) -> tuple[Path, list[str]]:
@@ -238,38 +298,61 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
 
     if repeats < 1:
         raise SpecError(f"--repeats {repeats}: at least 1")
-    precheck(flags)
+    family = precheck(flags)
+    unit = UNITS[family][1]
     env = environment()
     runs = Path(workdir or tempfile.mkdtemp(prefix="trainkit-bench-"))
     runs.mkdir(parents=True, exist_ok=True)
     peaks = {"datasheet": peak_tflops_for_device(env["device"]["name"]), "measured": measured_peak()}
-    ours, theirs, lines = [], [], []
+    ours, theirs, ceiling, lines = [], [], [], []
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())  # a reused --workdir keeps its earlier runs
-    for repeat in range(repeats):
-        run, steps, memory = run_trainkit([*flags, "--log-interval", "1"], runs, f"bench-{stamp}-{repeat}")
+
+    def trainkit_run(extra: list[str], run_id: str) -> tuple[dict, dict, dict]:
+        run, steps, memory = run_trainkit([*flags, *extra, "--log-interval", "1"], runs, run_id)
         spec = json.loads((run / SPEC_FILE).read_text())
         config = json.loads((run / MODEL_CONFIG).read_text())
         world, flops = job_shape(spec, config)
-        ours.append(summarise(steps, world, flops, peaks, memory))
         for weights in ("checkpoints", "model"):  # a bench needs the metrics and logs, not GBs of weights
             shutil.rmtree(run / weights, ignore_errors=True)
-        reference = run_reference(run, spec["parallelism"]["nproc"], runs / f"reference-{stamp}-{repeat}.json")
-        theirs.append(summarise(reference["steps"], world, flops, peaks, reference["peak_memory_bytes"]))
-        ratio = ours[-1]["tokens_per_s_wall"] / theirs[-1]["tokens_per_s_wall"]
-        lines.append(
-            f"pair {repeat + 1}: trainkit {ours[-1]['tokens_per_s_wall']:,.0f} tok/s, reference "
-            f"{theirs[-1]['tokens_per_s_wall']:,.0f} tok/s (steady window, wall clock), ratio {ratio:.3f}"
+        return summarise(steps, world, flops, peaks, memory, family), spec, config
+
+    for repeat in range(repeats):
+        summary, spec, config = trainkit_run([], f"bench-{stamp}-{repeat}")
+        ours.append(summary)
+        world, flops = job_shape(spec, config)
+        run = runs / f"bench-{stamp}-{repeat}"
+        out = runs / f"reference-{stamp}-{repeat}.json"
+        reference = run_reference(run, spec["parallelism"]["nproc"], out, family)
+        theirs.append(summarise(reference["steps"], world, flops, peaks, reference["peak_memory_bytes"], family))
+        key = f"{unit}_per_s_wall"
+        line = (
+            f"pair {repeat + 1}: trainkit {ours[-1][key]:,.0f} {unit}/s, reference {theirs[-1][key]:,.0f} {unit}/s "
+            f"(steady window, wall clock), ratio {ours[-1][key] / theirs[-1][key]:.3f}"
         )
-    record = make_record(flags, env, peaks, spec, config, reference["precision"], ours, theirs)
-    ratios = record["ratio_wall"]["pairs"]
+        if family == "vision":
+            ceiling.append(trainkit_run(["--synthetic"], f"bench-{stamp}-{repeat}-synthetic")[0])
+            share = ours[-1]["images_per_s"] / ceiling[-1]["images_per_s"]
+            line += f"; JPEG pipeline {share:.0%} of on-device input ({ceiling[-1]['images_per_s']:,.0f} images/s)"
+        lines.append(line)
+    record = make_record(
+        flags, env, peaks, spec, config, reference["precision"], ours, theirs, ceiling if family == "vision" else None
+    )
+    ratio = record["ratio" if family == "vision" else "ratio_wall"]
     model = spec["model"]["name"]
     path = Path(output or f"benchmarks/{model}-{device_slug(env)}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
-    spread = f"{min(ratios):.3f}-{max(ratios):.3f}" if len(ratios) > 1 else "one pair"
+    spread = f"{ratio['min']:.3f}-{ratio['max']:.3f}" if len(ratio["pairs"]) > 1 else "one pair"
+    basis = "median step" if family == "vision" else "wall clock"
     lines.append(
-        f"trainkit / reference (wall clock): {statistics.median(ratios):.3f} (median of {len(ratios)}; {spread}) on "
+        f"trainkit / reference ({basis}): {ratio['median']:.3f} (median of {len(ratio['pairs'])}; {spread}) on "
         f"{env['device']['name']} x {record['job']['processes']} processes"
     )
+    if family == "vision":
+        pipeline = record["input_pipeline"]
+        lines.append(
+            f"input pipeline: JPEG images/s = {pipeline['median']:.0%} of on-device input (median; the pipeline "
+            f"costs {1 - pipeline['median']:.0%})"
+        )
     lines.append(f"results: {path} (runs and logs in {runs})")
     return path, lines

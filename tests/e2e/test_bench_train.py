@@ -38,3 +38,30 @@ def test_one_pair_on_cpu_writes_both_sides_and_their_ratio(train_bench_pair):
     (run,) = [p for p in workdir.glob("bench-*") if p.is_dir()]
     assert (run / "metrics.jsonl").is_file() and not (run / "checkpoints").exists() and not (run / "model").exists()
     assert f"results: {output}" in result.stdout and "trainkit / reference (wall clock):" in result.stdout
+
+
+def test_one_vision_pair_on_cpu_writes_the_reference_ratio_and_the_input_pipelines_share(train_bench_pair):
+    """`invoke bench train --model resnet-tiny --steps 10 --repeats 1`, after the language-model pair: trainkit on
+    the run's JPEG tree, the bare DDP loop on the same tree, trainkit on on-device synthetic input."""
+    result, folder = train_bench_pair
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads((folder / "vision.json").read_text())
+    assert record["job"]["model"] == "resnet-tiny" and record["job"]["processes"] == 2
+    assert record["job"]["flops_per_image"] > 0 and record["job"]["sharding"] == "NO_SHARD"
+    (ours,), (theirs,), (ceiling,) = record["trainkit"], record["reference"], record["synthetic_input"]
+    for side in (ours, theirs, ceiling):
+        assert side["steps_timed"] == 9 and side["images_per_s"] > 0 and side["peak_memory_bytes"] > 0
+        assert side["breakdown_s"]["forward_backward"] > 0 and side["breakdown_s"]["optimizer"] > 0
+        assert math.isfinite(side["first_loss"]) and side["last_loss"] < side["first_loss"]  # each really trained
+    assert ceiling["breakdown_s"]["input_wait"] < 0.01  # on-device input: nothing to wait for
+    assert record["ratio"]["pairs"] == [pytest.approx(ours["images_per_s"] / theirs["images_per_s"])]
+    assert record["input_pipeline"]["pairs"] == [pytest.approx(ours["images_per_s"] / ceiling["images_per_s"])]
+    # the reference's own loop: its per-step file, over the same JPEG tree trainkit's run made
+    (reference,) = (folder / "vision-runs").glob("reference-*.json")
+    data = json.loads(reference.read_text())
+    assert data["what"].startswith("bare DDP reference") and [s["step"] for s in data["steps"]] == list(range(1, 11))
+    runs = sorted(p.name for p in (folder / "vision-runs").glob("bench-*") if p.is_dir())
+    assert len(runs) == 2 and runs[1].endswith("-synthetic")
+    synthetic = json.loads((folder / "vision-runs" / runs[1] / "spec.json").read_text())
+    assert synthetic["data"]["synthetic"] is True
+    assert "input pipeline: JPEG images/s =" in result.stdout and f"results: {folder / 'vision.json'}" in result.stdout

@@ -1,10 +1,11 @@
-"""One `invoke bench train` pair on CPU, in the background from the start of the session
-(tests/helpers/background.py): ~40 s on 2 cores on its own, mostly process start-ups. tests/e2e/test_bench_train.py
-reads what it wrote.
+"""One `invoke bench train` pair on CPU for llama2-tiny and one for resnet-tiny, in the background from the start
+of the session (tests/helpers/background.py): ~40 s + ~45 s on 2 cores on their own, mostly process start-ups.
+tests/e2e/test_bench_train.py reads what they wrote.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -15,10 +16,14 @@ MODULE = "test_bench_train.py"
 
 
 def start() -> Background:
-    command = [str(BIN / "invoke"), "bench", "train", "--model", "llama2-tiny", "--steps", "10", "--repeats", "1"]
-    return Background("train-bench", [*command, "--output", "{root}/bench.json", "--workdir", "{root}/runs"], 900)
+    """The language-model pair, then the vision one (trainkit on JPEGs, the DDP reference, trainkit on-device)."""
+    bench = [str(BIN / "invoke"), "bench", "train", "--steps", "10", "--repeats", "1"]
+    llm = [*bench, "--model", "llama2-tiny", "--output", "{root}/bench.json", "--workdir", "{root}/runs"]
+    vision = [*bench, "--model", "resnet-tiny", "--output", "{root}/vision.json", "--workdir", "{root}/vision-runs"]
+    script = f"{shlex.join(llm)} && {shlex.join(vision)}"
+    return Background("train-bench", ["bash", "-c", script], 1200)
 
 
 def result(bench: Background) -> tuple[subprocess.CompletedProcess, Path]:
-    """(the command's result, its folder: bench.json and runs/)."""
+    """(both commands' result, their folder: bench.json and runs/, vision.json and vision-runs/)."""
     return bench.result(), bench.root

@@ -68,11 +68,42 @@ def test_the_ratio_is_trainkit_over_reference_per_pair():
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--model", "resnet-tiny"], "vision is not benched yet"),
+        (["--model", "resnet-tiny", "--sharding", "FULL_SHARD"], "trains data-parallel (NO_SHARD)"),
+        (["--model", "resnet-tiny", "--synthetic"], "runs both inputs itself"),
         (["--activation-checkpointing", "--sharding", "NO_SHARD"], "FSDP2 (FULL_SHARD or SHARD_GRAD_OP)"),
     ],
 )
 def test_what_the_reference_cannot_run_is_refused_before_any_run(flags, message):
     with pytest.raises(SpecError, match=re.escape(message)):
         benchtrain.precheck(flags)
-    benchtrain.precheck(["--model", "llama2-tiny", "--activation-checkpointing"])  # fine
+    assert benchtrain.precheck(["--model", "llama2-tiny", "--activation-checkpointing"]) == "llama"
+    assert benchtrain.precheck(["--model", "resnet-tiny"]) == "vision"
+
+
+def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipelines_share():
+    records = [{**step, "samples_per_s": step["tokens_per_s"] / 10} for step in steps(20)]
+    summary = benchtrain.summarise(records, 2, 1e8, {"datasheet": None, "measured": None}, 1, "vision")
+    assert summary["images_per_s"] == 10.0 and summary["images_per_s_per_device"] == 5.0
+    assert summary["images_per_s_wall"] == pytest.approx(8.0) and summary["mfu_datasheet"] is None
+    spec = {
+        "model": {"name": "resnet-tiny"},
+        "data": {"image_size": 32, "loader_workers": 1},
+        "optimisation": {"global_batch_size": 40, "micro_batch_size": 20, "steps": 12},
+        "parallelism": {"nodes": 1, "nproc": 2, "sharding": "NO_SHARD"},
+    }
+    env = {"device": {"name": "cpu", "count": 1, "kind": "cpu"}, "versions": {}}
+    ours = [{"images_per_s": 90.0, "images_per_s_wall": 50.0}, {"images_per_s": 120.0, "images_per_s_wall": 60.0}]
+    theirs = [{"images_per_s": 100.0, "images_per_s_wall": 100.0}, {"images_per_s": 100.0, "images_per_s_wall": 80.0}]
+    ceiling = [{"images_per_s": 100.0}, {"images_per_s": 150.0}]
+    peaks = {"datasheet": None, "measured": None}
+    record = benchtrain.make_record([], env, peaks, spec, {"num_classes": 10}, "fp32", ours, theirs, ceiling)
+    assert record["ratio"] == {"pairs": [0.9, 1.2], "median": 1.05, "min": 0.9, "max": 1.2}
+    assert record["input_pipeline"]["pairs"] == [0.9, 0.8] and record["synthetic_input"] == ceiling
+    assert record["job"]["image_size"] == 32 and record["job"]["flops_per_image"] == pytest.approx(104_036_352)
+    assert "DDP loop of training/bench/vision_reference.py" in record["what"]
+
+
+def test_training_flops_per_image_are_three_times_torchvisions_published_forward_count():
+    # torchvision's ResNet50_Weights.IMAGENET1K_V1 meta: 4.089 GFLOPS (multiply-adds) per 224 x 224 image forward
+    flops = benchtrain.vision_flops_per_image("resnet50", 1000, 224)
+    assert flops == pytest.approx(3 * 2 * 4.089e9, rel=0.01)

@@ -17,11 +17,7 @@ wall clock after it; rank 0 writes every step's times and loss to --out.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -29,10 +25,8 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from training.common.distributed import resolve_precision
-from training.common.files import publish_text
-from training.common.job import MODEL_CONFIG, data_source, read_job
-from training.common.run import peak_memory_bytes, synchronize
+from training.bench import timing
+from training.common.job import MODEL_CONFIG, data_source
 from training.llm.data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
 from training.llm.model import build_model
 from training.llm.tokenizer import load_tokenizer
@@ -41,22 +35,11 @@ SHARDED = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}  # strategy -> reshard_af
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=Path, help="spec.json of a run folder trainkit prepared")
-    parser.add_argument("--out", required=True, type=Path)
-    args = parser.parse_args(argv)
-    job, run_dir = read_job(args.spec), args.spec.parent
+    ctx = timing.setup(argv, __doc__.splitlines()[0])
+    job, run_dir, gpu, device, bf16 = ctx.job, ctx.run_dir, ctx.gpu, ctx.device, ctx.bf16
     if job.parallelism.sharding not in SHARDED:
         raise SystemExit(f"the reference shards with FSDP2 only ({', '.join(SHARDED)}), not {job.parallelism.sharding}")
-
-    gpu = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if gpu:
-        torch.cuda.set_device(local_rank)
-    device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
-    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
     rank, world = dist.get_rank(), dist.get_world_size()
-    bf16 = resolve_precision(job.parallelism.precision) == "bf16"  # what trainkit's Accelerator gets
 
     records = load_records(data_source(job, run_dir), job.data.dataset_split)
     dataset = PackedDataset.pack(*tokenize_examples(records, load_tokenizer("byte")), job.data.seq_len)
@@ -106,40 +89,16 @@ def main(argv: list[str] | None = None) -> int:
             )
             (loss / len(batches)).backward()
             loss_sum += loss.detach() / len(batches)
-        synchronize()
-        optimizer_started = time.perf_counter()
-        if opt.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), opt.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        synchronize()
-        optimizer_s = time.perf_counter() - optimizer_started
+        optimizer_s = timing.optimizer_phase(model, optimizer, opt.grad_clip)
         dist.all_reduce(loss_sum)
-        loss_value = loss_sum.item() / world
-        step_s = time.perf_counter() - started
-        steps.append(
-            {
-                "step": step + 1,
-                "loss": loss_value,
-                "step_time_s": step_s,
-                "data_wait_s": data_s,
-                "optimizer_s": optimizer_s,
-                "tokens_per_s": opt.global_batch_size * job.data.seq_len / step_s,
-                "time": time.time(),
-            }
-        )
-    if rank == 0:
-        record = {
-            "what": "bare FSDP2 reference loop (training/bench/reference.py)",
-            "world_size": world,
-            "precision": "bf16" if bf16 else "fp32",
-            "reshard_after_forward": SHARDED[job.parallelism.sharding],
-            "peak_memory_bytes": peak_memory_bytes(),
-            "steps": steps,
-        }
-        publish_text(args.out, json.dumps(record, indent=2) + "\n")
-    dist.barrier()  # no rank tears its process group down while rank 0 still writes (gloo aborted there once)
-    dist.destroy_process_group()
+        rate = {"tokens_per_s": opt.global_batch_size * job.data.seq_len}
+        steps.append(timing.step_record(step + 1, loss_sum.item() / world, started, data_s, optimizer_s, rate))
+    what = {
+        "what": "bare FSDP2 reference loop (training/bench/reference.py)",
+        "precision": "bf16" if bf16 else "fp32",
+        "reshard_after_forward": SHARDED[job.parallelism.sharding],
+    }
+    timing.finish(ctx.out, what, steps)
     return 0
 
 

@@ -15,7 +15,7 @@ from accelerate.utils import set_seed
 
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.job import MODEL_CONFIG, Job, data_source
-from training.common.run import RunContext, current_nodes, peak_memory_bytes
+from training.common.run import RunContext, current_nodes, peak_memory_bytes, synchronize
 from training.common.sampling import StepSampler, micro_steps
 from training.common.schedule import lr_multiplier
 
@@ -125,8 +125,9 @@ class VisionTrainer:
 
     # ------------------------------------------------------------------ stages
 
-    def train_step(self, step: int, batches) -> tuple[float, float, float]:
-        """One optimizer step over the global batch; returns (mean loss, grad norm, seconds waiting for data)."""
+    def train_step(self, step: int, batches) -> tuple[float, float, float, float]:
+        """One optimizer step over the global batch; returns (mean loss, grad norm, seconds waiting for data,
+        optimizer seconds: clipping, the optimizer and scheduler steps, the device synchronised at both ends)."""
         waited = time.perf_counter()
         micro = [next(batches) for _ in range(self.micro_per_step)]
         data_wait = time.perf_counter() - waited
@@ -145,14 +146,18 @@ class VisionTrainer:
                 )
                 self.accelerator.backward(loss * scale)
             loss_sum += loss.detach() * scale
+        synchronize()
+        optimizer_started = time.perf_counter()
         grad_norm = torch.zeros(())
         if self.job.optimisation.grad_clip > 0:
             grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        synchronize()
+        optimizer_s = time.perf_counter() - optimizer_started
         dist.all_reduce(loss_sum)
-        return (loss_sum / self.world).item(), float(grad_norm), data_wait
+        return (loss_sum / self.world).item(), float(grad_norm), data_wait, optimizer_s
 
     def _sync_buffers(self) -> None:
         """BatchNorm statistics from rank 0 on every rank, so evaluation and checkpoints agree."""
@@ -203,7 +208,17 @@ class VisionTrainer:
             raise RuntimeError(f"data-parallel replicas hold different weights ({digests}): gradients are not averaged")
         return digests
 
-    def log(self, step: int, loss: float, grad_norm: float, lr: float, step_time: float, data_wait: float, extra):
+    def log(
+        self,
+        step: int,
+        loss: float,
+        grad_norm: float,
+        lr: float,
+        step_time: float,
+        data_wait: float,
+        extra,
+        optimizer_s: float | None = None,
+    ):
         record = {
             "step": step,
             "epoch": (step - 1) // self.steps_per_epoch,
@@ -213,6 +228,7 @@ class VisionTrainer:
             "samples_per_s": self.job.optimisation.global_batch_size / step_time,
             "step_time_s": step_time,
             "data_wait_s": data_wait,
+            "optimizer_s": optimizer_s,
             "peak_memory_bytes": peak_memory_bytes(),
             "samples_seen": step * self.job.optimisation.global_batch_size,
             **extra,
@@ -235,7 +251,7 @@ class VisionTrainer:
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]
             started = time.perf_counter()
-            loss, grad_norm, data_wait = self.train_step(step, batches)
+            loss, grad_norm, data_wait, optimizer_s = self.train_step(step, batches)
             run.check_finite(step + 1, loss, grad_norm)
             elapsed = time.perf_counter() - started
             done = step + 1
@@ -247,7 +263,7 @@ class VisionTrainer:
                 self.replica_digests()
                 extra.update(evaluation)
             if done % job.run.log_interval == 0 or epoch_end:
-                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, extra)
+                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, extra, optimizer_s)
                 bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{record['samples_per_s']:.0f}")
             first = False
             bar.update(1)
