@@ -14,9 +14,10 @@ all-reduce 2(k-1)/k of the payload, k participants), at the node level across no
 
 overlap (the stated assumption): collectives run under compute that does not depend on them — FSDP's under
 forward and backward (prefetched all-gathers, reduce-scatters behind the next layer's backward), DDP's bucketed
-all-reduce under the last micro batch's backward (2/3 of that micro batch's compute) — and what does not fit in that window is exposed. One unit
-of communication can never hide: the first all-gather and last reduce-scatter of FSDP (the largest unit: a
-decoder layer or the embedding/LM head), DDP's last gradient bucket (25 MiB, torch's default bucket_cap_mb).
+all-reduce under the last micro batch's backward (2/3 of that micro batch's compute) — and what does not fit in
+that window is exposed. One unit of communication can never hide: the first all-gather and last reduce-scatter
+of FSDP (the largest unit: a decoder layer or the embedding/LM head), DDP's last gradient bucket (25 MiB, torch's
+default bucket_cap_mb).
 
 Weak scaling, as published scaling tables measure it: every GPU keeps its micro batch and gradient accumulation
 from the one-node plan, the global batch grows with the nodes. Efficiency at n nodes = per-GPU throughput at n

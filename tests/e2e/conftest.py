@@ -13,8 +13,9 @@ from trainkit.services import free_port_pair
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> Path:
-    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session."""
+def tiny_make_train(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The first-contact command, `make train MODEL=llama2-tiny`, run once for the session: (its run folder,
+    what it printed)."""
     runs = tmp_path_factory.mktemp("tiny")
     port = free_port_pair()
     result = subprocess.run(
@@ -25,4 +26,10 @@ def tiny_run(tmp_path_factory) -> Path:
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(runs)
+    return only_run_dir(runs), result
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_make_train) -> Path:
+    """The run folder of the session's `make train MODEL=llama2-tiny`."""
+    return tiny_make_train[0]

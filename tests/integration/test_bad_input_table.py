@@ -52,6 +52,11 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "sharding": ((), ("--sharding", "ZERO"), "--sharding"),
     "precision": ((), ("--precision", "fp8"), "--precision"),
     "activation_checkpointing": ((), ("--activation-checkpointing", "maybe"), "--activation-checkpointing"),
+    "ac_every": ((), ("--ac-every", "0"), "--ac-every"),
+    "prefetch": ((), ("--prefetch", "-1"), "--prefetch"),
+    "reshard_last_layer": ((), ("--reshard-last-layer", "maybe"), "--reshard-last-layer"),
+    "reduce_dtype": ((), ("--reduce-dtype", "fp16"), "--reduce-dtype"),
+    "attention": ((), ("--attention", "xformers"), "--attention"),
     "checkpoint_interval": ((), ("--checkpoint-interval", "-1"), "--checkpoint-interval"),
     "keep_checkpoints": ((), ("--keep-checkpoints", "0"), "--keep-checkpoints"),
     "max_restarts": ((), ("--max-restarts", "-1"), "--max-restarts"),
@@ -80,9 +85,10 @@ PLAN: dict[str, tuple[tuple[str, ...], str]] = {
     "mfu": (("--mfu", "1.5"), "--mfu"),
     "price_per_hour": (("--price-per-hour", "-3"), "--price-per-hour"),
     "epoch_tokens": (("--epoch-tokens", "0"), "--epoch-tokens"),
+    "output": (("--scaling", "--output", "/proc/trainkit/scaling"), "--output"),
 }
-PLAN_OWN = ("gpus_per_node", "mfu", "price_per_hour", "epoch_tokens")  # besides the job's fields
-VALUELESS = {"json"}  # `invoke plan --json` takes no value
+PLAN_OWN = ("gpus_per_node", "mfu", "price_per_hour", "epoch_tokens", "output")  # besides the job's fields
+VALUELESS = {"json", "scaling", "published"}  # `invoke plan --json` and the like take no value
 
 
 def test_the_tables_cover_every_option():

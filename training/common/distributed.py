@@ -47,6 +47,7 @@ def make_accelerator(
     layer_cls: str | None = None,
     nodes: int = 1,
     collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S,
+    reduce_dtype: str | None = None,
 ) -> Accelerator:
     """The job's Accelerator; NO_SHARD (DDP, the vision workload) needs only the precision.
 
@@ -71,6 +72,7 @@ def make_accelerator(
         activation_checkpointing=activation_checkpointing,
         # Rank 0's weights are broadcast into every rank's shards (the others build shapes only).
         cpu_ram_efficient_loading=True,
+        mixed_precision_policy=mixed_precision_policy(kwargs["mixed_precision"], reduce_dtype),
     )
     if sharding == "HYBRID_SHARD":
         from accelerate.parallelism_config import ParallelismConfig
@@ -83,6 +85,14 @@ def make_accelerator(
     if accelerator.distributed_type != DistributedType.FSDP and accelerator.num_processes > 1:
         raise ShardingError(f"asked for FSDP but Accelerate set up {accelerator.distributed_type}")
     return accelerator
+
+
+def mixed_precision_policy(mixed_precision: str, reduce_dtype: str | None) -> dict | None:
+    """FSDP2's policy when the reduction dtype is not Accelerate's default (which is the compute dtype); None
+    leaves Accelerate's policy (bf16 parameters, reductions and outputs under bf16; none in fp32)."""
+    if mixed_precision != "bf16" or reduce_dtype in (None, "bf16"):
+        return None
+    return {"param_dtype": torch.bfloat16, "reduce_dtype": torch.float32, "output_dtype": torch.bfloat16}
 
 
 def _enable_fsdp_on_cpu(plugin: FullyShardedDataParallelPlugin) -> None:

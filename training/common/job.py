@@ -281,6 +281,43 @@ class ParallelismOptions:
         "Recompute each decoder layer's activations in backward; default from the model recipe.",
         family="llama",
     )
+    ac_every: int | None = option(
+        None,
+        "With activation checkpointing on: recompute every K-th decoder layer only (selective); default 1: all.",
+        minimum=1,
+        trains=False,
+        family="llama",
+    )
+    prefetch: int | None = option(
+        None,
+        "FSDP2 explicit prefetch: each decoder layer starts the all-gathers of the next N layers in forward (the "
+        "previous N in backward); default 0: FSDP2's implicit one-ahead.",
+        minimum=0,
+        trains=False,
+        family="llama",
+    )
+    reshard_last_layer: bool | None = option(
+        None,
+        "false: keep the last decoder layer's gathered weights from forward into backward (one all-gather less "
+        "per step, one layer of weights more in memory); default true.",
+        trains=False,
+        family="llama",
+    )
+    reduce_dtype: str | None = option(
+        None,
+        "Under bf16, the dtype FSDP2 reduce-scatters gradients in: `bf16` (default, Accelerate's) or `fp32`.",
+        choices=("bf16", "fp32"),
+        trains=False,  # rounding only: a run may resume with another
+        family="llama",
+    )
+    attention: str | None = option(
+        None,
+        "Attention kernel: `sdpa` (default: PyTorch picks), `flash` (FlashAttention only; fails where it cannot "
+        "run) or `math` (the reference kernel).",
+        choices=("sdpa", "flash", "math"),
+        trains=False,  # rounding only: a run may resume with another
+        family="llama",
+    )
 
 
 @dataclass

@@ -22,6 +22,7 @@ from training.common.run import RunContext, current_nodes, peak_memory_bytes, sy
 from training.common.sampling import StepSampler
 from training.common.schedule import lr_multiplier
 
+from . import fast_paths
 from .data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
 from .model import DECODER_LAYER, build_model, consolidated_copy
 from .tokenizer import load_tokenizer
@@ -33,13 +34,16 @@ class Trainer:
         self.run_dir = run_dir
         set_seed(job.run.seed)
         self.nodes = current_nodes(job.parallelism.nodes)
+        parallel = job.parallelism
+        selective = bool(parallel.activation_checkpointing) and (parallel.ac_every or 1) > 1
         self.accelerator = acc = make_accelerator(
-            job.parallelism.sharding,
-            job.parallelism.precision,
-            job.parallelism.activation_checkpointing,
+            parallel.sharding,
+            parallel.precision,
+            parallel.activation_checkpointing and not selective,  # selective: wrapped here, before prepare
             DECODER_LAYER,
             self.nodes,
             job.elastic.collective_timeout,
+            parallel.reduce_dtype,
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         pretrained = job.model.init == "pretrained"
@@ -53,9 +57,9 @@ class Trainer:
             model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
-        if (
-            job.parallelism.activation_checkpointing and job.parallelism.sharding == "NO_SHARD"
-        ):  # FSDP applies it in prepare
+        if selective:
+            fast_paths.checkpoint_every(model, parallel.ac_every)
+        elif parallel.activation_checkpointing and parallel.sharding == "NO_SHARD":  # FSDP applies it in prepare
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         on_gpu = torch.cuda.is_available()
         optimizer = torch.optim.AdamW(
@@ -67,6 +71,8 @@ class Trainer:
             foreach=None if on_gpu else True,
         )
         self.model, self.optimizer = acc.prepare(model, optimizer)
+        fast_paths.schedule(self.model, parallel.prefetch or 0, parallel.reshard_last_layer is not False)
+        self.fast_paths = fast_paths.taken(self.model, parallel.attention or "sdpa")
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer.optimizer,
             lambda step: lr_multiplier(
@@ -141,7 +147,8 @@ class Trainer:
         loss_sum = torch.zeros((), device=device)
         for index, (inputs, labels) in enumerate(batches):
             with self._gradient_sync_only_if(index == len(batches) - 1):
-                logits = self.model(input_ids=inputs).logits
+                with fast_paths.attention(self.job.parallelism.attention or "sdpa"):
+                    logits = self.model(input_ids=inputs).logits
                 token_loss = F.cross_entropy(
                     logits[:, :-1].flatten(0, 1).float(),
                     labels[:, 1:].flatten(),
@@ -247,6 +254,7 @@ class Trainer:
             {
                 "truncated": job.model.truncated_label,
                 "sharding": self.sharding_report,
+                "fast_paths": self.fast_paths,
                 "hf_model_dir": str(exported) if exported else None,
                 "peak_tflops": self.peak_tflops,
             },

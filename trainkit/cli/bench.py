@@ -13,7 +13,8 @@ CHAOS_HELP = {
 }
 BENCHMARKS = ("elastic", "train")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
-TRAIN_FLAGS += ("sharding", "activation_checkpointing")
+TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
+TRAIN_FLAGS += ("attention",)
 
 
 @task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
@@ -45,6 +46,11 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "precision": "train: as for invoke train (auto, bf16, fp32).",
         "sharding": "train: FULL_SHARD (default) or SHARD_GRAD_OP (the reference is FSDP2 only).",
         "activation-checkpointing": "train: as for invoke train.",
+        "ac-every": "train: as for invoke train (trainkit's side; the reference stays plain).",
+        "prefetch": "train: as for invoke train (trainkit's side; the reference stays plain).",
+        "reshard-last-layer": "train: as for invoke train (trainkit's side; the reference stays plain).",
+        "reduce-dtype": "train: as for invoke train (trainkit's side; the reference stays plain).",
+        "attention": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "workdir": "train: where the runs go (default: a new temporary directory).",
     },
 )
@@ -68,10 +74,16 @@ def bench(
     precision=None,
     sharding=None,
     activation_checkpointing=False,
+    ac_every=None,
+    prefetch=None,
+    reshard_last_layer=None,
+    reduce_dtype=None,
+    attention=None,
     workdir=None,
 ):
     """Run a benchmark and write its results file. elastic: recovery from every fault on both backends. train:
-    trainkit's throughput against a bare FSDP2 loop on the same job, with MFU and a step-time breakdown."""
+    trainkit's throughput against a bare FSDP2 loop (vision: DDP, and the JPEG pipeline against on-device input)
+    on the same job, with MFU and a step-time breakdown."""
     from .. import chaos as harness
 
     if what not in BENCHMARKS:

@@ -97,6 +97,10 @@ def _plan(
     if scaling:
         result = make_scaling(job, options)
         base = Path(output or f"runs/plan/scaling-{job.model.name}-{result.plan.job.placement.instance_type}")
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise SpecError(f"--output {base}: cannot write there ({error.strerror}); give a writable path") from None
         png = scaling_png(result, base.with_suffix(".png"))
         base.with_suffix(".json").write_text(dumps(scaling_json(result), indent=2) + "\n")
         print(render_scaling(result))

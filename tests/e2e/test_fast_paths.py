@@ -1,0 +1,86 @@
+"""The FSDP2 fast paths (training/llm/fast_paths.py): each taken, and each holding the plain path's losses on CPU.
+
+Per path, in one torchrun of two processes (tests/helpers/fast_paths_check.py: the trainer's own pieces on a small
+Llama): what the prepared model holds, and its losses beside the plain path's. Then the trainer itself: one
+`invoke train` with every fast path on, its summary reporting what its model held, its losses those of the
+session's plain run; and one under bf16 with fp32 gradient reduction, within bf16's rounding of the plain run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke, only_run_dir, read_jsonl
+
+
+@pytest.fixture(scope="module")
+def paths():
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*command, "-m", "tests.helpers.fast_paths_check"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_each_fast_path_is_taken(paths):
+    plain = paths["plain"]["taken"]
+    assert plain["checkpointed_layers"] == [] and plain["reshard_after_forward"] == [True] * 4
+    assert plain["forward_prefetch"] == [0] * 4 and plain["param_dtype"] is None  # fp32: no policy
+    assert paths["selective_ac"]["taken"]["checkpointed_layers"] == [0, 2]  # every 2nd of 4 layers
+    assert paths["prefetch"]["taken"]["forward_prefetch"] == [2, 2, 1, 0]  # the next two, fewer at the end
+    assert paths["prefetch"]["taken"]["backward_prefetch"] == [0, 1, 2, 2]
+    assert paths["last_layer_kept"]["taken"]["reshard_after_forward"] == [True, True, True, False]
+    assert paths["flash"]["taken"]["attention"] == "flash"  # sdpa_kernel(FLASH_ATTENTION) raises where it cannot
+    assert (paths["bf16"]["taken"]["param_dtype"], paths["bf16"]["taken"]["reduce_dtype"]) == ("bfloat16",) * 2
+    fp32_reduce = paths["bf16_fp32_reduce"]["taken"]
+    assert (fp32_reduce["param_dtype"], fp32_reduce["reduce_dtype"]) == ("bfloat16", "float32")
+
+
+def test_each_fast_path_keeps_the_plain_paths_losses(paths):
+    plain = paths["plain"]["losses"]
+    for name in ("selective_ac", "prefetch", "last_layer_kept"):  # the same arithmetic, in another order or time
+        assert paths[name]["losses"] == plain, name
+    for name in ("flash", "math"):  # another kernel: fp32 rounding only
+        assert paths[name]["losses"] == pytest.approx(plain, abs=1e-5), name
+    # bf16 compute: within bf16's rounding of fp32; fp32 reductions within that of bf16 ones
+    assert paths["bf16"]["losses"] == pytest.approx(plain, abs=2e-3)
+    assert paths["bf16_fp32_reduce"]["losses"] == pytest.approx(paths["bf16"]["losses"], abs=2e-3)
+
+
+def _losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
+
+
+def test_the_trainer_takes_every_fast_path_and_keeps_the_plain_runs_losses(tiny_run, tmp_path):
+    flags = ["--steps", "6", "--metrics-port=0", "--activation-checkpointing", "true", "--ac-every", "2"]
+    flags += ["--prefetch", "1", "--reshard-last-layer", "false", "--attention", "flash"]
+    result = invoke("train", "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    taken = json.loads((run_dir / "summary.json").read_text())["fast_paths"]
+    layers = json.loads((run_dir / "model_config.json").read_text())["num_hidden_layers"]
+    assert layers == 4  # llama2-tiny
+    assert taken["checkpointed_layers"] == [0, 2] and taken["attention"] == "flash"
+    assert taken["forward_prefetch"] == [1, 1, 1, 0] and taken["backward_prefetch"] == [0, 1, 1, 1]
+    assert taken["reshard_after_forward"] == [True, True, True, False]
+    plain, fast = _losses(tiny_run), _losses(run_dir)
+    for step in range(1, 7):  # warm-up steps: the learning rate does not depend on the run's length
+        assert fast[step] == pytest.approx(plain[step], abs=1e-4), (step, fast[step], plain[step])
+
+
+def test_bf16_with_fp32_gradient_reduction_trains_within_bf16_rounding_of_the_plain_run(tiny_run, tmp_path):
+    flags = ["--steps", "4", "--metrics-port=0", "--precision", "bf16", "--reduce-dtype", "fp32"]
+    result = invoke("train", "--runs-dir", str(tmp_path), *flags)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    taken = json.loads((run_dir / "summary.json").read_text())["fast_paths"]
+    assert (taken["param_dtype"], taken["reduce_dtype"]) == ("bfloat16", "float32")
+    plain, fast = _losses(tiny_run), _losses(run_dir)
+    for step in range(1, 5):
+        assert fast[step] == pytest.approx(plain[step], abs=2e-2), (step, fast[step], plain[step])
