@@ -228,11 +228,19 @@ def bench_mfu(model: str, gpu: str, folder: Path) -> tuple[float, str] | None:
     path = Path(folder) / f"{model}-{gpu.lower()}.json"
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    values = [run["mfu_datasheet"] for run in data.get("trainkit", []) if run.get("mfu_datasheet")]
-    if not values:
+    try:
+        data = json.loads(path.read_text())
+        values = [float(run["mfu_datasheet"]) for run in data["trainkit"] if run.get("mfu_datasheet") is not None]
+        job = data.get("job", {})
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        raise SpecError(
+            f"{path} is not a results file of `invoke bench train` ({error!r}): move it away, rerun the bench, or "
+            "give --mfu"
+        ) from None
+    if not values or not all(0 < value <= 1 for value in values):
+        raise SpecError(f"{path}: its MFU values {values} are not in (0, 1]; rerun the bench or give --mfu")
+    if job.get("precision") != "bf16":  # the plan is for bf16 training on these GPUs
         return None
-    job = data.get("job", {})
     shape = f"{job.get('layers') or 'all'} layers, seq {job.get('seq_len')}, {data.get('measured', 'undated')}"
     return statistics.median(values), f"measured: {path}, median of {len(values)} runs ({shape})"
 
@@ -308,21 +316,34 @@ class ScalingPlan:
 
 
 def make_scaling(job: Job, options: PlanOptions | None = None, node_counts=scaling.NODE_COUNTS) -> ScalingPlan:
-    """Predictions on 1..64 nodes for each strategy; the per-GPU batch is the one-node plan's."""
+    """Predictions on 1..64 nodes for each strategy. The per-GPU batch is the one-node plan's: a given
+    --global-batch-size is the job's at its --nodes, so one node's share of it is planned."""
     job = copy.deepcopy(job)
+    nodes, o = job.parallelism.nodes, job.optimisation
+    if o.global_batch_size and o.global_batch_size % nodes:
+        raise SpecError(
+            f"--global-batch-size {o.global_batch_size} does not split over --nodes {nodes}; the scaling plan keeps "
+            "each GPU's batch, so give a multiple of the node count"
+        )
+    if o.global_batch_size:
+        o.global_batch_size //= nodes
     job.parallelism.nodes, job.parallelism.min_nodes = 1, None
     plan = make_plan(job, options)
-    fabric = scaling.fabric_for(plan.job.placement.instance_type)
+    gpus = plan.job.parallelism.nproc
+    fabric = replace(scaling.fabric_for(plan.job.placement.instance_type), per_node=gpus)
     shape = get_model(job.model.name).arch.truncated(job.model.layers).shape()
     tokens = plan.job.optimisation.micro_batch_size * plan.grad_accum_steps * plan.job.data.seq_len
     peak = PEAK_BF16_TFLOPS[fabric.accelerator] * 1e12
+    fp32 = plan.job.parallelism.precision == "fp32"  # auto: bf16 on these GPUs
     workload = scaling.Workload(
         params=plan.param_count,
         compute_s=tokens * plan.flops_per_token / (plan.options.mfu * peak),
         micro_batches=plan.grad_accum_steps,
         largest_unit=max(shape.params_per_layer(), shape.vocab * shape.hidden),
+        param_bytes=4 if fp32 else 2,
+        grad_bytes=4 if fp32 or plan.job.parallelism.reduce_dtype == "fp32" else 2,
+        ddp_grad_bytes=4,  # DDP keeps fp32 parameters and all-reduces their fp32 gradients
     )
-    gpus = plan.job.parallelism.nproc
     fits = {
         name: {
             n: memory_per_gpu(plan.job, name, n * gpus).total <= USABLE_FRACTION * plan.gpu_memory_bytes
@@ -442,8 +463,10 @@ def predicted_throughput(job: Job, world_sizes) -> dict[int, float] | None:
         return None
     one_node = copy.deepcopy(job)
     one_node.parallelism.nodes, one_node.parallelism.min_nodes, one_node.parallelism.nproc = 1, None, gpus
-    per_gpu = job.optimisation.global_batch_size // job.world_size if job.optimisation.global_batch_size else None
-    one_node.optimisation.global_batch_size = per_gpu * gpus if per_gpu else None
+    o = one_node.optimisation
+    per_gpu = o.global_batch_size // job.world_size if o.global_batch_size else None
+    if per_gpu:  # an elastic job's micro batch is sized for its smallest world: at most this world's share
+        o.global_batch_size, o.micro_batch_size = per_gpu * gpus, min(o.micro_batch_size or per_gpu, per_gpu)
     result = make_scaling(one_node, PlanOptions(), tuple(size // gpus for size in sizes))
     strategy = job.parallelism.sharding or "FULL_SHARD"
     return {point.nodes * gpus: result.tokens_per_s(point) for point in result.curves[strategy]}

@@ -123,7 +123,10 @@ def _prediction(run: RunFiles, points: dict[int, float]) -> dict[int, float] | N
     from .plan import predicted_throughput
 
     sizes = sorted(set(points) | {run.world_size})
-    return predicted_throughput(run.job, [*sizes, 2 * sizes[-1], 4 * sizes[-1]])  # and where it would go next
+    try:
+        return predicted_throughput(run.job, [*sizes, 2 * sizes[-1], 4 * sizes[-1]])  # and where it would go next
+    except SpecError:  # a job the planner would not plan (the report is about what ran)
+        return None
 
 
 def _scaling(axis, points: dict[int, float], unit: str, predicted: dict[int, float] | None = None) -> None:

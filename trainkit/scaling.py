@@ -12,12 +12,12 @@ by the node's network bandwidth, pipelined so the slower stage counts, plus a la
 inter-node tree. Bus volumes are those of nccl-tests' doc/PERFORMANCE.md (all-gather and reduce-scatter (k-1)/k,
 all-reduce 2(k-1)/k of the payload, k participants), at the node level across nodes.
 
-overlap (the stated assumption): collectives run under compute that does not depend on them — FSDP's under
-forward and backward (prefetched all-gathers, reduce-scatters behind the next layer's backward), DDP's bucketed
-all-reduce under the last micro batch's backward (2/3 of that micro batch's compute) — and what does not fit in
-that window is exposed. One unit of communication can never hide: the first all-gather and last reduce-scatter
-of FSDP (the largest unit: a decoder layer or the embedding/LM head), DDP's last gradient bucket (25 MiB, torch's
-default bucket_cap_mb).
+overlap (the stated assumption): collectives run under compute that does not depend on them: all of a step's
+communication under the step's compute (prefetched all-gathers, reduce-scatters behind the next layer's backward),
+and the gradients' collectives (reduced once per step: the trainer turns gradient sync off until the last micro
+batch) under the last micro batch's backward, 2/3 of its compute. What exceeds either window is exposed. One unit
+of communication can never hide: the first all-gather and last reduce-scatter of FSDP (the largest unit: a
+decoder layer or the embedding/LM head), DDP's last gradient bucket (25 MiB, torch's default bucket_cap_mb).
 
 Weak scaling, as published scaling tables measure it: every GPU keeps its micro batch and gradient accumulation
 from the one-node plan, the global batch grows with the nodes. Efficiency at n nodes = per-GPU throughput at n
@@ -196,6 +196,7 @@ class Workload:
     largest_unit: float  # parameters of the largest FSDP unit (a layer, or embedding / LM head)
     param_bytes: int = 2  # bf16 working copies all-gathered by FSDP
     grad_bytes: int = 2  # gradients reduced in bf16 (FSDP2's MixedPrecisionPolicy as the trainer sets it)
+    ddp_grad_bytes: int | None = None  # DDP's gradients (trainkit's: the fp32 parameters' fp32 gradients)
 
 
 @dataclass(frozen=True)
@@ -209,8 +210,10 @@ class Point:
     efficiency: float = 1.0
 
 
-def strategy_communication(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> tuple[float, float]:
-    """(communication seconds per step, the part that cannot overlap) for one strategy."""
+def strategy_communication(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> tuple[float, ...]:
+    """(all communication seconds per step, the gradients' share of it, the part that can never overlap) for one
+    strategy. Gradients are reduced once per step, in the last micro batch's backward (the trainer turns gradient
+    sync off for the others); parameters are gathered in every micro batch's forward (and backward)."""
     w, f = workload, fabric
     params, grads = w.params * w.param_bytes, w.params * w.grad_bytes
     unit_params, unit_grads = w.largest_unit * w.param_bytes, w.largest_unit * w.grad_bytes
@@ -221,30 +224,35 @@ def strategy_communication(workload: Workload, strategy: str, nodes: int, fabric
     def scatter(size):
         return collective_time("reduce_scatter", size, nodes, f)
 
-    if strategy == "FULL_SHARD":  # all-gather in forward and again in backward for every micro batch
-        return 2 * w.micro_batches * gather(params) + scatter(grads), gather(unit_params) + scatter(unit_grads)
-    if strategy == "SHARD_GRAD_OP":  # kept gathered from forward to backward
-        return w.micro_batches * gather(params) + scatter(grads), gather(unit_params) + scatter(unit_grads)
+    if strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):  # FULL_SHARD gathers in forward and again in backward
+        gathers = (2 if strategy == "FULL_SHARD" else 1) * w.micro_batches * gather(params)
+        gradients = scatter(grads)
+        return gathers + gradients, gradients, gather(unit_params) + scatter(unit_grads)
     if strategy == "HYBRID_SHARD":  # FULL_SHARD inside the node, the shards' gradients all-reduced across nodes
-        inside = 2 * w.micro_batches * collective_time("all_gather", params, 1, f)
-        inside += collective_time("reduce_scatter", grads, 1, f)
+        gathers = 2 * w.micro_batches * collective_time("all_gather", params, 1, f)
+        gradients = collective_time("reduce_scatter", grads, 1, f)
         # each GPU's shard (1/g of the gradients) all-reduced with its peers on the other nodes, over the network
-        across = collective_time("all_reduce", grads, nodes, replace(f, intra_gb_s=math.inf)) if nodes > 1 else 0.0
+        network = replace(f, intra_gb_s=math.inf)
+        if nodes > 1:
+            gradients += collective_time("all_reduce", grads, nodes, network)
         tail = collective_time("all_gather", unit_params, 1, f) + collective_time("reduce_scatter", unit_grads, 1, f)
-        return inside + across, tail
+        if nodes > 1:
+            tail += collective_time("all_reduce", unit_grads, nodes, network)
+        return gathers + gradients, gradients, tail
     if strategy == "NO_SHARD":  # DDP: one bucketed all-reduce of the gradients per step
+        grads = w.params * (w.ddp_grad_bytes or w.grad_bytes)
         bucket = min(DDP_BUCKET_BYTES, grads)
-        return collective_time("all_reduce", grads, nodes, f), collective_time("all_reduce", bucket, nodes, f)
+        everything = collective_time("all_reduce", grads, nodes, f)
+        return everything, everything, collective_time("all_reduce", bucket, nodes, f)
     raise SpecError(f"unknown strategy {strategy!r}; choose one of: {', '.join(SHARDING_STRATEGIES)}")
 
 
 def predict(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> Point:
-    communication, tail = strategy_communication(workload, strategy, nodes, fabric)
-    if strategy == "NO_SHARD":  # gradients exist to all-reduce only during the last micro batch's backward
-        window = workload.compute_s / workload.micro_batches * BACKWARD_SHARE
-    else:
-        window = workload.compute_s
-    exposed = max(0.0, communication - tail - window) + tail
+    """Overlap: all communication hides under the step's compute, and the gradients' under the last micro batch's
+    backward (2/3 of its compute); whatever exceeds either window is exposed, and the last unit always is."""
+    communication, gradients, tail = strategy_communication(workload, strategy, nodes, fabric)
+    last_backward = workload.compute_s / workload.micro_batches * BACKWARD_SHARE
+    exposed = max(0.0, communication - tail - workload.compute_s, gradients - tail - last_backward) + tail
     return Point(nodes, strategy, workload.compute_s, communication, exposed, workload.compute_s + exposed)
 
 

@@ -19,7 +19,8 @@ def tiny_make_train(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess
     runs = tmp_path_factory.mktemp("tiny")
     port = free_port_pair()
     result = subprocess.run(
-        ["make", "train", "MODEL=llama2-tiny", f"ARGS=--runs-dir {runs} --metrics-port {port}"],
+        # --no-print-directory: what `make train` prints at a shell, also when the suite itself runs under make
+        ["make", "--no-print-directory", "train", "MODEL=llama2-tiny", f"ARGS=--runs-dir {runs} --metrics-port {port}"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -24,9 +24,10 @@ def test_console_of_a_run_in_a_log(tiny_make_train):
     total = summary["steps"]
     tenth = total // 10
     steps = [line for line in result.stdout.splitlines() if line.startswith(f"{run_id} step ")]
-    # the first step (the run is alive), then each tenth of the run
-    assert [line.split()[2] for line in steps][:2] == [f"1/{total}", f"{tenth}/{total}"], steps
-    assert {f"{n}/{total}" for n in range(tenth, total + 1, tenth)} <= {line.split()[2] for line in steps}, steps
+    # the first step (the run is alive), then each tenth of the run (and a line every 30 s on a slow machine)
+    shown = [int(line.split()[2].split("/")[0]) for line in steps]
+    assert shown[0] == 1 and shown == sorted(set(shown)) and shown[-1] == total, steps
+    assert set(range(tenth, total + 1, tenth)) <= set(shown), steps
     printed = [line for line in result.stdout.splitlines() if line.strip()]
     assert len(set(printed)) == len(printed), "a line twice"
 

@@ -31,6 +31,7 @@ PATHS = {
     "last_layer_kept": {"reshard_last_layer": False},
     "flash": {"attention": "flash"},
     "math": {"attention": "math"},
+    "math_checkpointed": {"attention": "math", "ac_every": 1},  # recomputed in backward with the same kernel
     "bf16": {"bf16": True},
     "bf16_fp32_reduce": {"bf16": True, "reduce_dtype": "fp32"},
 }
@@ -62,10 +63,10 @@ def train(options: dict, mesh, rank: int) -> tuple[list[float], dict]:
     losses = []
     for _ in range(STEPS):
         tokens = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ), generator=generator)
-        with fast_paths.attention(options.get("attention", "sdpa")):
+        with fast_paths.attention(options.get("attention", "sdpa")):  # forward and backward, as the trainer
             logits = model(input_ids=tokens).logits
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
-        loss.backward()
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), tokens[:, 1:].flatten())
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         total = loss.detach().clone()

@@ -52,7 +52,6 @@ WALKS = {
         "ac_every": 2,
         "prefetch": 2,
         "reshard_last_layer": False,
-        "reduce_dtype": "fp32",
         "attention": "math",
         "checkpoint_interval": 3,
         "keep_checkpoints": 3,
@@ -89,6 +88,7 @@ WALKS = {
         "image": "registry.example/trainkit:walk",
         "namespace": "walk-jobs",
         "nproc": 4,
+        "reduce_dtype": "fp32",
         "run_id": "walk-eks",
         "runs_dir": "walk-runs",  # on FSx: relative to the mount
     },

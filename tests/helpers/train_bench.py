@@ -1,5 +1,5 @@
 """One `invoke bench train` pair on CPU for llama2-tiny and one for resnet-tiny, in the background from the start
-of the session (tests/helpers/background.py): ~40 s + ~45 s on 2 cores on their own, mostly process start-ups.
+of the session (tests/helpers/background.py): ~35 s + ~40 s on 2 cores on their own, mostly process start-ups.
 tests/e2e/test_bench_train.py reads what they wrote.
 """
 
@@ -17,7 +17,7 @@ MODULE = "test_bench_train.py"
 
 def start() -> Background:
     """The language-model pair, then the vision one (trainkit on JPEGs, the DDP reference, trainkit on-device)."""
-    bench = [str(BIN / "invoke"), "bench", "train", "--steps", "10", "--repeats", "1"]
+    bench = [str(BIN / "invoke"), "bench", "train", "--steps", "6", "--repeats", "1"]
     llm = [*bench, "--model", "llama2-tiny", "--output", "{root}/bench.json", "--workdir", "{root}/runs"]
     vision = [*bench, "--model", "resnet-tiny", "--output", "{root}/vision.json", "--workdir", "{root}/vision-runs"]
     script = f"{shlex.join(llm)} && {shlex.join(vision)}"

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.paths import REPO
 from trainkit import scaling
+from trainkit.errors import SpecError
 from trainkit.job import build
 from trainkit.plan import PlanOptions, bench_mfu, make_plan, make_scaling, published_llm_curves, render_scaling
 
@@ -68,16 +69,28 @@ def test_overlap_hides_communication_up_to_the_compute_and_never_the_last_unit()
     fabric = P4D
     heavy = scaling.Workload(params=7e9, compute_s=0.01, micro_batches=1, largest_unit=2e8)
     point = scaling.predict(heavy, "FULL_SHARD", 16, fabric)
-    communication, tail = scaling.strategy_communication(heavy, "FULL_SHARD", 16, fabric)
-    assert point.communication_s == communication
+    communication, gradients, tail = scaling.strategy_communication(heavy, "FULL_SHARD", 16, fabric)
+    assert point.communication_s == communication and gradients < communication
     assert point.exposed_s == pytest.approx(communication - 0.01)  # the window is all of the compute
     light = scaling.Workload(params=7e9, compute_s=1000.0, micro_batches=1, largest_unit=2e8)
     assert scaling.predict(light, "FULL_SHARD", 16, fabric).exposed_s == pytest.approx(tail)
     # DDP's window is the last micro batch's backward only: 2/3 of a quarter of the compute here
     ddp = scaling.Workload(params=1e9, compute_s=1.2, micro_batches=4, largest_unit=1e9)
-    communication, tail = scaling.strategy_communication(ddp, "NO_SHARD", 8, fabric)
+    communication, gradients, tail = scaling.strategy_communication(ddp, "NO_SHARD", 8, fabric)
     expected = max(0.0, communication - tail - 1.2 / 4 * 2 / 3) + tail
-    assert scaling.predict(ddp, "NO_SHARD", 8, fabric).exposed_s == pytest.approx(expected)
+    assert gradients == communication and scaling.predict(ddp, "NO_SHARD", 8, fabric).exposed_s == pytest.approx(
+        expected
+    )
+
+
+def test_gradient_collectives_hide_only_under_the_last_micro_batchs_backward():
+    """HYBRID_SHARD on p4d: its gathers stay on NVLink, its gradients cross 400 Gbps once per step; the step's
+    communication fits in its compute, the gradients' does not fit in the last backward."""
+    w = scaling.Workload(params=7e9, compute_s=4.0, micro_batches=4, largest_unit=2e8)
+    communication, gradients, tail = scaling.strategy_communication(w, "HYBRID_SHARD", 16, P4D)
+    last_backward = 4.0 / 4 * 2 / 3
+    assert communication < 4.0 and gradients - tail > last_backward
+    assert scaling.predict(w, "HYBRID_SHARD", 16, P4D).exposed_s == pytest.approx(gradients - last_backward)
 
 
 def test_full_shard_gathers_twice_per_micro_batch_and_shard_grad_op_once():
@@ -109,7 +122,7 @@ def test_seventy_b_fits_from_four_p5_nodes_and_efficiency_counts_from_there():
 
 def test_the_mfu_comes_from_a_bench_file_when_one_exists(tmp_path):
     runs = [{"mfu_datasheet": value} for value in (0.31, 0.35, 0.33)]
-    job = {"layers": 4, "seq_len": 2048}
+    job = {"layers": 4, "seq_len": 2048, "precision": "bf16"}
     (tmp_path / "llama2-7b-h100.json").write_text(json.dumps({"trainkit": runs, "job": job, "measured": "today"}))
     assert bench_mfu("llama2-7b", "H100", tmp_path)[0] == 0.33
     plan = make_plan(build({"model": "llama2-7b"}), PlanOptions(bench_dir=tmp_path))
@@ -117,6 +130,18 @@ def test_the_mfu_comes_from_a_bench_file_when_one_exists(tmp_path):
     plan = make_plan(build({"model": "llama2-13b"}), PlanOptions(bench_dir=tmp_path))
     assert plan.options.mfu == 0.40 and plan.options.mfu_source.startswith("assumed")
     assert make_plan(build({"model": "llama2-7b"}), PlanOptions(mfu=0.5, bench_dir=tmp_path)).options.mfu == 0.5
+    # an fp32 bench says nothing of bf16 training: not used
+    (tmp_path / "llama2-13b-h100.json").write_text(json.dumps({"trainkit": runs, "job": {**job, "precision": "fp32"}}))
+    assert make_plan(build({"model": "llama2-13b"}), PlanOptions(bench_dir=tmp_path)).options.mfu == 0.40
+
+
+@pytest.mark.parametrize(
+    "content", ["{not json", "[]", '{"trainkit": [{"mfu_datasheet": "high"}]}', '{"trainkit": [{"mfu_datasheet": 3}]}']
+)
+def test_a_broken_bench_file_is_named_with_what_to_do(tmp_path, content):
+    (tmp_path / "llama2-7b-h100.json").write_text(content)
+    with pytest.raises(SpecError, match=r"llama2-7b-h100.json.*(rerun the bench|give --mfu)"):
+        make_plan(build({"model": "llama2-7b"}), PlanOptions(bench_dir=tmp_path))
 
 
 def test_held_against_the_published_tables(comparison):
@@ -172,3 +197,28 @@ def test_the_run_report_draws_the_prediction_for_an_eks_job_beside_what_was_meas
     assert list(lines["measured"].get_ydata()) == [50_000.0, 96_000.0]
     plt.close(figure)
     assert predicted_throughput(build({"model": "llama2-tiny"}), [1, 2]) is None  # a local run: no fabric
+
+
+def test_a_global_batch_given_for_several_nodes_plans_each_gpus_share():
+    four = make_scaling(build({"model": "llama2-7b", "nodes": 4, "global_batch_size": 256}), PlanOptions(mfu=0.4))
+    one = make_scaling(build({"model": "llama2-7b", "global_batch_size": 64}), PlanOptions(mfu=0.4))
+    assert four.workload == one.workload and four.plan.grad_accum_steps == 2
+    with pytest.raises(SpecError, match="does not split over --nodes 3"):
+        make_scaling(build({"model": "llama2-7b", "nodes": 3, "global_batch_size": 64}), PlanOptions(mfu=0.4))
+
+
+def test_precision_and_reduction_set_the_bytes_each_collective_moves():
+    bf16 = make_scaling(build({"model": "llama2-7b"}), PlanOptions(mfu=0.4)).workload
+    fp32_reduce = make_scaling(build({"model": "llama2-7b", "reduce_dtype": "fp32"}), PlanOptions(mfu=0.4)).workload
+    fp32 = make_scaling(build({"model": "llama2-7b", "precision": "fp32"}), PlanOptions(mfu=0.4)).workload
+    assert (bf16.param_bytes, bf16.grad_bytes, bf16.ddp_grad_bytes) == (2, 2, 4)  # DDP: fp32 gradients always
+    assert (fp32_reduce.param_bytes, fp32_reduce.grad_bytes) == (2, 4) and (fp32.param_bytes, fp32.grad_bytes) == (4, 4)
+
+
+def test_an_elastic_runs_prediction_uses_each_worlds_share_of_the_batch():
+    from trainkit.plan import predicted_throughput
+
+    job = build({"model": "llama2-7b", "nodes": "2:4", "instance_type": "p5.48xlarge", "global_batch_size": 64})
+    job.parallelism.nproc, job.optimisation.micro_batch_size = 8, 4  # micro batch sized for the smallest world
+    predicted = predicted_throughput(job, [16, 32])  # 64 / 32 GPUs = 2 sequences each: micro batch 2 at most
+    assert sorted(predicted) == [16, 32] and all(value > 0 for value in predicted.values())

@@ -70,6 +70,10 @@ def test_layers_label_and_limits(tmp_path):
         ({"activation_checkpointing": "maybe"}, r"--activation-checkpointing must be true or false"),
         ({"run_id": "../escape"}, r"--run-id '../escape': use 1-63 ASCII letters"),
         ({"lr": "0"}, r"--lr must be positive"),
+        ({"sharding": "NO_SHARD", "prefetch": 2}, r"--prefetch: FSDP2 settings, and --sharding NO_SHARD is DDP"),
+        ({"sharding": "NO_SHARD", "reshard_last_layer": "false"}, r"--reshard-last-layer: FSDP2 settings"),
+        ({"precision": "fp32", "reduce_dtype": "fp32"}, r"--reduce-dtype fp32: under --precision fp32"),
+        ({"ac_every": 2}, r"--ac-every 2: selects the layers .* add --activation-checkpointing true"),
     ],
 )
 def test_bad_input_names_the_flag(flags, message):

@@ -18,8 +18,8 @@ None changes what a step computes except --reduce-dtype and --attention (roundin
 the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no GPU was lent
 when these were written to choose otherwise from a measurement (README, "Fast paths").
 
-`taken(model)` reads back from the prepared model what FSDP2 and the wrappers actually hold (not the flags), for
-the run's summary.
+`taken(model)` reads back from the prepared model what FSDP2 and the wrappers actually hold (not the flags), with
+the kernel the passes are pinned to, for the run's summary.
 """
 
 from __future__ import annotations
@@ -85,15 +85,29 @@ def attention(backend: str):
 
 
 def taken(model: torch.nn.Module, attention_backend: str) -> dict:
-    """What the prepared model holds: checkpointed layers, FSDP2's prefetch lists, which layers reshard after
-    forward, the mixed-precision policy of the sharded layers."""
+    """What the prepared model holds: checkpointed layers (torch's checkpoint wrapper, or Hugging Face's own
+    checkpointing on the DDP path), FSDP2's prefetch lists, which layers reshard after forward, the mixed-precision
+    policy of the sharded layers; `attention` is the kernel the passes are pinned to (`sdpa`: PyTorch's choice).
+    FSDP2's side is read from its private state (torch 2.11-2.13): should that move, the report says so and the
+    run goes on."""
+    layers = decoder_layers(model)
+    checkpointed = [
+        i
+        for i, layer in enumerate(layers)
+        if hasattr(layer, "_checkpoint_wrapped_module") or getattr(layer, "gradient_checkpointing", False)
+    ]
+    report: dict = {"checkpointed_layers": checkpointed, "attention": attention_backend}
+    try:
+        report |= _fsdp_report(layers)
+    except (AttributeError, IndexError, TypeError) as error:
+        report["fsdp"] = f"not readable on torch {torch.__version__}: {error!r}"
+    return report
+
+
+def _fsdp_report(layers: list[torch.nn.Module]) -> dict:
     from torch.distributed.fsdp import FSDPModule
 
-    layers = decoder_layers(model)
-    report: dict = {
-        "checkpointed_layers": [i for i, layer in enumerate(layers) if hasattr(layer, "_checkpoint_wrapped_module")],
-        "attention": attention_backend,
-    }
+    report: dict = {}
     sharded = [_fsdp_module(layer) for layer in layers]
     if all(isinstance(layer, FSDPModule) for layer in sharded):
         states = [layer._get_fsdp_state() for layer in sharded]

@@ -145,10 +145,12 @@ class Trainer:
         dist.all_reduce(counted)
         scale = self.world / counted.clamp(min=1)
         loss_sum = torch.zeros((), device=device)
+        # The attention kernel is pinned over forward and backward: a checkpointed layer recomputes its forward
+        # in backward, and must pick the kernel it saved tensors for.
+        kernel = self.job.parallelism.attention or "sdpa"
         for index, (inputs, labels) in enumerate(batches):
-            with self._gradient_sync_only_if(index == len(batches) - 1):
-                with fast_paths.attention(self.job.parallelism.attention or "sdpa"):
-                    logits = self.model(input_ids=inputs).logits
+            with self._gradient_sync_only_if(index == len(batches) - 1), fast_paths.attention(kernel):
+                logits = self.model(input_ids=inputs).logits
                 token_loss = F.cross_entropy(
                     logits[:, :-1].flatten(0, 1).float(),
                     labels[:, 1:].flatten(),

@@ -97,14 +97,15 @@ def _plan(
     if scaling:
         result = make_scaling(job, options)
         base = Path(output or f"runs/plan/scaling-{job.model.name}-{result.plan.job.placement.instance_type}")
+        png, table = base.parent / f"{base.name}.png", base.parent / f"{base.name}.json"
         try:
             base.parent.mkdir(parents=True, exist_ok=True)
+            table.write_text(dumps(scaling_json(result), indent=2) + "\n")
+            scaling_png(result, png)
         except OSError as error:
             raise SpecError(f"--output {base}: cannot write there ({error.strerror}); give a writable path") from None
-        png = scaling_png(result, base.with_suffix(".png"))
-        base.with_suffix(".json").write_text(dumps(scaling_json(result), indent=2) + "\n")
         print(render_scaling(result))
-        print(f"\n  wrote {png} and {base.with_suffix('.json')}")
+        print(f"\n  wrote {png} and {table}")
         return
     result = make_plan(job, options)
     print(plan_json(result) if json else render_plan(result))

@@ -43,6 +43,7 @@ def validate(job: Job, machine: Machine) -> None:
             f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
             f"use --seq-len <= {context}",
         )
+        _validate_fast_paths(job)
     _validate_model(job, entry)
     if job.placement.target == "eks":
         _validate_eks(job)
@@ -160,6 +161,35 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
             job.model.init == "random",
             f"--init {job.model.init}: {job.model.name} trains from random weights; use --init random",
         )
+
+
+def _validate_fast_paths(job: Job) -> None:
+    """A fast-path flag the job would ignore is refused, not dropped silently (training/llm/fast_paths.py)."""
+    p = job.parallelism
+    fsdp_only = [
+        flag
+        for flag, value in zip(
+            ("--prefetch", "--reshard-last-layer", "--reduce-dtype"),
+            (p.prefetch, p.reshard_last_layer, p.reduce_dtype),
+            strict=True,
+        )
+        if value is not None
+    ]
+    require(
+        p.sharding != "NO_SHARD" or not fsdp_only,
+        f"{', '.join(fsdp_only)}: FSDP2 settings, and --sharding NO_SHARD is DDP (it all-reduces fp32 gradients and "
+        "gathers nothing); drop them or choose an FSDP strategy",
+    )
+    require(
+        p.reduce_dtype is None or p.precision != "fp32",
+        f"--reduce-dtype {p.reduce_dtype}: under --precision fp32 gradients are reduced in fp32; it applies with "
+        "--precision bf16 (or auto on a GPU)",
+    )
+    require(
+        p.ac_every is None or bool(p.activation_checkpointing),
+        f"--ac-every {p.ac_every}: selects the layers activation checkpointing recomputes; add "
+        "--activation-checkpointing true (or drop it)",
+    )
 
 
 def _validate_vision(job: Job) -> None:
