@@ -31,7 +31,6 @@ PATHS = {
     "last_layer_kept": {"reshard_last_layer": False},
     "flash": {"attention": "flash"},
     "math_checkpointed": {"attention": "math", "ac_every": 1},  # recomputed in backward with the same kernel
-    "compiled": {"compile": True},
     "bf16": {"bf16": True},
     "bf16_fp32_reduce": {"bf16": True, "reduce_dtype": "fp32"},
 }
@@ -43,8 +42,6 @@ def train(options: dict, mesh, rank: int) -> tuple[list[float], dict]:
     config = LlamaConfig(**CONFIG, attn_implementation="sdpa")
     model = LlamaForCausalLM(config)
     model.config.use_cache = False
-    if options.get("compile"):
-        fast_paths.compile_layers(model)
     if options.get("ac_every"):
         fast_paths.checkpoint_every(model, options["ac_every"])
     policy = None

@@ -53,7 +53,6 @@ WALKS = {
         "prefetch": 2,
         "reshard_last_layer": False,
         "attention": "math",
-        "compile": True,
         "checkpoint_interval": 3,
         "keep_checkpoints": 3,
         "max_restarts": 1,

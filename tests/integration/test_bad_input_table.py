@@ -57,7 +57,6 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "reshard_last_layer": ((), ("--reshard-last-layer", "maybe"), "--reshard-last-layer"),
     "reduce_dtype": ((), ("--reduce-dtype", "fp16"), "--reduce-dtype"),
     "attention": ((), ("--attention", "xformers"), "--attention"),
-    "compile": ((), ("--compile", "maybe"), "--compile"),
     "checkpoint_interval": ((), ("--checkpoint-interval", "-1"), "--checkpoint-interval"),
     "keep_checkpoints": ((), ("--keep-checkpoints", "0"), "--keep-checkpoints"),
     "max_restarts": ((), ("--max-restarts", "-1"), "--max-restarts"),

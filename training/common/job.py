@@ -310,13 +310,6 @@ class ParallelismOptions:
         trains=False,  # rounding only: a run may resume with another
         family="llama",
     )
-    compile: bool | None = option(
-        None,
-        "true: torch.compile each decoder layer (regional compilation; the first steps pay the compile); default "
-        "false.",
-        trains=False,  # rounding only: a run may resume with another
-        family="llama",
-    )
     attention: str | None = option(
         None,
         "Attention kernel: `sdpa` (default: PyTorch picks), `flash` (FlashAttention only; fails where it cannot "

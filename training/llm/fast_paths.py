@@ -13,13 +13,10 @@
                                               MixedPrecisionPolicy; Accelerate's bf16 default reduces in bf16)
     --attention flash|math                    pin scaled_dot_product_attention to one backend (default `sdpa`:
                                               PyTorch picks; `flash` fails where FlashAttention cannot run)
-    --compile true                            torch.compile each decoder layer in place (regional compilation, as
-                                              torchtitan does with FSDP2: compiled before FSDP2 shards it; identical
-                                              layers share one compiled graph)
 
-None changes what a step computes except --reduce-dtype, --attention and --compile (rounding only); the tests
-hold each to the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no
-GPU was lent when these were written to choose otherwise from a measurement (README, "Fast paths").
+None changes what a step computes except --reduce-dtype and --attention (rounding only); the tests hold each to
+the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no GPU was lent
+when these were written to choose otherwise from a measurement (README, "Fast paths").
 
 `taken(model)` reads back from the prepared model what FSDP2 and the wrappers actually hold (not the flags), with
 the kernel the passes are pinned to, for the run's summary.
@@ -55,13 +52,6 @@ def checkpoint_every(model: torch.nn.Module, every: int) -> list[int]:
     return wrapped
 
 
-def compile_layers(model: torch.nn.Module) -> None:
-    """torch.compile every decoder layer in place (`nn.Module.compile`: the module stays itself, so checkpoint
-    wrappers and FSDP2 wrap it as before)."""
-    for layer in model.model.layers:
-        layer.compile()
-
-
 def schedule(model: torch.nn.Module, prefetch: int, reshard_last_layer: bool) -> None:
     """Explicit prefetch over the decoder layers and the last layer's reshard-after-forward, on a model FSDP2
     already sharded (each decoder layer an FSDPModule)."""
@@ -87,9 +77,6 @@ def _fsdp_module(layer: torch.nn.Module) -> torch.nn.Module:
     return getattr(layer, "_checkpoint_wrapped_module", layer)
 
 
-_inner = _fsdp_module  # the decoder layer itself, wrapped or not
-
-
 def attention(backend: str):
     """The context the forward runs in: `sdpa` leaves the choice to PyTorch, else that backend only."""
     if backend == "sdpa":
@@ -109,8 +96,7 @@ def taken(model: torch.nn.Module, attention_backend: str) -> dict:
         for i, layer in enumerate(layers)
         if hasattr(layer, "_checkpoint_wrapped_module") or getattr(layer, "gradient_checkpointing", False)
     ]
-    compiled = [i for i, layer in enumerate(layers) if getattr(_inner(layer), "_compiled_call_impl", None)]
-    report: dict = {"checkpointed_layers": checkpointed, "compiled_layers": compiled, "attention": attention_backend}
+    report: dict = {"checkpointed_layers": checkpointed, "attention": attention_backend}
     try:
         report |= _fsdp_report(layers)
     except (AttributeError, IndexError, TypeError) as error:

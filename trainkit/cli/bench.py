@@ -14,7 +14,7 @@ CHAOS_HELP = {
 BENCHMARKS = ("elastic", "train")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
-TRAIN_FLAGS += ("attention", "compile")
+TRAIN_FLAGS += ("attention",)
 
 
 @task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
@@ -51,7 +51,6 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "reshard-last-layer": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "reduce-dtype": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "attention": "train: as for invoke train (trainkit's side; the reference stays plain).",
-        "compile": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "workdir": "train: where the runs go (default: a new temporary directory).",
     },
 )
@@ -80,7 +79,6 @@ def bench(
     reshard_last_layer=None,
     reduce_dtype=None,
     attention=None,
-    compile=None,  # noqa: A002 - the flag's name
     workdir=None,
 ):
     """Run a benchmark and write its results file. elastic: recovery from every fault on both backends. train:
