@@ -22,7 +22,7 @@ def test_console_of_a_run_in_a_log(tiny_make_train):
     run_id, runs = run_dir.name, run_dir.parent
     summary = json.loads((run_dir / "summary.json").read_text())
     total = summary["steps"]
-    tenth = total // 10
+    tenth = max(1, total // 10)
     steps = [line for line in result.stdout.splitlines() if line.startswith(f"{run_id} step ")]
     # the first step (the run is alive), then each tenth of the run (and a line every 30 s on a slow machine)
     shown = [int(line.split()[2].split("/")[0]) for line in steps]

@@ -40,6 +40,7 @@ def test_each_fast_path_is_taken(paths):
     # finished run with it pinned ran flash
     assert paths["flash"]["taken"]["attention"] == "flash"
     assert paths["math_checkpointed"]["taken"]["checkpointed_layers"] == [0, 1, 2, 3]
+    assert plain["attention_implementation"] == "sdpa"  # the pinned kernels bind: the model calls SDPA
     assert (paths["bf16"]["taken"]["param_dtype"], paths["bf16"]["taken"]["reduce_dtype"]) == ("bfloat16",) * 2
     fp32_reduce = paths["bf16_fp32_reduce"]["taken"]
     assert (fp32_reduce["param_dtype"], fp32_reduce["reduce_dtype"]) == ("bfloat16", "float32")
@@ -73,6 +74,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     layers = json.loads((run_dir / "model_config.json").read_text())["num_hidden_layers"]
     assert layers == 4  # llama2-tiny
     assert taken["checkpointed_layers"] == [0, 2] and taken["attention"] == "flash"
+    assert taken["attention_implementation"] == "sdpa"
     assert taken["forward_prefetch"] == [1, 1, 1, 0] and taken["backward_prefetch"] == [0, 1, 1, 1]
     assert taken["reshard_after_forward"] == [True, True, True, False]
     assert (taken["param_dtype"], taken["reduce_dtype"]) == ("bfloat16", "float32")

@@ -7,8 +7,8 @@
                                               the next N layers in forward (the previous N in backward) instead of
                                               FSDP2's implicit one-ahead (torch's FSDP2 `set_modules_to_*_prefetch`)
     --reshard-last-layer false                keep the last decoder layer gathered from forward into backward,
-                                              which uses it first (one all-gather less per step for one layer of
-                                              bf16 weights in memory; FSDP2 tutorial's advice)
+                                              which uses it first (one all-gather less per micro batch, one layer
+                                              of bf16 weights more in memory; FSDP2 tutorial's advice)
     --reduce-dtype fp32                       under bf16: reduce-scatter gradients in fp32 (FSDP2
                                               MixedPrecisionPolicy; Accelerate's bf16 default reduces in bf16)
     --attention flash|math                    pin scaled_dot_product_attention to one backend (default `sdpa`:
@@ -77,6 +77,13 @@ def _fsdp_module(layer: torch.nn.Module) -> torch.nn.Module:
     return getattr(layer, "_checkpoint_wrapped_module", layer)
 
 
+def _config_of(model: torch.nn.Module):
+    inner = model
+    while not hasattr(inner, "config"):
+        inner = inner.module
+    return inner.config
+
+
 def attention(backend: str):
     """The context the forward runs in: `sdpa` leaves the choice to PyTorch, else that backend only."""
     if backend == "sdpa":
@@ -97,6 +104,8 @@ def taken(model: torch.nn.Module, attention_backend: str) -> dict:
         if hasattr(layer, "_checkpoint_wrapped_module") or getattr(layer, "gradient_checkpointing", False)
     ]
     report: dict = {"checkpointed_layers": checkpointed, "attention": attention_backend}
+    # the attention implementation the model calls: a pinned SDPA kernel binds only where this is "sdpa"
+    report["attention_implementation"] = getattr(_config_of(model), "_attn_implementation", None)
     try:
         report |= _fsdp_report(layers)
     except (AttributeError, IndexError, TypeError) as error:
