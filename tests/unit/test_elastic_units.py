@@ -99,3 +99,18 @@ def test_committed_benchmark_matches_the_readme_and_covers_every_scenario():
     pairs = {(r["scenario"], r["backend"]) for r in record["results"]}
     assert pairs == {(s, b) for s in chaos.SCENARIOS for b in chaos.BACKENDS}
     assert all(r["ok"] for r in record["results"])
+
+
+def test_a_scenario_times_out_on_silence_not_on_a_slow_machine():
+    """The harness's limit: progress (a step or an event) restarts the stall window; silence or the cap ends it."""
+    now = [0.0]
+    limit = chaos.harness.Limit(stall_s=120, timeout_s=600, clock=lambda: now[0])
+    for _ in range(4):  # a slow but healthy job: a step every 100 s, 400 s in all
+        now[0] += 100
+        assert limit.passed() is None
+        limit.progress()
+    now[0] += 121  # a hung rendezvous: nothing for longer than the window
+    assert limit.passed() == "no progress (step or event) for 120 s"
+    limit.progress()
+    now[0] += 80  # still progressing, but past the whole cap
+    assert limit.passed() == "no end within 600 s"

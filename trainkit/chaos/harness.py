@@ -55,24 +55,52 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+class Limit:
+    """When a scenario has run too long: `stall_s` seconds without progress, or `timeout_s` in all."""
+
+    def __init__(self, stall_s: float, timeout_s: float, clock: Callable[[], float] = time.monotonic):
+        self.stall_s, self.timeout_s, self.clock = stall_s, timeout_s, clock
+        self.started = self.progressed = clock()
+
+    def progress(self) -> None:
+        self.progressed = self.clock()
+
+    def passed(self) -> str | None:
+        """Why the limit has passed, or None while it has not."""
+        now = self.clock()
+        if now - self.started > self.timeout_s:
+            return f"no end within {self.timeout_s:.0f} s"
+        if now - self.progressed > self.stall_s:
+            return f"no progress (step or event) for {self.stall_s:.0f} s"
+        return None
+
+
 class _Run:
     """One scenario's job, the handles its fault needs, and every step record seen while it ran
-    (a resume truncates metrics.jsonl back to its checkpoint, so the redone steps are kept here)."""
+    (a resume truncates metrics.jsonl back to its checkpoint, so the redone steps are kept here).
+    Each new step record or event counts as progress on `limit`."""
 
-    def __init__(self, job: LocalJob, etcd: EtcdServer | None):
-        self.job, self.etcd = job, etcd
+    def __init__(self, job: LocalJob, etcd: EtcdServer | None, limit: Limit):
+        self.job, self.etcd, self.limit = job, etcd, limit
         self.run_dir = job.run.job.run_dir
         self.last = job.run.job.parallelism.nodes - 1
         self.seen: dict[float, dict] = {}
+        self.events_seen = 0
 
     def steps(self) -> list[dict]:
         records = _read_jsonl(self.run_dir / "metrics.jsonl")
         for record in records:
+            if record["time"] not in self.seen:
+                self.limit.progress()
             self.seen[record["time"]] = record
         return records
 
     def events(self) -> list[dict]:
-        return _read_jsonl(self.run_dir / "events.jsonl")
+        events = _read_jsonl(self.run_dir / "events.jsonl")
+        if len(events) > self.events_seen:
+            self.events_seen = len(events)
+            self.limit.progress()
+        return events
 
     def ended(self) -> bool:
         return all(code is not None for code in self.job.codes())
@@ -84,23 +112,24 @@ class _Run:
         for pid in workers:
             _kill(pid, signal.SIGKILL)
 
-    def wait_for(self, what: Callable[[list[dict]], bool], deadline: float) -> bool:
-        """Poll until `what(step records)` holds, the job ends or the deadline passes."""
+    def wait_for(self, what: Callable[[list[dict]], bool]) -> bool:
+        """Poll until `what(step records)` holds, the job ends or the limit passes."""
         while True:
             ended = self.ended()
+            self.events()
             if what(self.steps()):
                 return True
-            if ended or time.monotonic() > deadline:
+            if ended or self.limit.passed():
                 return False
             time.sleep(0.05)
 
-    def follow(self, deadline: float) -> list[int | None] | None:
-        """Record every step until the job ends: its agents' exit codes, or None at the deadline."""
-        self.wait_for(lambda _steps: False, deadline)
+    def follow(self) -> list[int | None] | None:
+        """Record every step until the job ends: its agents' exit codes, or None once the limit passed."""
+        self.wait_for(lambda _steps: False)
         return self.job.codes() if self.ended() else None
 
 
-def _inject(name: str, backend: str, run: _Run, fault_time: float, deadline: float) -> None:
+def _inject(name: str, backend: str, run: _Run, fault_time: float) -> None:
     agent = run.job.agents[run.last]
     if name == "worker-kill":
         workers = _children(agent.pid)
@@ -125,7 +154,7 @@ def _inject(name: str, backend: str, run: _Run, fault_time: float, deadline: flo
             resumed = [e["time"] for e in run.events() if e["event"] == "resume" and e["time"] > fault_time]
             return bool(resumed) and any(r["time"] > resumed[0] for r in steps)
 
-        if run.wait_for(training_again, deadline):
+        if run.wait_for(training_again):
             run.job.start_node(run.last)
 
 
@@ -155,30 +184,29 @@ def run_scenario(
     expected = scenario.expected.get(backend, "finished")
     workdir = Path(workdir)
     started = time.monotonic()
-    deadline = started + settings.timeout_s
     etcd = EtcdServer(workdir / f"etcd-{name}").start() if backend == "etcd" else None
     try:
         overrides = settings.overrides(backend, f"{name}-{backend}", workdir / "runs", etcd and etcd.endpoint)
         with _job(overrides) as job:
-            run = _Run(job, etcd)
-            return _observe(scenario, backend, expected, run, settings, started, deadline, baseline_loss)
+            run = _Run(job, etcd, Limit(settings.stall_s, settings.timeout_s))
+            return _observe(scenario, backend, expected, run, settings, started, baseline_loss)
     finally:
         if etcd:
             etcd.stop()
 
 
-def _observe(scenario, backend, expected, run: _Run, settings, started, deadline, baseline_loss) -> Result:
+def _observe(scenario, backend, expected, run: _Run, settings, started, baseline_loss) -> Result:
     result = Result(scenario.name, backend, expected, outcome="timeout", seconds=0.0)
-    reached = run.wait_for(lambda steps: any(r["step"] >= settings.fault_step for r in steps), deadline)
+    reached = run.wait_for(lambda steps: any(r["step"] >= settings.fault_step for r in steps))
     fault_time = time.time()
     if not reached:
         result.problems.append(f"the job never reached step {settings.fault_step}")
     else:
-        _inject(scenario.name, backend, run, fault_time, deadline)
-    codes = run.follow(deadline)
+        _inject(scenario.name, backend, run, fault_time)
+    codes = run.follow()
     result.seconds = round(time.monotonic() - started, 1)
     if codes is None:
-        result.problems.append(f"no end within {settings.timeout_s:.0f} s")
+        result.problems.append(run.limit.passed() or "no end")
         return result
     code = job_exit_code(codes)
     summary_path = run.run_dir / "summary.json"
