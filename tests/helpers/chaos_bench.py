@@ -18,7 +18,7 @@ PARALLEL = 2  # scenarios at a time: beside the rest of the suite, two keep both
 
 def start() -> Background:
     command = [str(BIN / "invoke"), "bench", "elastic", "--output", "{root}/elastic.json", "--readme"]
-    bench = Background("bench", [*command, "{root}/README.md", "--parallel", str(PARALLEL)], timeout_s=1500)
+    bench = Background("bench", [*command, "{root}/README.md", "--parallel", str(PARALLEL)], timeout_s=1800)
     shutil.copy(REPO / "README.md", bench.root / "README.md")  # read only when the bench ends
     return bench
 
