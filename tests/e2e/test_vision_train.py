@@ -104,21 +104,75 @@ def test_replica_check_stops_ranks_that_train_alone():
     assert result.stdout.count("refused: data-parallel replicas hold different weights") == 2
 
 
-def test_synthetic_device_input_measures_compute_without_reading_images(tmp_path):
-    result = invoke("train", "--model", "resnet-tiny", "--synthetic", "--steps", "4", "--runs-dir", str(tmp_path))
+def train_tiny(runs: Path, *flags: str) -> tuple[Path, str]:
+    """`invoke train --model resnet-tiny <flags>` into `runs`: (its run folder, what it printed)."""
+    result = invoke("train", "--model", "resnet-tiny", "--runs-dir", str(runs), "--metrics-port=0", *flags)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert "4 steps" in result.stdout
-    run_dir = only_run_dir(tmp_path)
-    summary = json.loads((run_dir / "summary.json").read_text())
+    return only_run_dir(runs), result.stdout
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def losses(run_dir: Path) -> list[float]:
+    return [r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+@pytest.fixture(scope="module")
+def synthetic_run(tmp_path_factory) -> Path:
+    """Four steps on device-made tensors, the plain paths (fp32, contiguous NCHW on CPU)."""
+    run_dir, printed = train_tiny(tmp_path_factory.mktemp("synthetic"), "--synthetic", "--steps", "4")
+    assert "4 steps" in printed
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory) -> Path:
+    """One epoch of the default dataset (a JPEG tree generated in the run), the default loader."""
+    return train_tiny(tmp_path_factory.mktemp("one-epoch"), "--epochs", "1")[0]
+
+
+def test_synthetic_device_input_measures_compute_without_reading_images(synthetic_run):
+    summary = summary_of(synthetic_run)
     assert summary["synthetic"] is True and summary["final_eval"] is None and summary["classes"] == 10
     assert summary["steps"] == 4 and summary["samples_per_s_median"] > 0
-    assert not (run_dir / "data").exists()  # no image tree was written or read
+    assert not (synthetic_run / "data").exists()  # no image tree was written or read
+    assert summary["fast_paths"] == {"channels_last": False, "forward_dtype": "float32", "loader": None}
 
 
-def test_default_dataset_generates_a_tree_in_the_run(tmp_path):
-    result = invoke("train", "--model", "resnet-tiny", "--epochs", "1", "--runs-dir", str(tmp_path), "--metrics-port=0")
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    run_dir = only_run_dir(tmp_path)
-    assert len(list((run_dir / "data" / "imagenet" / "train").iterdir())) == 10
-    summary = json.loads((run_dir / "summary.json").read_text())
+def test_default_dataset_generates_a_tree_in_the_run(one_epoch_run):
+    assert len(list((one_epoch_run / "data" / "imagenet" / "train").iterdir())) == 10
+    summary = summary_of(one_epoch_run)
     assert summary["steps"] == STEPS_PER_EPOCH and summary["final_eval"]["val_images"] == 100
+    loader = {"loader_workers": 1, "pin_memory": False, "persistent_workers": True, "prefetch_factor": 4}
+    assert summary["fast_paths"]["loader"] == loader  # CPU defaults: no pinning (no GPU to copy to)
+
+
+# The vision fast paths (README, "Fast paths"), each against the plain run above, read back from the run.
+
+
+def test_channels_last_is_taken_and_computes_the_same_losses(synthetic_run, tmp_path):
+    run_dir, _ = train_tiny(tmp_path, "--synthetic", "--steps", "4", "--channels-last", "true")
+    assert summary_of(run_dir)["fast_paths"]["channels_last"] is True  # every conv weight NHWC
+    # Other convolution kernels, the same arithmetic: rounding only.
+    assert losses(run_dir) == pytest.approx(losses(synthetic_run), abs=1e-4)
+
+
+def test_bf16_autocast_is_taken_and_trains_within_its_rounding(synthetic_run, tmp_path):
+    run_dir, _ = train_tiny(tmp_path, "--synthetic", "--steps", "4", "--precision", "bf16")
+    summary = summary_of(run_dir)
+    assert summary["precision"] == "bf16" and summary["fast_paths"]["forward_dtype"] == "bfloat16"
+    plain = losses(synthetic_run)
+    assert losses(run_dir) == pytest.approx(plain, abs=2e-2) and losses(run_dir) != plain
+
+
+def test_loader_settings_are_taken_and_leave_every_loss_unchanged(one_epoch_run, tmp_path):
+    flags = ("--loader-workers", "2", "--persistent-workers", "false", "--prefetch-factor", "2")
+    run_dir, _ = train_tiny(tmp_path, "--epochs", "1", *flags)
+    summary = summary_of(run_dir)
+    loader = {"loader_workers": 2, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
+    assert summary["fast_paths"]["loader"] == loader
+    # Augmentation is seeded per (epoch, image): the same pixels whichever worker makes them, and when.
+    assert losses(run_dir) == losses(one_epoch_run)
+    assert summary["final_eval"] == summary_of(one_epoch_run)["final_eval"]

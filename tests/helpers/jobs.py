@@ -28,7 +28,7 @@ def spec_file(run_dir: Path) -> SimpleNamespace:
     return flat(Job.from_dict(json.loads((Path(run_dir) / "spec.json").read_text())))
 
 
-# A value other than the default for every option, in three jobs that together use them all.
+# A value other than the default for every option, in four jobs that together use them all.
 WALKS = {
     "llama-local": {
         "model": "llama2-tiny",
@@ -72,11 +72,20 @@ WALKS = {
         "image_size": 48,
         "synthetic": True,
         "loader_workers": 0,
+        "channels_last": True,
         "optimizer": "lamb",
         "label_smoothing": 0.05,
         "warmup_epochs": 0.5,
         "steps": 5,
         "run_id": "walk-vision",
+    },
+    "vision-jpeg": {  # the loader's settings: a real input pipeline (--synthetic has no loader)
+        "model": "resnet-tiny",
+        "loader_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "prefetch_factor": 2,
+        "run_id": "walk-jpeg",
     },
     "llama-eks": {
         "model": "llama2-7b",

@@ -9,14 +9,14 @@ import signal
 import sys
 from pathlib import Path
 
-from training.vision.data import ClassFolder, val_loader, val_transform
+from training.vision.data import ClassFolder, LoaderSettings, val_loader, val_transform
 from training.vision.layout import check_image_folder
 
 
 def main() -> None:
     root, how = Path(sys.argv[1]), sys.argv[2]
     folder = ClassFolder(str(root / "val"), classes=check_image_folder(root), transform=val_transform(32))
-    loader = val_loader(folder, rank=0, world=1, batch=4, workers=1, on_gpu=False)
+    loader = val_loader(folder, rank=0, world=1, batch=4, settings=LoaderSettings(workers=1))
     next(iter(loader))
     print(" ".join(str(worker.pid) for worker in multiprocessing.active_children()), flush=True)
     if how == "kill":

@@ -74,6 +74,16 @@ def test_layers_label_and_limits(tmp_path):
         ({"sharding": "NO_SHARD", "reshard_last_layer": "false"}, r"--reshard-last-layer: FSDP2 settings"),
         ({"precision": "fp32", "reduce_dtype": "fp32"}, r"--reduce-dtype fp32: under --precision fp32"),
         ({"ac_every": 2}, r"--ac-every 2: selects the layers .* add --activation-checkpointing true"),
+        ({"model": "resnet-tiny", "pin_memory": "true"}, r"--pin-memory true pins host memory .* and no GPU"),
+        (
+            {"model": "resnet-tiny", "synthetic": True, "steps": 3, "prefetch_factor": 2, "pin_memory": "false"},
+            r"--pin-memory, --prefetch-factor: data loader settings, and --synthetic makes its batches on the device",
+        ),
+        (
+            {"model": "resnet-tiny", "loader_workers": 0, "persistent_workers": "false"},
+            r"--persistent-workers: settings of loader worker processes, and --loader-workers 0",
+        ),
+        ({"channels_last": "true"}, r"--channels-last applies to vision models, not to llama2-tiny"),
     ],
 )
 def test_bad_input_names_the_flag(flags, message):

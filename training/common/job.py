@@ -188,6 +188,27 @@ class DataOptions:
         family="vision",
         trains=False,
     )
+    pin_memory: bool | None = option(
+        None,
+        "Vision: the loader hands batches over in page-locked host memory, copied to the GPU without blocking; "
+        "default true on GPUs. Needs a GPU.",
+        family="vision",
+        trains=False,
+    )
+    persistent_workers: bool | None = option(
+        None,
+        "Vision: keep the loader's worker processes between passes (the evaluation loader's, every epoch); "
+        "default true. Needs --loader-workers > 0.",
+        family="vision",
+        trains=False,
+    )
+    prefetch_factor: int | None = option(
+        None,
+        "Vision: batches each loader worker prepares ahead; default 4. Needs --loader-workers > 0.",
+        minimum=1,
+        family="vision",
+        trains=False,
+    )
 
 
 @dataclass
@@ -309,6 +330,13 @@ class ParallelismOptions:
         choices=("bf16", "fp32"),
         trains=False,  # rounding only: a run may resume with another
         family="llama",
+    )
+    channels_last: bool | None = option(
+        None,
+        "Vision: the model and its input batches in channels-last (NHWC) memory format, which GPU convolution "
+        "kernels prefer; default true on GPUs, false on CPU.",
+        trains=False,  # rounding only: a run may resume with another
+        family="vision",
     )
     attention: str | None = option(
         None,

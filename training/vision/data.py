@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -107,23 +108,57 @@ def worker_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")  # not fork, not forkserver: see the module's docstring
 
 
-def loader_options(workers: int, on_gpu: bool) -> dict:
-    options: dict = {"num_workers": workers, "pin_memory": on_gpu}
-    if workers:
-        options.update(prefetch_factor=4, persistent_workers=True, multiprocessing_context=worker_context())
-    return options
+@dataclass(frozen=True)
+class LoaderSettings:
+    """How the loaders run (the job's --loader-workers, --pin-memory, --persistent-workers, --prefetch-factor):
+    when and where batches are made, never which pixels; a run's losses are the same under any of them."""
+
+    workers: int
+    pin_memory: bool = False
+    persistent_workers: bool = True
+    prefetch_factor: int = 4
+
+    @classmethod
+    def of(cls, data, on_gpu: bool) -> LoaderSettings:
+        """The job's data options, their defaults filled in: pinned memory on GPUs, persistent workers, 4 ahead."""
+        return cls(
+            workers=data.loader_workers,
+            pin_memory=on_gpu if data.pin_memory is None else data.pin_memory,
+            persistent_workers=True if data.persistent_workers is None else data.persistent_workers,
+            prefetch_factor=4 if data.prefetch_factor is None else data.prefetch_factor,
+        )
+
+    def options(self) -> dict:
+        options: dict = {"num_workers": self.workers, "pin_memory": self.pin_memory}
+        if self.workers:
+            options.update(
+                prefetch_factor=self.prefetch_factor,
+                persistent_workers=self.persistent_workers,
+                multiprocessing_context=worker_context(),
+            )
+        return options
 
 
-def train_loader(dataset: SeededImages, sampler: StepSampler, start: int, end: int, workers: int, on_gpu: bool):
-    return DataLoader(dataset, batch_sampler=StepBatches(sampler, start, end), **loader_options(workers, on_gpu))
+def taken(loader: DataLoader) -> dict:
+    """What a loader was built with, read back from it (for the run's summary)."""
+    workers = loader.num_workers
+    return {
+        "loader_workers": workers,
+        "pin_memory": loader.pin_memory,
+        "persistent_workers": loader.persistent_workers if workers else None,
+        "prefetch_factor": loader.prefetch_factor if workers else None,
+    }
 
 
-def val_loader(folder: datasets.ImageFolder, rank: int, world: int, batch: int, workers: int, on_gpu: bool):
+def train_loader(dataset: SeededImages, sampler: StepSampler, start: int, end: int, settings: LoaderSettings):
+    return DataLoader(dataset, batch_sampler=StepBatches(sampler, start, end), **settings.options())
+
+
+def val_loader(folder: datasets.ImageFolder, rank: int, world: int, batch: int, settings: LoaderSettings):
     """Every image exactly once over all ranks (rank r reads r, r+world, ...), so accuracy is exact."""
     indices = list(range(rank, len(folder), world))
     subset = torch.utils.data.Subset(folder, indices)
-    options = loader_options(workers, on_gpu)
-    return DataLoader(subset, batch_size=batch, shuffle=False, **options)
+    return DataLoader(subset, batch_size=batch, shuffle=False, **settings.options())
 
 
 def synthetic_batch(

@@ -19,7 +19,17 @@ from training.common.run import RunContext, current_nodes, peak_memory_bytes, sy
 from training.common.sampling import StepSampler, micro_steps
 from training.common.schedule import lr_multiplier
 
-from .data import ClassFolder, SeededImages, synthetic_batch, train_loader, train_transform, val_loader, val_transform
+from .data import (
+    ClassFolder,
+    LoaderSettings,
+    SeededImages,
+    synthetic_batch,
+    train_loader,
+    train_transform,
+    val_loader,
+    val_transform,
+)
+from .data import taken as loader_taken
 from .lamb import Lamb
 from .layout import check_image_folder
 from .models import build_model, parameter_groups
@@ -49,6 +59,11 @@ class VisionTrainer:
                 f"{self.micro_per_step} micro batches of {o.micro_batch_size}; use a multiple of "
                 f"{o.micro_batch_size * self.world}"
             )
+        self.loader_settings = LoaderSettings.of(job.data, self.on_gpu)
+        self.forward_dtype: torch.dtype | None = None
+        self.loader_report: dict | None = None  # the train loader's settings once it is made (none: --synthetic)
+        if self.loader_settings.pin_memory and not self.on_gpu:
+            raise ValueError("--pin-memory true pins host memory for copies to a GPU, and this process has none")
         self.classes = self._build_data()
         self.num_classes = len(self.classes) if self.classes else self.synthetic_classes
         self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.sampler.steps_per_epoch
@@ -58,7 +73,8 @@ class VisionTrainer:
         self.warmup_steps = min(warmup, self.total_steps)
 
         model = build_model(job.model.name, self.num_classes)
-        self.memory_format = torch.channels_last if self.on_gpu else torch.contiguous_format
+        channels_last = self.on_gpu if job.parallelism.channels_last is None else job.parallelism.channels_last
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=self.memory_format)
         groups = parameter_groups(model, job.optimisation.weight_decay)
         if job.optimisation.optimizer == "lamb":
@@ -72,6 +88,10 @@ class VisionTrainer:
         )
         acc.register_for_checkpointing(self.scheduler)
         self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
+        # The dtype the first convolution computes in (bf16 under autocast), seen once; the logits cannot say:
+        # Accelerate hands them back in fp32 whatever the forward ran in.
+        first_conv = next(m for m in self.model.modules() if isinstance(m, torch.nn.Conv2d))
+        self._dtype_hook = first_conv.register_forward_hook(self._record_forward_dtype)
         self.run = RunContext(acc, job, run_dir, current_nodes(job.parallelism.nodes))
 
     # ------------------------------------------------------------------ data
@@ -114,9 +134,8 @@ class VisionTrainer:
         if self.job.data.synthetic:
             while True:
                 yield self.fixed_batch
-        loader = train_loader(
-            self.train_images, self.sampler, start, self.total_steps, self.job.data.loader_workers, self.on_gpu
-        )
+        loader = train_loader(self.train_images, self.sampler, start, self.total_steps, self.loader_settings)
+        self.loader_report = loader_taken(loader)
         for images, labels in loader:
             yield (
                 images.to(self.device, non_blocking=True, memory_format=self.memory_format),
@@ -176,8 +195,7 @@ class VisionTrainer:
                 self.rank,
                 self.world,
                 self.job.optimisation.micro_batch_size,
-                self.job.data.loader_workers,
-                self.on_gpu,
+                self.loader_settings,
             )
         k = min(5, len(self.classes))
         for images, labels in self.val_batches:
@@ -196,6 +214,23 @@ class VisionTrainer:
             "val_top5": float(totals[1]) / count,
             "val_loss": float(totals[2]) / count,
             "val_images": int(totals[3]),
+        }
+
+    def _record_forward_dtype(self, _module, _inputs, output: torch.Tensor) -> None:
+        self.forward_dtype = output.dtype
+        self._dtype_hook.remove()
+
+    def fast_paths_taken(self) -> dict:
+        """What the run actually ran with, read back from the model, a forward pass and the loader, not the flags:
+        the weights' memory format, the dtype the forward computed in (bf16 under autocast), the loader's settings."""
+        convs = [m.weight for m in self.model.modules() if isinstance(m, torch.nn.Conv2d)]
+        # A 1x1 kernel's weight is both NCHW- and NHWC-contiguous: channels last when every weight is NHWC and
+        # some, then, not NCHW.
+        nhwc = [w.is_contiguous(memory_format=torch.channels_last) for w in convs]
+        return {
+            "channels_last": bool(nhwc) and all(nhwc) and not all(w.is_contiguous() for w in convs),
+            "forward_dtype": str(self.forward_dtype).removeprefix("torch.") if self.forward_dtype else None,
+            "loader": self.loader_report,
         }
 
     def replica_digests(self) -> list[str]:
@@ -286,6 +321,7 @@ class VisionTrainer:
                 "optimizer": job.optimisation.optimizer,
                 "precision": resolve_precision(job.parallelism.precision),
                 "channels_last": self.memory_format == torch.channels_last,
+                "fast_paths": self.fast_paths_taken(),
             },
         )
         acc.end_training()

@@ -35,7 +35,7 @@ def validate(job: Job, machine: Machine) -> None:
     )
     require(p.min_nodes <= p.nodes, f"--nodes {p.min_nodes}:{p.nodes}: the minimum must not exceed the maximum")
     if entry.family == "vision":
-        _validate_vision(job)
+        _validate_vision(job, machine)
     else:
         context = entry.arch.max_position_embeddings
         require(
@@ -192,8 +192,30 @@ def _validate_fast_paths(job: Job) -> None:
     )
 
 
-def _validate_vision(job: Job) -> None:
+def _validate_vision(job: Job, machine: Machine) -> None:
     data = job.data
+    given = {
+        "--pin-memory": data.pin_memory,
+        "--persistent-workers": data.persistent_workers,
+        "--prefetch-factor": data.prefetch_factor,
+    }
+    loader_flags = [flag for flag, value in given.items() if value is not None]
+    require(
+        not (data.synthetic and loader_flags),
+        f"{', '.join(loader_flags)}: data loader settings, and --synthetic makes its batches on the device with no "
+        "loader; drop them (or drop --synthetic)",
+    )
+    worker_flags = [flag for flag in loader_flags if flag != "--pin-memory"]
+    require(
+        not (worker_flags and data.loader_workers == 0),
+        f"{', '.join(worker_flags)}: settings of loader worker processes, and --loader-workers 0 loads in the "
+        "training process; give --loader-workers 1 or more (or drop them)",
+    )
+    require(
+        not (data.pin_memory and machine.gpus_per_node == 0),
+        f"--pin-memory true pins host memory for copies to a GPU, and this machine has {machine.described}; "
+        "drop it (it is on by default where there are GPUs)",
+    )
     require(
         not (data.synthetic and job.optimisation.epochs is not None),
         "--synthetic has no dataset to count epochs over; use --steps",
