@@ -44,13 +44,14 @@ def test_each_fast_path_is_taken(paths):
     assert (paths["bf16"]["taken"]["param_dtype"], paths["bf16"]["taken"]["reduce_dtype"]) == ("bfloat16",) * 2
     fp32_reduce = paths["bf16_fp32_reduce"]["taken"]
     assert (fp32_reduce["param_dtype"], fp32_reduce["reduce_dtype"]) == ("bfloat16", "float32")
+    assert (plain["optimizer_kernel"], paths["fused_adamw"]["taken"]["optimizer_kernel"]) == ("foreach", "fused")
 
 
 def test_each_fast_path_keeps_the_plain_paths_losses(paths):
     plain = paths["plain"]["losses"]
     for name in ("selective_ac", "prefetch", "last_layer_kept"):  # the same arithmetic, in another order or time
         assert paths[name]["losses"] == plain, name
-    for name in ("flash", "math_checkpointed"):  # another kernel: fp32 rounding only
+    for name in ("flash", "math_checkpointed", "fused_adamw"):  # another kernel: fp32 rounding only
         assert paths[name]["losses"] == pytest.approx(plain, abs=1e-5), name
     # bf16 compute: within bf16's rounding of fp32; fp32 reductions within that of bf16 ones
     assert paths["bf16"]["losses"] == pytest.approx(plain, abs=2e-3)
@@ -66,7 +67,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     with the plain path is the per-path test's; one run here keeps the suite short)."""
     flags = ["--steps", "4", "--metrics-port=0", "--activation-checkpointing", "true", "--ac-every", "2"]
     flags += ["--prefetch", "1", "--reshard-last-layer", "false", "--attention", "flash"]
-    flags += ["--precision", "bf16", "--reduce-dtype", "fp32"]
+    flags += ["--precision", "bf16", "--reduce-dtype", "fp32", "--fused-adamw", "true"]
     result = invoke("train", "--runs-dir", str(tmp_path), *flags)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
@@ -74,7 +75,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     layers = json.loads((run_dir / "model_config.json").read_text())["num_hidden_layers"]
     assert layers == 4  # llama2-tiny
     assert taken["checkpointed_layers"] == [0, 2] and taken["attention"] == "flash"
-    assert taken["attention_implementation"] == "sdpa"
+    assert taken["attention_implementation"] == "sdpa" and taken["optimizer_kernel"] == "fused"
     assert taken["forward_prefetch"] == [1, 1, 1, 0] and taken["backward_prefetch"] == [0, 1, 1, 1]
     assert taken["reshard_after_forward"] == [True, True, True, False]
     assert (taken["param_dtype"], taken["reduce_dtype"]) == ("bfloat16", "float32")

@@ -4,7 +4,7 @@ losses of a few steps and what the prepared model holds (`fast_paths.taken`). te
 
 The model is sharded as the trainer's Accelerate prepare does (fully_shard per decoder layer, then the root) with
 the trainer's own pieces: `checkpoint_every` before sharding, `schedule` after, `attention` around the forward,
-`mixed_precision_policy` for the reduction dtype.
+`mixed_precision_policy` for the reduction dtype, `optimizer_kernel` for AdamW's kernel.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ PATHS = {
     "math_checkpointed": {"attention": "math", "ac_every": 1},  # recomputed in backward with the same kernel
     "bf16": {"bf16": True},
     "bf16_fp32_reduce": {"bf16": True, "reduce_dtype": "fp32"},
+    "fused_adamw": {"fused": True},
 }
 STEPS, BATCH, SEQ = 3, 4, 32
 
@@ -57,7 +58,8 @@ def train(options: dict, mesh, rank: int) -> tuple[list[float], dict]:
         fully_shard(getattr(layer, "_checkpoint_wrapped_module", layer), **shard)
     fully_shard(model, **shard)
     fast_paths.schedule(model, options.get("prefetch", 0), options.get("reshard_last_layer", True))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    fused = options.get("fused", False)  # as the trainer builds it
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused or None, foreach=None if fused else True)
     generator = torch.Generator().manual_seed(1234 + rank)
     losses = []
     for _ in range(STEPS):
@@ -71,7 +73,9 @@ def train(options: dict, mesh, rank: int) -> tuple[list[float], dict]:
         total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(total.item() / dist.get_world_size())
-    return losses, fast_paths.taken(model, options.get("attention", "sdpa"))
+    return losses, fast_paths.taken(model, options.get("attention", "sdpa")) | {
+        "optimizer_kernel": fast_paths.optimizer_kernel(optimizer)
+    }
 
 
 def main() -> int:

@@ -53,6 +53,7 @@ WALKS = {
         "prefetch": 2,
         "reshard_last_layer": False,
         "attention": "math",
+        "fused_adamw": True,
         "checkpoint_interval": 3,
         "keep_checkpoints": 3,
         "max_restarts": 1,

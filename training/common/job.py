@@ -331,6 +331,13 @@ class ParallelismOptions:
         trains=False,  # rounding only: a run may resume with another
         family="llama",
     )
+    fused_adamw: bool | None = option(
+        None,
+        "AdamW's fused kernel (one kernel over all parameters, `fused=True`); default true on GPUs, the multi-tensor "
+        "`foreach` kernel on CPU.",
+        trains=False,  # rounding only: a run may resume with another
+        family="llama",
+    )
     channels_last: bool | None = option(
         None,
         "Vision: the model and its input batches in channels-last (NHWC) memory format, which GPU convolution "

@@ -11,12 +11,13 @@
                                               of bf16 weights more in memory; FSDP2 tutorial's advice)
     --reduce-dtype fp32                       under bf16: reduce-scatter gradients in fp32 (FSDP2
                                               MixedPrecisionPolicy; Accelerate's bf16 default reduces in bf16)
+    --fused-adamw true|false                  AdamW's fused kernel (default on GPUs) or the multi-tensor foreach one
     --attention flash|math                    pin scaled_dot_product_attention to one backend (default `sdpa`:
                                               PyTorch picks; `flash` fails where FlashAttention cannot run)
 
-None changes what a step computes except --reduce-dtype and --attention (rounding only); the tests hold each to
-the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no GPU was lent
-when these were written to choose otherwise from a measurement (README, "Fast paths").
+None changes what a step computes except --reduce-dtype, --fused-adamw and --attention (rounding only); the tests
+hold each to the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no
+GPU was lent when these were written to choose otherwise from a measurement (README, "Fast paths").
 
 `taken(model)` reads back from the prepared model what FSDP2 and the wrappers actually hold (not the flags), with
 the kernel the passes are pinned to, for the run's summary.
@@ -111,6 +112,12 @@ def taken(model: torch.nn.Module, attention_backend: str) -> dict:
     except (AttributeError, IndexError, TypeError) as error:
         report["fsdp"] = f"not readable on torch {torch.__version__}: {error!r}"
     return report
+
+
+def optimizer_kernel(optimizer: torch.optim.Optimizer) -> str:
+    """`fused`, `foreach` or `for-loop`: the kernel the (possibly Accelerate-wrapped) optimizer was built with."""
+    defaults = getattr(optimizer, "optimizer", optimizer).defaults
+    return "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "for-loop"
 
 
 def _fsdp_report(layers: list[torch.nn.Module]) -> dict:

@@ -62,17 +62,19 @@ class Trainer:
         elif parallel.activation_checkpointing and parallel.sharding == "NO_SHARD":  # FSDP applies it in prepare
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         on_gpu = torch.cuda.is_available()
+        fused = on_gpu if parallel.fused_adamw is None else parallel.fused_adamw
         optimizer = torch.optim.AdamW(
             model.parameters(),
             lr=job.optimisation.lr,
             betas=(0.9, 0.95),
             weight_decay=job.optimisation.weight_decay,
-            fused=on_gpu or None,
-            foreach=None if on_gpu else True,
+            fused=fused or None,
+            foreach=None if fused else True,
         )
         self.model, self.optimizer = acc.prepare(model, optimizer)
         fast_paths.schedule(self.model, parallel.prefetch or 0, parallel.reshard_last_layer is not False)
         self.fast_paths = fast_paths.taken(self.model, parallel.attention or "sdpa")
+        self.fast_paths["optimizer_kernel"] = fast_paths.optimizer_kernel(self.optimizer)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer.optimizer,
             lambda step: lr_multiplier(

@@ -14,7 +14,8 @@ CHAOS_HELP = {
 BENCHMARKS = ("elastic", "train")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
-TRAIN_FLAGS += ("attention", "loader_workers", "channels_last", "pin_memory", "persistent_workers", "prefetch_factor")
+TRAIN_FLAGS += ("attention", "fused_adamw")
+TRAIN_FLAGS += ("loader_workers", "channels_last", "pin_memory", "persistent_workers", "prefetch_factor")
 
 
 @task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
@@ -51,6 +52,7 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "reshard-last-layer": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "reduce-dtype": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "attention": "train: as for invoke train (trainkit's side; the reference stays plain).",
+        "fused-adamw": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "loader-workers": "train, vision: as for invoke train (both sides).",
         "channels-last": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
@@ -84,6 +86,7 @@ def bench(
     reshard_last_layer=None,
     reduce_dtype=None,
     attention=None,
+    fused_adamw=None,
     loader_workers=None,
     channels_last=None,
     pin_memory=None,
