@@ -1,6 +1,6 @@
 """Elastic fault tolerance, proven with real processes: every fault scenario on both rendezvous backends.
 
-One `invoke bench elastic` run (two scenarios at a time, into temporary files, beside the rest of the
+One `invoke bench elastic` run (one scenario at a time, into temporary files, beside the rest of the
 suite) drives the whole matrix: a real two-node elastic job per scenario, a real etcd for the etcd
 backend, real SIGKILLs and SIGTERMs. Each scenario has a hard timeout inside the harness; the test asserts
 what the harness measured.

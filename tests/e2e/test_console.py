@@ -58,7 +58,7 @@ def test_console_of_a_run_in_a_terminal(tmp_path):
             "--model",
             "llama2-tiny",
             "--steps",
-            "12",
+            "4",
             "--metrics-port",
             "0",
             "--runs-dir",
@@ -85,6 +85,6 @@ def test_console_of_a_run_in_a_terminal(tmp_path):
     screen = b"".join(chunks).decode(errors="replace")
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert "[default" not in screen
-    assert f"\r{run_dir.name}: 100%" in screen and "12/12" in screen, screen[-3000:]
+    assert f"\r{run_dir.name}: 100%" in screen and "4/4" in screen, screen[-3000:]
     assert f"{run_dir.name} step " not in screen  # the bar, not the plain lines
     assert f"run {run_dir.name} finished" in screen

@@ -45,7 +45,7 @@ def test_two_nodes_train_as_one_job_with_the_same_losses_as_one_node(backend, et
 
 def test_a_second_job_with_a_finished_jobs_name_runs(etcd, tmp_path):
     """Same --run-id against the same etcd: each submission gets its own rendezvous id."""
-    flags = ["--run-id", "nightly", "--nodes", "1:2", "--nproc", "1", "--steps", "2", "--metrics-port=0"]
+    flags = ["--run-id", "nightly", "--nodes", "1", "--nproc", "1", "--steps", "2", "--metrics-port=0"]
     for attempt in ("first", "second"):
         result = invoke("train", "--runs-dir", str(tmp_path / attempt), *flags, *rdzv_flags("etcd", etcd))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
