@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import chaos_bench, image_build, train_bench
+from tests.helpers import chaos_bench, image_build, infra_round_trip, train_bench
 from tests.helpers.eks import ECR
 from tests.helpers.kube_api import FakeCluster
 from tests.helpers.product import stop_started
@@ -54,6 +54,7 @@ def pytest_collection_modifyitems(config, items):
 BACKGROUND = {
     chaos_bench.MODULE: (chaos_bench.start, lambda started: started.remove()),
     image_build.MODULE: (image_build.start, image_build.remove),
+    infra_round_trip.MODULE: (infra_round_trip.start, lambda started: started.remove()),
     train_bench.MODULE: (train_bench.start, lambda started: started.remove()),
 }
 STARTED = pytest.StashKey[dict]()
@@ -77,6 +78,13 @@ def pytest_sessionfinish(session):
 def chaos_matrix(request):
     """(result, record, README copy) of the background `invoke bench elastic` (tests/helpers/chaos_bench.py)."""
     return chaos_bench.result(request.config.stash[STARTED][chaos_bench.MODULE])
+
+
+@pytest.fixture(scope="session")
+def infra_round_trip_record(request):
+    """What each step of the background `make up` / `infra.outputs` / `make down` against the AWS emulator did
+    (tests/helpers/infra_round_trip.py)."""
+    return infra_round_trip.result(request.config.stash[STARTED][infra_round_trip.MODULE])
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,91 @@
+"""`make up PROFILE=aws`, `invoke infra.outputs`, `make down PROFILE=aws` against an AWS emulator (moto server on
+127.0.0.1), for tests/e2e/test_infra_e2e.py, in the background from the start of the session
+(tests/helpers/background.py): about half of its ~90 s is the AWS provider's waiters polling, time the rest of the
+suite can use.
+
+Run as `python -m tests.helpers.infra_round_trip FOLDER`: each step's exit code and output, and the kubeconfig
+`make up` wrote (and whether `make down` removed it), go to FOLDER/round_trip.json.
+
+The emulator's endpoint and fake credentials come from this environment, never from the product's defaults. moto
+lacks placement groups, FSx, EKS add-ons, access entries and pod identity: the root's feature flags switch those
+off for this run only, and provider retries are set low so an emulator error fails fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.aws import FAKE_AWS, moto_server
+from tests.helpers.background import Background
+from tests.helpers.paths import BIN, REPO
+
+MODULE = "test_infra_e2e.py"
+RESULTS = "round_trip.json"
+
+EMULATOR_TFVARS = """
+region                = "us-east-1"
+availability_zones    = ["us-east-1a", "us-east-1b"]
+gpu_availability_zone = "us-east-1a"
+name                  = "tk-e2e"
+owner                 = "ci@example.com"
+stack_id              = "trainkit-e2e"
+public_access_cidrs   = ["203.0.113.0/24"]
+gpu_instance_type     = "p5.48xlarge"
+gpu_desired_nodes     = 1
+gpu_max_nodes         = 2
+
+aws_max_retries        = 1
+enable_placement_group = false
+enable_fsx             = false
+enable_eks_addons      = false
+enable_access_entries  = false
+enable_pod_identity    = false
+"""
+
+
+def _step(command: list[str], env: dict) -> dict:
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def _make(target: str, env: dict, var_file: Path) -> dict:
+    stack = " --stack infra" if target == "up" else ""
+    return _step(["make", target, "PROFILE=aws", f"ARGS=--yes --var-file {var_file}{stack}"], env)
+
+
+def round_trip(root: Path) -> dict:
+    var_file = root / "emulator.tfvars"
+    var_file.write_text(EMULATOR_TFVARS)
+    state = root / "state"
+    kubeconfig = state / "aws" / "kubeconfig"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    with moto_server(root / "moto.log", {"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}) as endpoint:
+        env = {**clean, "AWS_ENDPOINT_URL": endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(state)}
+        record = {"kubeconfig_path": str(kubeconfig), "up": _make("up", env, var_file)}
+        record["kubeconfig"] = json.loads(kubeconfig.read_text()) if kubeconfig.is_file() else None
+        if record["up"]["returncode"] == 0:
+            record["outputs"] = _step([str(BIN / "invoke"), "infra.outputs"], env)
+            record["down"] = _make("down", env, var_file)
+            record["kubeconfig_after_down"] = kubeconfig.exists()
+    return record
+
+
+def start() -> Background:
+    return Background("infra", [sys.executable, "-m", "tests.helpers.infra_round_trip", "{root}"], timeout_s=1200)
+
+
+def result(background: Background) -> dict:
+    """What each step did; a round trip that did not get as far as writing its record says why."""
+    done = background.result()
+    path = background.root / RESULTS
+    assert path.is_file(), f"exit {done.returncode}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return json.loads(path.read_text())
+
+
+if __name__ == "__main__":
+    folder = Path(sys.argv[1])
+    (folder / RESULTS).write_text(json.dumps(round_trip(folder)))
