@@ -166,16 +166,25 @@ def small_dataset(path: Path, count: int) -> tuple[Path, int]:
     return path, len(PackedDataset.pack(ids, labels, 128)) // 16
 
 
-@pytest.mark.parametrize(("strategy", "share"), [("SHARD_GRAD_OP", 0.5), ("NO_SHARD", 1.0)])
-def test_other_strategies_run_an_epoch_of_a_local_jsonl_and_distribute_parameters_as_named(strategy, share, tmp_path):
+@pytest.mark.parametrize(
+    ("strategy", "share", "precision", "policy"),
+    [("SHARD_GRAD_OP", 0.5, "bf16", "bfloat16"), ("NO_SHARD", 1.0, "fp32", None)],
+)
+def test_other_strategies_run_an_epoch_of_a_local_jsonl_and_distribute_parameters_as_named(
+    strategy, share, precision, policy, tmp_path
+):
     dataset, steps_per_epoch = small_dataset(tmp_path / "small.jsonl", count=60)
     runs = tmp_path / "runs"
-    result = invoke(*tiny_args(runs, "--sharding", strategy, "--epochs", "1", "--dataset", str(dataset)))
+    flags = ("--sharding", strategy, "--epochs", "1", "--dataset", str(dataset), "--precision", precision)
+    result = invoke(*tiny_args(runs, *flags))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     summary = json.loads((only_run_dir(runs) / "summary.json").read_text())
     sharding = summary["sharding"]
     assert sharding["strategy"] == strategy and summary["steps"] == steps_per_epoch > 0
     assert sharding["local_params"] == pytest.approx(share * sharding["total_params"], rel=0.02)
+    # bf16 under FSDP2 on CPU: Accelerate's policy as on GPUs (bf16 parameters and reductions), not autocast alone
+    taken = summary["fast_paths"]
+    assert (taken.get("param_dtype"), taken.get("reduce_dtype")) == (policy, policy)
 
 
 def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):

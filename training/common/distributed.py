@@ -81,6 +81,10 @@ def make_accelerator(
         kwargs["parallelism_config"] = ParallelismConfig(dp_replicate_size=nodes, dp_shard_size=world // nodes)
     accelerator = Accelerator(fsdp_plugin=plugin, **kwargs)
     if on_cpu and accelerator.distributed_type == DistributedType.MULTI_CPU:
+        # Accelerate gives the plugin the run's precision only when it sets up FSDP itself (accelerate/state.py,
+        # AcceleratorState, v1.15.0): on accelerators. Here, as there: bf16 parameters, reductions and outputs.
+        if kwargs["mixed_precision"] != "no" and plugin.mixed_precision_policy is None:
+            plugin.set_mixed_precision(kwargs["mixed_precision"])
         _enable_fsdp_on_cpu(plugin)
     if accelerator.distributed_type != DistributedType.FSDP and accelerator.num_processes > 1:
         raise ShardingError(f"asked for FSDP but Accelerate set up {accelerator.distributed_type}")
