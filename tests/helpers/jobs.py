@@ -46,7 +46,6 @@ WALKS = {
         "grad_clip": 0.5,
         "nodes": 2,
         "nproc": 1,
-        "sharding": "SHARD_GRAD_OP",
         "precision": "fp32",
         "activation_checkpointing": True,
         "ac_every": 2,
@@ -99,6 +98,7 @@ WALKS = {
         "namespace": "walk-jobs",
         "nproc": 4,
         "reduce_dtype": "fp32",
+        "sharding": "SHARD_GRAD_OP",
         "run_id": "walk-eks",
         "runs_dir": "walk-runs",  # on FSx: relative to the mount
     },

@@ -73,6 +73,11 @@ def test_layers_label_and_limits(tmp_path):
         ({"sharding": "NO_SHARD", "prefetch": 2}, r"--prefetch: FSDP2 settings, and --sharding NO_SHARD is DDP"),
         ({"sharding": "NO_SHARD", "reshard_last_layer": "false"}, r"--reshard-last-layer: FSDP2 settings"),
         ({"precision": "fp32", "reduce_dtype": "fp32"}, r"--reduce-dtype fp32: under --precision fp32"),
+        ({"reduce_dtype": "fp32"}, r"--reduce-dtype fp32: under --precision auto on this machine \(no GPU\)"),
+        (
+            {"sharding": "SHARD_GRAD_OP", "reshard_last_layer": "false"},
+            r"--reshard-last-layer false: under --sharding SHARD_GRAD_OP no layer reshards after forward",
+        ),
         ({"ac_every": 2}, r"--ac-every 2: selects the layers .* add --activation-checkpointing true"),
         ({"model": "resnet-tiny", "pin_memory": "true"}, r"--pin-memory true pins host memory .* and no GPU"),
         (

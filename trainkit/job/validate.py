@@ -43,7 +43,7 @@ def validate(job: Job, machine: Machine) -> None:
             f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
             f"use --seq-len <= {context}",
         )
-        _validate_fast_paths(job)
+        _validate_fast_paths(job, machine)
     _validate_model(job, entry)
     if job.placement.target == "eks":
         _validate_eks(job)
@@ -163,7 +163,7 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
         )
 
 
-def _validate_fast_paths(job: Job) -> None:
+def _validate_fast_paths(job: Job, machine: Machine) -> None:
     """A fast-path flag the job would ignore is refused, not dropped silently (training/llm/fast_paths.py)."""
     p = job.parallelism
     fsdp_only = [
@@ -180,10 +180,17 @@ def _validate_fast_paths(job: Job) -> None:
         f"{', '.join(fsdp_only)}: FSDP2 settings, and --sharding NO_SHARD is DDP (it all-reduces fp32 gradients and "
         "gathers nothing); drop them or choose an FSDP strategy",
     )
+    fp32 = p.precision == "fp32" or (p.precision == "auto" and machine.gpus_per_node == 0)
     require(
-        p.reduce_dtype is None or p.precision != "fp32",
-        f"--reduce-dtype {p.reduce_dtype}: under --precision fp32 gradients are reduced in fp32; it applies with "
-        "--precision bf16 (or auto on a GPU)",
+        p.reduce_dtype is None or not fp32,
+        f"--reduce-dtype {p.reduce_dtype}: under --precision {p.precision} "
+        f"{'on this machine (no GPU) ' if p.precision == 'auto' else ''}gradients are reduced in fp32; it applies "
+        "with --precision bf16 (or auto on a GPU)",
+    )
+    require(
+        p.reshard_last_layer is None or p.sharding != "SHARD_GRAD_OP",
+        f"--reshard-last-layer {str(p.reshard_last_layer).lower()}: under --sharding SHARD_GRAD_OP no layer reshards "
+        "after forward; it applies with FULL_SHARD or HYBRID_SHARD",
     )
     require(
         p.ac_every is None or bool(p.activation_checkpointing),
