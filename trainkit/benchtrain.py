@@ -9,7 +9,9 @@ ceiling, and the input pipeline is judged as JPEG images/s over that ceiling. Re
 reference, trainkit, ...) so a machine's drift lands on both. Per run: the median over the steady steps (the
 first tenth, at least one step, left out: start-up, allocator and kernel warm-up) of tokens (images)/s, step time
 and its parts (input wait, optimizer, forward and backward as the rest), MFU against the datasheet peak and, on a
-GPU, against the bf16 matmul peak measured on it (training/bench/peak.py), and the peak memory. The ratio
+GPU, against the bf16 matmul peak measured on it (training/bench/peak.py), and the peak memory; trainkit's two
+steps after warm-up run under torch.profiler, for the communication and the exposed part of it per step
+(training/common/profiling.py), and are not timed. The ratio
 trainkit / reference per pair, with its median and spread, is the figure to quote. Results:
 benchmarks/<model>-<device>.json.
 """
@@ -30,6 +32,7 @@ from types import SimpleNamespace
 
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, SPEC_FILE
+from training.common.profiling import ENV as PROFILE_ENV
 
 from . import hardware
 from .errors import SpecError
@@ -37,12 +40,25 @@ from .errors import SpecError
 TIMEOUT_S = 3600
 
 
+def warmup_steps(total: int) -> int:
+    """Steps left out of the timings at the start: the first tenth, at least one."""
+    return max(1, total // 10)
+
+
+def profile_window(total: int) -> str:
+    """TRAINKIT_PROFILE_STEPS for trainkit's runs: the two steps after warm-up, left out of the timings as well."""
+    first = warmup_steps(total) + 1
+    return f"{first}:{first + 1}"
+
+
 def steady(steps: list[dict]) -> list[dict]:
-    """The steps that count: all but the first tenth (at least the first step)."""
-    skip = max(1, len(steps) // 10)
-    if len(steps) <= skip:
+    """The steps that count: all but the first tenth (at least the first step) and the profiled steps after it."""
+    counted = steps[warmup_steps(len(steps)) :]
+    while counted and counted[0].get("profiled"):
+        counted = counted[1:]
+    if not counted:
         raise SpecError(f"{len(steps)} step(s) leave nothing to time after warm-up: raise --steps (at least 10)")
-    return steps[skip:]
+    return counted
 
 
 def wall_rate(steps: list[dict], key: str = "tokens_per_s") -> float | None:
@@ -61,9 +77,16 @@ UNITS = {"llama": ("tokens_per_s", "tokens"), "vision": ("samples_per_s", "image
 
 
 def summarise(
-    steps: list[dict], world: int, flops_per_item: float, peaks: dict, peak_memory: int | None, family: str = "llama"
+    steps: list[dict],
+    world: int,
+    flops_per_item: float,
+    peaks: dict,
+    peak_memory: int | None,
+    family: str = "llama",
+    profile: dict | None = None,
 ) -> dict:
-    """One run's steady-state figures; `flops_per_item`: training FLOPs per token (or image)."""
+    """One run's steady-state figures; `flops_per_item`: training FLOPs per token (or image); `profile`: the run's
+    profiled steps (summary.json's, training/common/profiling.py), where it has them."""
     key, unit = UNITS[family]
     counted = steady(steps)
 
@@ -84,8 +107,10 @@ def summarise(
                 s["step_time_s"] - s["data_wait_s"] - s["optimizer_s"] for s in counted
             ),
             "optimizer": optimizer_s,
-            "exposed_communication": None,  # not separated: the collectives overlap forward and backward
+            # torch.profiler over two steps: collectives under no compute (None: not profiled, e.g. the reference)
+            "exposed_communication": profile["exposed_communication_s"] if profile else None,
         },
+        "communication_s": profile["communication_s"] if profile else None,
         "mfu_datasheet": mfu(rate, flops_per_item, world, peaks["datasheet"]) if peaks["datasheet"] else None,
         "mfu_measured": mfu(rate, flops_per_item, world, peaks["measured"]) if peaks["measured"] else None,
         "peak_memory_bytes": peak_memory,
@@ -111,10 +136,12 @@ def _run(command: list[str], log: Path, env: dict | None = None, timeout_s: floa
         raise SpecError(f"`{' '.join(command[:6])} ...` ran past {timeout_s:.0f} s and was stopped; its log: {log}")
 
 
-def run_trainkit(flags: list[str], runs: Path, run_id: str) -> tuple[Path, list[dict], int]:
-    """The job through `invoke train`: (run folder, its per-step records, peak memory)."""
+def run_trainkit(flags: list[str], runs: Path, run_id: str, profile: str | None = None) -> tuple[Path, list[dict], int]:
+    """The job through `invoke train`: (run folder, its per-step records, peak memory); `profile`: the steps to
+    profile (TRAINKIT_PROFILE_STEPS)."""
     command = [sys.executable, "-m", "trainkit", "train", *flags, "--runs-dir", str(runs), "--run-id", run_id]
-    _run([*command, "--metrics-port", "0"], runs / f"{run_id}.log")
+    env = {**os.environ, PROFILE_ENV: profile} if profile else None
+    _run([*command, "--metrics-port", "0"], runs / f"{run_id}.log", env)
     run = runs / run_id
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [r for r in records if "optimizer_s" in r and r.get("optimizer_s") is not None]
@@ -317,6 +344,8 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
         raise SpecError(f"--repeats {repeats}: at least 1")
     family = precheck(flags)
     unit = UNITS[family][1]
+    given = dict(zip(flags, [*flags[1:], ""], strict=True))
+    total_steps = int(given.get("--steps", 60))
     env = environment()
     runs = Path(workdir or tempfile.mkdtemp(prefix="trainkit-bench-"))
     runs.mkdir(parents=True, exist_ok=True)
@@ -325,13 +354,15 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())  # a reused --workdir keeps its earlier runs
 
     def trainkit_run(extra: list[str], run_id: str, leave_out: tuple[str, ...] = ()) -> tuple[dict, dict, dict]:
-        run, steps, memory = run_trainkit([*without(flags, leave_out), *extra, "--log-interval", "1"], runs, run_id)
+        command = [*without(flags, leave_out), *extra, "--log-interval", "1"]
+        run, steps, memory = run_trainkit(command, runs, run_id, profile_window(total_steps))
         spec = json.loads((run / SPEC_FILE).read_text())
         config = json.loads((run / MODEL_CONFIG).read_text())
+        profile = json.loads((run / "summary.json").read_text()).get("profile")
         world, flops = job_shape(spec, config)
         for weights in ("checkpoints", "model"):  # a bench needs the metrics and logs, not GBs of weights
             shutil.rmtree(run / weights, ignore_errors=True)
-        return summarise(steps, world, flops, peaks, memory, family), spec, config
+        return summarise(steps, world, flops, peaks, memory, family, profile), spec, config
 
     for repeat in range(repeats):
         summary, spec, config = trainkit_run([], f"bench-{stamp}-{repeat}")

@@ -33,13 +33,40 @@ def test_warm_up_steps_are_left_out_and_forward_backward_is_the_rest_of_the_step
         "input_wait": 0.25,
         "forward_backward": 1.25,
         "optimizer": 0.5,
-        "exposed_communication": None,
+        "exposed_communication": None,  # not profiled
     }
     assert summary["mfu_datasheet"] == pytest.approx(100.0 * 1e9 / (4 * 100e12))
     assert summary["mfu_measured"] == pytest.approx(2 * summary["mfu_datasheet"])
     assert (summary["first_loss"], summary["peak_memory_bytes"]) == (5.0, 123)
     # by the wall clock: 200 tokens a step, one step every 2.5 s
     assert summary["tokens_per_s_wall"] == pytest.approx(80.0)
+
+
+def test_profiled_steps_after_warm_up_are_left_out_and_their_figures_kept():
+    records = steps(20)
+    window = benchtrain.profile_window(20)
+    assert window == "3:4"  # the two steps after the two warm-up steps
+    for record in records[2:4]:
+        record["profiled"], record["tokens_per_s"] = True, 1.0  # slowed by the profiler
+    profile = {"steps": [3, 4], "communication_s": 0.4, "exposed_communication_s": 0.1}
+    summary = benchtrain.summarise(records, 4, 1e9, {"datasheet": None, "measured": None}, 1, profile=profile)
+    assert summary["steps_timed"] == 16 and summary["tokens_per_s"] == 100.0
+    assert (summary["communication_s"], summary["breakdown_s"]["exposed_communication"]) == (0.4, 0.1)
+    assert summary["tokens_per_s_wall"] == pytest.approx(80.0)  # the wall clock starts after the profiled steps
+
+
+def test_exposed_communication_is_what_no_compute_covers():
+    from training.common import profiling
+
+    comm = [(0.0, 1.0), (0.5, 2.0), (5.0, 6.0)]  # overlapping collectives count once: 3 s
+    compute = [(0.0, 0.5), (1.5, 5.5)]
+    assert profiling.union(comm) == [(0.0, 2.0), (5.0, 6.0)]
+    assert profiling.exposed(comm, compute) == pytest.approx((3.0, 1.5))  # 0.5-1.5 and 5.5-6.0 under nothing
+    assert profiling.exposed(comm, []) == pytest.approx((3.0, 3.0))
+    assert profiling.exposed([], compute) == (0.0, 0.0)
+    assert profiling.StepProfile("2:3").profiled(3) and not profiling.StepProfile("").profiled(1)
+    with pytest.raises(ValueError, match="FIRST:LAST"):
+        profiling.StepProfile("two")
 
 
 def test_too_few_steps_to_time_are_refused():

@@ -116,7 +116,7 @@ class MetricsSink:
 
     def write_summary(self, extra: dict) -> Path:
         records = self.read_records()
-        measured = [r for r in records if not r.get("warmup")]
+        measured = [r for r in records if not r.get("warmup") and not r.get("profiled")]  # one-off costs
 
         def median(key: str) -> float | None:
             values = [r[key] for r in measured if r.get(key) is not None]

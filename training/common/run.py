@@ -27,6 +27,7 @@ from .files import publish_text
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, RANK_LOGS_DIR, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink
+from .profiling import StepProfile
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
@@ -153,6 +154,7 @@ class RunContext:
         self.stop_signal = StopSignal().install()
         self.saved_step: int | None = None
         self.save_seconds = 0.0
+        self.profile = StepProfile()  # TRAINKIT_PROFILE_STEPS, set by `invoke bench train`
 
     def event(self, kind: str, **fields) -> None:
         """Append one line to events.jsonl (main rank)."""
@@ -365,6 +367,8 @@ class RunContext:
                 "restarts": self.restarts,
                 "wall_time_s": time.perf_counter() - self.started,
             }
+            if self.profile.report:
+                common["profile"] = self.profile.report
             path = self.metrics.write_summary({**common, **extra})
             self.event("finish", step=json.loads(path.read_text())["steps"])
             print(f"summary: {path}", flush=True)

@@ -203,6 +203,8 @@ class Trainer:
             "epoch": (step - 1) // self.sampler.steps_per_epoch,
             "warmup": first,  # first step after (re)start includes one-off setup costs
         }
+        if self.run.profile.profiled(step):
+            record["profiled"] = True  # under the profiler: its overhead stays out of the medians
         self.run.metrics.log_step(record)
         return record
 
@@ -239,10 +241,12 @@ class Trainer:
         first = True
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]
+            run.profile.before(step + 1)
             started = time.perf_counter()
             loss, grad_norm, data_wait, optimizer_s = self.train_step(step)
             run.check_finite(step + 1, loss, grad_norm)
             elapsed = time.perf_counter() - started
+            run.profile.after(step + 1)
             done = step + 1
             if done % job.run.log_interval == 0 or done == self.total_steps:
                 record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, first, optimizer_s)

@@ -268,6 +268,8 @@ class VisionTrainer:
             "samples_seen": step * self.job.optimisation.global_batch_size,
             **extra,
         }
+        if self.run.profile.profiled(step):
+            record["profiled"] = True  # under the profiler: its overhead stays out of the medians
         self.run.metrics.log_step(record)
         return record
 
@@ -285,10 +287,12 @@ class VisionTrainer:
         epoch_started, epoch_whole = time.perf_counter(), start % self.steps_per_epoch == 0
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]
+            run.profile.before(step + 1)
             started = time.perf_counter()
             loss, grad_norm, data_wait, optimizer_s = self.train_step(step, batches)
             run.check_finite(step + 1, loss, grad_norm)
             elapsed = time.perf_counter() - started
+            run.profile.after(step + 1)
             done = step + 1
             epoch_end = done % self.steps_per_epoch == 0 or done == self.total_steps
             extra: dict = {"warmup": first}
