@@ -15,6 +15,7 @@ def test_up_then_down_leaves_nothing(infra_round_trip_record):
     assert up["returncode"] == 0, up["stdout"][-4000:] + up["stderr"][-4000:]
     assert "Estimated cost: $98.32/hour for 1 x p5.48xlarge" in up["stdout"]
     config = round_trip["kubeconfig"]
+    assert config is not None, "make up succeeded without writing the kubeconfig"
     assert config["current-context"] == "tk-e2e"
     assert config["users"][0]["user"]["exec"]["args"][:4] == ["eks", "get-token", "--cluster-name", "tk-e2e"]
     assert f"export KUBECONFIG={round_trip['kubeconfig_path']}" in up["stdout"]

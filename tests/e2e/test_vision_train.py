@@ -138,7 +138,8 @@ def test_synthetic_device_input_measures_compute_without_reading_images(syntheti
     assert summary["synthetic"] is True and summary["final_eval"] is None and summary["classes"] == 10
     assert summary["steps"] == 4 and summary["samples_per_s_median"] > 0
     assert not (synthetic_run / "data").exists()  # no image tree was written or read
-    assert summary["fast_paths"] == {"channels_last": False, "forward_dtype": "float32", "loader": None}
+    taken = {"channels_last": False, "input_channels_last": False, "forward_dtype": "float32", "loader": None}
+    assert summary["fast_paths"] == taken
 
 
 def test_default_dataset_generates_a_tree_in_the_run(one_epoch_run):
@@ -154,7 +155,8 @@ def test_default_dataset_generates_a_tree_in_the_run(one_epoch_run):
 
 def test_channels_last_is_taken_and_computes_the_same_losses(synthetic_run, tmp_path):
     run_dir, _ = train_tiny(tmp_path, "--synthetic", "--steps", "4", "--channels-last", "true")
-    assert summary_of(run_dir)["fast_paths"]["channels_last"] is True  # every conv weight NHWC
+    taken = summary_of(run_dir)["fast_paths"]
+    assert taken["channels_last"] is True and taken["input_channels_last"] is True  # every conv weight, the batch
     # Other convolution kernels, the same arithmetic: rounding only.
     assert losses(run_dir) == pytest.approx(losses(synthetic_run), abs=1e-4)
 

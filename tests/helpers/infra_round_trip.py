@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,9 +48,23 @@ enable_pod_identity    = false
 """
 
 
+STEP_TIMEOUT_S = 500
+
+
 def _step(command: list[str], env: dict) -> dict:
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    """One command to its end, or killed with everything it started (terraform under make) after STEP_TIMEOUT_S;
+    a killed step's return code is None and its output what it had printed."""
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=STEP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        stderr += f"\n(killed after {STEP_TIMEOUT_S} s)"
+        return {"returncode": None, "stdout": stdout, "stderr": stderr}
+    return {"returncode": process.returncode, "stdout": stdout, "stderr": stderr}
 
 
 def _make(target: str, env: dict, var_file: Path) -> dict:
@@ -58,6 +73,8 @@ def _make(target: str, env: dict, var_file: Path) -> dict:
 
 
 def round_trip(root: Path) -> dict:
+    """Each step's result, also written to FOLDER/round_trip.json after every step (a later one that hangs
+    leaves the earlier ones readable)."""
     var_file = root / "emulator.tfvars"
     var_file.write_text(EMULATOR_TFVARS)
     state = root / "state"
@@ -65,17 +82,23 @@ def round_trip(root: Path) -> dict:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     with moto_server(root / "moto.log", {"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}) as endpoint:
         env = {**clean, "AWS_ENDPOINT_URL": endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(state)}
-        record = {"kubeconfig_path": str(kubeconfig), "up": _make("up", env, var_file)}
-        record["kubeconfig"] = json.loads(kubeconfig.read_text()) if kubeconfig.is_file() else None
+        record: dict = {"kubeconfig_path": str(kubeconfig)}
+
+        def save(**steps) -> None:
+            record.update(steps)
+            (root / RESULTS).write_text(json.dumps(record))
+
+        save(up=_make("up", env, var_file))
+        save(kubeconfig=json.loads(kubeconfig.read_text()) if kubeconfig.is_file() else None)
         if record["up"]["returncode"] == 0:
-            record["outputs"] = _step([str(BIN / "invoke"), "infra.outputs"], env)
-            record["down"] = _make("down", env, var_file)
-            record["kubeconfig_after_down"] = kubeconfig.exists()
+            save(outputs=_step([str(BIN / "invoke"), "infra.outputs"], env))
+            save(down=_make("down", env, var_file), kubeconfig_after_down=kubeconfig.exists())
     return record
 
 
 def start() -> Background:
-    return Background("infra", [sys.executable, "-m", "tests.helpers.infra_round_trip", "{root}"], timeout_s=1200)
+    command = [sys.executable, "-m", "tests.helpers.infra_round_trip", "{root}"]
+    return Background("infra", command, timeout_s=3 * STEP_TIMEOUT_S + 120)  # three steps and the emulator
 
 
 def result(background: Background) -> dict:
@@ -87,5 +110,4 @@ def result(background: Background) -> dict:
 
 
 if __name__ == "__main__":
-    folder = Path(sys.argv[1])
-    (folder / RESULTS).write_text(json.dumps(round_trip(folder)))
+    round_trip(Path(sys.argv[1]))

@@ -65,8 +65,9 @@ def test_exposed_communication_is_what_no_compute_covers():
     assert profiling.exposed(comm, []) == pytest.approx((3.0, 3.0))
     assert profiling.exposed([], compute) == (0.0, 0.0)
     assert profiling.StepProfile("2:3").profiled(3) and not profiling.StepProfile("").profiled(1)
-    with pytest.raises(ValueError, match="FIRST:LAST"):
-        profiling.StepProfile("two")
+    for bad in ("two", "3:2", "0:1"):
+        with pytest.raises(ValueError, match="FIRST:LAST"):
+            profiling.StepProfile(bad)
 
 
 def test_too_few_steps_to_time_are_refused():

@@ -87,7 +87,9 @@ class StepProfile:
             try:
                 self.steps = range(int(first), int(last or first) + 1)
             except ValueError:
-                raise ValueError(f"{ENV}={spec!r}: give FIRST:LAST, 1-based step numbers") from None
+                self.steps = None
+            if self.steps is None or not 1 <= self.steps.start < self.steps.stop:
+                raise ValueError(f"{ENV}={spec!r}: give FIRST:LAST, 1-based step numbers, FIRST <= LAST")
 
     def profiled(self, step: int) -> bool:
         return self.steps is not None and step in self.steps

@@ -61,6 +61,7 @@ class VisionTrainer:
             )
         self.loader_settings = LoaderSettings.of(job.data, self.on_gpu)
         self.forward_dtype: torch.dtype | None = None
+        self.input_channels_last: bool | None = None  # the first batch the model saw, NHWC
         self.loader_report: dict | None = None  # the train loader's settings once it is made (none: --synthetic)
         if self.loader_settings.pin_memory and not self.on_gpu:
             raise ValueError("--pin-memory true pins host memory for copies to a GPU, and this process has none")
@@ -76,6 +77,9 @@ class VisionTrainer:
         channels_last = self.on_gpu if job.parallelism.channels_last is None else job.parallelism.channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=self.memory_format)
+        if job.data.synthetic:  # the on-device batch in the model's layout, as the loader's batches are copied
+            images, labels = self.fixed_batch
+            self.fixed_batch = (images.contiguous(memory_format=self.memory_format), labels)
         groups = parameter_groups(model, job.optimisation.weight_decay)
         if job.optimisation.optimizer == "lamb":
             optimizer = Lamb(groups, lr=job.optimisation.lr)
@@ -88,8 +92,8 @@ class VisionTrainer:
         )
         acc.register_for_checkpointing(self.scheduler)
         self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
-        # The dtype the first convolution computes in (bf16 under autocast), seen once; the logits cannot say:
-        # Accelerate hands them back in fp32 whatever the forward ran in.
+        # The dtype the first convolution computes in (bf16 under autocast) and its input's layout, seen once; the
+        # logits cannot say: Accelerate hands them back in fp32 whatever the forward ran in.
         first_conv = next(m for m in self.model.modules() if isinstance(m, torch.nn.Conv2d))
         self._dtype_hook = first_conv.register_forward_hook(self._record_forward_dtype)
         self.run = RunContext(acc, job, run_dir, current_nodes(job.parallelism.nodes))
@@ -216,8 +220,11 @@ class VisionTrainer:
             "val_images": int(totals[3]),
         }
 
-    def _record_forward_dtype(self, _module, _inputs, output: torch.Tensor) -> None:
+    def _record_forward_dtype(self, _module, inputs: tuple, output: torch.Tensor) -> None:
         self.forward_dtype = output.dtype
+        images = inputs[0]
+        nhwc = images.is_contiguous(memory_format=torch.channels_last)
+        self.input_channels_last = nhwc and not images.is_contiguous()
         self._dtype_hook.remove()
 
     def fast_paths_taken(self) -> dict:
@@ -229,6 +236,7 @@ class VisionTrainer:
         nhwc = [w.is_contiguous(memory_format=torch.channels_last) for w in convs]
         return {
             "channels_last": bool(nhwc) and all(nhwc) and not all(w.is_contiguous() for w in convs),
+            "input_channels_last": self.input_channels_last,
             "forward_dtype": str(self.forward_dtype).removeprefix("torch.") if self.forward_dtype else None,
             "loader": self.loader_report,
         }
