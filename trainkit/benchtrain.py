@@ -227,12 +227,17 @@ def without(flags: list[str], names: tuple[str, ...]) -> list[str]:
     return kept
 
 
+def flag_values(flags: list[str]) -> dict[str, str]:
+    """Each `--flag` of a command line with the word after it ("" at the end)."""
+    return {flag: value for flag, value in zip(flags, [*flags[1:], ""], strict=True) if flag.startswith("--")}
+
+
 def precheck(flags: list[str]) -> str:
     """The model's family; what the references cannot run is refused before the first run: a strategy other than
     FSDP2's for a language model, a sharded vision model (vision trains data-parallel)."""
     from .job.models import get_model
 
-    given = {flag: value for flag, value in zip(flags, [*flags[1:], ""], strict=True) if flag.startswith("--")}
+    given = flag_values(flags)
     model = given.get("--model", "llama2-tiny")
     family = get_model(model).family
     sharding = given.get("--sharding")
@@ -344,8 +349,7 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
         raise SpecError(f"--repeats {repeats}: at least 1")
     family = precheck(flags)
     unit = UNITS[family][1]
-    given = dict(zip(flags, [*flags[1:], ""], strict=True))
-    total_steps = int(given.get("--steps", 60))
+    total_steps = int(flag_values(flags).get("--steps", 60))
     env = environment()
     runs = Path(workdir or tempfile.mkdtemp(prefix="trainkit-bench-"))
     runs.mkdir(parents=True, exist_ok=True)

@@ -156,6 +156,13 @@ class RunContext:
         self.save_seconds = 0.0
         self.profile = StepProfile()  # TRAINKIT_PROFILE_STEPS, set by `invoke bench train`
 
+    def log_step(self, record: dict) -> None:
+        """One step's metrics record, flagged `profiled` when it ran under the profiler (its overhead stays out of
+        the medians)."""
+        if self.profile.profiled(record["step"]):
+            record["profiled"] = True
+        self.metrics.log_step(record)
+
     def event(self, kind: str, **fields) -> None:
         """Append one line to events.jsonl (main rank)."""
         if self.accelerator.is_main_process:

@@ -203,9 +203,7 @@ class Trainer:
             "epoch": (step - 1) // self.sampler.steps_per_epoch,
             "warmup": first,  # first step after (re)start includes one-off setup costs
         }
-        if self.run.profile.profiled(step):
-            record["profiled"] = True  # under the profiler: its overhead stays out of the medians
-        self.run.metrics.log_step(record)
+        self.run.log_step(record)
         return record
 
     def export(self) -> Path | None:

@@ -276,9 +276,7 @@ class VisionTrainer:
             "samples_seen": step * self.job.optimisation.global_batch_size,
             **extra,
         }
-        if self.run.profile.profiled(step):
-            record["profiled"] = True  # under the profiler: its overhead stays out of the medians
-        self.run.metrics.log_step(record)
+        self.run.log_step(record)
         return record
 
     # ------------------------------------------------------------------ driver
