@@ -45,13 +45,16 @@ def test_each_fast_path_is_taken(paths):
     fp32_reduce = paths["bf16_fp32_reduce"]["taken"]
     assert (fp32_reduce["param_dtype"], fp32_reduce["reduce_dtype"]) == ("bfloat16", "float32")
     assert (plain["optimizer_kernel"], paths["fused_adamw"]["taken"]["optimizer_kernel"]) == ("foreach", "fused")
+    # every layer compiled in place, and dynamo really built graphs for them (none on the plain path)
+    assert (plain["compiled_layers"], paths["compiled"]["taken"]["compiled_layers"]) == ([], [0, 1, 2, 3])
+    assert plain["graphs_compiled"] == 0 and paths["compiled"]["taken"]["graphs_compiled"] >= 1
 
 
 def test_each_fast_path_keeps_the_plain_paths_losses(paths):
     plain = paths["plain"]["losses"]
     for name in ("selective_ac", "prefetch", "last_layer_kept"):  # the same arithmetic, in another order or time
         assert paths[name]["losses"] == plain, name
-    for name in ("flash", "math_checkpointed", "fused_adamw"):  # another kernel: fp32 rounding only
+    for name in ("flash", "math_checkpointed", "fused_adamw", "compiled"):  # other kernels: fp32 rounding only
         assert paths[name]["losses"] == pytest.approx(plain, abs=1e-5), name
     # bf16 compute: within bf16's rounding of fp32; fp32 reductions within that of bf16 ones
     assert paths["bf16"]["losses"] == pytest.approx(plain, abs=2e-3)
@@ -67,7 +70,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     with the plain path is the per-path test's; one run here keeps the suite short)."""
     flags = ["--steps", "4", "--metrics-port=0", "--activation-checkpointing", "true", "--ac-every", "2"]
     flags += ["--prefetch", "1", "--reshard-last-layer", "false", "--attention", "flash"]
-    flags += ["--precision", "bf16", "--reduce-dtype", "fp32", "--fused-adamw", "true"]
+    flags += ["--precision", "bf16", "--reduce-dtype", "fp32", "--fused-adamw", "true", "--compile", "true"]
     result = invoke("train", "--runs-dir", str(tmp_path), *flags)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
@@ -76,6 +79,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     assert layers == 4  # llama2-tiny
     assert taken["checkpointed_layers"] == [0, 2] and taken["attention"] == "flash"
     assert taken["attention_implementation"] == "sdpa" and taken["optimizer_kernel"] == "fused"
+    assert taken["compiled_layers"] == [0, 1, 2, 3]
     assert taken["forward_prefetch"] == [1, 1, 1, 0] and taken["backward_prefetch"] == [0, 1, 1, 1]
     assert taken["reshard_after_forward"] == [True, True, True, False]
     assert (taken["param_dtype"], taken["reduce_dtype"]) == ("bfloat16", "float32")

@@ -3,8 +3,8 @@ FSDP2 path on the same model, seed and batches, one path at a time. Rank 0 print
 losses of a few steps and what the prepared model holds (`fast_paths.taken`). tests/e2e/test_fast_paths.py judges.
 
 The model is sharded as the trainer's Accelerate prepare does (fully_shard per decoder layer, then the root) with
-the trainer's own pieces: `checkpoint_every` before sharding, `schedule` after, `attention` around the forward,
-`mixed_precision_policy` for the reduction dtype, `optimizer_kernel` for AdamW's kernel.
+the trainer's own pieces: `compile_layers` and `checkpoint_every` before sharding, `schedule` after, `attention`
+around the forward, `mixed_precision_policy` for the reduction dtype, `optimizer_kernel` for AdamW's kernel.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import sys
 
 import torch
+import torch._dynamo.utils
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
@@ -34,15 +35,19 @@ PATHS = {
     "bf16": {"bf16": True},
     "bf16_fp32_reduce": {"bf16": True, "reduce_dtype": "fp32"},
     "fused_adamw": {"fused": True},
+    "compiled": {"compile": True},
 }
 STEPS, BATCH, SEQ = 3, 4, 32
 
 
 def train(options: dict, mesh, rank: int) -> tuple[list[float], dict]:
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]  # dynamo's own count of graphs it compiled
     torch.manual_seed(0)
     config = LlamaConfig(**CONFIG, attn_implementation="sdpa")
     model = LlamaForCausalLM(config)
     model.config.use_cache = False
+    if options.get("compile"):
+        fast_paths.compile_layers(model)
     if options.get("ac_every"):
         fast_paths.checkpoint_every(model, options["ac_every"])
     policy = None
@@ -74,7 +79,8 @@ def train(options: dict, mesh, rank: int) -> tuple[list[float], dict]:
         dist.all_reduce(total)
         losses.append(total.item() / dist.get_world_size())
     return losses, fast_paths.taken(model, options.get("attention", "sdpa")) | {
-        "optimizer_kernel": fast_paths.optimizer_kernel(optimizer)
+        "optimizer_kernel": fast_paths.optimizer_kernel(optimizer),
+        "graphs_compiled": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs,
     }
 
 

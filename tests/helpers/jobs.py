@@ -53,6 +53,7 @@ WALKS = {
         "reshard_last_layer": False,
         "attention": "math",
         "fused_adamw": True,
+        "compile": True,
         "checkpoint_interval": 3,
         "keep_checkpoints": 3,
         "max_restarts": 1,

@@ -61,6 +61,7 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "reduce_dtype": ((), ("--reduce-dtype", "fp16"), "--reduce-dtype"),
     "attention": ((), ("--attention", "xformers"), "--attention"),
     "fused_adamw": ((), ("--fused-adamw", "maybe"), "--fused-adamw"),
+    "compile": ((), ("--compile", "maybe"), "--compile"),
     "channels_last": (VISION, ("--channels-last", "maybe"), "--channels-last"),
     "checkpoint_interval": ((), ("--checkpoint-interval", "-1"), "--checkpoint-interval"),
     "keep_checkpoints": ((), ("--keep-checkpoints", "0"), "--keep-checkpoints"),

@@ -338,6 +338,13 @@ class ParallelismOptions:
         trains=False,  # rounding only: a run may resume with another
         family="llama",
     )
+    compile: bool | None = option(
+        None,
+        "true: torch.compile each decoder layer in place, before checkpoint wrappers and FSDP2 (regional "
+        "compilation: identical layers share one graph; the first step pays the compile); default false.",
+        trains=False,  # rounding only: a run may resume with another
+        family="llama",
+    )
     channels_last: bool | None = option(
         None,
         "Vision: the model and its input batches in channels-last (NHWC) memory format, which GPU convolution "

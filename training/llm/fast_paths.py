@@ -14,8 +14,12 @@
     --fused-adamw true|false                  AdamW's fused kernel (default on GPUs) or the multi-tensor foreach one
     --attention flash|math                    pin scaled_dot_product_attention to one backend (default `sdpa`:
                                               PyTorch picks; `flash` fails where FlashAttention cannot run)
+    --compile true                            torch.compile each decoder layer in place (regional compilation, as
+                                              torchtitan applies it with FSDP2: compiled before FSDP2 shards it;
+                                              identical layers share one compiled graph)
 
-None changes what a step computes except --reduce-dtype, --fused-adamw and --attention (rounding only); the tests
+None changes what a step computes except --reduce-dtype, --fused-adamw, --attention and --compile (rounding only,
+--compile: inductor's fused kernels); the tests
 hold each to the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no
 GPU was lent when these were written to choose otherwise from a measurement (README, "Fast paths").
 
@@ -51,6 +55,13 @@ def checkpoint_every(model: torch.nn.Module, every: int) -> list[int]:
     for index in wrapped:
         layers[index] = checkpoint_wrapper(layers[index], preserve_rng_state=False)
     return wrapped
+
+
+def compile_layers(model: torch.nn.Module) -> None:
+    """torch.compile every decoder layer in place (`nn.Module.compile`: the module stays itself, so checkpoint
+    wrappers, FSDP2 and the state dict's keys see the same module as without)."""
+    for layer in model.model.layers:
+        layer.compile()
 
 
 def schedule(model: torch.nn.Module, prefetch: int, reshard_last_layer: bool) -> None:
@@ -104,7 +115,8 @@ def taken(model: torch.nn.Module, attention_backend: str) -> dict:
         for i, layer in enumerate(layers)
         if hasattr(layer, "_checkpoint_wrapped_module") or getattr(layer, "gradient_checkpointing", False)
     ]
-    report: dict = {"checkpointed_layers": checkpointed, "attention": attention_backend}
+    compiled = [i for i, layer in enumerate(layers) if getattr(_fsdp_module(layer), "_compiled_call_impl", None)]
+    report: dict = {"checkpointed_layers": checkpointed, "compiled_layers": compiled, "attention": attention_backend}
     # the attention implementation the model calls: a pinned SDPA kernel binds only where this is "sdpa"
     report["attention_implementation"] = getattr(_config_of(model), "_attn_implementation", None)
     try:

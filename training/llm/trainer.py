@@ -57,6 +57,8 @@ class Trainer:
             model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
+        if parallel.compile:  # in place, before checkpoint wrappers and FSDP2 wrap the layers
+            fast_paths.compile_layers(model)
         if selective:
             fast_paths.checkpoint_every(model, parallel.ac_every)
         elif parallel.activation_checkpointing and parallel.sharding == "NO_SHARD":  # FSDP applies it in prepare

@@ -14,7 +14,7 @@ CHAOS_HELP = {
 BENCHMARKS = ("elastic", "train")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
-TRAIN_FLAGS += ("attention", "fused_adamw")
+TRAIN_FLAGS += ("attention", "fused_adamw", "compile")
 TRAIN_FLAGS += ("loader_workers", "channels_last", "pin_memory", "persistent_workers", "prefetch_factor")
 
 
@@ -53,6 +53,7 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "reduce-dtype": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "attention": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "fused-adamw": "train: as for invoke train (trainkit's side; the reference stays plain).",
+        "compile": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "loader-workers": "train, vision: as for invoke train (both sides).",
         "channels-last": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
@@ -87,6 +88,7 @@ def bench(
     reduce_dtype=None,
     attention=None,
     fused_adamw=None,
+    compile=None,  # noqa: A002 - the flag's name
     loader_workers=None,
     channels_last=None,
     pin_memory=None,
