@@ -46,7 +46,16 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"tests outside the layers ({', '.join(f'tests/{layer}' for layer in LAYERS)}): {', '.join(outside)}"
         )
-    items.sort(key=lambda item: item.path.name in BACKGROUND)  # last: they wait for what runs in the background
+    # Layer by layer (unit, integration, e2e): the background set-ups below start at once and are heavy early, so
+    # the light layers run beside them and the two-process training jobs of e2e after, when the cores are freer.
+    # Last, the modules that wait for what runs in the background.
+    order = {layer: index for index, layer in enumerate(LAYERS)}
+    items.sort(key=lambda item: (_module(item) in BACKGROUND, order[_module(item).split("/")[0]]))
+
+
+def _module(item) -> str:
+    """The test's module as a path under tests/ (`e2e/test_chaos.py`): file names repeat across the layers."""
+    return item.path.relative_to(Path(__file__).parent).as_posix()
 
 
 # Set-ups that run in the background from the start of the session (tests/helpers/background.py): the module
@@ -65,7 +74,7 @@ def pytest_collection_finish(session):
     started = session.config.stash.setdefault(STARTED, {})
     if session.config.option.collectonly:
         return
-    for module in sorted({item.path.name for item in session.items} & set(BACKGROUND)):
+    for module in sorted({_module(item) for item in session.items} & set(BACKGROUND)):
         started[module] = BACKGROUND[module][0]()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN, REPO
 
-MODULE = "test_chaos.py"
+MODULE = "e2e/test_chaos.py"  # relative to tests/
 PARALLEL = 1  # scenarios at a time: beside the rest of the suite, one leaves the suite's own jobs a core and keeps
 # the matrix's recoveries well inside their budget; it still ends before the suite does
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN
 
-MODULE = "test_training_image.py"
+MODULE = "e2e/test_training_image.py"  # relative to tests/
 BASE = "localhost/trainkit-test-debian:bookworm"
 TAG = "cpu-test"
 IMAGE = f"localhost/trainkit-train:{TAG}"

@@ -24,7 +24,7 @@ from tests.helpers.aws import FAKE_AWS, moto_server
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN, REPO
 
-MODULE = "test_infra_e2e.py"
+MODULE = "e2e/test_infra_e2e.py"  # relative to tests/
 RESULTS = "round_trip.json"
 
 EMULATOR_TFVARS = """

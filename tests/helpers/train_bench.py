@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN
 
-MODULE = "test_bench_train.py"
+MODULE = "e2e/test_bench_train.py"  # relative to tests/
 
 
 def start() -> Background:
