@@ -46,9 +46,9 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"tests outside the layers ({', '.join(f'tests/{layer}' for layer in LAYERS)}): {', '.join(outside)}"
         )
-    # Layer by layer (unit, integration, e2e): the background set-ups below start at once and are heavy early, so
-    # the light layers run beside them and the two-process training jobs of e2e after, when the cores are freer.
-    # Last, the modules that wait for what runs in the background.
+    # Layer by layer (unit, integration, e2e): the background set-ups below start with the first integration test
+    # and are heavy early, so the integration layer (one process at a time) runs beside them and e2e's two-process
+    # training jobs after, when the cores are freer. Last, the modules that wait for what runs in the background.
     order = {layer: index for index, layer in enumerate(LAYERS)}
     items.sort(key=lambda item: (_module(item) in BACKGROUND, order[_module(item).split("/")[0]]))
 
@@ -58,7 +58,7 @@ def _module(item) -> str:
     return item.path.relative_to(Path(__file__).parent).as_posix()
 
 
-# Set-ups that run in the background from the start of the session (tests/helpers/background.py): the module
+# Set-ups that run in the background beside the rest of the suite (tests/helpers/background.py): the module
 # whose tests read it -> (start, remove).
 BACKGROUND = {
     chaos_bench.MODULE: (chaos_bench.start, lambda started: started.remove()),
@@ -69,12 +69,23 @@ BACKGROUND = {
 STARTED = pytest.StashKey[dict]()
 
 
+WANTED = pytest.StashKey[list]()
+
+
 def pytest_collection_finish(session):
-    """Start the background set-ups whose tests are among those selected."""
-    started = session.config.stash.setdefault(STARTED, {})
-    if session.config.option.collectonly:
+    """Note the background set-ups whose tests are among those selected; they start with the first test outside
+    the unit layer (below), so the unit layer, first and in-process, runs on a quiet machine."""
+    session.config.stash[STARTED] = {}
+    wanted = sorted({_module(item) for item in session.items} & set(BACKGROUND))
+    session.config.stash[WANTED] = [] if session.config.option.collectonly else wanted
+
+
+def pytest_runtest_setup(item):
+    if _module(item).startswith("unit/"):
         return
-    for module in sorted({_module(item) for item in session.items} & set(BACKGROUND)):
+    started, wanted = item.config.stash[STARTED], item.config.stash[WANTED]
+    while wanted:
+        module = wanted.pop(0)
         started[module] = BACKGROUND[module][0]()
 
 

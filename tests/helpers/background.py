@@ -1,10 +1,11 @@
-"""Long set-ups started in the background when the session starts, so they run beside the rest of the suite.
+"""Long set-ups started in the background early in the session, so they run beside the rest of the suite.
 
 Some pieces of the suite spend minutes in set-up that leaves CPU idle for long stretches: the chaos matrix
 (`invoke bench elastic`: process start-ups, rendezvous waits), the training image (debootstrap and pip
-downloads, buildah's layer copies) and the `invoke bench train` pair (process start-ups). tests/conftest.py
-starts each once collection has selected the module that reads it, and orders that module's tests last; its
-fixture then waits for the result. Nothing asserted on is a wall time: each piece keeps its own timeouts.
+downloads, buildah's layer copies) and the `invoke bench train` pair (process start-ups). When collection has
+selected the module that reads one, tests/conftest.py starts it with the first test outside the unit layer and
+orders that module's tests last; its fixture then waits for the result. Nothing asserted on is a wall time:
+each piece keeps its own timeouts.
 """
 
 from __future__ import annotations

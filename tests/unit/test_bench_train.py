@@ -64,10 +64,25 @@ def test_exposed_communication_is_what_no_compute_covers():
     assert profiling.exposed(comm, compute) == pytest.approx((3.0, 1.5))  # 0.5-1.5 and 5.5-6.0 under nothing
     assert profiling.exposed(comm, []) == pytest.approx((3.0, 3.0))
     assert profiling.exposed([], compute) == (0.0, 0.0)
-    assert profiling.StepProfile("2:3").profiled(3) and not profiling.StepProfile("").profiled(1)
     for bad in ("two", "3:2", "0:1"):
         with pytest.raises(ValueError, match="FIRST:LAST"):
             profiling.StepProfile(bad)
+
+
+@pytest.mark.parametrize(("start", "profiled"), [(0, [2, 3]), (2, [])])  # a fresh run; one resumed inside the window
+def test_only_steps_that_ran_under_the_profiler_are_flagged(start, profiled):
+    import torch
+
+    from training.common import profiling
+
+    profile = profiling.StepProfile("2:3")
+    for step in range(start, 4):
+        profile.before(step + 1)
+        torch.ones(8) @ torch.ones(8)
+        profile.after(step + 1)
+    assert [step for step in range(1, 5) if profile.profiled(step)] == profiled
+    assert (profile.report or {}).get("steps") == ([2, 3] if profiled else None)
+    assert not profiling.StepProfile("").profiled(1)
 
 
 def test_too_few_steps_to_time_are_refused():

@@ -81,6 +81,7 @@ class StepProfile:
         spec = os.environ.get(ENV) if spec is None else spec
         self.steps: range | None = None
         self.profiler = None
+        self.covered: set[int] = set()  # the steps that ran under the profiler
         self.report: dict | None = None
         if spec:
             first, _, last = spec.partition(":")
@@ -92,7 +93,8 @@ class StepProfile:
                 raise ValueError(f"{ENV}={spec!r}: give FIRST:LAST, 1-based step numbers, FIRST <= LAST")
 
     def profiled(self, step: int) -> bool:
-        return self.steps is not None and step in self.steps
+        """Whether step `step` ran under the profiler (a run resumed inside the window profiles nothing)."""
+        return step in self.covered
 
     def before(self, step: int) -> None:
         """Call before training step `step` (1-based)."""
@@ -106,7 +108,10 @@ class StepProfile:
 
     def after(self, step: int) -> None:
         """Call after training step `step`; after the last profiled one the figures are computed."""
-        if self.profiler is None or step != self.steps[-1]:
+        if self.profiler is None:
+            return
+        self.covered.add(step)
+        if step != self.steps[-1]:
             return
         self.profiler.__exit__(None, None, None)
         communication, exposed_s = exposed(*classify(self.profiler.events()))
