@@ -46,9 +46,10 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"tests outside the layers ({', '.join(f'tests/{layer}' for layer in LAYERS)}): {', '.join(outside)}"
         )
-    # Layer by layer (unit, integration, e2e): the background set-ups below start with the first integration test
-    # and are heavy early, so the integration layer (one process at a time) runs beside them and e2e's two-process
-    # training jobs after, when the cores are freer. Last, the modules that wait for what runs in the background.
+    # Layer by layer (unit, integration, e2e): the background set-ups below start with the first test outside the
+    # unit layer and are heavy early, so the integration layer (one process at a time) runs beside them and e2e's
+    # two-process training jobs after, when the cores are freer. Last, the modules that wait for what runs in the
+    # background.
     order = {layer: index for index, layer in enumerate(LAYERS)}
     items.sort(key=lambda item: (_module(item) in BACKGROUND, order[_module(item).split("/")[0]]))
 
@@ -86,38 +87,50 @@ def pytest_runtest_setup(item):
     started, wanted = item.config.stash[STARTED], item.config.stash[WANTED]
     while wanted:
         module = wanted.pop(0)
-        started[module] = BACKGROUND[module][0]()
+        try:
+            started[module] = BACKGROUND[module][0]()
+        except Exception as error:  # noqa: BLE001 - kept for the tests that read it, not this unrelated one
+            started[module] = error
+
+
+def _started(request, module: str):
+    """What BACKGROUND started for `module`; a start that failed fails the tests that read it, with its error."""
+    started = request.config.stash[STARTED][module]
+    if isinstance(started, Exception):
+        raise RuntimeError(f"the background set-up of tests/{module} did not start: {started!r}") from started
+    return started
 
 
 def pytest_sessionfinish(session):
     for module, started in session.config.stash.get(STARTED, {}).items():
-        BACKGROUND[module][1](started)
+        if not isinstance(started, Exception):
+            BACKGROUND[module][1](started)
 
 
 @pytest.fixture(scope="session")
 def chaos_matrix(request):
     """(result, record, README copy) of the background `invoke bench elastic` (tests/helpers/chaos_bench.py)."""
-    return chaos_bench.result(request.config.stash[STARTED][chaos_bench.MODULE])
+    return chaos_bench.result(_started(request, chaos_bench.MODULE))
 
 
 @pytest.fixture(scope="session")
 def infra_round_trip_record(request):
     """What each step of the background `make up` / `infra.outputs` / `make down` against the AWS emulator did
     (tests/helpers/infra_round_trip.py)."""
-    return infra_round_trip.result(request.config.stash[STARTED][infra_round_trip.MODULE])
+    return infra_round_trip.result(_started(request, infra_round_trip.MODULE))
 
 
 @pytest.fixture(scope="session")
 def train_bench_pair(request):
     """(result, folder) of the background `invoke bench train` pair (tests/helpers/train_bench.py)."""
-    return train_bench.result(request.config.stash[STARTED][train_bench.MODULE])
+    return train_bench.result(_started(request, train_bench.MODULE))
 
 
 @pytest.fixture(scope="session")
 def training_image(request):
     """(buildah's environment, the build's folder, the build's result) of the background image build
     (tests/helpers/image_build.py)."""
-    started = request.config.stash[STARTED][image_build.MODULE]
+    started = _started(request, image_build.MODULE)
     return image_build.buildah_env(started.root), started.root, started.result()
 
 

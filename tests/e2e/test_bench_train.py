@@ -19,8 +19,8 @@ def exposed_and_total(ours: dict, reference: dict) -> None:
 
 
 def test_one_pair_on_cpu_writes_both_sides_and_their_ratio(train_bench_pair):
-    """`invoke bench train --model llama2-tiny --steps 6 --repeats 1`, run in the background from the session's
-    start (tests/helpers/train_bench.py)."""
+    """`invoke bench train --model llama2-tiny --steps 6 --repeats 1`, run in the background from early in the
+    session (tests/helpers/train_bench.py)."""
     result, folder = train_bench_pair
     output, workdir = folder / "bench.json", folder / "runs"
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -22,7 +22,7 @@ PAIRS = [(name, backend) for backend in chaos.BACKENDS for name in chaos.SCENARI
 @pytest.fixture(scope="module")
 def bench(chaos_matrix):
     """The benchmark command itself, writing to a temporary JSON file and a copy of the README; started in the
-    background when the session started (tests/helpers/chaos_bench.py), these tests run last."""
+    background early in the session (tests/helpers/chaos_bench.py), these tests run last."""
     return chaos_matrix
 
 

@@ -1,6 +1,6 @@
 """`make up PROFILE=aws` / `make down PROFILE=aws` against an AWS emulator (moto server on 127.0.0.1).
 
-The round trip runs in the background from the start of the session (tests/helpers/infra_round_trip.py: the
+The round trip runs in the background from early in the session (tests/helpers/infra_round_trip.py: the
 emulator, its tfvars and why some features are off for it); these tests, ordered last, read what each step did.
 """
 

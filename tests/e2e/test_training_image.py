@@ -4,7 +4,7 @@ llama2-tiny job run inside it through the EKS pods' entry point (`python -m trai
 rendered PyTorchJob's command, arguments and environment plus the operator's PET_* variables), at a real etcd,
 with a host folder as /fsx. Needs root, buildah and debootstrap (`make test-services` installs them).
 
-The base and the build run in the background from the start of the session (tests/helpers/image_build.py);
+The base and the build run in the background from early in the session (tests/helpers/image_build.py);
 buildah keeps its images under a storage.conf of their own (vfs driver, graph root in a temporary folder), so
 nothing is left in the machine's container storage.
 """
@@ -33,7 +33,7 @@ def buildah(env: dict, *args: str, check: bool = True, **kwargs) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def built(training_image):
-    """The build, started in the background when the session started (tests/helpers/image_build.py)."""
+    """The build, started in the background early in the session (tests/helpers/image_build.py)."""
     env, root, result = training_image
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return env, root, result
@@ -54,6 +54,7 @@ def test_a_two_process_job_runs_inside_through_the_pod_entry_point(built, tmp_pa
     with EtcdServer(tmp_path / "etcd") as etcd:
         flags = {"model": "llama2-tiny", "nodes": "1", "nproc": "2", "rdzv": "etcd", "rdzv_endpoint": etcd.endpoint}
         flags |= {"image": IMAGE, "steps": "4", "checkpoint_interval": "2", "run_id": "in-image", "metrics_port": "0"}
+        flags |= {"compile": "true"}  # inductor builds its kernels with the image's own g++ and Python headers
         job = job_for(flags)
         spec = container(job)
         variables = {item["name"]: item["value"] for item in spec["env"] if "value" in item}
@@ -73,6 +74,7 @@ def test_a_two_process_job_runs_inside_through_the_pod_entry_point(built, tmp_pa
     out = fsx / "runs" / "in-image"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["world_size"] == 2, summary
+    assert summary["fast_paths"]["compiled_layers"] == [0, 1, 2, 3] and summary["fast_paths"]["graphs_compiled"] >= 1
     assert (out / "checkpoints" / "step-00000004" / "COMPLETE").is_file()
     assert json.loads((out / "model" / "config.json").read_text())["model_type"] == "llama"
 

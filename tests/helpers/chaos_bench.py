@@ -1,4 +1,4 @@
-"""The chaos matrix (`invoke bench elastic`), in the background from the start of the session
+"""The chaos matrix (`invoke bench elastic`), in the background from early in the session
 (tests/helpers/background.py): ~12 minutes on 2 cores on its own, one scenario at a time. tests/e2e/test_chaos.py
 reads what it measured.
 """

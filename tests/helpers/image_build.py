@@ -1,5 +1,5 @@
 """The training image's `cpu` flavour built the way a user builds it, for tests/e2e/test_training_image.py, in the
-background from the start of the session (tests/helpers/background.py): a Debian base made with debootstrap and
+background from early in the session (tests/helpers/background.py): a Debian base made with debootstrap and
 committed with buildah, then `invoke images.build --target cpu` on it. buildah keeps everything under a
 storage.conf of its own (vfs driver, graph root in the build's folder); `remove` deletes it all.
 

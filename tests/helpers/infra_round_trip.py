@@ -1,5 +1,5 @@
 """`make up PROFILE=aws`, `invoke infra.outputs`, `make down PROFILE=aws` against an AWS emulator (moto server on
-127.0.0.1), for tests/e2e/test_infra_e2e.py, in the background from the start of the session
+127.0.0.1), for tests/e2e/test_infra_e2e.py, in the background from early in the session
 (tests/helpers/background.py): about half of its ~90 s is the AWS provider's waiters polling, time the rest of the
 suite can use.
 

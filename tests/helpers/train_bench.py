@@ -1,5 +1,5 @@
-"""One `invoke bench train` pair on CPU for llama2-tiny and one for resnet-tiny, in the background from the start
-of the session (tests/helpers/background.py): ~35 s + ~40 s on 2 cores on their own, mostly process start-ups.
+"""One `invoke bench train` pair on CPU for llama2-tiny and one for resnet-tiny, in the background from early
+in the session (tests/helpers/background.py): ~35 s + ~40 s on 2 cores on their own, mostly process start-ups.
 tests/e2e/test_bench_train.py reads what they wrote.
 """
 

@@ -97,6 +97,19 @@ def test_bad_input_names_the_flag(flags, message, monkeypatch):
         spec_of(**flags)
 
 
+def test_compile_without_a_compiler_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    monkeypatch.setattr(hardware, "local_gpu_count", lambda: 0)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no g++ on it
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(
+        SpecError, match=r"--compile true: .* a C\+\+ compiler and this machine has none .* g\+\+ python3-dev"
+    ):
+        spec_of(compile="true")
+    (tmp_path / "g++").write_text("#!/bin/sh\n")
+    (tmp_path / "g++").chmod(0o755)
+    assert spec_of(compile="true").compile is True  # a compiler on PATH: accepted
+
+
 def test_unknown_profile_lists_the_known_ones():
     with pytest.raises(SpecError, match=r"--profile 'nope' does not exist; choose one of: aws, local"):
         build_spec({}, profile="nope")

@@ -14,9 +14,9 @@
     --fused-adamw true|false                  AdamW's fused kernel (default on GPUs) or the multi-tensor foreach one
     --attention flash|math                    pin scaled_dot_product_attention to one backend (default `sdpa`:
                                               PyTorch picks; `flash` fails where FlashAttention cannot run)
-    --compile true                            torch.compile each decoder layer in place (regional compilation, as
-                                              torchtitan applies it with FSDP2: compiled before FSDP2 shards it;
-                                              identical layers share one compiled graph)
+    --compile true                            torch.compile each decoder layer in place (regional compilation)
+                                              before FSDP2 shards it and torch's checkpoint wrappers wrap it;
+                                              identical layers share one compiled graph
 
 None changes what a step computes except --reduce-dtype, --fused-adamw, --attention and --compile (rounding only,
 --compile: inductor's fused kernels); the tests
@@ -62,6 +62,15 @@ def compile_layers(model: torch.nn.Module) -> None:
     wrappers, FSDP2 and the state dict's keys see the same module as without)."""
     for layer in model.model.layers:
         layer.compile()
+
+
+def compiled_graphs() -> dict:
+    """Graphs dynamo built in this process so far (its own counter): `compiled_layers` says what was asked for,
+    this says the compiler ran (0 if dynamo was disabled or fell back to eager). Empty when nothing imported it."""
+    import sys
+
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    return {"graphs_compiled": dynamo.counters["stats"]["unique_graphs"]} if dynamo else {}
 
 
 def schedule(model: torch.nn.Module, prefetch: int, reshard_last_layer: bool) -> None:

@@ -1,7 +1,7 @@
 """The aws profile: `infra.plan|up|down|outputs|audit` over the infra stack, with boto3 checks.
 
 Cloud-only facts (real capacity, quotas, prices) cannot be proven offline; the emulator test
-(tests/test_infra_e2e.py) drives this module against moto on 127.0.0.1.
+(tests/e2e/test_infra_e2e.py) drives this module against moto on 127.0.0.1.
 """
 
 from __future__ import annotations

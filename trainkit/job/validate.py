@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 from training.common.job import BY_KEY, FIELDS, Job, micro_steps
@@ -163,6 +164,20 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
         )
 
 
+def _require_compiler(machine: Machine) -> None:
+    """torch.compile builds kernels at run time: inductor's CPU kernels with a C++ compiler ($CXX, else g++), on
+    GPUs Triton's launcher with a C compiler ($CC, else gcc, cc or clang)."""
+    variable, names = ("CC", ("gcc", "cc", "clang")) if machine.gpus_per_node else ("CXX", ("g++",))
+    found = os.environ.get(variable) or next((name for name in names if shutil.which(name)), None)
+    package = "gcc" if machine.gpus_per_node else "g++"
+    require(
+        found is not None and shutil.which(found) is not None,
+        f"--compile true: torch.compile builds its kernels with a {'C' if machine.gpus_per_node else 'C++'} compiler "
+        f"and this machine has none (${variable}, {', '.join(names)}); install one (Debian/Ubuntu: apt-get install "
+        f"{package} python3-dev) or drop --compile",
+    )
+
+
 def _validate_fast_paths(job: Job, machine: Machine) -> None:
     """A fast-path flag the job would ignore is refused, not dropped silently (training/llm/fast_paths.py)."""
     p = job.parallelism
@@ -192,6 +207,8 @@ def _validate_fast_paths(job: Job, machine: Machine) -> None:
         f"--reshard-last-layer {str(p.reshard_last_layer).lower()}: under --sharding SHARD_GRAD_OP no layer reshards "
         "after forward; it applies with FULL_SHARD or HYBRID_SHARD",
     )
+    if p.compile and job.placement.target == "local":  # the training image carries its own (containers/train)
+        _require_compiler(machine)
     require(
         p.ac_every is None or bool(p.activation_checkpointing),
         f"--ac-every {p.ac_every}: selects the layers activation checkpointing recomputes; add "
