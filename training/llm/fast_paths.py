@@ -18,10 +18,10 @@
                                               before FSDP2 shards it and torch's checkpoint wrappers wrap it;
                                               identical layers share one compiled graph
 
-None changes what a step computes except --reduce-dtype, --fused-adamw, --attention and --compile (rounding only,
---compile: inductor's fused kernels); the tests
-hold each to the plain path's losses on CPU (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no
-GPU was lent when these were written to choose otherwise from a measurement (README, "Fast paths").
+None changes what a step computes except --reduce-dtype, --fused-adamw, --attention and --compile (rounding only;
+--compile: inductor's fused kernels); the tests hold each to the plain path's losses on CPU
+(tests/e2e/test_fast_paths.py). The defaults are the plain paths: no GPU was lent when these were written to choose
+otherwise from a measurement (README, "Fast paths").
 
 `taken(model)` reads back from the prepared model what FSDP2 and the wrappers actually hold (not the flags), with
 the kernel the passes are pinned to, for the run's summary.
@@ -64,13 +64,12 @@ def compile_layers(model: torch.nn.Module) -> None:
         layer.compile()
 
 
-def compiled_graphs() -> dict:
+def compiled_graphs() -> int:
     """Graphs dynamo built in this process so far (its own counter): `compiled_layers` says what was asked for,
-    this says the compiler ran (0 if dynamo was disabled or fell back to eager). Empty when nothing imported it."""
-    import sys
+    this says the compiler ran (0 if dynamo was disabled or fell back to eager)."""
+    from torch._dynamo.utils import counters
 
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    return {"graphs_compiled": dynamo.counters["stats"]["unique_graphs"]} if dynamo else {}
+    return counters["stats"]["unique_graphs"]
 
 
 def schedule(model: torch.nn.Module, prefetch: int, reshard_last_layer: bool) -> None:

@@ -262,7 +262,7 @@ class Trainer:
             {
                 "truncated": job.model.truncated_label,
                 "sharding": self.sharding_report,
-                "fast_paths": self.fast_paths | fast_paths.compiled_graphs(),
+                "fast_paths": self.fast_paths | {"graphs_compiled": fast_paths.compiled_graphs()},
                 "hf_model_dir": str(exported) if exported else None,
                 "peak_tflops": self.peak_tflops,
             },

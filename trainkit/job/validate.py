@@ -167,14 +167,15 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
 def _require_compiler(machine: Machine) -> None:
     """torch.compile builds kernels at run time: inductor's CPU kernels with a C++ compiler ($CXX, else g++), on
     GPUs Triton's launcher with a C compiler ($CC, else gcc, cc or clang)."""
-    variable, names = ("CC", ("gcc", "cc", "clang")) if machine.gpus_per_node else ("CXX", ("g++",))
-    found = os.environ.get(variable) or next((name for name in names if shutil.which(name)), None)
-    package = "gcc" if machine.gpus_per_node else "g++"
+    language, variable, names = (
+        ("C", "CC", ("gcc", "cc", "clang")) if machine.gpus_per_node else ("C++", "CXX", ("g++",))
+    )
+    candidates = [os.environ[variable]] if os.environ.get(variable) else names
     require(
-        found is not None and shutil.which(found) is not None,
-        f"--compile true: torch.compile builds its kernels with a {'C' if machine.gpus_per_node else 'C++'} compiler "
-        f"and this machine has none (${variable}, {', '.join(names)}); install one (Debian/Ubuntu: apt-get install "
-        f"{package} python3-dev) or drop --compile",
+        any(shutil.which(name) for name in candidates),
+        f"--compile true: torch.compile builds its kernels with a {language} compiler and this machine has none "
+        f"(${variable}, {', '.join(names)}); install one (Debian/Ubuntu: apt-get install {names[0]} python3-dev) or "
+        "drop --compile",
     )
 
 
