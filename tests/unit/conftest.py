@@ -22,7 +22,18 @@ def gpus_counted_once():
     hardware.local_gpu_count()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def fonts_listed():
+    """matplotlib lists the system's fonts, with `fc-list`, when a process first loads its font manager, unless its
+    cache (fontlist-*.json under $MPLCONFIGDIR or $XDG_CACHE_HOME/matplotlib) already holds the list. So the run
+    report's unit test started a process on a machine that had never run matplotlib and passed on one that had.
+    Load it here, before the guard: the unit layer then behaves the same with or without that cache."""
+    from matplotlib import font_manager
+
+    assert font_manager.fontManager.ttflist  # matplotlib ships DejaVu: never empty
+
+
 @pytest.fixture(autouse=True)
-def no_processes(monkeypatch, gpus_counted_once):
+def no_processes(monkeypatch, gpus_counted_once, fonts_listed):
     """Starting a process in a unit test raises ProcessInUnitTest."""
     monkeypatch.setattr(subprocess, "Popen", RefusedPopen)
