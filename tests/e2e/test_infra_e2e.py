@@ -1,12 +1,15 @@
 """`make up PROFILE=aws` / `make down PROFILE=aws` against an AWS emulator (moto server on 127.0.0.1).
 
 The round trip runs in the background from early in the session (tests/helpers/infra_round_trip.py: the
-emulator, its tfvars and why some features are off for it); these tests, ordered last, read what each step did.
+emulator, its tfvars, why some features are off for it, and the transient faults a proxy plants between Terraform
+and the emulator); these tests, ordered last, read what each step did.
 """
 
 from __future__ import annotations
 
 import json
+
+from tests.helpers.infra_round_trip import FAULTS
 
 
 def test_up_then_down_leaves_nothing(infra_round_trip_record):
@@ -30,3 +33,7 @@ def test_up_then_down_leaves_nothing(infra_round_trip_record):
     assert down["returncode"] == 0, down["stdout"][-4000:] + down["stderr"][-4000:]
     assert "audit of us-east-1 found nothing tagged trainkit:stack-id=trainkit-e2e" in down["stdout"]
     assert not round_trip["kubeconfig_after_down"]
+    # Every planted fault happened (a throttled call during up; a dropped connection and a throttled deletion during
+    # down) and was survived: the provider's own retries, as in a real run, no longer pinned to 1.
+    for step, faults in FAULTS.items():
+        assert sorted(map(tuple, round_trip["faults"][step])) == sorted(faults.items()), round_trip["faults"]

@@ -8,7 +8,11 @@ Run as `python -m tests.helpers.infra_round_trip FOLDER`: each step's exit code 
 
 The emulator's endpoint and fake credentials come from this environment, never from the product's defaults. moto
 lacks placement groups, FSx, EKS add-ons, access entries and pod identity: the root's feature flags switch those
-off for this run only, and provider retries are set low so an emulator error fails fast.
+off for this run only, so nothing waits on an API the emulator lacks and the provider keeps its own retries (the
+stack's aws_max_retries default), as a real run does. Between Terraform and the emulator sits a proxy that plants
+transient faults (tests/helpers/aws_faults.py), as a real network and a throttling API do: during `make up` a
+throttled call, during `make down` a dropped connection while a VPC endpoint's deletion is awaited and a throttled
+subnet deletion. The record says which faults happened.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.aws import FAKE_AWS, moto_server
+from tests.helpers.aws_faults import FaultyProxy
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN, REPO
 
@@ -39,7 +44,6 @@ gpu_instance_type     = "p5.48xlarge"
 gpu_desired_nodes     = 1
 gpu_max_nodes         = 2
 
-aws_max_retries        = 1
 enable_placement_group = false
 enable_fsx             = false
 enable_eks_addons      = false
@@ -49,6 +53,12 @@ enable_pod_identity    = false
 
 
 STEP_TIMEOUT_S = 500
+# The faults each step meets (the first call of each action after the step starts): what the old round trip, with
+# the provider's retries pinned to 1, failed on (one dropped connection, DescribeVpcEndpoints, during make down).
+FAULTS = {
+    "up": {"DescribeVpcs": "throttle"},
+    "down": {"DescribeVpcEndpoints": "drop", "DeleteSubnet": "throttle"},
+}
 
 
 def _step(command: list[str], env: dict) -> dict:
@@ -80,19 +90,28 @@ def round_trip(root: Path) -> dict:
     state = root / "state"
     kubeconfig = state / "aws" / "kubeconfig"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    with moto_server(root / "moto.log", {"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"}) as endpoint:
-        env = {**clean, "AWS_ENDPOINT_URL": endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(state)}
-        record: dict = {"kubeconfig_path": str(kubeconfig)}
+    moto = moto_server(root / "moto.log", {"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"})
+    with moto as endpoint, FaultyProxy(endpoint) as proxy:
+        env = {**clean, "AWS_ENDPOINT_URL": proxy.endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(state)}
+        record: dict = {"kubeconfig_path": str(kubeconfig), "faults": {}}
 
         def save(**steps) -> None:
             record.update(steps)
             (root / RESULTS).write_text(json.dumps(record))
 
-        save(up=_make("up", env, var_file))
+        def faulty(step: str, command) -> dict:
+            proxy.arm(FAULTS[step])
+            before = len(proxy.hits)
+            result = command()
+            record["faults"][step] = proxy.hits[before:]
+            return result
+
+        save(up=faulty("up", lambda: _make("up", env, var_file)))
         save(kubeconfig=json.loads(kubeconfig.read_text()) if kubeconfig.is_file() else None)
         if record["up"]["returncode"] == 0:
             save(outputs=_step([str(BIN / "invoke"), "infra.outputs"], env))
-            save(down=_make("down", env, var_file), kubeconfig_after_down=kubeconfig.exists())
+            down = faulty("down", lambda: _make("down", env, var_file))
+            save(down=down, kubeconfig_after_down=kubeconfig.exists())
     return record
 
 

@@ -4,10 +4,28 @@ ECR), then the platform stack on the cluster; teardown in reverse order, then an
 from __future__ import annotations
 
 import json
+import os
+import re
+import time
 
 from ..cluster import kubeconfig_path, outputs_path, save_outputs
 from ..errors import SpecError
 from . import aws
+from .terraform import TerraformError, TerraformStack
+
+# A destroy can end on an error a later attempt does not meet: AWS throttling us or a connection dropped past the
+# provider's own retries (aws_max_retries), or a DependencyViolation while something made outside Terraform (a
+# load balancer's network interfaces, EKS's security groups) is still going away. `make down` waits and runs the
+# destroy again, at most DESTROY_ATTEMPTS times in all; anything else (no access, a bad configuration) stops at once.
+TRANSIENT_DESTROY = re.compile(
+    r"DependencyViolation|RequestLimitExceeded|Throttling|TooManyRequests|SlowDown|RequestTimeout|"
+    r"ServiceUnavailable|InternalError|InternalFailure|exceeded maximum number of attempts|"
+    r"use of closed network connection|connection reset|connection refused|i/o timeout|TLS handshake timeout|"
+    r"unexpected EOF|timeout while waiting for"
+)
+DESTROY_ATTEMPTS = 3
+DESTROY_WAIT_ENV = "TRAINKIT_DESTROY_RETRY_WAIT_S"
+DESTROY_WAIT_S = 60.0
 
 
 def _plan_infra(var_file: str | None):
@@ -67,13 +85,44 @@ def down(yes: bool, var_file: str | None) -> str:
             aws.confirm(f"Destroy everything in stack {stack_id} (cluster, GPU nodes, FSx data)?", yes)
             confirmed = True
         print(f"destroying the {stack_name} stack", flush=True)
-        stack.destroy(path if stack_name == "infra" else None)  # the platform stack reads infra outputs
+        destroy(stack, stack_name, path if stack_name == "infra" else None, path)  # platform reads infra outputs
     leftovers = aws.audit(stack_id, region, name)
     kubeconfig_path().unlink(missing_ok=True)
     outputs_path().unlink(missing_ok=True)
     if leftovers:
         raise SpecError("teardown left billable resources behind:\n  " + "\n  ".join(leftovers))
     return f"stack {stack_id} destroyed; audit of {region} found nothing tagged {aws.STACK_TAG}={stack_id}"
+
+
+def destroy(stack: TerraformStack, name: str, var_file, audit_var_file) -> None:
+    """`terraform destroy`, run again after a transient error (TRANSIENT_DESTROY) up to DESTROY_ATTEMPTS times in all;
+    when it still fails, say what the stack's state still holds and how to find what is billed."""
+    wait = float(os.environ.get(DESTROY_WAIT_ENV, DESTROY_WAIT_S))
+    for attempt in range(1, DESTROY_ATTEMPTS + 1):
+        try:
+            stack.destroy(var_file)
+            return
+        except TerraformError as error:
+            transient = TRANSIENT_DESTROY.search(error.stderr or "")
+            if transient is None or attempt == DESTROY_ATTEMPTS:
+                raise SpecError(_destroy_failed(stack, name, error, attempt, audit_var_file)) from None
+            print(
+                f"destroying the {name} stack stopped on a transient error ({transient[0]}); running it again in "
+                f"{wait:.0f} s (attempt {attempt + 1} of {DESTROY_ATTEMPTS})",
+                flush=True,
+            )
+            time.sleep(wait)
+
+
+def _destroy_failed(stack: TerraformStack, name: str, error: TerraformError, attempts: int, var_file) -> str:
+    left = stack.resources()
+    shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    return (
+        f"{error}{tries}.\n  still in the {name} stack's state ({len(left)}): {shown or 'nothing'}\n"
+        f"  mend what the error names and run `make down PROFILE=aws` again; `invoke infra.audit --var-file "
+        f"{var_file}` lists every resource still tagged for this stack (what is still billed)"
+    )
 
 
 def outputs() -> str:

@@ -17,6 +17,8 @@ import contextlib
 import json
 import os
 import shutil
+import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,10 @@ from .cli_config import write_cli_config
 
 class TerraformError(RuntimeError):
     def __init__(self, command: str, code: int, stderr: str | None):
-        detail = (stderr or "").strip().splitlines()
-        super().__init__(f"terraform {command} failed (exit {code})" + (f": {detail[-1]}" if detail else ""))
+        lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+        # Terraform's diagnostics start "Error: <summary>" and go on with where it was; the summary says what.
+        detail = next((line for line in lines if line.startswith("Error: ")), lines[-1] if lines else "")
+        super().__init__(f"terraform {command} failed (exit {code})" + (f": {detail}" if detail else ""))
         self.command, self.code, self.stderr = command, code, stderr
 
 
@@ -84,9 +88,16 @@ class TerraformStack:
                     os.environ[key] = value
 
     def _run(self, command: str, *args: str, stream: bool = False, **options) -> str:
+        """`stream`: Terraform's progress (stdout) goes to the console as it comes; its stderr, where the errors are,
+        is kept so a failure can say what it was (and shown once the command ends)."""
         options.setdefault("no_color", IsFlagged)
         with self._environment():
-            code, out, err = self.tf.cmd(command, *args, capture_output=not stream, **options)
+            if stream:
+                with _kept_stderr() as kept:
+                    code, out, _ = self.tf.cmd(command, *args, capture_output=False, **options)
+                err = kept.text
+            else:
+                code, out, err = self.tf.cmd(command, *args, capture_output=True, **options)
         if code not in (0, 2) or (code == 2 and command != "plan"):
             raise TerraformError(command, code, err)
         return out or ""
@@ -137,6 +148,32 @@ class TerraformStack:
 
     def has_state(self) -> bool:
         """Whether the stack currently manages any resource."""
+        return bool(self.resources())
+
+    def resources(self) -> list[str]:
+        """The addresses of the resources the stack's state still holds (`terraform state list`)."""
         with self._environment():
             code, out, _ = self.tf.cmd("state list", no_color=IsFlagged, capture_output=True)
-        return code == 0 and bool(out.strip())
+        return out.split() if code == 0 else []
+
+
+class _Kept:
+    text = ""
+
+
+@contextlib.contextmanager
+def _kept_stderr():
+    """python-terraform hands `sys.stderr` to the child when it does not capture: point it at a temporary file for
+    the call, then show what it holds and keep its text."""
+    kept = _Kept()
+    console = sys.stderr
+    with tempfile.TemporaryFile("w+") as file:
+        sys.stderr = file
+        try:
+            yield kept
+        finally:
+            sys.stderr = console
+            file.seek(0)
+            kept.text = file.read()
+            console.write(kept.text)
+            console.flush()
