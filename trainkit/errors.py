@@ -3,3 +3,11 @@
 
 class SpecError(ValueError):
     """Invalid user input, raised before anything is created, started or paid for."""
+
+
+class JobFailed(Exception):
+    """A job that started and failed (or was stopped): its exit code and, in one line, why."""
+
+    def __init__(self, code: int, reason: str):
+        super().__init__(reason)
+        self.code = code

@@ -65,6 +65,19 @@ def label_value(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
 
 
+# Training replicas restart by exit code (training-operator v1.9.4: the pods get restartPolicy Never, pkg/core/pod.go
+# SetRestartPolicy; a failed pod whose container exited with 128 or more is deleted and created again, one that
+# exited with 1-127 fails the job, pkg/controller.v1/common/pod.go ReconcilePods and pkg/util/train/train_util.go).
+# The pod entry point chooses the code (trainkit/backends/eks/pod.py): a failure no restart mends ends the job at
+# once instead of being restarted in place until the backoff limit.
+RESTART_BY_EXIT_CODE = "ExitCode"
+# The container's terminationMessagePath (Kubernetes' default, stated). The kubelet mounts a file of the pod's there
+# and reads at most 4096 bytes of it into status.containerStatuses[].state.terminated.message; under
+# FallbackToLogsOnError an empty file on a failed exit gives the log's last 80 lines or 2048 bytes instead
+# (kubernetes.io/docs/tasks/debug/debug-application/determine-reason-pod-failure).
+TERMINATION_LOG = "/dev/termination-log"
+
+
 @dataclass(frozen=True)
 class Workload:
     """What the workers run: the container's command, args and environment, the replicas' restart policy, and
@@ -74,7 +87,7 @@ class Workload:
     command: list[str]
     args: list[str]
     env: list[dict]
-    restart_policy: str = "OnFailure"
+    restart_policy: str = RESTART_BY_EXIT_CODE
 
 
 def job_labels(job: Job, workload: Workload) -> dict[str, str]:
@@ -155,6 +168,9 @@ def _container(job: Job, workload: Workload) -> dict:
         "env": workload.env,
         "resources": {"requests": dict(devices), "limits": dict(devices)},
         "securityContext": CONTAINER_SECURITY,
+        # The pod entry point writes the failure's cause here; without it (a crash before), the log's tail.
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(job)],
         "volumeMounts": [
             {"name": "fsx", "mountPath": cluster.FSX_MOUNT},

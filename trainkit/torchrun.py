@@ -24,6 +24,8 @@ KEEP_ALIVE_MAX_ATTEMPT = 3
 # c10d: torch's rendezvous in a TCP store hosted by node 0's agent. etcd: torch's dynamic
 # rendezvous on etcd's v2 API with retries across an etcd restart (trainkit/rendezvous.py).
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
+# torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
+AGENT = "trainkit.run.agent"
 
 
 def rendezvous_id(job: Job) -> str:
@@ -61,7 +63,7 @@ def torchrun_command(
     return [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        AGENT,
         "--nnodes",
         nnodes,
         "--nproc-per-node",

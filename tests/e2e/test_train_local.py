@@ -21,6 +21,7 @@ from tests.helpers.paths import HELPERS, REPO
 from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke, tiny_args
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.checkpoint import STALL_ENV
+from training.common.failure import EXIT_NO_RETRY
 from training.llm.data import PackedDataset, load_records, tokenize_examples
 from training.llm.dialogues import write_dialogues
 from training.llm.tokenizer import byte_tokenizer
@@ -188,12 +189,16 @@ def test_other_strategies_run_an_epoch_of_a_local_jsonl_and_distribute_parameter
 
 
 def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):
-    """Too little data for one global batch is only known once the workers have tokenised it."""
+    """Too little data for one global batch is only known once the workers have tokenised it: bad data, which no
+    restart mends (two were allowed)."""
     small = tmp_path / "small.jsonl"
     small.write_text(json.dumps({"prompt": "Say hi.", "response": "hi"}) + "\n")
-    result = invoke(*tiny_args(tmp_path / "runs", "--dataset", str(small), "--steps", "2", "--max-restarts", "0"))
-    assert result.returncode == 1
-    assert "fewer than one sequence of 128" in result.stdout + result.stderr
+    result = invoke(*tiny_args(tmp_path / "runs", "--dataset", str(small), "--steps", "2", "--max-restarts", "2"))
+    assert result.returncode == EXIT_NO_RETRY
+    cause = result.stderr.strip().splitlines()[-1]
+    assert cause.startswith("error: run ") and "failed: rank " in cause, result.stderr[-2000:]
+    assert "DataError: dataset has" in cause and "fewer than one sequence of 128" in cause
+    assert f"while reading dataset {small}" in cause
 
 
 def test_guard_stops_fsdp_that_accelerate_silently_turned_into_ddp_or_copies():
@@ -312,12 +317,18 @@ def test_a_diverging_run_stops_at_the_step_and_publishes_nothing_non_finite(tmp_
     step on every rank with the step named, keeps the last good checkpoint, and refuses to resume."""
     args = tiny_args(tmp_path / "runs", "--lr", "1e30", "--steps", "12", "--checkpoint-interval", "1")
     result = invoke(*args, "--max-restarts", "1")
-    assert result.returncode != 0, result.stdout[-2000:]
-    found = re.search(r"training diverged at step (\d+): (loss|gradient norm) \S+ \(rank \d\)", result.stdout)
+    assert result.returncode == EXIT_NO_RETRY, result.stdout[-2000:] + result.stderr[-2000:]
+    cause = result.stderr.strip().splitlines()[-1]  # the launcher's one line
+    found = re.search(
+        r"rank \d: Diverged: training diverged at step (\d+): (loss|gradient norm) \S+ \(rank \d\)", cause
+    )
     assert found, result.stdout[-3000:] + result.stderr[-3000:]
     step = int(found[1])
     run = only_run_dir(tmp_path / "runs")
-    assert "Traceback" not in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert {p.name for p in (run / "logs").glob("*/attempt_*")} == {
+        "attempt_0"
+    }  # not restarted: it would diverge again
     records = [strict_json(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(r["step"] < step for r in records)
     published = sorted(int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("step-*"))
@@ -325,7 +336,8 @@ def test_a_diverging_run_stops_at_the_step_and_publishes_nothing_non_finite(tmp_
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e["event"] == "not_finite"] == [step]
     again = invoke(*args)
-    assert again.returncode != 0 and f"stopped at step {step}" in again.stdout and "not resumed" in again.stdout
+    refused = again.stderr.strip().splitlines()[-1]
+    assert again.returncode == EXIT_NO_RETRY and f"stopped at step {step}" in refused and "not resumed" in refused
 
 
 # --------------------------------------------------------------------------- damaged checkpoints

@@ -7,20 +7,35 @@ working directory (the `/fsx` mount maps to a local folder) and environment from
 operator's PET_* variables, Secrets and the downward API resolved.
 
 The operator's rules, from kubeflow/trainer at v1.9.4, for our shape (Worker replicas only, an
-elasticPolicy, restartPolicy OnFailure, cleanPodPolicy Running):
-- kubelet: a container that exits non-zero restarts in place (restartCount + 1, the pod stays Running);
-  one that exits 0 completes its pod (Succeeded). Under restartPolicy Never (the operator copies the replica's
-  policy into the pod template, pkg/core/pod.go SetRestartPolicy) a non-zero exit fails the pod (Failed).
-  `$(VAR)` in command and args is replaced by the container's variable VAR, `$$` by `$`, an unknown reference
-  stays as written (Kubernetes v1.33 third_party/forked/golang/expansion/expand.go, as the kubelet applies it).
+elasticPolicy, restartPolicy ExitCode, OnFailure or Never, cleanPodPolicy Running):
+- kubelet: under restartPolicy OnFailure a container that exits non-zero restarts in place (restartCount + 1,
+  the pod stays Running, the last run's end in lastState.terminated); one that exits 0 completes its pod
+  (Succeeded). Under restartPolicy Never a non-zero exit fails the pod (Failed). The operator copies the
+  replica's policy into the pod template, ExitCode as Never (pkg/core/pod.go SetRestartPolicy). `$(VAR)` in
+  command and args is replaced by the container's variable VAR, `$$` by `$`, an unknown reference stays as
+  written (Kubernetes v1.33 third_party/forked/golang/expansion/expand.go, as the kubelet applies it).
+- termination messages (kubernetes.io/docs/tasks/debug/debug-application/determine-reason-pod-failure): the
+  file at the container's terminationMessagePath, at most 4096 bytes, becomes state.terminated.message; under
+  terminationMessagePolicy FallbackToLogsOnError an empty file and a non-zero exit give the log's last 80 lines,
+  at most 2048 bytes. A real kubelet mounts a file of the pod's at that path; a process here cannot have its own
+  /dev, so the file's local path reaches the container as TRAINKIT_TERMINATION_LOG (what the pod entry point
+  reads first, trainkit/backends/eks/pod.py).
+- ExitCode (pkg/controller.v1/common/pod.go ReconcilePods L338-370, pkg/util/train/train_util.go): a Failed pod
+  whose container exited with 128 or more is deleted (created again on the next round) and the job gets a
+  Restarting condition ("job <name> is restarting because Worker replica(s) failed."); one that exited with
+  1-127 fails the job ('job "<name>" is failing because "Worker" replica(s) failed.').
 - status (pkg/controller.v1/pytorch/pytorchjob_controller.go, UpdateJobStatus L343-447): an elastic job
   is Succeeded as soon as ANY Worker pod succeeded; else Running while a pod runs. Reasons
   PyTorchJobCreated/Running/Succeeded/Failed, messages as the operator writes them.
 - backoff (pkg/core/job.go L95-133, PastBackoffLimit): Failed when the restart counts summed over the
-  job's Running pods reach runPolicy.backoffLimit; no Restarting condition for in-place restarts. And
-  (pkg/controller.v1/common/job.go L180-214, exceedsBackoffLimit): a new failed pod while fewer pods than
-  replicas are active is one more retry of the work queue; once retries exceed backoffLimit the job is Failed
-  ("Job <name> has failed because it has reached the specified backoff limit") before UpdateJobStatus runs.
+  job's Running pods reach runPolicy.backoffLimit; no Restarting condition for in-place restarts (under
+  ExitCode and Never containers never restart in place, so this count stays 0). And
+  (pkg/controller.v1/common/job.go L176-200, exceedsBackoffLimit): a new failed pod while fewer pods than
+  replicas are active fails the job when the work queue's retries + 1 exceed backoffLimit ("Job <name> has
+  failed because it has reached the specified backoff limit") before UpdateJobStatus runs. The PyTorchJob
+  controller's queue is util.FakeWorkQueue, whose NumRequeues is always 0
+  (pkg/controller.v1/pytorch/pytorchjob_controller.go L82, pkg/common/util/fake_workqueue.go L56): so this
+  fires only with backoffLimit 0, and pods replaced under ExitCode are replaced without bound.
 - failed pods (UpdateJobStatus L434-447): with failed pods and fewer succeeded plus running than replicas, a
   replica spec with restartPolicy Never fails the job ("... is failed because N Worker replica(s) failed.").
 - finish (pkg/controller.v1/common/job.go L43-69, cleanPodPolicy Running): the pods still Running or
@@ -61,10 +76,12 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from tests.helpers.crd import admission_errors
+from trainkit.backends.eks.pod import TERMINATION_LOG_ENV
 
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 BATCH_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 BACKOFF_BASE_S, BACKOFF_CAP_S = 10.0, 360.0
+TERMINATION_MESSAGE_BYTES, FALLBACK_LINES, FALLBACK_BYTES = 4096, 80, 2048
 PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
 ACCOUNTS = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
@@ -121,6 +138,10 @@ class Pod:
     process: subprocess.Popen | None = None
     restarts: int = 0
     phase: str = "Pending"
+    termination_log: Path | None = None
+    started_at: str = ""
+    terminated: dict | None = None  # this container run's end: exitCode, reason, message, startedAt, finishedAt
+    last_terminated: dict | None = None  # the run before an in-place restart
 
     @property
     def name(self) -> str:
@@ -133,6 +154,9 @@ class Pod:
 
     def start(self) -> None:
         container = self.manifest["spec"]["containers"][0]
+        if self.termination_log is not None:
+            self.termination_log.write_bytes(b"")  # each container run gets a new, empty file
+        self.started_at, self.terminated = now(), None
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [expand(word, self.declared()) for word in container["command"] + container.get("args", [])],
@@ -144,6 +168,22 @@ class Pod:
             )
         self.phase = "Running"
 
+    def ended(self, code: int) -> None:
+        """The kubelet records the container's end: exit code, reason and termination message."""
+        container = self.manifest["spec"]["containers"][0]
+        message = self.termination_log.read_bytes()[:TERMINATION_MESSAGE_BYTES] if self.termination_log else b""
+        if not message and code and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            tail = self.log.read_bytes().splitlines(keepends=True)[-FALLBACK_LINES:] if self.log.exists() else []
+            message = b"".join(tail)[-FALLBACK_BYTES:]
+        self.terminated = {
+            "exitCode": code if code >= 0 else 128 - code,  # a signal's death, as the runtime reports it
+            "reason": "Completed" if code == 0 else "Error",
+            "message": message.decode(errors="replace"),
+            "startedAt": self.started_at,
+            "finishedAt": now(),
+            "containerID": "",
+        }
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.process and self.process.poll() is None:
             try:
@@ -153,19 +193,19 @@ class Pod:
 
     def to_api(self) -> dict:
         body = json.loads(json.dumps(self.manifest))
-        body["status"] = {
-            "phase": self.phase,
-            "containerStatuses": [
-                {
-                    "name": "pytorch",
-                    "restartCount": self.restarts,
-                    "ready": self.phase == "Running",
-                    "image": "x",
-                    "imageID": "",
-                    "containerID": "",
-                }
-            ],
+        state = {"terminated": self.terminated} if self.terminated else {"running": {"startedAt": self.started_at}}
+        status = {
+            "name": "pytorch",
+            "restartCount": self.restarts,
+            "ready": self.phase == "Running",
+            "image": "x",
+            "imageID": "",
+            "containerID": "",
+            "state": state,
         }
+        if self.last_terminated:
+            status["lastState"] = {"terminated": self.last_terminated}
+        body["status"] = {"phase": self.phase, "containerStatuses": [status]}
         return body
 
 
@@ -234,7 +274,7 @@ class FakeCluster:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.stopping = threading.Event()
-        self._failures: dict = {}  # (namespace, job) -> (failed pods seen, the operator's retries)
+        self._failures: dict = {}  # (namespace, job) -> failed pods in the replica status (the last round's)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -313,7 +353,8 @@ class FakeCluster:
         )
         if index == 0:
             manifest["metadata"]["labels"]["training.kubeflow.org/job-role"] = "master"
-        manifest["spec"]["restartPolicy"] = job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"]
+        policy = job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"]
+        manifest["spec"]["restartPolicy"] = "Never" if policy == "ExitCode" else policy  # SetRestartPolicy
         manifest["spec"]["nodeName"] = self.nodes[index % len(self.nodes)]["metadata"]["name"] if self.nodes else None
         self._run_pod(namespace, manifest, operator_env(job, index))
 
@@ -335,7 +376,9 @@ class FakeCluster:
         env.update(injected or {})
         env.update(self.pod_env)
         cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
-        pod = Pod(manifest, self.root / f"{name}.log", env, cwd)
+        termination_log = self.root / f"{name}.termination-log"
+        env[TERMINATION_LOG_ENV] = str(termination_log)  # the kubelet's mount at terminationMessagePath
+        pod = Pod(manifest, self.root / f"{name}.log", env, cwd, termination_log=termination_log)
         self.pods[(namespace, name)] = pod
         pod.start()
 
@@ -468,43 +511,72 @@ class FakeCluster:
             code = pod.process.poll() if pod.process else None
             if code is None or pod.phase != "Running":
                 continue
+            pod.ended(code)
             if code == 0:
                 pod.phase = "Succeeded"
             elif pod.manifest["spec"].get("restartPolicy") == "Never":
                 pod.phase = "Failed"
             else:  # restartPolicy OnFailure: the container restarts in place
                 pod.restarts += 1
+                pod.last_terminated = pod.terminated
                 pod.start()
         if finished(job):
             return
         conditions = job["status"]["conditions"]
+        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
         running = [pod for pod in pods if pod.phase == "Running"]
         succeeded = [pod for pod in pods if pod.phase == "Succeeded"]
         limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
         restarts = sum(pod.restarts for pod in running)
         failed = [pod for pod in pods if pod.phase == "Failed"]
-        worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
-        # ReconcileJobs (common/job.go L180-197): a new failed pod while not all replicas are active counts one
-        # retry of the work queue; past backoffLimit the job fails before UpdateJobStatus is reached.
-        seen, retries = self._failures.get((namespace, name), (0, 0))
-        new_failure = len(failed) > seen and len(running) != worker["replicas"]
-        exceeds = limit is not None and new_failure and retries + 1 > limit
-        if len(failed) > seen:
-            self._failures[(namespace, name)] = (len(failed), retries + 1)
+        # ReconcileJobs (common/job.go L176-200): a new failed pod while not all replicas are active, and the work
+        # queue's retries (always 0: a FakeWorkQueue) + 1 past backoffLimit, fails the job before anything else.
+        previous_retry = 0  # jc.WorkQueue.NumRequeues(jobKey) of a FakeWorkQueue
+        new_failure = len(failed) > self._failures.get((namespace, name), 0) and len(running) != worker["replicas"]
+        exceeds = limit is not None and new_failure and previous_retry + 1 > limit
         if exceeds or (limit is not None and (restarts > 0 if limit == 0 else restarts >= limit)):
             message = f"Job {name} has failed because it has reached the specified backoff limit"
             set_condition(conditions, "Failed", "PyTorchJobFailed", message)
+        if not finished(job):  # ReconcilePods: a pod for every index that has none (one deleted last round)
+            for index in range(worker["replicas"]):
+                if (namespace, f"{name}-worker-{index}") not in self.pods:
+                    self._create_pod(namespace, job, worker["template"], index)
+        if not finished(job) and worker["restartPolicy"] == "ExitCode":
+            self._exit_code_policy(namespace, name, conditions, failed)
+        # The replica status counts this round's failed pods, also the ones just deleted (updateJobReplicaStatuses
+        # runs on the pods ReconcilePods was given).
+        self._failures[(namespace, name)] = len(failed)
+        if finished(job):
+            pass
         elif succeeded and job["spec"].get("elasticPolicy") is not None:
             message = f"PyTorchJob {namespace}/{name} successfully completed."
             set_condition(conditions, "Succeeded", "PyTorchJobSucceeded", message)
         elif running:
             set_condition(conditions, "Running", "PyTorchJobRunning", f"PyTorchJob {namespace}/{name} is running.")
-        if failed and worker["replicas"] > len(succeeded) + len(running) and worker["restartPolicy"] == "Never":
-            message = f"PyTorchJob {name} is failed because {len(failed)} Worker replica(s) failed."
-            set_condition(conditions, "Failed", "PyTorchJobFailed", message)
+        if failed and worker["replicas"] > len(succeeded) + len(running):
+            if worker["restartPolicy"] == "Never":
+                message = f"PyTorchJob {name} is failed because {len(failed)} Worker replica(s) failed."
+                set_condition(conditions, "Failed", "PyTorchJobFailed", message)
+            else:
+                message = f"PyTorchJob {name} is restarting because {len(failed)} Worker replica(s) failed."
+                set_condition(conditions, "Restarting", "PyTorchJobRestarting", message)
         if finished(job) and job["spec"].get("runPolicy", {}).get("cleanPodPolicy", "None") == "Running":
             for pod in running:
                 self._delete_pod(namespace, pod)
+
+    def _exit_code_policy(self, namespace: str, name: str, conditions: list, failed: list) -> None:
+        """ReconcilePods under restartPolicy ExitCode: a failed pod with a retryable code (128 or more) is deleted, to
+        be created again; one with a permanent code (1-127) fails the job."""
+        for pod in failed:
+            code = pod.terminated["exitCode"]
+            if code >= 128:
+                self.pods.pop((namespace, pod.name), None)
+                self.deleted.append(pod.name)
+                message = f"job {name} is restarting because Worker replica(s) failed."
+                set_condition(conditions, "Restarting", "PyTorchJobRestarting", message)
+            else:
+                message = f'job "{name}" is failing because "Worker" replica(s) failed.'
+                set_condition(conditions, "Failed", "PyTorchJobFailed", message)
 
     def _delete_pod(self, namespace: str, pod: Pod) -> None:
         """The kubelet's stop: SIGTERM, then SIGKILL after the grace period; the pod leaves the API at once."""

@@ -192,7 +192,7 @@ def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_swee
     assert worker(job)["restartPolicy"] == "Never" and job["spec"]["runPolicy"]["backoffLimit"] == 0
     assert job["spec"]["elasticPolicy"]["minReplicas"] == job["spec"]["elasticPolicy"]["maxReplicas"] == 2
     assert job["metadata"]["labels"][render.LABEL_MODEL] == "nccl-test"
-    assert container(job)["command"] == ["python", "-m", "torch.distributed.run"]
+    assert container(job)["command"] == ["python", "-m", "trainkit.run.agent"]  # torchrun with the no-retry rule
     args = container(job)["args"]
     assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--nproc-per-node") + 1] == "8"
     assert args[args.index("--max-restarts") + 1] == "0"

@@ -135,10 +135,21 @@ class CheckpointManager:
     def save(self, step: int, write_fn: Callable[[Path], None], state: dict) -> Path:
         """Write on every rank into a temporary directory, then publish from the main rank."""
         tmp = self.root / f".tmp-{step_dir_name(step)}"
-        final = self.root / step_dir_name(step)
         if self.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
+        try:
+            return self._write_and_publish(step, tmp, write_fn, state)
+        except BaseException:
+            # A save that fails (a full volume) leaves no half-written checkpoint to take space from the next
+            # writer: the main rank removes it at once, not at the next start (clean_partial). Never published,
+            # so nothing reads it; `latest` still names the last whole checkpoint.
+            if self.is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _write_and_publish(self, step: int, tmp: Path, write_fn: Callable[[Path], None], state: dict) -> Path:
+        final = self.root / step_dir_name(step)
         self.barrier()
         write_fn(tmp)
         self.barrier()

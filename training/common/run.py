@@ -22,7 +22,8 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from tqdm import tqdm
 
-from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest
+from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
+from .failure import NoRetry, doing
 from .files import publish_text
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, RANK_LOGS_DIR, Job
 from .lifecycle import StopSignal
@@ -32,9 +33,6 @@ from .profiling import StepProfile
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
 EXIT_PEER_STOPPED = 75
-# Exit code of every rank when the loss or the gradient norm stopped being finite (any --max-restarts
-# would only repeat it: the run refuses to resume, see RunContext.refuse_if_diverged).
-EXIT_NOT_FINITE = 3
 NOT_FINITE_FILE = "not-finite.json"
 # Fault injection for tests: rank 0 waits this many seconds before publishing the finished run, so a test
 # can show that no rank (and no pod) leaves before the run is published.
@@ -123,6 +121,11 @@ def peak_memory_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+class Diverged(NoRetry):
+    """The loss or the gradient norm stopped being finite: any restart would only repeat it (the run refuses to
+    resume, see RunContext.refuse_if_diverged), so every rank ends with EXIT_NO_RETRY."""
+
+
 class RunContext:
     def __init__(self, accelerator: Accelerator, job: Job, run_dir: Path, nodes: int):
         """`nodes`: in this round of the job (current_nodes), which may be fewer than the job's."""
@@ -161,12 +164,13 @@ class RunContext:
         the medians)."""
         if self.profile.profiled(record["step"]):
             record["profiled"] = True
-        self.metrics.log_step(record)
+        with doing(f"writing step {record['step']}'s metrics"):
+            self.metrics.log_step(record)
 
     def event(self, kind: str, **fields) -> None:
         """Append one line to events.jsonl (main rank)."""
         if self.accelerator.is_main_process:
-            with self.events.open("a") as handle:
+            with doing(f"writing the {kind} event"), self.events.open("a") as handle:
                 handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -277,28 +281,26 @@ class RunContext:
         if self.accelerator.is_main_process:
             publish_text(self.run_dir / NOT_FINITE_FILE, json.dumps({"step": step, "what": what}) + "\n")
             self.event("not_finite", step=step, what=what)
-        print(f"error: {message}", flush=True)
-        raise SystemExit(EXIT_NOT_FINITE)
+        raise Diverged(message)
 
     def refuse_if_diverged(self) -> None:
         """A run that stopped on a non-finite value is not resumed (its settings are what diverged)."""
         marker = self.run_dir / NOT_FINITE_FILE
         if marker.exists():
             found = json.loads(marker.read_text())
-            print(
-                f"error: run {self.run_id} stopped at step {found['step']} ({found['what']}); it is not resumed: "
-                "change --lr, --warmup-steps or --grad-clip (a new run id) to train again",
-                flush=True,
+            raise Diverged(
+                f"run {self.run_id} stopped at step {found['step']} ({found['what']}); it is not resumed: "
+                "change --lr, --warmup-steps or --grad-clip (a new run id) to train again"
             )
-            raise SystemExit(EXIT_NOT_FINITE)
 
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()
-        self.checkpoints.save(
-            step,
-            lambda directory: self.accelerator.save_state(str(directory)),
-            {"restarts": self.restarts, "total_steps": total_steps, "model": self.model_name},
-        )
+        with doing(f"writing checkpoint {step_dir_name(step)}"):
+            self.checkpoints.save(
+                step,
+                lambda directory: self.accelerator.save_state(str(directory)),
+                {"restarts": self.restarts, "total_steps": total_steps, "model": self.model_name},
+            )
         self.save_seconds = time.perf_counter() - started
         self.saved_step = step
         self.metrics.set("trainkit_checkpoint_duration_seconds", self.save_seconds)
@@ -376,7 +378,8 @@ class RunContext:
             }
             if self.profile.report:
                 common["profile"] = self.profile.report
-            path = self.metrics.write_summary({**common, **extra})
+            with doing("writing summary.json"):
+                path = self.metrics.write_summary({**common, **extra})
             self.event("finish", step=json.loads(path.read_text())["steps"])
             print(f"summary: {path}", flush=True)
         self.accelerator.wait_for_everyone()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .failure import DataError
 from .job import micro_steps, share
 
 
@@ -30,9 +31,7 @@ class StepSampler:
         hint: str = "use more data or a smaller --global-batch-size",
     ):
         if num_samples < global_batch:
-            raise ValueError(
-                f"dataset has {num_samples} samples, fewer than one global batch of {global_batch}; {hint}"
-            )
+            raise DataError(f"dataset has {num_samples} samples, fewer than one global batch of {global_batch}; {hint}")
         self.num_samples, self.global_batch, self.micro_batch = num_samples, global_batch, micro_batch
         self.rank, self.world, self.seed = rank, world, seed
         self.steps_per_epoch = num_samples // global_batch

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from training.common.failure import DataError
+
 IGNORE_INDEX = -100
 PROMPT_TEMPLATE = "Summarize the following dialogue.\n\n{dialogue}\n\nSummary:\n"
 
@@ -30,9 +32,9 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ValueError(f"line {number}: {error}") from None
+                raise DataError(f"line {number}: {error}") from None
             if not isinstance(record, dict):
-                raise ValueError(f"line {number}: expected a JSON object, found {type(record).__name__}")
+                raise DataError(f"line {number}: expected a JSON object, found {type(record).__name__}")
             yield number, record
 
 
@@ -43,7 +45,7 @@ def check_records(path: Path) -> int:
         try:
             to_prompt_response(record)
         except ValueError as error:
-            raise ValueError(f"line {number}: {error}") from None
+            raise DataError(f"line {number}: {error}") from None
         count += 1
     return count
 
@@ -58,13 +60,25 @@ def load_records(dataset: str, split: str = "train") -> list[dict]:
     return list(datasets.load_dataset(dataset, split=split))
 
 
+def _texts(record: dict, first: str, second: str) -> tuple[str, str]:
+    """The two fields as text; a field of another type (a number, a list, null) is a DataError naming it."""
+    for name in (first, second):
+        value = record[name]
+        if not isinstance(value, str):
+            kind = "null" if value is None else type(value).__name__
+            shown = json.dumps(value)[:40]
+            raise DataError(f"field {name!r} is {kind} ({shown}), not text")
+    return record[first], record[second]
+
+
 def to_prompt_response(record: dict) -> tuple[str, str]:
-    """Accept `prompt`/`response` records, or DialogSum/SAMSum style `dialogue`/`summary` records."""
+    """Accept `prompt`/`response` records, or DialogSum/SAMSum style `dialogue`/`summary` records, each field text."""
     if "prompt" in record and "response" in record:
-        return record["prompt"], record["response"]
+        return _texts(record, "prompt", "response")
     if "dialogue" in record and "summary" in record:
-        return PROMPT_TEMPLATE.format(dialogue=record["dialogue"].strip()), record["summary"].strip()
-    raise ValueError(
+        dialogue, summary = _texts(record, "dialogue", "summary")
+        return PROMPT_TEMPLATE.format(dialogue=dialogue.strip()), summary.strip()
+    raise DataError(
         f"dataset record has fields {sorted(record)}; expected 'prompt' and 'response', or 'dialogue' and 'summary'"
     )
 
@@ -73,8 +87,11 @@ def tokenize_examples(records: Iterable[dict], tokenizer) -> tuple[list[int], li
     """One long token stream and its labels: <s> prompt response </s>, loss on response and </s>."""
     ids: list[int] = []
     labels: list[int] = []
-    for record in records:
-        prompt, response = to_prompt_response(record)
+    for number, record in enumerate(records, start=1):
+        try:
+            prompt, response = to_prompt_response(record)
+        except DataError as error:
+            raise DataError(f"record {number}: {error}") from None
         prompt_ids = [tokenizer.bos_token_id] + tokenizer(prompt, add_special_tokens=False)["input_ids"]
         response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         ids.extend(prompt_ids + response_ids)
@@ -96,14 +113,14 @@ class PackedDataset:
     def pack(cls, ids: list[int], labels: list[int], seq_len: int) -> PackedDataset:
         blocks = len(ids) // seq_len
         if blocks == 0:
-            raise ValueError(f"dataset has {len(ids)} tokens, fewer than one sequence of {seq_len}")
+            raise DataError(f"dataset has {len(ids)} tokens, fewer than one sequence of {seq_len}")
         usable = blocks * seq_len
         input_ids = torch.tensor(ids[:usable], dtype=torch.long).view(blocks, seq_len)
         targets = torch.tensor(labels[:usable], dtype=torch.long).view(blocks, seq_len)
         # The loss reads labels[:, 1:] (each position predicts the next token).
         keep = (targets[:, 1:] != IGNORE_INDEX).any(dim=1)
         if not bool(keep.any()):
-            raise ValueError(
+            raise DataError(
                 f"no block of {seq_len} tokens holds a response token (every one is prompt): use a longer --seq-len"
             )
         return cls(input_ids=input_ids[keep], labels=targets[keep], dropped=blocks - int(keep.sum()))

@@ -16,6 +16,7 @@ from torch.distributed.fsdp import FSDPModule
 from transformers.utils import logging as hf_logging
 
 from training.common.distributed import make_accelerator, verify_sharding
+from training.common.failure import doing
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes, peak_memory_bytes, synchronize
@@ -96,10 +97,10 @@ class Trainer:
 
     def _build_data(self) -> tuple[PackedDataset, StepSampler]:
         job = self.job
-        ids, labels = tokenize_examples(
-            load_records(data_source(job, self.run_dir), job.data.dataset_split), self.tokenizer
-        )
-        dataset = PackedDataset.pack(ids, labels, job.data.seq_len)
+        source = data_source(job, self.run_dir)
+        with doing(f"reading dataset {source}"):
+            ids, labels = tokenize_examples(load_records(source, job.data.dataset_split), self.tokenizer)
+            dataset = PackedDataset.pack(ids, labels, job.data.seq_len)
         if dataset.dropped and self.accelerator.is_main_process:
             total = len(dataset) + dataset.dropped
             print(
@@ -256,7 +257,8 @@ class Trainer:
             run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval)
         bar.close()
         run.save_final(self.total_steps)
-        exported = self.export()
+        with doing(f"exporting the model to {self.run_dir / 'model'}"):
+            exported = self.export()
         run.finish(
             start,
             {

@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision import datasets, transforms
 
+from training.common.failure import DataError
 from training.common.sampling import StepSampler
 
 from .layout import CROP_RATIO
@@ -67,6 +68,19 @@ class ClassFolder(datasets.ImageFolder):
         present = set(datasets.folder.find_classes(directory)[0])
         classes = [name for name in self._given if name in present]
         return classes, {name: self._given.index(name) for name in classes}
+
+    def __getitem__(self, index: int):
+        """An image that does not decode is bad data, named, and no restart can mend it (DataError). Decoding
+        errors carry no errno (PIL's UnidentifiedImageError, a truncated file); an I/O error does and stays
+        what it is (a volume's fault may pass)."""
+        try:
+            return super().__getitem__(index)
+        except (OSError, SyntaxError, ValueError) as error:
+            if isinstance(error, OSError) and error.errno is not None:
+                raise
+            path = self.samples[index][0]
+            why = f"{type(error).__name__}: {error}"
+            raise DataError(f"image {path} does not decode ({why}); replace or remove it") from error
 
 
 def _mix(seed: int, epoch: int, index: int) -> int:

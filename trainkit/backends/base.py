@@ -31,8 +31,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def submit(self, job: Job, dry_run: bool = False) -> int:
-        """Run a validated job, or with `dry_run` print what would run and create nothing. Returns the
-        job's exit code (backends that hand the job to a scheduler: 0 once it is accepted)."""
+        """Run a validated job, or with `dry_run` print what would run and create nothing. Returns 0 once the job
+        finished (backends that hand the job to a scheduler: once it is accepted); a job that ran and failed
+        raises JobFailed with its exit code and its cause in one line."""
 
     @abc.abstractmethod
     def status(self, ref: RunRef) -> str:

@@ -29,11 +29,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from training.common.failure import EXIT_NO_RETRY
 from training.common.job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 
 from .. import hardware
+from ..errors import JobFailed
 from ..job.build import Machine
 from ..launch import PreparedRun, prepare_run
+from ..run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
 from . import local_runs
@@ -43,6 +46,9 @@ from .local_console import RankZeroConsole, other_ranks_errors, summary_block
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
 # its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.
 GRACE_SECONDS = 40
+# Seconds the other nodes' agents get to notice a failure no restart mends before they are asked to stop: the
+# failing node's agent stops by itself; the others would only restart and wait for it (trainkit/run/agent.py).
+NO_RETRY_STOP_S = 5
 PID_FILE = "launcher.pid"
 
 
@@ -119,7 +125,9 @@ class LocalJob:
         job = run.job
         self.endpoint = job.elastic.rdzv_endpoint or f"127.0.0.1:{free_port()}"
         self.rdzv_id = rendezvous_id(job)
-        self.env = job_environment(run)
+        # What failing ranks and agents report (training/common/failure.py), off the runs volume.
+        self.failures = FailureChannel()
+        self.env = {**job_environment(run), **self.failures.env}
         # None: the agents write to this process's stdout/stderr, and rank 0's output is followed onto it
         # (RankZeroConsole); a file: the agents and, prefixed, every rank write there.
         self.output = output
@@ -163,26 +171,60 @@ class LocalJob:
         self.pid_file.unlink(missing_ok=True)
         if self.scrape_file:
             self.scrape_file.unlink(missing_ok=True)
+        wait_for_records(self.failures, 0.2)
+        self.failures.close()
 
     def wait(self, stopping: list[int] | None = None, deadline: float | None = None) -> list[int | None] | None:
         """Every agent's exit code, or None when `deadline` (monotonic) passes or the job outlives the
-        grace period after a stop was requested (`stopping` becomes non-empty)."""
-        grace_ends = None
+        grace period after a stop was requested (`stopping` becomes non-empty). A failure no restart mends
+        stops the agents still running NO_RETRY_STOP_S after it was reported."""
+        grace_ends = stop_at = None
         while True:
             codes = self.codes()
             if all(code is not None for code in codes):
+                wait_for_records(self.failures)
                 return codes
-            if stopping and grace_ends is None:
-                grace_ends = time.monotonic() + GRACE_SECONDS
+            self.failures.poll()
             now = time.monotonic()
+            if stop_at is None and self.failures.permanent() is not None:
+                stop_at = now + NO_RETRY_STOP_S
+            if stop_at is not None and now > stop_at:
+                self.signal_all(signal.SIGTERM)
+                stop_at = float("inf")  # once
+                grace_ends = now + GRACE_SECONDS
+            if stopping and grace_ends is None:
+                grace_ends = now + GRACE_SECONDS
             if (grace_ends is not None and now > grace_ends) or (deadline is not None and now > deadline):
                 return None
             time.sleep(0.2)
 
+    def failure(self, codes: list[int | None]) -> tuple[int, dict]:
+        """The failed job's exit code and the record of its cause (also kept for `invoke status`)."""
+        job = self.run.job
+        code = job_exit_code(codes)
+        cause = self.failures.cause()
+        if cause is not None and cause.get("permanent"):
+            code = EXIT_NO_RETRY
+        reason = explain_failure(job, codes)
+        if reason is not None:  # the launcher knows more than any rank: the store's node is gone
+            cause = {"source": "launcher", "time": time.time(), "cause": reason}
+        if cause is None:
+            cause = {
+                "source": "launcher",
+                "time": time.time(),
+                "cause": f"the agents exited with codes {codes} and no rank reported an error",
+                "log": str(job.run_dir / "logs"),
+                "unreported": True,
+            }
+        record_failure(job.run_dir, cause, code)
+        return code, cause
+
 
 def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
     """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
-    kills it. Returns the job's exit code. `keep_open`: descriptors the agents inherit (the run lock)."""
+    kills it. Returns 0 when it finished; a failed or stopped run raises JobFailed with its exit code and, in
+    one line, why (a failure's cause is also kept for `invoke status`). `keep_open`: descriptors the agents
+    inherit (the run lock)."""
     if sys.stdout.isatty() and sys.stderr.isatty() and PROGRESS_ENV not in os.environ:
         run.env[PROGRESS_ENV] = "bar"  # rank 0's output reaches a terminal (RankZeroConsole)
     started = time.monotonic()
@@ -198,10 +240,14 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
 
     # Before the agents start: a Ctrl-C at any moment stops them (they run in sessions of their own).
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    forget_failure(run.job.run_dir)
+    failed = None
     try:
         job.start()
         console.start()
         codes = job.wait(received)
+        if not received and (codes is None or job_exit_code(codes)):  # None: agents that outlived their stop
+            failed = job.failure(codes if codes is not None else job.codes())
     finally:
         job.kill_all()
         if console.is_alive():
@@ -209,21 +255,21 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
         owner.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    run_id = run.job.run.run_id
     if received:
-        return 128 + received[0]
-    if codes is None:
-        return 1
-    code = job_exit_code(codes)
-    others = other_ranks_errors(run.job.run_dir, console.since) if code else None
-    if others:
-        print(others, file=sys.stderr, flush=True)
-    reason = explain_failure(run.job, codes) if code else None
-    if reason:
-        print(f"error: {reason}", file=sys.stderr, flush=True)
-    summary = None if code else summary_block(run.job, time.monotonic() - started)
+        name = signal.Signals(received[0]).name
+        raise JobFailed(128 + received[0], f"run {run_id} stopped ({name}); the same command resumes it")
+    if failed is not None:
+        code, cause = failed
+        if cause.get("unreported"):  # no rank said why: their last tracebacks, if any
+            others = other_ranks_errors(run.job.run_dir, console.since)
+            if others:
+                print(others, file=sys.stderr, flush=True)
+        raise JobFailed(code, f"run {run_id} failed: {failure_summary(cause)}")
+    summary = summary_block(run.job, time.monotonic() - started)
     if summary:
         print(summary, flush=True)
-    return code
+    return 0
 
 
 def announce(job: Job) -> None:
@@ -272,7 +318,7 @@ class LocalBackend(Backend):
         with local_runs.run_lock(job.run_dir) as lock:  # before prepare_run rewrites anything of the run
             run = prepare_run(job)
             announce(job)
-            return run_foreground(run, keep_open=(lock,))
+            return run_foreground(run, keep_open=(lock,))  # a failed run raises JobFailed
 
     def status(self, ref: RunRef) -> str:
         return local_runs.status(ref)

@@ -1,8 +1,10 @@
 """Following and stopping a local run from its folder: `invoke status | logs | stop` for the local target.
 
 What a local run leaves to read: `launcher.json` (the `invoke train` process that owns the job, while
-it runs), `launcher.pid` (its torchrun agents), `metrics.jsonl`, `events.jsonl`, `summary.json`, and
-`logs/ranks/<rank>.json`, where every worker records the files torchrun sends its output to.
+it runs), `launcher.pid` (its torchrun agents), `metrics.jsonl`, `events.jsonl`, `summary.json`,
+`logs/ranks/<rank>.json`, where every worker records the files torchrun sends its output to, and after a
+failure its cause (`failure.json`, or the state dir's copy when the run's volume was full:
+trainkit/run/failures.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
 
 from ..errors import SpecError
+from ..run.failures import recorded_failure
 from .base import RunRef
 
 OWNER_FILE = "launcher.json"
@@ -135,13 +138,18 @@ def status(ref: RunRef) -> str:
     p, o = job.parallelism, job.optimisation
     pid = owner_pid(run_dir)
     events = _jsonl(run_dir / "events.jsonl")
+    failure = recorded_failure(run_dir)
     if pid is not None:
         state = "running"
     elif (run_dir / "summary.json").exists():
         state = "finished"
+    elif failure is not None:
+        state = "failed"
     else:
         state = "stopped" if events and events[-1]["event"] == "stop" else "not running"
     lines = [f"run {job.run.run_id} ({job.model.name}, {p.nodes} node(s) x {p.nproc} process(es)): {state}"]
+    if state == "failed":
+        lines.append(f"  cause      {failure['line']}")
     metrics = _jsonl(run_dir / "metrics.jsonl")
     if metrics:
         last = metrics[-1]
@@ -152,6 +160,8 @@ def status(ref: RunRef) -> str:
     lines.append(f"  restarts   {resumes} (times the job resumed from a checkpoint)")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
+    if state == "failed":
+        lines.append("  again      mend the cause; the same `invoke train` command resumes from the last checkpoint")
     lines.append(f"  folder     {run_dir}")
     return "\n".join(lines)
 

@@ -17,6 +17,7 @@ from ..backends import job_from_flags
 from ..backends.local import LocalJob, explain_failure, job_exit_code, signal_group
 from ..errors import SpecError
 from ..launch import prepare_run
+from ..run.failures import failure_summary
 from ..services import EtcdServer
 from .scenarios import SCENARIOS, Result, Settings
 from .table import describe
@@ -214,7 +215,9 @@ def _observe(scenario, backend, expected, run: _Run, settings, started, baseline
         result.outcome = "error"
         result.seconds_to_error = round(time.time() - fault_time, 1)
         reason = explain_failure(run.job.run.job, codes)
-        result.error = reason or f"exit code {code}; see {run.run_dir}/agents.log"
+        cause = run.job.failures.cause()  # what a rank or agent reported (trainkit/run/failures.py)
+        told = failure_summary(cause) if cause else None
+        result.error = reason or told or f"exit code {code}; see {run.run_dir}/agents.log"
         if expected == "error" and reason is None:
             result.problems.append("failed without saying why")
         return result

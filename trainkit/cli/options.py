@@ -9,11 +9,12 @@ from invoke import Exit
 
 from training.common.job import BY_KEY
 
-from ..errors import SpecError
+from ..errors import JobFailed, SpecError
 
 
 def user_errors(function):
-    """Invalid input ends the task with its message and exit code 2 (no traceback)."""
+    """Invalid input ends the task with its message and exit code 2 (no traceback); a job that failed ends it with
+    its one-line cause and the job's exit code."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -21,6 +22,8 @@ def user_errors(function):
             return function(*args, **kwargs)
         except SpecError as error:
             raise Exit(f"error: {error}", code=2) from None
+        except JobFailed as error:
+            raise Exit(f"error: {error}", code=error.code) from None
 
     return wrapper
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from json import dumps
 from pathlib import Path
 
-from invoke import Exit, task
+from invoke import task
 
 from training.common.job import BY_KEY, fields_of
 
@@ -44,9 +44,7 @@ PLAN_FLAGS = (
 def _train(c, profile="local", dry_run=False, **values):
     """Train a model: validate the job, then run it (local: torchrun here; eks: a PyTorchJob)."""
     job, backend = resolve_job(job_flags(values, TRAIN_KEYS), profile)
-    code = backend.submit(job, dry_run=dry_run)
-    if code:
-        raise Exit(f"training exited with code {code}", code=code)
+    backend.submit(job, dry_run=dry_run)  # a failed run raises JobFailed: its cause, its exit code
 
 
 _train_body, _train_help = job_options(_train, TRAIN_KEYS, {"profile": "local", "dry_run": False})

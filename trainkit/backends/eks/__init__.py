@@ -123,11 +123,27 @@ def holding(job: dict) -> list[str]:
     return [c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"]
 
 
+def failure_cause(pods: list) -> str | None:
+    """Why the job's first failed container ended: its termination message (the pod entry point's one line, or under
+    FallbackToLogsOnError the log's last line), from the container's state or, after an in-place restart, its
+    last state."""
+    ended = []
+    for pod in pods:
+        for container in pod.status.container_statuses or []:
+            for state in (container.state, container.last_state):
+                terminated = state.terminated if state else None
+                if terminated and terminated.exit_code and (terminated.message or "").strip():
+                    ended.append((str(terminated.finished_at or ""), terminated.message.strip().splitlines()[-1]))
+    return min(ended)[1] if ended else None
+
+
 def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
-    the job ends) and its pods. The state is the newest condition that holds. The operator restarts no pod
-    itself under restartPolicy OnFailure (containers restart in place, no Restarting condition); it fails
-    the job when the restart counts of its running pods reach runPolicy.backoffLimit, so that sum is shown."""
+    the job ends), its pods, and why a failed container ended (its termination message). The state is the
+    newest condition that holds. Jobs restart by exit code (render.RESTART_BY_EXIT_CODE): a failed pod is
+    replaced, or fails the job when its code says no restart helps. Under the OnFailure policy of jobs from
+    earlier versions containers restart in place and the operator fails the job when their restart counts reach
+    runPolicy.backoffLimit, so that sum is shown for them."""
     kube = kube or Kube.connect()
     job = find_job(kube, namespace, run_id)
     meta = job["metadata"]
@@ -145,8 +161,12 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
         )
     if not pods:
         lines.append("  (no pods yet)" if state not in ("Succeeded", "Failed") else "  (no pods left)")
+    cause = failure_cause(pods)
+    if cause and state != "Succeeded":
+        lines.append(f"  cause      {cause}")
     limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
-    if limit is not None and state not in ("Succeeded", "Failed"):
+    in_place = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("restartPolicy") in ("OnFailure", "Always")
+    if limit is not None and in_place and state not in ("Succeeded", "Failed"):
         counted = sum(restarts(pod) for pod in pods if pod.status.phase == "Running")
         lines.append(f"  restarts of running pods: {counted} of backoffLimit {limit} (the job fails at the limit)")
     return "\n".join(lines)

@@ -1,24 +1,74 @@
-"""Entry point of every EKS training pod: prepare the run on FSx, then become torchrun.
+"""Entry point of every EKS training pod: prepare the run on FSx, run torchrun, and end with an exit code and a
+termination message that say why.
 
 The launcher validated the job and put it (spec.json's content) in `TRAINKIT_SPEC`; here the same
 `prepare_run` as on the local target writes `runs/<run-id>/` (relative to the FSx mount, the working
-directory), checks the data and the token (from the Secret), and torchrun takes over the process, so
-the kubelet's SIGTERM reaches it directly. Every worker pod does this; the writes are atomic and
-identical, so pods may race.
+directory), checks the data and the token (from the Secret), and starts torchrun (trainkit/run/agent.py) with
+a failure channel its ranks report to. Every worker pod does this; the writes are atomic and identical, so
+pods may race. A SIGTERM from the kubelet is passed on to torchrun, which stops its workers at a step
+boundary.
+
+The pod's exit code is what the operator's `ExitCode` restart policy decides on (training-operator v1.9.4,
+pkg/controller.v1/common/pod.go ReconcilePods; pkg/util/train/train_util.go: 128 and above retryable, 1-127
+permanent):
+
+    0                 torchrun finished
+    2                 the job cannot start here (prepare_run refused it): permanent
+    EXIT_NO_RETRY (3) a rank's failure no restart mends (a full volume, bad data, ...): permanent
+    1                 torchrun spent its own restarts (--max-restarts): permanent
+    128 + signal      torchrun or this process was killed or stopped (a node's fault, an eviction):
+                      the operator replaces the pod
+
+The cause goes, in one line, to the container's termination message (`TERMINATION_LOG`, the file the kubelet
+reads into the pod's status when the container ends, so `invoke status` shows it from the API), and to the
+pod's log.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
+from pathlib import Path
 
+from training.common.failure import EXIT_NO_RETRY
 from training.common.job import Job
 
 from ...errors import SpecError
 from ...launch import prepare_run
+from ...render import TERMINATION_LOG
+from ...run.failures import FailureChannel, failure_summary, record_failure, wait_for_records
 from ...torchrun import torchrun_command
+
+# TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
+# kubelet's mount there, tests/helpers/kube_api.py).
+TERMINATION_LOG_ENV = "TRAINKIT_TERMINATION_LOG"
+TERMINATION_MESSAGE_BYTES = 4096
+
+
+def terminate_with(line: str) -> None:
+    """Write the termination message, where the kubelet gave the container one (never create the file)."""
+    path = Path(os.environ.get(TERMINATION_LOG_ENV, TERMINATION_LOG))
+    if path.is_file():
+        with contextlib.suppress(OSError):
+            path.write_bytes(line.encode()[:TERMINATION_MESSAGE_BYTES])
+
+
+def pod_exit_code(torchrun_code: int, cause: dict | None, received: int | None) -> int:
+    """The container's exit code for the operator's ExitCode policy (see the module's docstring)."""
+    if received is not None:
+        return 128 + received
+    if torchrun_code == 0:
+        return 0
+    if torchrun_code == EXIT_NO_RETRY or (cause is not None and cause.get("permanent")):
+        return EXIT_NO_RETRY
+    if torchrun_code < 0:  # killed by a signal
+        return 128 - torchrun_code
+    return torchrun_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,17 +77,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-id", required=True, help="rendezvous id of this submission")
     args = parser.parse_args(argv)
     job = Job.from_dict(json.loads(os.environ["TRAINKIT_SPEC"]))
+    pod_name = os.environ.get("POD_NAME", "pod")
     try:
         run = prepare_run(job)
     except SpecError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        line = f"{pod_name}: run {job.run.run_id} cannot start: {error}"
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        terminate_with(line)
         return 2
-    pod_name = os.environ.get("POD_NAME", "pod")
     log_dir = job.run_dir / "logs" / pod_name
     command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir, run.args)
-    env = {**os.environ, **run.env}
     print(f"{pod_name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
-    os.execvpe(command[0], command, env)
+    received: list[int] = []
+    with FailureChannel() as channel:
+        agent = subprocess.Popen(command, env={**os.environ, **run.env, **channel.env})
+
+        def forward(signum, _frame):
+            received.append(signum)
+            with contextlib.suppress(ProcessLookupError):
+                agent.send_signal(signum)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, forward)
+        code = agent.wait()
+        wait_for_records(channel)
+        cause = channel.cause()
+    exit_code = pod_exit_code(code, cause, received[0] if received else None)
+    if exit_code and cause is not None:
+        line = f"{pod_name}: {failure_summary(cause)}"
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        terminate_with(line)
+        record_failure(job.run_dir, cause, exit_code)  # beside the run on FSx too, when the volume takes it
+    elif exit_code:
+        terminate_with(f"{pod_name}: torchrun exited with code {code}; every rank's log: {log_dir}")
+    return exit_code
 
 
 if __name__ == "__main__":

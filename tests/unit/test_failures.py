@@ -1,0 +1,163 @@
+"""A failed rank's one line and its verdict (training/common/failure.py), the launcher's choice of cause and where it
+keeps it (trainkit/run/failures.py), and the pod's exit code for the operator (trainkit/backends/eks/pod.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+
+import pytest
+
+from tests.helpers.jobs import build_spec
+from training.common.failure import (
+    CHANNEL_ENV,
+    EXIT_NO_RETRY,
+    DataError,
+    cause_line,
+    describe,
+    doing,
+    permanent,
+    send,
+)
+from training.common.run import Diverged
+from trainkit.backends import RunRef
+from trainkit.backends.eks.pod import pod_exit_code
+from trainkit.backends.local_runs import status
+from trainkit.launch import write_spec
+from trainkit.run.failures import (
+    FailureChannel,
+    forget_failure,
+    pick_cause,
+    record_failure,
+    recorded_failure,
+)
+
+
+def no_space() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def raised(error: BaseException, *contexts: str) -> BaseException:
+    """`error` as it arrives after passing through `doing(context)` blocks, the innermost first."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for context in reversed(contexts):
+                stack.enter_context(doing(context))
+            raise error
+    except BaseException as caught:
+        return caught
+
+
+class CheckpointException(BaseException):
+    """torch.distributed.checkpoint's: every rank's write error in `failures` (rank -> (exception, traceback))."""
+
+    def __init__(self, failures: dict):
+        super().__init__(f"CheckpointException ranks:{failures.keys()}")
+        self.failures = failures
+
+
+def test_the_cause_names_the_root_error_and_what_the_rank_was_doing():
+    error = raised(no_space(), "writing checkpoint step-00000020", "training")
+    assert describe(error) == "OSError: [Errno 28] No space left on device while writing checkpoint step-00000020"
+    wrapped = CheckpointException({1: (ValueError("later"), None), 0: (no_space(), None)})
+    wrapped.add_note("while writing checkpoint step-00000008")
+    assert describe(wrapped) == "OSError: [Errno 28] No space left on device while writing checkpoint step-00000008"
+    assert permanent(wrapped)
+    loader = DataError(
+        "Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\ntraining.common.failure.DataError: image train/a/1.JPEG does not decode'
+    )
+    assert describe(loader) == "DataError: image train/a/1.JPEG does not decode"
+    assert describe(RuntimeError()) == "RuntimeError"
+
+
+@pytest.mark.parametrize(
+    ("error", "verdict"),
+    [
+        (no_space(), True),
+        (OSError(errno.EDQUOT, "quota"), True),
+        (OSError(errno.EROFS, "read-only"), True),
+        (PermissionError(errno.EACCES, "denied"), True),
+        (DataError("bad record"), True),
+        (Diverged("loss nan"), True),
+        (MemoryError(), True),
+        (type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory"), True),
+        (ModuleNotFoundError("No module named 'flash_attn'"), True),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), False),
+        (RuntimeError("[Gloo] Connection closed by peer"), False),
+        (TimeoutError("collective timed out"), False),
+        (KeyError("x"), False),
+    ],
+)
+def test_only_failures_a_restart_repeats_are_permanent(error, verdict):
+    assert permanent(error) is verdict
+
+
+def test_the_cause_is_the_failure_that_ended_the_job():
+    lost = {"source": "worker", "rank": 1, "attempt": 0, "time": 1.0, "permanent": False, "cause": "RuntimeError: x"}
+    full = {"source": "worker", "rank": 0, "attempt": 0, "time": 2.0, "permanent": True, "cause": "OSError: y"}
+    killed = {"source": "agent", "rank": 3, "attempt": 0, "time": 0.5, "signal": "SIGKILL", "exit_code": -9}
+    assert pick_cause([lost, full, killed]) is full  # no restart mends it: the job ended there
+    later = {**lost, "attempt": 2, "time": 9.0, "rank": 0}
+    assert pick_cause([lost, later, killed]) is later  # restarts spent: the last attempt's first report
+    assert pick_cause([killed]) is killed and pick_cause([]) is None
+    assert cause_line(killed).startswith("rank 3: killed by SIGKILL")
+    assert (
+        cause_line({"source": "agent", "rank": 2, "exit_code": 1}) == "rank 2: exited with code 1 and recorded no error"
+    )
+    assert cause_line({**full, "log": "/r/0/stderr.log"}) == "rank 0: OSError: y; full log: /r/0/stderr.log"
+
+
+def test_records_reach_the_channel_without_a_file(monkeypatch):
+    with FailureChannel() as channel:
+        assert channel.name.startswith("@")  # Linux's abstract namespace: nothing on any volume
+        monkeypatch.setenv(CHANNEL_ENV, channel.name)
+        assert send({"source": "worker", "rank": 0, "time": 1.0, "permanent": True, "cause": "OSError: y"})
+        assert channel.poll()[0]["cause"] == "OSError: y" and channel.permanent() is not None
+    monkeypatch.setenv(CHANNEL_ENV, "@nobody-listens")
+    assert send({"rank": 0}) is False  # a lost report never raises over the error it reports
+    monkeypatch.delenv(CHANNEL_ENV)
+    assert send({"rank": 0}) is False
+
+
+@pytest.mark.parametrize(
+    ("torchrun", "cause", "received", "code"),
+    [
+        (0, None, None, 0),
+        (EXIT_NO_RETRY, None, None, EXIT_NO_RETRY),
+        (1, {"permanent": True}, None, EXIT_NO_RETRY),
+        (1, {"permanent": False}, None, 1),  # torchrun spent its own restarts: permanent for the operator
+        (-9, None, None, 137),  # killed: retryable (>= 128), the operator replaces the pod
+        (1, None, 15, 143),  # the kubelet stopped it
+    ],
+)
+def test_the_pod_exit_code_tells_the_operator_whether_to_replace_the_pod(torchrun, cause, received, code):
+    assert pod_exit_code(torchrun, cause, received) == code
+
+
+def test_a_cause_the_full_run_folder_cannot_take_goes_to_the_state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    spec = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path / "runs"), "run_id": "full"})
+    write_spec(spec.job)
+    (spec.run_dir / "failure.json").mkdir()  # the run folder's copy cannot be written (as on a full volume)
+    cause = {"source": "worker", "rank": 0, "time": 5.0, "permanent": True, "cause": "OSError: [Errno 28] No space"}
+    kept = record_failure(spec.run_dir, cause, EXIT_NO_RETRY)
+    assert kept is not None and kept.is_relative_to(tmp_path / "state")
+    assert recorded_failure(spec.run_dir)["cause"] == cause["cause"]
+    forget_failure(spec.run_dir)
+    assert recorded_failure(spec.run_dir) is None
+
+
+def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    spec = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path / "runs"), "run_id": "broke"})
+    write_spec(spec.job)
+    cause = {"source": "worker", "rank": 1, "time": 5.0, "permanent": True, "cause": "DataError: line 3", "log": "/l"}
+    assert record_failure(spec.run_dir, cause, EXIT_NO_RETRY) == spec.run_dir / "failure.json"
+    shown = status(RunRef("broke", str(tmp_path / "runs")))
+    assert shown.splitlines()[0].endswith(": failed")
+    assert "  cause      rank 1: DataError: line 3; full log: /l (not restarted: a restart would fail" in shown
+    assert recorded_failure(spec.run_dir)["exit_code"] == EXIT_NO_RETRY
+    forget_failure(spec.run_dir)
+    assert ": not running" in status(RunRef("broke", str(tmp_path / "runs"))).splitlines()[0]

@@ -1,0 +1,195 @@
+"""Why a worker failed, in one line, told to whoever launched it, and whether a restart can mend it.
+
+A rank that dies of an exception sends one record over a Unix datagram socket its launcher made
+(`TRAINKIT_FAILURE_CHANNEL`: the local launcher, or the EKS pod entry point). Nothing of that path
+touches a file system, so the cause still arrives when the runs volume is full and the rank's own
+log file cannot take another line. The launcher says it on the console and in `invoke status`
+(trainkit/run/failures.py).
+
+Exit codes a worker uses (the agent reads them, trainkit/run/agent.py):
+
+- `EXIT_NO_RETRY` (3): the failure repeats on any restart with the same settings and data (a full or
+  read-only volume, records that cannot be read, a diverged loss, memory too small for the job, a
+  missing package). torchrun restarts nobody; the job ends with the cause. Not 2: that is the
+  launcher's own "bad input" code. 1-127, so training-operator v1.9.4's `ExitCode` restart policy
+  treats it as permanent too (pkg/util/train/train_util.go IsRetryableExitCode: `exitCode >= 128`).
+- 1: anything else (a lost peer, a collective that timed out, an unknown error): restarted as before,
+  up to --max-restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+
+EXIT_NO_RETRY = 3
+CHANNEL_ENV = "TRAINKIT_FAILURE_CHANNEL"
+# A datagram stays far below the socket's buffer; a cause line is cut long before this.
+MAX_RECORD_BYTES = 16 * 1024
+MESSAGE_CHARS = 400
+# OS errors that a restart on the same volume meets again: no space, no quota, read-only, no permission,
+# a file past the volume's size limit.
+PERMANENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+# Exception classes, by name, that a restart meets again (matched by name so this module imports no torch):
+# torch's out-of-memory error on an accelerator.
+PERMANENT_NAMES = frozenset({"OutOfMemoryError"})
+WHILE = "while "
+
+
+class NoRetry(Exception):
+    """A failure that every restart would repeat: the job ends with it instead of restarting."""
+
+
+class DataError(NoRetry, ValueError):
+    """Training data that cannot be read or used (a record of the wrong shape, an image that does not decode)."""
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The exception that started it. torch.distributed.checkpoint gathers every rank's write error into one
+    CheckpointException (`failures`: rank -> (exception, traceback)); its lowest rank's error is the cause."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        inner = first[0] if isinstance(first, tuple) else first
+        if isinstance(inner, BaseException):
+            return root_cause(inner)
+    return error
+
+
+def permanent(error: BaseException) -> bool:
+    """Whether a restart with the same settings and data would fail the same way."""
+    cause = root_cause(error)
+    return (
+        isinstance(cause, (NoRetry, MemoryError, ImportError))
+        or (isinstance(cause, OSError) and cause.errno in PERMANENT_ERRNOS)
+        or type(cause).__name__ in PERMANENT_NAMES
+    )
+
+
+@contextlib.contextmanager
+def doing(what: str) -> Iterator[None]:
+    """Say what the process was doing when an error passes through: `with doing("writing checkpoint step-20")`
+    makes the cause read "... while writing checkpoint step-20". The innermost context wins."""
+    try:
+        yield
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        if not any(note.startswith(WHILE) for note in getattr(error, "__notes__", ())):
+            error.add_note(WHILE + what)
+        raise
+
+
+def describe(error: BaseException) -> str:
+    """`OSError: [Errno 28] No space left on device while writing checkpoint step-00000020`: the root cause's
+    type and the first line of its message, and what the process was doing."""
+    cause = root_cause(error)
+    lines = str(cause).strip().splitlines()
+    if len(lines) > 1 and lines[0].startswith("Caught ") and lines[1].startswith("Original Traceback"):
+        # torch's DataLoader re-raises a loader worker's error with its whole traceback as the message: the
+        # worker's own message is the last line, after the exception's qualified name
+        lines = [lines[-1].partition(": ")[2] or lines[-1]]
+    message = (lines[0] if lines else "")[:MESSAGE_CHARS]
+    notes = [*getattr(cause, "__notes__", ()), *getattr(error, "__notes__", ())]
+    context = next((note for note in notes if note.startswith(WHILE)), None)
+    text = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
+    return f"{text} {context}" if context else text
+
+
+def _log_file() -> str | None:
+    """Where this process's stderr goes (torchrun redirects it to a file under the run's logs/)."""
+    try:
+        target = os.readlink("/proc/self/fd/2")
+    except OSError:
+        return None
+    return target if target.startswith("/") else None
+
+
+def worker_record(error: BaseException) -> dict:
+    """The record a failing rank sends: who (torchrun's RANK, node, attempt), what, and whether to retry."""
+    env = os.environ
+    return {
+        "source": "worker",
+        "rank": int(env.get("RANK", 0)),
+        "node": int(env.get("GROUP_RANK", 0)),
+        "attempt": int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
+        "time": time.time(),
+        "host": socket.gethostname(),
+        "type": type(root_cause(error)).__name__,
+        "cause": describe(error),
+        "permanent": permanent(error),
+        "log": _log_file(),
+    }
+
+
+def channel_address(name: str) -> str | bytes:
+    """A channel name as a socket address: `@name` is Linux's abstract namespace (no file anywhere), else a path."""
+    return b"\0" + name[1:].encode() if name.startswith("@") else name
+
+
+def send(record: dict) -> bool:
+    """Send one record to the launcher's channel, if it has one. Never raises: a lost report must not hide
+    the error it reports."""
+    name = os.environ.get(CHANNEL_ENV)
+    if not name:
+        return False
+    data = json.dumps(record).encode()[:MAX_RECORD_BYTES]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(2.0)
+            sock.sendto(data, channel_address(name))
+    except OSError:
+        return False
+    return True
+
+
+def _say(text: str) -> None:
+    """To stderr if it still takes writes (on a full volume it does not)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Run a worker's body: an exception that escapes it is sent to the launcher as one record, shown in the
+    rank's log (when the log can still be written), and ends the process with EXIT_NO_RETRY or 1. SystemExit
+    (a deliberate stop) passes untouched."""
+    try:
+        yield
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        record = worker_record(error)
+        send(record)
+        if not isinstance(root_cause(error), NoRetry):  # ours say all there is; others get their traceback
+            _say("".join(traceback.format_exception(error)))
+        retry = "not restarted: a restart would fail the same way" if record["permanent"] else "may be restarted"
+        _say(f"error: rank {record['rank']}: {record['cause']} ({retry})\n")
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        os._exit(EXIT_NO_RETRY if record["permanent"] else 1)
+
+
+def cause_line(record: dict) -> str:
+    """One line for a record: `rank 0: OSError: [Errno 28] No space left on device while writing checkpoint
+    step-00000020; full log: <file>`. Records of the agent (a rank killed by a signal, or one that exited
+    without a record) say how the process ended."""
+    if record.get("source") == "launcher":  # the launcher's own finding (e.g. the c10d store's node is gone)
+        text = record["cause"]
+    elif record.get("source") == "worker":
+        text = f"rank {record['rank']}: {record['cause']}"
+    elif record.get("signal"):
+        text = f"rank {record['rank']}: killed by {record['signal']}"
+        if record["signal"] == "SIGKILL":
+            text += " (the kernel's out-of-memory killer sends it: `dmesg` says whether it did)"
+    else:
+        text = f"rank {record['rank']}: exited with code {record.get('exit_code')} and recorded no error"
+    return f"{text}; full log: {record['log']}" if record.get("log") else text

@@ -1,0 +1,161 @@
+"""The launcher's end of the failure channel: gather what failing ranks and agents report, pick the cause,
+keep it where `invoke status` finds it.
+
+Workers and torchrun agents send one JSON record per failure (training/common/failure.py,
+trainkit/run/agent.py) to a Unix datagram socket made here. On Linux its name lives in the abstract
+namespace, so no file system is involved: a full runs volume cannot lose the cause. The local
+launcher and the EKS pod entry point each make one for the processes they start.
+
+The cause of a failed job, in order: the first record whose failure a restart cannot mend (that is
+what ended the job); else, of the latest attempt, the first record a worker sent; else the agent's
+(a rank killed by a signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from training.common.failure import CHANNEL_ENV, MAX_RECORD_BYTES, cause_line, channel_address
+from training.common.files import publish_text
+
+from ..paths import state_dir
+
+FAILURE_FILE = "failure.json"
+"""In the run folder: the cause of the run's last failure (removed when it is launched again)."""
+FAILURES_DIR = "failures"
+"""Under the state dir: the same record when the run folder cannot take it (a full volume)."""
+
+
+class FailureChannel:
+    """A socket the launcher's processes send failure records to; `poll` collects them without blocking."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self._folder = None
+        if sys.platform.startswith("linux"):
+            self.name = f"@trainkit-failures-{uuid.uuid4().hex}"
+        else:  # no abstract namespace: a socket file in the temporary folder (not on the runs volume)
+            self._folder = tempfile.TemporaryDirectory(prefix="trainkit-failures-")
+            self.name = str(Path(self._folder.name) / "channel")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(channel_address(self.name))
+        self.sock.setblocking(False)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What the processes need to reach this channel (they inherit it through torchrun)."""
+        return {CHANNEL_ENV: self.name}
+
+    def poll(self) -> list[dict]:
+        """The records that arrived since the last call (also kept in `records`)."""
+        new = []
+        while True:
+            try:
+                data = self.sock.recv(MAX_RECORD_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            try:
+                record = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "rank" in record:
+                new.append(record)
+        self.records += new
+        return new
+
+    def permanent(self) -> dict | None:
+        """The first record of a failure no restart mends, if one came."""
+        return next((r for r in sorted(self.records, key=_when) if r.get("permanent")), None)
+
+    def cause(self) -> dict | None:
+        self.poll()
+        return pick_cause(self.records)
+
+    def close(self) -> None:
+        self.sock.close()
+        if self._folder is not None:
+            self._folder.cleanup()
+
+    def __enter__(self) -> FailureChannel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _when(record: dict) -> float:
+    return float(record.get("time", 0))
+
+
+def pick_cause(records: list[dict]) -> dict | None:
+    """The record that says why the job failed (see the module's docstring), or None."""
+    if not records:
+        return None
+    ordered = sorted(records, key=_when)
+    permanent = [r for r in ordered if r.get("source") == "worker" and r.get("permanent")]
+    if permanent:
+        return permanent[0]
+    for source in ("worker", "agent"):
+        mine = [r for r in ordered if r.get("source") == source]
+        if mine:
+            latest = max(int(r.get("attempt", 0)) for r in mine)
+            return next(r for r in mine if int(r.get("attempt", 0)) == latest)
+    return ordered[0]
+
+
+def failure_summary(record: dict) -> str:
+    """The cause as the console and `invoke status` show it, with whether it was retried."""
+    retried = " (not restarted: a restart would fail the same way)" if record.get("permanent") else ""
+    return cause_line(record) + retried
+
+
+# ---------------------------------------------------------------- keeping it for `invoke status`
+
+
+def _spare_path(run_dir: Path) -> Path:
+    key = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+    return state_dir() / FAILURES_DIR / f"{key}.json"
+
+
+def record_failure(run_dir: Path, record: dict, exit_code: int) -> Path | None:
+    """Keep the cause in the run folder, or, when that cannot be written (a full volume), in the state dir.
+    Returns where it went (None: nowhere could take it; the console still said it)."""
+    text = json.dumps({**record, "line": failure_summary(record), "exit_code": exit_code, "run_dir": str(run_dir)})
+    for path in (run_dir / FAILURE_FILE, _spare_path(run_dir)):
+        with contextlib.suppress(OSError):
+            return publish_text(path, text + "\n")
+    return None
+
+
+def recorded_failure(run_dir: Path) -> dict | None:
+    """The run's last failure, from the run folder or the state dir (the newer one)."""
+    found = []
+    for path in (run_dir / FAILURE_FILE, _spare_path(run_dir)):
+        with contextlib.suppress(OSError, ValueError):
+            found.append(json.loads(path.read_text()))
+    return max(found, key=_when) if found else None
+
+
+def forget_failure(run_dir: Path) -> None:
+    """A new launch of the run: the last one's failure is history (events.jsonl keeps the run's story)."""
+    for path in (run_dir / FAILURE_FILE, _spare_path(run_dir)):
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+def wait_for_records(channel: FailureChannel, seconds: float = 0.5) -> None:
+    """Give reports sent just before their processes exited a moment to arrive (datagrams are queued at once;
+    this covers a sender still inside sendto when its agent returned)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if channel.poll():
+            deadline = time.monotonic() + 0.1
+        time.sleep(0.05)
