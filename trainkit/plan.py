@@ -38,6 +38,7 @@ from .cluster import DEFAULT_INSTANCE_TYPE
 from .errors import SpecError
 from .hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from .job.models import get_model
+from .job.validate import check_language_model
 
 GIB = 1024**3
 USABLE_FRACTION = 0.9
@@ -175,6 +176,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     p.sharding = p.sharding or "FULL_SHARD"
     p.nproc = p.nproc or instance.gpus
     job.data.seq_len = job.data.seq_len or recipe.seq_len
+    check_language_model(job, entry)  # as `invoke train` refuses them: past the context, more layers than it has
     o.micro_batch_size = o.micro_batch_size or recipe.micro_batch_size
     if p.activation_checkpointing is None:
         p.activation_checkpointing = recipe.activation_checkpointing

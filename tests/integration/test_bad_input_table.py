@@ -76,6 +76,19 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "hf_token_file": ((), ("--hf-token-file", "{missing}"), "--hf-token-file"),
 }
 
+# Values each valid alone that the job cannot use: per rank or per node, past the model, off the volume the pods
+# see; and local files whose records have the wrong types. case -> (context flags, bad flags, text the message names)
+JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "metrics port past 65535 for rank 1": (("--nproc", "2"), ("--metrics-port", "65535"), "--metrics-port"),
+    "metrics port past 65535 for node 1": (("--nodes", "2", "--nproc", "1"), ("--metrics-port", "65535"), "ports"),
+    "metrics port past 65535 for a pod's rank 7": (EKS, ("--nproc", "8", "--metrics-port", "65530"), "--metrics-port"),
+    "runs folder off the FSx volume": (EKS, ("--runs-dir", "../../etc"), "--runs-dir"),
+    "runs folder off the FSx volume, absolute": (EKS, ("--runs-dir", "/fsx/../etc"), "--runs-dir"),
+    "dataset off the FSx volume": (EKS, ("--dataset", "../outside.jsonl"), "--dataset"),
+    "dataset whose prompt is a number": ((), ("--dataset", "{numbers}"), "field 'prompt' is int"),
+    "dataset whose summary is null": ((), ("--dataset", "{nulls}"), "field 'summary' is null"),
+}
+
 PLAN: dict[str, tuple[tuple[str, ...], str]] = {
     "model": (("--model", "gpt-9"), "--model"),
     "layers": (("--layers", "0"), "--layers"),
@@ -94,6 +107,10 @@ PLAN: dict[str, tuple[tuple[str, ...], str]] = {
     "output": (("--scaling", "--output", "/proc/trainkit/scaling"), "--output"),
 }
 PLAN_OWN = ("gpus_per_node", "mfu", "price_per_hour", "epoch_tokens", "output")  # besides the job's fields
+PLAN_JOINT: dict[str, tuple[tuple[str, ...], str]] = {
+    "sequence past the model's context": (("--model", "llama2-7b", "--seq-len", "999999"), "--seq-len"),
+    "more layers than the model has": (("--model", "llama2-7b", "--layers", "33"), "--layers"),
+}
 VALUELESS = {"json", "scaling", "published"}  # `invoke plan --json` and the like take no value
 
 
@@ -112,21 +129,41 @@ def refused(result, runs, names: str) -> None:
     assert not runs.exists(), sorted(p.name for p in runs.rglob("*"))
 
 
-@pytest.mark.parametrize("option", sorted(TRAIN))
-def test_train_refuses(option, tmp_path):
-    context, bad, names = TRAIN[option]
+def refused_train(tmp_path, context: tuple[str, ...], bad: tuple[str, ...], names: str, sets_runs: bool) -> None:
     (tmp_path / "file").write_text("not a folder\n")
-    bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing") for v in bad)
+    (tmp_path / "numbers.jsonl").write_text('{"prompt": "Say hi.", "response": "hi"}\n{"prompt": 7, "response": "x"}\n')
+    (tmp_path / "nulls.jsonl").write_text('{"dialogue": "A: hi", "summary": null}\n')
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("numbers", "nulls")}
+    bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing", **files) for v in bad)
     runs = tmp_path / "runs"
     # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).
-    where = () if option == "runs_dir" or context == EKS else ("--runs-dir", str(runs))
+    where = () if sets_runs or context[:2] == EKS else ("--runs-dir", str(runs))
     env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none"), "HF_TOKEN": ""}
     result = invoke("train", *where, *context, *bad, env=env, timeout=60)
     refused(result, runs, names)
 
 
+@pytest.mark.parametrize("option", sorted(TRAIN))
+def test_train_refuses(option, tmp_path):
+    context, bad, names = TRAIN[option]
+    refused_train(tmp_path, context, bad, names, sets_runs=option == "runs_dir")
+
+
+@pytest.mark.parametrize("case", sorted(JOINT))
+def test_train_refuses_what_is_valid_alone_but_not_in_this_job(case, tmp_path):
+    context, bad, names = JOINT[case]
+    refused_train(tmp_path, context, bad, names, sets_runs="--runs-dir" in bad)
+
+
 @pytest.mark.parametrize("option", sorted(PLAN))
 def test_plan_refuses(option, tmp_path):
     bad, names = PLAN[option]
+    result = invoke("plan", *bad, env={"TRAINKIT_STATE_DIR": str(tmp_path / "state")}, timeout=60)
+    refused(result, tmp_path / "runs", names)
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_JOINT))
+def test_plan_refuses_what_the_model_cannot_take(case, tmp_path):
+    bad, names = PLAN_JOINT[case]
     result = invoke("plan", *bad, env={"TRAINKIT_STATE_DIR": str(tmp_path / "state")}, timeout=60)
     refused(result, tmp_path / "runs", names)

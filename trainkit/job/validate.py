@@ -5,9 +5,10 @@ and the values it allows."""
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from training.common.job import BY_KEY, FIELDS, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
@@ -38,12 +39,7 @@ def validate(job: Job, machine: Machine) -> None:
     if entry.family == "vision":
         _validate_vision(job, machine)
     else:
-        context = entry.arch.max_position_embeddings
-        require(
-            job.data.seq_len <= context,
-            f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
-            f"use --seq-len <= {context}",
-        )
+        check_language_model(job, entry)
         _validate_fast_paths(job, machine)
     _validate_model(job, entry)
     if job.placement.target == "eks":
@@ -61,6 +57,7 @@ def validate(job: Job, machine: Machine) -> None:
             f"machine has {machine.described}; use --nproc <= {machine.process_limit // p.nodes or 1}",
         )
     _validate_batch(job)
+    _validate_metrics_ports(job)
     require(
         not (p.sharding == "HYBRID_SHARD" and (p.nodes < 2 or p.nproc < 2)),
         "--sharding HYBRID_SHARD shards within a node and replicates across nodes, so it needs --nodes >= 2 "
@@ -110,6 +107,7 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 SYSTEM_TREES = ("/proc", "/sys", "/dev")
 SPLIT = re.compile(r"[A-Za-z0-9_.+%:\[\]-]+")  # datasets' split syntax: train, train[:10%], train+validation
 EKS_ONLY = ("instance_type", "image", "namespace")
+MAX_PORT = 65535
 
 
 def _validate_local(job: Job) -> None:
@@ -251,11 +249,23 @@ def _validate_vision(job: Job, machine: Machine) -> None:
     )
 
 
-def _validate_model(job: Job, entry: ModelEntry) -> None:
+def check_language_model(job: Job, entry: ModelEntry) -> None:
+    """What a language model's shape allows, for `invoke train` and `invoke plan` alike: a sequence within its
+    context, no more layers than it has (with the recipe's sequence length filled in)."""
+    context = entry.arch.max_position_embeddings
+    require(
+        job.data.seq_len <= context,
+        f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
+        f"use --seq-len <= {context}",
+    )
     model = job.model
     if model.layers is not None:
         full = entry.arch.num_hidden_layers
         require(model.layers <= full, f"--layers {model.layers} exceeds {model.name}'s {full} layers; use 1..{full}")
+
+
+def _validate_model(job: Job, entry: ModelEntry) -> None:
+    model = job.model
     if model.init == "pretrained":
         require(
             model.weights is not None,
@@ -281,17 +291,40 @@ def _validate_eks(job: Job) -> None:
         0 < nproc <= gpus,
         f"--nproc {nproc}: a {placement.instance_type} node has {gpus} GPUs; use --nproc 1..{gpus} (default: all)",
     )
-    runs = Path(job.run.runs_dir)
     require(
-        not runs.is_absolute() or runs.is_relative_to(cluster.FSX_MOUNT),
-        f"--runs-dir {job.run.runs_dir}: on EKS runs live on the FSx volume; give a path relative to it "
-        f"(default `runs`) or under {cluster.FSX_MOUNT}",
+        on_fsx(job.run.runs_dir),
+        f"--runs-dir {job.run.runs_dir}: on EKS runs live on the FSx volume (the pods' {cluster.FSX_MOUNT}) and this "
+        "path leaves it, so every output would be lost with the pods; give a path inside it (default `runs`)",
     )
-    data = Path(job.data.dataset)
+    data = job.data.dataset
     require(
-        not data.is_absolute() or data.is_relative_to(cluster.FSX_MOUNT),
-        f"--dataset {job.data.dataset}: training pods read data from the FSx volume; copy it there and give a path "
-        f"under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or 'synthetic'",
+        on_fsx(data) or not data.startswith((".", "/")),  # else a Hugging Face dataset name or 'synthetic'
+        f"--dataset {data}: training pods read data from the FSx volume and this path leaves it; copy the data "
+        f"there and give a path under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or "
+        "'synthetic'",
+    )
+
+
+def on_fsx(path: str) -> bool:
+    """Whether a path the pods resolve from their working directory (the FSx mount) stays on the volume: `..` and
+    absolute paths are followed as the pods would, without touching this machine's files."""
+    mount = PurePosixPath(cluster.FSX_MOUNT)
+    resolved = PurePosixPath(posixpath.normpath(mount / path))
+    return resolved == mount or resolved.is_relative_to(mount)
+
+
+def _validate_metrics_ports(job: Job) -> None:
+    """Rank r serves metrics on --metrics-port + r: every rank on one machine needs a port of its own (local: all
+    nodes share this machine; EKS: a node's --nproc ranks share its pod)."""
+    port, p = job.run.metrics_port, job.parallelism
+    if not port:
+        return
+    ranks, where = (p.nproc, "each node") if job.placement.target == "eks" else (p.nproc * p.nodes, "this machine")
+    last = port + ranks - 1
+    require(
+        last <= MAX_PORT,
+        f"--metrics-port {port}: rank r serves port {port} + r, and the {ranks} ranks on {where} would need ports up "
+        f"to {last}, past {MAX_PORT}; use --metrics-port <= {MAX_PORT - ranks + 1} (or 0 to serve no metrics)",
     )
 
 
