@@ -5,7 +5,10 @@ installer on real gpg."""
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from tests.helpers.paths import BIN, REPO
 
@@ -57,11 +60,21 @@ def verify(*args) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
-def test_the_efa_installer_runs_only_when_signed_by_the_pinned_key(tmp_path):
+@pytest.fixture
+def gpg_homes():
+    """A short folder for the throwaway keyrings: gpg-agent's socket lives in the home, and a socket path may
+    hold at most 107 bytes (sun_path), which pytest's deep tmp_path under a CI scratch TMPDIR passes."""
+    with tempfile.TemporaryDirectory(prefix="gpg-") as short:
+        yield Path(short)
+        for home in Path(short).iterdir():
+            subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
+
+
+def test_the_efa_installer_runs_only_when_signed_by_the_pinned_key(tmp_path, gpg_homes):
     """The gpu image's check of the EFA installer (the Dockerfile runs it before the installer), on real gpg with
     throwaway keys: a good signature by the pinned key passes; a changed tarball, a key file whose signer is
     another key, and a wrong pin fail, each saying which."""
-    publisher, impostor = tmp_path / "publisher", tmp_path / "impostor"
+    publisher, impostor = gpg_homes / "publisher", gpg_homes / "impostor"
     fingerprint, other = signing_key(publisher, "aws"), signing_key(impostor, "mallory")
     tarball = tmp_path / "aws-efa-installer.tar.gz"
     tarball.write_bytes(b"installer bytes")

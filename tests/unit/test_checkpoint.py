@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from training.common.checkpoint import COMPLETE_MARKER, CheckpointManager
 
 
@@ -41,6 +43,20 @@ def test_a_write_that_dies_midway_leaves_the_previous_checkpoint(tmp_path):
     assert ckpt.latest().name == "step-00000010"
     ckpt.clean_partial()
     assert not (tmp_path / ".tmp-step-00000020").exists()
+
+
+def test_a_write_that_fails_removes_its_partial_checkpoint_at_once(tmp_path):
+    ckpt = manager(tmp_path)
+    ckpt.save(10, write_shard, {})
+
+    def fills_the_volume(directory: Path) -> None:
+        write_shard(directory)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.save(20, fills_the_volume, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000010"]
+    assert ckpt.latest().name == "step-00000010"
 
 
 def test_latest_pointing_at_an_incomplete_directory_falls_back(tmp_path):
