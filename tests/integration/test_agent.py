@@ -5,20 +5,24 @@ an agent's start and no training."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.paths import REPO
-from training.common.failure import EXIT_NO_RETRY, cause_line
+from training.common.failure import EXIT_NO_RETRY, SEND_TIMEOUT_S, cause_line
+from trainkit.backends.eks.pod import EXIT_REPLACE, pod_exit_code
+from trainkit.run.agent import EXIT_RENDEZVOUS, NODE_ENV
 from trainkit.run.failures import FailureChannel, failure_summary, wait_for_records
 
 WORKER = """
-import errno, os, signal, sys
+import errno, os, signal, sys, time
 from pathlib import Path
-from training.common.failure import DataError, doing, reported
+from training.common.failure import DataError, doing, reported, send
 
 Path(sys.argv[1], f"attempt-{os.environ['TORCHELASTIC_RESTART_COUNT']}").touch()
 with reported():
@@ -31,23 +35,44 @@ with reported():
         raise RuntimeError("Connection closed by peer [127.0.0.1]:29500")
     if sys.argv[2] == "killed":
         os.kill(os.getpid(), signal.SIGKILL)
+    if sys.argv[2] == "burst":  # 8 records from every rank, all sent before any rank fails, then all fail
+        rank, attempt = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+        for k in range(8):
+            assert send({"source": "test", "rank": int(rank), "attempt": int(attempt), "k": k})
+        Path(sys.argv[1], f"sent-{attempt}-{rank}").touch()
+        while len(list(Path(sys.argv[1]).glob(f"sent-{attempt}-*"))) < int(os.environ["WORLD_SIZE"]):
+            time.sleep(0.05)
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:29500")
+    if sys.argv[2] == "waits":
+        Path(sys.argv[1], "started").touch()
+        signal.pause()
 """
 
 
-def run_agent(tmp_path: Path, mode: str) -> tuple[int, list[int], FailureChannel]:
-    """(exit code, the attempts that ran, the channel with what arrived) of a one-worker group, 2 restarts allowed."""
+def agent_command(tmp_path: Path, mode: str, nproc: int = 1, rdzv: tuple[str, ...] = ("--standalone",)) -> list[str]:
+    """trainkit's torchrun over WORKER in `mode`: `nproc` workers, 2 restarts allowed."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     out = tmp_path / mode
     out.mkdir()
-    channel = FailureChannel()
-    command = [sys.executable, "-m", "trainkit.run.agent", "--standalone", "--nproc-per-node", "1"]
+    command = [sys.executable, "-m", "trainkit.run.agent", *rdzv, "--nproc-per-node", str(nproc)]
     command += ["--max-restarts", "2", "--monitor-interval", "0.1", "--log-dir", str(tmp_path / "logs"), "--redirects"]
-    command += ["3", str(script), str(out), mode]
+    return [*command, "3", str(script), str(out), mode]
+
+
+def run_agent(tmp_path: Path, mode: str, nproc: int = 1) -> tuple[int, list[int], FailureChannel]:
+    """(exit code, the attempts that ran, the channel with what arrived) of one agent's group."""
+    channel = FailureChannel()
     done = subprocess.run(
-        command, cwd=REPO, env={**channel.env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120
+        agent_command(tmp_path, mode, nproc),
+        cwd=REPO,
+        env={**channel.env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     wait_for_records(channel)
+    out = tmp_path / mode
     attempts = sorted(int(p.name.split("-")[1]) for p in out.glob("attempt-*"))
     assert "Traceback" not in done.stderr.split("torchrun:")[-1], done.stderr[-2000:]  # no ChildFailedError wall
     return done.returncode, attempts, channel
@@ -100,3 +125,57 @@ def test_a_worker_killed_by_a_signal_is_reported_by_its_agent(tmp_path):
     assert cause["signal"] == "SIGKILL" and cause["attempt"] == 2
     assert cause_line(cause).startswith("rank 0: killed by SIGKILL (the kernel's out-of-memory killer")
     channel.close()
+
+
+def test_many_ranks_failing_at_once_all_report_and_nobody_waits(tmp_path):
+    """Six ranks send 8 records each in each of three attempts while nobody polls: 144 records, far more than the
+    10 datagrams Linux queues unread on a Unix socket. None is lost and no sender waits (a sender blocked on a full
+    queue holds its rank, and with it the agent's restarts)."""
+    started = time.monotonic()
+    code, attempts, channel = run_agent(tmp_path, "burst", nproc=6)
+    took = time.monotonic() - started
+    assert code == 1 and attempts == [0, 1, 2]
+    burst = [(r["attempt"], r["rank"], r["k"]) for r in channel.records if r["source"] == "test"]
+    assert sorted(burst) == [(a, r, k) for a in range(3) for r in range(6) for k in range(8)]
+    assert took < 144 * SEND_TIMEOUT_S / 4  # far less than senders waiting out their timeout would take
+    channel.close()
+
+
+def test_a_rendezvous_that_cannot_be_reached_is_one_line_and_its_own_code(tmp_path):
+    """No store where the rendezvous points (its node was lost): one line naming the rendezvous, exit
+    EXIT_RENDEZVOUS (the EKS pod then exits EXIT_REPLACE and is replaced), a record for the launcher."""
+    rdzv = ("--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:1")
+    rdzv += ("--rdzv-conf", "is_host=false,read_timeout=2", "--rdzv-id", "lost-store")
+    with FailureChannel() as channel:
+        done = subprocess.run(
+            agent_command(tmp_path, "waits", rdzv=rdzv),
+            cwd=REPO,
+            env={**channel.env, "PATH": "/usr/bin:/bin", NODE_ENV: "node-1"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        wait_for_records(channel)
+        assert done.returncode == EXIT_RENDEZVOUS and "Traceback" not in done.stderr, done.stderr[-2000:]
+        (record,) = channel.records
+        assert cause_line(record).startswith("torchrun on node-1: rendezvous failed: RendezvousConnectionError: ")
+        assert done.stderr.strip().splitlines()[-1] == record["cause"] and not record["permanent"]
+    assert pod_exit_code(done.returncode, record, None) == EXIT_REPLACE
+
+
+def test_a_stopped_agent_says_so_in_one_line_and_exits_128_plus_the_signal(tmp_path):
+    with FailureChannel() as channel:
+        agent = subprocess.Popen(
+            agent_command(tmp_path, "waits"),
+            cwd=REPO,
+            env={**channel.env, "PATH": "/usr/bin:/bin"},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "waits" / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        agent.send_signal(signal.SIGTERM)
+        stderr = agent.communicate(timeout=60)[1]
+    assert agent.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "torchrun: stopped by SIGTERM"

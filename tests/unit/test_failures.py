@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import time
 
 import pytest
 
@@ -13,12 +14,15 @@ from tests.helpers.jobs import build_spec
 from training.common.failure import (
     CHANNEL_ENV,
     EXIT_NO_RETRY,
+    FIELD_CHARS,
+    SEND_TIMEOUT_S,
     DataError,
     cause_line,
     describe,
     doing,
     permanent,
     send,
+    worker_record,
 )
 from training.common.run import Diverged
 from trainkit.backends import RunRef
@@ -31,6 +35,7 @@ from trainkit.run.failures import (
     pick_cause,
     record_failure,
     recorded_failure,
+    wait_for_records,
 )
 
 
@@ -72,6 +77,15 @@ def test_the_cause_names_the_root_error_and_what_the_rank_was_doing():
     assert describe(RuntimeError()) == "RuntimeError"
 
 
+def test_a_secret_an_error_quotes_never_reaches_the_record(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnop")
+    error = OSError(errno.EACCES, "denied for https://user:hf_abcdefghijklmnop@huggingface.co/x")
+    record = worker_record(error)
+    assert "hf_abcdefghijklmnop" not in str(record) and "<HF_TOKEN>@huggingface.co" in record["cause"]
+    cut = RuntimeError("y" * 390 + "hf_abcdefghijklmnop")  # the cut at 400 characters falls inside the token
+    assert "hf_abcdefgh" not in describe(cut) and describe(cut).endswith("<HF_TOKEN>")
+
+
 @pytest.mark.parametrize(
     ("error", "verdict"),
     [
@@ -101,6 +115,12 @@ def test_the_cause_is_the_failure_that_ended_the_job():
     assert pick_cause([lost, full, killed]) is full  # no restart mends it: the job ended there
     later = {**lost, "attempt": 2, "time": 9.0, "rank": 0}
     assert pick_cause([lost, later, killed]) is later  # restarts spent: the last attempt's first report
+    oom = {**killed, "attempt": 2, "time": 9.5}  # killed, then its peers saw the collective break
+    assert pick_cause([lost, later, oom]) is oom
+    stopped = {**oom, "signal": "SIGTERM", "exit_code": -15}  # the agent's own stop says nothing
+    assert pick_cause([later, stopped]) is later
+    exited_3 = {"source": "agent", "rank": 1, "attempt": 0, "time": 3.0, "exit_code": 3, "permanent": True}
+    assert pick_cause([oom, exited_3]) is exited_3  # the worker's own record was lost, its exit code says enough
     assert pick_cause([killed]) is killed and pick_cause([]) is None
     assert cause_line(killed).startswith("rank 3: killed by SIGKILL")
     assert (
@@ -114,11 +134,34 @@ def test_records_reach_the_channel_without_a_file(monkeypatch):
         assert channel.name.startswith("@")  # Linux's abstract namespace: nothing on any volume
         monkeypatch.setenv(CHANNEL_ENV, channel.name)
         assert send({"source": "worker", "rank": 0, "time": 1.0, "permanent": True, "cause": "OSError: y"})
-        assert channel.poll()[0]["cause"] == "OSError: y" and channel.permanent() is not None
+        wait_for_records(channel, 0.3)
+        assert channel.records[0]["cause"] == "OSError: y" and channel.permanent() is not None
     monkeypatch.setenv(CHANNEL_ENV, "@nobody-listens")
     assert send({"rank": 0}) is False  # a lost report never raises over the error it reports
     monkeypatch.delenv(CHANNEL_ENV)
     assert send({"rank": 0}) is False
+
+
+def test_a_burst_of_records_all_arrive_while_nobody_polls(monkeypatch):
+    """Many ranks failing at once: Linux queues 10 unread datagrams on a Unix socket, then a sender waits. The
+    channel's reader takes them off at once, so none waits and none is lost before the launcher looks."""
+    with FailureChannel() as channel:
+        monkeypatch.setenv(CHANNEL_ENV, channel.name)
+        started = time.monotonic()
+        sent = [send({"source": "worker", "rank": rank, "time": float(rank), "cause": "x"}) for rank in range(64)]
+        took = time.monotonic() - started
+        time.sleep(0.3)
+        assert all(sent) and took < 5 * SEND_TIMEOUT_S
+        assert sorted(r["rank"] for r in channel.poll()) == list(range(64))
+
+
+def test_a_long_record_is_cut_field_by_field_and_still_parses(monkeypatch):
+    with FailureChannel() as channel:
+        monkeypatch.setenv(CHANNEL_ENV, channel.name)
+        assert send({"source": "worker", "rank": 0, "cause": "x" * 50_000, "log": "/l"})
+        time.sleep(0.3)
+        (record,) = channel.poll()
+        assert record["log"] == "/l" and record["cause"] == "x" * FIELD_CHARS
 
 
 @pytest.mark.parametrize(
@@ -159,5 +202,8 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     assert shown.splitlines()[0].endswith(": failed")
     assert "  cause      rank 1: DataError: line 3; full log: /l (not restarted: a restart would fail" in shown
     assert recorded_failure(spec.run_dir)["exit_code"] == EXIT_NO_RETRY
+    assert "  again      mend the cause; the same `invoke train` command resumes" in shown
+    record_failure(spec.run_dir, {**cause, "type": "Diverged", "time": 6.0}, EXIT_NO_RETRY)
+    assert "  again      not resumed: change --lr" in status(RunRef("broke", str(tmp_path / "runs")))
     forget_failure(spec.run_dir)
     assert ": not running" in status(RunRef("broke", str(tmp_path / "runs"))).splitlines()[0]

@@ -31,9 +31,12 @@ from collections.abc import Iterator
 
 EXIT_NO_RETRY = 3
 CHANNEL_ENV = "TRAINKIT_FAILURE_CHANNEL"
-# A datagram stays far below the socket's buffer; a cause line is cut long before this.
+# A datagram stays far below the socket's buffer: a record's text fields are cut to FIELD_CHARS before it is sent.
 MAX_RECORD_BYTES = 16 * 1024
+FIELD_CHARS = 2000
 MESSAGE_CHARS = 400
+# A sender waits at most this long for room on the channel (its reader drains it at once, trainkit/run/failures.py).
+SEND_TIMEOUT_S = 1.0
 # OS errors that a restart on the same volume meets again: no space, no quota, read-only, no permission,
 # a file past the volume's size limit.
 PERMANENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
@@ -41,6 +44,9 @@ PERMANENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EAC
 # torch's out-of-memory error on an accelerator.
 PERMANENT_NAMES = frozenset({"OutOfMemoryError"})
 WHILE = "while "
+# Secrets a worker may hold in its environment: an error message that quotes one (a URL with a token, a signed
+# request) never carries it into a record, a termination message or a log line from here.
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
 class NoRetry(Exception):
@@ -91,16 +97,25 @@ def describe(error: BaseException) -> str:
     """`OSError: [Errno 28] No space left on device while writing checkpoint step-00000020`: the root cause's
     type and the first line of its message, and what the process was doing."""
     cause = root_cause(error)
-    lines = str(cause).strip().splitlines()
+    lines = redact(str(cause)).strip().splitlines()  # before any cut, so no part of a secret is left
     if len(lines) > 1 and lines[0].startswith("Caught ") and lines[1].startswith("Original Traceback"):
         # torch's DataLoader re-raises a loader worker's error with its whole traceback as the message: the
         # worker's own message is the last line, after the exception's qualified name
         lines = [lines[-1].partition(": ")[2] or lines[-1]]
     message = (lines[0] if lines else "")[:MESSAGE_CHARS]
     notes = [*getattr(cause, "__notes__", ()), *getattr(error, "__notes__", ())]
-    context = next((note for note in notes if note.startswith(WHILE)), None)
+    context = next((redact(note) for note in notes if note.startswith(WHILE)), None)
     text = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
     return f"{text} {context}" if context else text
+
+
+def redact(text: str) -> str:
+    """`text` with the value of every secret in SECRET_ENV replaced by its name."""
+    for name in SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 8:  # shorter values would be found in ordinary words
+            text = text.replace(value, f"<{name}>")
+    return text
 
 
 def _log_file() -> str | None:
@@ -140,10 +155,11 @@ def send(record: dict) -> bool:
     name = os.environ.get(CHANNEL_ENV)
     if not name:
         return False
-    data = json.dumps(record).encode()[:MAX_RECORD_BYTES]
+    capped = {key: value[:FIELD_CHARS] if isinstance(value, str) else value for key, value in record.items()}
+    data = json.dumps(capped).encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(2.0)
+            sock.settimeout(SEND_TIMEOUT_S)
             sock.sendto(data, channel_address(name))
     except OSError:
         return False
@@ -151,9 +167,9 @@ def send(record: dict) -> bool:
 
 
 def _say(text: str) -> None:
-    """To stderr if it still takes writes (on a full volume it does not)."""
+    """To stderr if it still takes writes (on a full volume it does not), secrets redacted."""
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(text)
+        sys.stderr.write(redact(text))
         sys.stderr.flush()
 
 
@@ -182,7 +198,8 @@ def cause_line(record: dict) -> str:
     """One line for a record: `rank 0: OSError: [Errno 28] No space left on device while writing checkpoint
     step-00000020; full log: <file>`. Records of the agent (a rank killed by a signal, or one that exited
     without a record) say how the process ended."""
-    if record.get("source") == "launcher":  # the launcher's own finding (e.g. the c10d store's node is gone)
+    if record.get("source") != "worker" and record.get("cause"):
+        # the launcher's own finding (the c10d store's node is gone), or an agent's (its rendezvous failed)
         text = record["cause"]
     elif record.get("source") == "worker":
         text = f"rank {record['rank']}: {record['cause']}"

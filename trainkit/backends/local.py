@@ -36,6 +36,7 @@ from .. import hardware
 from ..errors import JobFailed
 from ..job.build import Machine
 from ..launch import PreparedRun, prepare_run
+from ..run.agent import NODE_ENV
 from ..run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
@@ -69,8 +70,8 @@ def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int, tee: 
 
 def node_environment(env: dict[str, str], job: Job, node: int) -> dict[str, str]:
     """Nodes share this machine, so each gets its own block of metrics ports (rank r serves port + r
-    across the whole job, as on one node)."""
-    return {**env, METRICS_PORT_OFFSET_ENV: str(node * job.parallelism.nproc)}
+    across the whole job, as on one node). TRAINKIT_NODE names the node in its agent's reports."""
+    return {**env, METRICS_PORT_OFFSET_ENV: str(node * job.parallelism.nproc), NODE_ENV: f"node-{node}"}
 
 
 def metrics_addresses(job: Job) -> list[str]:

@@ -160,7 +160,9 @@ def status(ref: RunRef) -> str:
     lines.append(f"  restarts   {resumes} (times the job resumed from a checkpoint)")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
-    if state == "failed":
+    if state == "failed" and failure.get("type") == "Diverged":  # its settings are what diverged
+        lines.append("  again      not resumed: change --lr, --warmup-steps or --grad-clip; train under a new --run-id")
+    elif state == "failed":
         lines.append("  again      mend the cause; the same `invoke train` command resumes from the last checkpoint")
     lines.append(f"  folder     {run_dir}")
     return "\n".join(lines)

@@ -7,8 +7,9 @@ namespace, so no file system is involved: a full runs volume cannot lose the cau
 launcher and the EKS pod entry point each make one for the processes they start.
 
 The cause of a failed job, in order: the first record whose failure a restart cannot mend (that is
-what ended the job); else, of the latest attempt, the first record a worker sent; else the agent's
-(a rank killed by a signal).
+what ended the job); else, of the latest attempt, a rank killed by a signal other than a stop (its
+peers' reports of the broken collective follow from it); else the first record a worker sent; else
+the agent's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +30,10 @@ from training.common.files import publish_text
 
 from ..paths import state_dir
 
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+"""Signals that stop a worker on purpose (torchrun stops its group with SIGTERM)."""
+RECEIVE_POLL_S = 0.1
+"""How often the channel's reader looks whether the channel was closed."""
 FAILURE_FILE = "failure.json"
 """In the run folder: the cause of the run's last failure (removed when it is launched again)."""
 FAILURES_DIR = "failures"
@@ -35,10 +41,15 @@ FAILURES_DIR = "failures"
 
 
 class FailureChannel:
-    """A socket the launcher's processes send failure records to; `poll` collects them without blocking."""
+    """A socket the launcher's processes send failure records to. A thread takes each datagram off the socket
+    as it arrives: Linux queues at most net.unix.max_dgram_qlen (10) unread datagrams on a Unix socket and a
+    sender then waits, so a job of many ranks whose failures all come at once would otherwise stall its agents
+    (and their restarts) until the launcher read. `poll` returns what arrived since its last call."""
 
     def __init__(self):
         self.records: list[dict] = []
+        self._arrived: list[dict] = []
+        self._lock = threading.Lock()
         self._folder = None
         if sys.platform.startswith("linux"):
             self.name = f"@trainkit-failures-{uuid.uuid4().hex}"
@@ -47,32 +58,42 @@ class FailureChannel:
             self.name = str(Path(self._folder.name) / "channel")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(channel_address(self.name))
-        self.sock.setblocking(False)
+        self.sock.settimeout(RECEIVE_POLL_S)
+        self._closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="failure-channel", daemon=True)
+        self._reader.start()
 
     @property
     def env(self) -> dict[str, str]:
         """What the processes need to reach this channel (they inherit it through torchrun)."""
         return {CHANNEL_ENV: self.name}
 
-    def poll(self) -> list[dict]:
-        """The records that arrived since the last call (also kept in `records`)."""
-        new = []
-        while True:
+    def _read(self) -> None:
+        while not self._closed.is_set():
             try:
                 data = self.sock.recv(MAX_RECORD_BYTES)
-            except (BlockingIOError, InterruptedError):
-                break
+            except (TimeoutError, InterruptedError):
+                continue
+            except OSError:  # closed
+                return
             try:
                 record = json.loads(data)
             except ValueError:
                 continue
             if isinstance(record, dict) and "rank" in record:
-                new.append(record)
+                with self._lock:
+                    self._arrived.append(record)
+
+    def poll(self) -> list[dict]:
+        """The records that arrived since the last call (also kept in `records`)."""
+        with self._lock:
+            new, self._arrived = self._arrived, []
         self.records += new
         return new
 
     def permanent(self) -> dict | None:
-        """The first record of a failure no restart mends, if one came."""
+        """The first record of a failure no restart mends, if one came (a worker's, or its agent's: the worker
+        exited with EXIT_NO_RETRY)."""
         return next((r for r in sorted(self.records, key=_when) if r.get("permanent")), None)
 
     def cause(self) -> dict | None:
@@ -80,7 +101,10 @@ class FailureChannel:
         return pick_cause(self.records)
 
     def close(self) -> None:
+        self._closed.set()
+        self._reader.join()
         self.sock.close()
+        self.poll()
         if self._folder is not None:
             self._folder.cleanup()
 
@@ -100,15 +124,18 @@ def pick_cause(records: list[dict]) -> dict | None:
     if not records:
         return None
     ordered = sorted(records, key=_when)
-    permanent = [r for r in ordered if r.get("source") == "worker" and r.get("permanent")]
-    if permanent:
-        return permanent[0]
-    for source in ("worker", "agent"):
-        mine = [r for r in ordered if r.get("source") == source]
-        if mine:
-            latest = max(int(r.get("attempt", 0)) for r in mine)
-            return next(r for r in mine if int(r.get("attempt", 0)) == latest)
-    return ordered[0]
+    latest = max(int(r.get("attempt", 0)) for r in ordered)
+    current = [r for r in ordered if int(r.get("attempt", 0)) == latest]
+    groups = (
+        [r for r in ordered if r.get("source") == "worker" and r.get("permanent")],
+        [r for r in ordered if r.get("source") == "agent" and r.get("permanent")],  # its worker's record was lost
+        # A rank the kernel or a fault killed (SIGKILL, SIGSEGV, SIGBUS ...) sends nothing itself; its peers then
+        # report a broken collective, which is the effect, not the cause. A SIGTERM is the agent's own stop.
+        [r for r in current if r.get("source") == "agent" and r.get("signal") not in (None, *STOP_SIGNALS)],
+        [r for r in current if r.get("source") == "worker"],
+        [r for r in current if r.get("source") == "agent"],
+    )
+    return next((group[0] for group in groups if group), ordered[0])
 
 
 def failure_summary(record: dict) -> str:

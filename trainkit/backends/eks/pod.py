@@ -18,6 +18,10 @@ permanent):
     1                 torchrun spent its own restarts (--max-restarts): permanent
     128 + signal      torchrun or this process was killed or stopped (a node's fault, an eviction):
                       the operator replaces the pod
+    EXIT_REPLACE (192) torchrun could not meet its peers (EXIT_RENDEZVOUS: the store's pod was lost,
+                      the store unreachable or closed): retryable, the operator replaces the pod, which
+                      then meets the others again. A job that failed or finished is terminal before
+                      its closed rendezvous could make this loop.
 
 The cause goes, in one line, to the container's termination message (`TERMINATION_LOG`, the file the kubelet
 reads into the pod's status when the container ends, so `invoke status` shows it from the API), and to the
@@ -35,12 +39,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training.common.failure import EXIT_NO_RETRY
+from training.common.failure import EXIT_NO_RETRY, redact
 from training.common.job import Job
 
 from ...errors import SpecError
 from ...launch import prepare_run
 from ...render import TERMINATION_LOG
+from ...run.agent import EXIT_RENDEZVOUS
 from ...run.failures import FailureChannel, failure_summary, record_failure, wait_for_records
 from ...torchrun import torchrun_command
 
@@ -48,6 +53,8 @@ from ...torchrun import torchrun_command
 # kubelet's mount there, tests/helpers/kube_api.py).
 TERMINATION_LOG_ENV = "TRAINKIT_TERMINATION_LOG"
 TERMINATION_MESSAGE_BYTES = 4096
+# 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
+EXIT_REPLACE = 192
 
 
 def terminate_with(line: str) -> None:
@@ -66,6 +73,8 @@ def pod_exit_code(torchrun_code: int, cause: dict | None, received: int | None) 
         return 0
     if torchrun_code == EXIT_NO_RETRY or (cause is not None and cause.get("permanent")):
         return EXIT_NO_RETRY
+    if torchrun_code == EXIT_RENDEZVOUS:
+        return EXIT_REPLACE
     if torchrun_code < 0:  # killed by a signal
         return 128 - torchrun_code
     return torchrun_code
@@ -78,27 +87,32 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     job = Job.from_dict(json.loads(os.environ["TRAINKIT_SPEC"]))
     pod_name = os.environ.get("POD_NAME", "pod")
+    # From the start: a SIGTERM (the kubelet stopping the pod) before torchrun runs ends this process with
+    # 128 + signal at once; after, it is passed on to torchrun, which stops its workers at a step boundary.
+    received: list[int] = []
+    agent: subprocess.Popen | None = None
+
+    def forward(signum, _frame):
+        received.append(signum)
+        if agent is None:
+            sys.exit(128 + signum)
+        with contextlib.suppress(ProcessLookupError):
+            agent.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
     try:
         run = prepare_run(job)
     except SpecError as error:
-        line = f"{pod_name}: run {job.run.run_id} cannot start: {error}"
+        line = redact(f"{pod_name}: run {job.run.run_id} cannot start: {error}")
         print(f"error: {line}", file=sys.stderr, flush=True)
         terminate_with(line)
         return 2
     log_dir = job.run_dir / "logs" / pod_name
     command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir, run.args)
     print(f"{pod_name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
-    received: list[int] = []
     with FailureChannel() as channel:
         agent = subprocess.Popen(command, env={**os.environ, **run.env, **channel.env})
-
-        def forward(signum, _frame):
-            received.append(signum)
-            with contextlib.suppress(ProcessLookupError):
-                agent.send_signal(signum)
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, forward)
         code = agent.wait()
         wait_for_records(channel)
         cause = channel.cause()
