@@ -85,6 +85,7 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "runs folder off the FSx volume": (EKS, ("--runs-dir", "../../etc"), "--runs-dir"),
     "runs folder off the FSx volume, absolute": (EKS, ("--runs-dir", "/fsx/../etc"), "--runs-dir"),
     "dataset off the FSx volume": (EKS, ("--dataset", "../outside.jsonl"), "--dataset"),
+    "dataset that climbs off the volume from inside": (EKS, ("--dataset", "data/../../etc/x.jsonl"), "--dataset"),
     "dataset whose prompt is a number": ((), ("--dataset", "{numbers}"), "field 'prompt' is int"),
     "dataset whose summary is null": ((), ("--dataset", "{nulls}"), "field 'summary' is null"),
 }

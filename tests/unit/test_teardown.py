@@ -29,8 +29,8 @@ api error AccessDeniedException: User is not authorized to perform: eks:DeleteCl
 class Stack:
     """A stack whose destroys end with the given stderr texts in turn (None: it succeeds)."""
 
-    def __init__(self, *outcomes: str | None, left: tuple[str, ...] = ()):
-        self.outcomes, self.left, self.calls = list(outcomes), list(left), 0
+    def __init__(self, *outcomes: str | None, left: tuple[str, ...] | None = ()):
+        self.outcomes, self.left, self.calls = list(outcomes), None if left is None else list(left), 0
 
     def destroy(self, var_file) -> None:
         self.calls += 1
@@ -38,7 +38,7 @@ class Stack:
         if outcome is not None:
             raise TerraformError("destroy", 1, outcome)
 
-    def resources(self) -> list[str]:
+    def resources(self) -> list[str] | None:
         return self.left
 
 
@@ -74,3 +74,11 @@ def test_an_error_a_retry_cannot_mend_stops_at_once():
     assert stack.calls == 1
     assert "Error: deleting EKS Cluster (tk)" in str(refused.value) and "attempts" not in str(refused.value)
     assert "(1): module.eks.aws_eks_cluster.this" in str(refused.value)
+
+
+def test_a_state_that_cannot_be_listed_is_not_called_empty():
+    stack = Stack(DENIED, left=None)  # `terraform state list` failed too (the backend is unreachable)
+    with pytest.raises(SpecError) as refused:
+        lifecycle.destroy(stack, "infra", None, "f.tfvars")
+    assert "the infra stack's state could not be listed" in str(refused.value)
+    assert "nothing" not in str(refused.value)

@@ -27,10 +27,14 @@ def publish_text(path: Path, text: str) -> Path:
     a part, and once this returns the new one survives the machine (or the pod) going away."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_sibling(path)
-    with tmp.open("w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full volume: no half-written sibling left behind
+        raise
     fsync_dir(path.parent)
     return path

@@ -116,10 +116,14 @@ def destroy(stack: TerraformStack, name: str, var_file, audit_var_file) -> None:
 
 def _destroy_failed(stack: TerraformStack, name: str, error: TerraformError, attempts: int, var_file) -> str:
     left = stack.resources()
-    shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
     tries = f" after {attempts} attempts" if attempts > 1 else ""
+    if left is None:
+        held = f"the {name} stack's state could not be listed (`terraform state list` failed)"
+    else:
+        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        held = f"still in the {name} stack's state ({len(left)}): {shown or 'nothing'}"
     return (
-        f"{error}{tries}.\n  still in the {name} stack's state ({len(left)}): {shown or 'nothing'}\n"
+        f"{error}{tries}.\n  {held}\n"
         f"  mend what the error names and run `make down PROFILE=aws` again; `invoke infra.audit --var-file "
         f"{var_file}` lists every resource still tagged for this stack (what is still billed)"
     )

@@ -150,11 +150,12 @@ class TerraformStack:
         """Whether the stack currently manages any resource."""
         return bool(self.resources())
 
-    def resources(self) -> list[str]:
-        """The addresses of the resources the stack's state still holds (`terraform state list`)."""
+    def resources(self) -> list[str] | None:
+        """The addresses of the resources the stack's state still holds (`terraform state list`); None when the
+        state cannot be read."""
         with self._environment():
             code, out, _ = self.tf.cmd("state list", no_color=IsFlagged, capture_output=True)
-        return out.split() if code == 0 else []
+        return out.split() if code == 0 else None
 
 
 class _Kept:

@@ -298,7 +298,7 @@ def _validate_eks(job: Job) -> None:
     )
     data = job.data.dataset
     require(
-        on_fsx(data) or not data.startswith((".", "/")),  # else a Hugging Face dataset name or 'synthetic'
+        on_fsx(data),  # a Hugging Face dataset name (`org/name`) or 'synthetic' resolves inside it too
         f"--dataset {data}: training pods read data from the FSx volume and this path leaves it; copy the data "
         f"there and give a path under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or "
         "'synthetic'",
