@@ -103,28 +103,34 @@ def test_a_run_whose_volume_fills_says_why_keeps_its_checkpoint_and_resumes(tmp_
         assert after.stdout.splitlines()[0].endswith(": finished") and "cause" not in after.stdout
 
 
-def test_an_image_that_does_not_decode_ends_the_run_at_once_and_says_which(tmp_path):
+def test_an_image_that_does_not_decode_ends_both_nodes_at_once_and_says_which(tmp_path):
+    """Two nodes on a real etcd, a loader worker each. The rank that reads the image ends with exit 3 and its agent
+    restarts nobody; the other node's rank loses its peer, and its agent, whose restart would wait at the
+    rendezvous for the node that left, is stopped by the launcher (without that the run would hang)."""
     tree = write_tree(tmp_path / "images", SyntheticTree(classes=2, per_class=4, val_per_class=1, size=36))
     broken = sorted((tree / "train").rglob("*.JPEG"))[3]
     good = broken.read_bytes()
     broken.write_bytes(b"this is not a JPEG")
     runs = tmp_path / "runs"
-    args = ["train", "--model", "resnet-tiny", "--data", str(tree), "--runs-dir", str(runs), "--metrics-port", "0"]
-    args += ["--run-id", "bad", "--nproc", "1", "--epochs", "1", "--global-batch-size", "4", "--loader-workers", "1"]
-    failed = invoke(*args, "--max-restarts", "2")
-    assert failed.returncode == EXIT_NO_RETRY, failed.stdout[-3000:] + failed.stderr[-3000:]
-    cause = last_line(failed.stderr)
-    assert cause.startswith(f"error: run bad failed: rank 0: DataError: image {broken} does not decode"), cause
-    assert "; replace or remove it" in cause and cause.endswith("(not restarted: a restart would fail the same way)")
-    run_dir = runs / "bad"
-    assert {p.name for p in (run_dir / "logs").glob("*/attempt_*")} == {"attempt_0"}  # 2 restarts allowed, 0 spent
-    status = invoke("status", "--runs-dir", str(runs))
-    assert f"  cause      rank 0: DataError: image {broken} does not decode" in status.stdout
+    with EtcdServer(tmp_path / "etcd") as etcd:
+        args = ["train", "--model", "resnet-tiny", "--data", str(tree), "--runs-dir", str(runs), "--run-id", "bad"]
+        args += ["--metrics-port", "0", "--nodes", "2", "--nproc", "1", "--rdzv", "etcd", "--rdzv-endpoint"]
+        args += [etcd.endpoint, "--epochs", "1", "--global-batch-size", "4", "--loader-workers", "1"]
+        failed = invoke(*args, "--max-restarts", "2", timeout=300)
+        assert failed.returncode == EXIT_NO_RETRY, failed.stdout[-3000:] + failed.stderr[-3000:]
+        cause = last_line(failed.stderr)
+        assert cause.startswith("error: run bad failed: rank "), cause
+        assert f": DataError: image {broken} does not decode" in cause and "; replace or remove it" in cause
+        assert cause.endswith("(not restarted: a restart would fail the same way)")
+        run_dir = runs / "bad"
+        assert {p.name for p in (run_dir / "logs").glob("node-*/*/attempt_*")} == {"attempt_0"}  # 2 allowed, 0 spent
+        status = invoke("status", "--runs-dir", str(runs))
+        assert f": DataError: image {broken} does not decode" in status.stdout.split("  cause      ")[1]
 
-    broken.write_bytes(good)
-    again = invoke(*args)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
+        broken.write_bytes(good)
+        again = invoke(*args, timeout=300)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
 
 
 def test_on_the_emulated_operator_a_full_volume_fails_the_job_and_status_says_why(fake, tmp_path):
