@@ -140,11 +140,11 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         try:
             return self._write_and_publish(step, tmp, write_fn, state)
-        except Exception:
-            # A save that fails (a full volume) leaves no half-written checkpoint to take space from the next
-            # writer: the main rank removes it at once, not at the next start (clean_partial). Never published,
-            # so nothing reads it; `latest` still names the last whole checkpoint. A process that is killed or
-            # interrupted runs no cleanup it can rely on, so that case stays with clean_partial.
+        except BaseException:
+            # A save that fails (a full volume here, or on another rank, which stops this one) leaves no
+            # half-written checkpoint to take space from the next writer: the main rank removes it at once, not
+            # at the next start. Never published, so nothing reads it; `latest` still names the last whole
+            # checkpoint. A process that is killed outright runs no cleanup: clean_partial at the next start.
             if self.is_main:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise
