@@ -172,7 +172,6 @@ class LocalJob:
         self.pid_file.unlink(missing_ok=True)
         if self.scrape_file:
             self.scrape_file.unlink(missing_ok=True)
-        wait_for_records(self.failures, 0.2)
         self.failures.close()
 
     def wait(self, stopping: list[int] | None = None, deadline: float | None = None) -> list[int | None] | None:
@@ -183,7 +182,8 @@ class LocalJob:
         while True:
             codes = self.codes()
             if all(code is not None for code in codes):
-                wait_for_records(self.failures)
+                if any(codes):  # a failure: reports sent just before the exits may still be arriving
+                    wait_for_records(self.failures)
                 return codes
             self.failures.poll()
             now = time.monotonic()

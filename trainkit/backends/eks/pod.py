@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     with FailureChannel() as channel:
         agent = subprocess.Popen(command, env={**os.environ, **run.env, **channel.env})
         code = agent.wait()
-        wait_for_records(channel)
+        if code:
+            wait_for_records(channel)
         cause = channel.cause()
     exit_code = pod_exit_code(code, cause, received[0] if received else None)
     if exit_code and cause is not None:
