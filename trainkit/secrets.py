@@ -49,12 +49,11 @@ def require_hf_token(weights: str, token_file: str | None) -> str:
     return token
 
 
-def store_hf_token(token_file: str | None, namespace: str) -> str:
-    """The token from a file, HF_TOKEN or a hidden prompt (never from the command line) into the cluster."""
+def hf_token_to_store(token_file: str | None) -> str:
+    """The token from a file, HF_TOKEN or a hidden prompt (never from the command line), for the cluster's Secret
+    (`invoke secrets.hf-token` hands it to the EKS backend)."""
     import getpass
     import sys
-
-    from .backends import eks
 
     token = resolve_hf_token(token_file)
     if token is None:
@@ -63,4 +62,4 @@ def store_hf_token(token_file: str | None, namespace: str) -> str:
         token = getpass.getpass("Hugging Face token (input hidden): ").strip()
     if not token:
         raise SpecError("the Hugging Face token is empty; nothing was created")
-    return eks.put_hf_token(token, namespace)
+    return token

@@ -18,9 +18,10 @@ from .options import user_errors
 @user_errors
 def hf_token(c, file=None, namespace=JOBS_NAMESPACE):
     """Store your Hugging Face token as the cluster Secret the training pods read (never on a command line)."""
-    from ..secrets import store_hf_token
+    from ..backends import eks
+    from ..secrets import hf_token_to_store
 
-    print(store_hf_token(file, namespace))
+    print(eks.put_hf_token(hf_token_to_store(file), namespace))
 
 
 collection = Collection("secrets", hf_token)

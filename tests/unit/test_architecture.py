@@ -1,0 +1,100 @@
+"""The launcher's shape, read from its source with `ast`: no import cycle between any two modules of trainkit/,
+counting imports inside functions (a deferred import that closes a cycle still ties the two modules together)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.helpers.paths import REPO
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """Every dotted name an import statement may bind: the module, and module.name for `from m import name`
+    (which is a submodule when one of that name exists)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join([*base, *([node.module] if node.module else [])])
+    else:
+        prefix = node.module or ""
+    return [prefix, *(f"{prefix}.{alias.name}" for alias in node.names)]
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports, anywhere in its body."""
+    files = {module_name(path, root): path for path in (root / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for name in imported_names(node, module, path.name == "__init__.py"):
+                    while name and name not in files:  # the longest prefix that is a module of ours
+                        name = name.rpartition(".")[0]
+                    if name and name != module:
+                        found.add(name)
+        graph[module] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycle_between_any_modules_of_trainkit():
+    assert cycles(import_graph(REPO, "trainkit")) == []
+
+
+def test_the_cycle_check_finds_a_planted_cycle_through_a_deferred_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from .b import x\n")
+    (package / "a.py").write_text("from .sub import b\n")
+    (package / "sub" / "b.py").write_text("def x():\n    from ..a import y\n    import pkg.c\n")
+    (package / "c.py").write_text("import os\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.a", "pkg.c"}
+    assert cycles(graph) == [["pkg.a", "pkg.sub", "pkg.sub.b"]]
