@@ -306,7 +306,7 @@ class ScalingPlan:
 
     plan: Plan
     fabric: scaling.Fabric
-    workload: scaling.Workload
+    workload: scaling.StepCost
     curves: dict[str, list[scaling.Point]]
     fits: dict[str, dict[int, bool]]
     chosen: dict[int, str | None]
@@ -337,7 +337,7 @@ def make_scaling(job: Job, options: PlanOptions | None = None, node_counts=scali
     tokens = plan.job.optimisation.micro_batch_size * plan.grad_accum_steps * plan.job.data.seq_len
     peak = PEAK_BF16_TFLOPS[fabric.accelerator] * 1e12
     fp32 = plan.job.parallelism.precision == "fp32"  # auto: bf16 on these GPUs
-    workload = scaling.Workload(
+    workload = scaling.StepCost(
         params=plan.param_count,
         compute_s=tokens * plan.flops_per_token / (plan.options.mfu * peak),
         micro_batches=plan.grad_accum_steps,

@@ -183,11 +183,11 @@ def fit_collectives(small: tuple[float, float], large: tuple[float, float], node
     return efficiency, latency
 
 
-# --------------------------------------------------------------------------- workloads
+# --------------------------------------------------------------------------- one step's cost
 
 
 @dataclass(frozen=True)
-class Workload:
+class StepCost:
     """What one GPU does per optimizer step, for the model."""
 
     params: float  # parameters communicated (the whole model)
@@ -210,7 +210,7 @@ class Point:
     efficiency: float = 1.0
 
 
-def strategy_communication(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> tuple[float, ...]:
+def strategy_communication(workload: StepCost, strategy: str, nodes: int, fabric: Fabric) -> tuple[float, ...]:
     """(all communication seconds per step, the gradients' share of it, the part that can never overlap) for one
     strategy. Gradients are reduced once per step, in the last micro batch's backward (the trainer turns gradient
     sync off for the others); parameters are gathered in every micro batch's forward (and backward)."""
@@ -247,7 +247,7 @@ def strategy_communication(workload: Workload, strategy: str, nodes: int, fabric
     raise SpecError(f"unknown strategy {strategy!r}; choose one of: {', '.join(SHARDING_STRATEGIES)}")
 
 
-def predict(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> Point:
+def predict(workload: StepCost, strategy: str, nodes: int, fabric: Fabric) -> Point:
     """Overlap: all communication hides under the step's compute, and the gradients' under the last micro batch's
     backward (2/3 of its compute); whatever exceeds either window is exposed, and the last unit always is."""
     communication, gradients, tail = strategy_communication(workload, strategy, nodes, fabric)
@@ -256,7 +256,7 @@ def predict(workload: Workload, strategy: str, nodes: int, fabric: Fabric) -> Po
     return Point(nodes, strategy, workload.compute_s, communication, exposed, workload.compute_s + exposed)
 
 
-def curve(workload: Workload, strategy: str, fabric: Fabric, node_counts=NODE_COUNTS, base_nodes=1) -> list[Point]:
+def curve(workload: StepCost, strategy: str, fabric: Fabric, node_counts=NODE_COUNTS, base_nodes=1) -> list[Point]:
     """Predictions for each node count, with efficiency (per-GPU throughput) against `base_nodes`."""
     points = [predict(workload, strategy, n, fabric) for n in node_counts]
     base = predict(workload, strategy, base_nodes, fabric).step_s
@@ -270,14 +270,14 @@ def published_tables() -> dict:
     return json.loads(files("trainkit").joinpath("tables", "published_scaling.json").read_text())
 
 
-def _workload_of(name: str, tables: dict) -> Workload:
+def _workload_of(name: str, tables: dict) -> StepCost:
     """A published table's workload from its stated parameters. Compute per step: from the table's own one-node
     throughput (what that row measured, its own exposed communication taken out), from the FLOP rate another
     table's accelerator reached, or calibrated on one row (which is then a fit, not a prediction)."""
     entry = tables[name]
     w, fabric = entry["workload"], FABRICS[entry["family"]]
     items = w["per_device_batch"] * w.get("micro_batches", 1)  # per accelerator and optimizer step
-    workload = Workload(
+    workload = StepCost(
         params=w["params"],
         compute_s=1.0,
         micro_batches=w.get("micro_batches", 1),

@@ -98,3 +98,14 @@ def test_the_cycle_check_finds_a_planted_cycle_through_a_deferred_import(tmp_pat
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.a", "pkg.c"}
     assert cycles(graph) == [["pkg.a", "pkg.sub", "pkg.sub.b"]]
+
+
+def test_no_two_modules_of_trainkit_define_a_class_of_the_same_name():
+    """One name, one meaning: two `Workload` classes (the rendered pod's command and the planner's step cost) once
+    meant different things in render.py and scaling.py."""
+    defined: dict[str, list[str]] = {}
+    for path in sorted((REPO / "trainkit").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in defined.items() if len(paths) > 1} == {}

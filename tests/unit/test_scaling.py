@@ -67,15 +67,15 @@ def test_collective_volumes_follow_nccl_tests_bus_factors():
 
 def test_overlap_hides_communication_up_to_the_compute_and_never_the_last_unit():
     fabric = P4D
-    heavy = scaling.Workload(params=7e9, compute_s=0.01, micro_batches=1, largest_unit=2e8)
+    heavy = scaling.StepCost(params=7e9, compute_s=0.01, micro_batches=1, largest_unit=2e8)
     point = scaling.predict(heavy, "FULL_SHARD", 16, fabric)
     communication, gradients, tail = scaling.strategy_communication(heavy, "FULL_SHARD", 16, fabric)
     assert point.communication_s == communication and gradients < communication
     assert point.exposed_s == pytest.approx(communication - 0.01)  # the window is all of the compute
-    light = scaling.Workload(params=7e9, compute_s=1000.0, micro_batches=1, largest_unit=2e8)
+    light = scaling.StepCost(params=7e9, compute_s=1000.0, micro_batches=1, largest_unit=2e8)
     assert scaling.predict(light, "FULL_SHARD", 16, fabric).exposed_s == pytest.approx(tail)
     # DDP's window is the last micro batch's backward only: 2/3 of a quarter of the compute here
-    ddp = scaling.Workload(params=1e9, compute_s=1.2, micro_batches=4, largest_unit=1e9)
+    ddp = scaling.StepCost(params=1e9, compute_s=1.2, micro_batches=4, largest_unit=1e9)
     communication, gradients, tail = scaling.strategy_communication(ddp, "NO_SHARD", 8, fabric)
     expected = max(0.0, communication - tail - 1.2 / 4 * 2 / 3) + tail
     assert gradients == communication and scaling.predict(ddp, "NO_SHARD", 8, fabric).exposed_s == pytest.approx(
@@ -86,7 +86,7 @@ def test_overlap_hides_communication_up_to_the_compute_and_never_the_last_unit()
 def test_gradient_collectives_hide_only_under_the_last_micro_batchs_backward():
     """HYBRID_SHARD on p4d: its gathers stay on NVLink, its gradients cross 400 Gbps once per step; the step's
     communication fits in its compute, the gradients' does not fit in the last backward."""
-    w = scaling.Workload(params=7e9, compute_s=4.0, micro_batches=4, largest_unit=2e8)
+    w = scaling.StepCost(params=7e9, compute_s=4.0, micro_batches=4, largest_unit=2e8)
     communication, gradients, tail = scaling.strategy_communication(w, "HYBRID_SHARD", 16, P4D)
     last_backward = 4.0 / 4 * 2 / 3
     assert communication < 4.0 and gradients - tail > last_backward
@@ -94,7 +94,7 @@ def test_gradient_collectives_hide_only_under_the_last_micro_batchs_backward():
 
 
 def test_full_shard_gathers_twice_per_micro_batch_and_shard_grad_op_once():
-    w = scaling.Workload(params=1e9, compute_s=1.0, micro_batches=3, largest_unit=1e8)
+    w = scaling.StepCost(params=1e9, compute_s=1.0, micro_batches=3, largest_unit=1e8)
     gather = scaling.collective_time("all_gather", 2e9, 8, P5)
     scatter = scaling.collective_time("reduce_scatter", 2e9, 8, P5)
     assert scaling.strategy_communication(w, "FULL_SHARD", 8, P5)[0] == pytest.approx(6 * gather + scatter)
