@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from tests.helpers.paths import REPO
-from training.common.failure import EXIT_NO_RETRY, SEND_TIMEOUT_S, cause_line
+from training.common.failure import EXIT_NO_RETRY, NODE_ENV, SEND_TIMEOUT_S, cause_line
 from trainkit.backends.eks.pod import EXIT_REPLACE, pod_exit_code
-from trainkit.run.agent import EXIT_RENDEZVOUS, NODE_ENV
+from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, wait_for_records
 
 WORKER = """

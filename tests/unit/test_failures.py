@@ -121,12 +121,25 @@ def test_the_cause_is_the_failure_that_ended_the_job():
     assert pick_cause([later, stopped]) is later
     exited_3 = {"source": "agent", "rank": 1, "attempt": 0, "time": 3.0, "exit_code": 3, "permanent": True}
     assert pick_cause([oom, exited_3]) is exited_3  # the worker's own record was lost, its exit code says enough
+    raised = {**later, "time": 9.0}
+    aborted = {**oom, "signal": "SIGABRT", "exit_code": -6, "time": 9.2}  # NCCL's watchdog ends the peers
+    assert pick_cause([raised, aborted]) is raised
     assert pick_cause([killed]) is killed and pick_cause([]) is None
     assert cause_line(killed).startswith("rank 3: killed by SIGKILL")
     assert (
         cause_line({"source": "agent", "rank": 2, "exit_code": 1}) == "rank 2: exited with code 1 and recorded no error"
     )
     assert cause_line({**full, "log": "/r/0/stderr.log"}) == "rank 0: OSError: y; full log: /r/0/stderr.log"
+
+
+def test_each_node_counts_its_own_attempts_and_a_torchrun_that_cannot_meet_its_peers_comes_first():
+    a = {"source": "worker", "rank": 0, "node_name": "a", "attempt": 3, "time": 5.0, "cause": "RuntimeError: x"}
+    b = {"source": "worker", "rank": 1, "node_name": "b", "attempt": 1, "time": 4.0, "cause": "OSError: y"}
+    b_old = {**b, "attempt": 0, "time": 1.0}
+    assert pick_cause([a, b, b_old]) is b  # b's latest attempt counts although a counted more
+    store = {"source": "agent", "rank": None, "node_name": "b", "time": 6.0, "cause": "torchrun on b: rendezvous"}
+    assert pick_cause([a, b, store]) is store  # no attempt: always current; why node b's torchrun ended
+    assert cause_line(store) == "torchrun on b: rendezvous"
 
 
 def test_records_reach_the_channel_without_a_file(monkeypatch):
@@ -173,6 +186,7 @@ def test_a_long_record_is_cut_field_by_field_and_still_parses(monkeypatch):
         (1, {"permanent": False}, None, 1),  # torchrun spent its own restarts: permanent for the operator
         (-9, None, None, 137),  # killed: retryable (>= 128), the operator replaces the pod
         (1, None, 15, 143),  # the kubelet stopped it
+        (EXIT_NO_RETRY, {"permanent": True}, 15, EXIT_NO_RETRY),  # a stop after a permanent failure changes nothing
     ],
 )
 def test_the_pod_exit_code_tells_the_operator_whether_to_replace_the_pod(torchrun, cause, received, code):
@@ -207,3 +221,30 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     assert "  again      not resumed: change --lr" in status(RunRef("broke", str(tmp_path / "runs")))
     forget_failure(spec.run_dir)
     assert ": not running" in status(RunRef("broke", str(tmp_path / "runs"))).splitlines()[0]
+
+
+def test_a_closed_rendezvous_is_permanent_and_a_lost_store_is_not():
+    from torch.distributed import DistNetworkError
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousConnectionError
+
+    from trainkit.run.agent import EXIT_RENDEZVOUS, rendezvous_record
+
+    try:
+        try:
+            raise DistNetworkError("failed to connect to 10.0.0.1:29400")
+        except DistNetworkError as inner:
+            raise RendezvousConnectionError(
+                "The connection to the C10d store has failed. See inner exception."
+            ) from inner
+    except RendezvousConnectionError as error:
+        lost = rendezvous_record(error, closed=False)
+    assert lost["exit_code"] == EXIT_RENDEZVOUS and not lost["permanent"]
+    assert lost["cause"].endswith(
+        "has failed. See inner exception. (DistNetworkError: failed to connect to 10.0.0.1:29400)"
+    )
+    closed = rendezvous_record(RendezvousClosedError(), closed=True)
+    assert closed["exit_code"] == EXIT_NO_RETRY and closed["permanent"]
+    assert ": rendezvous closed: RendezvousClosedError" in closed["cause"]
+    assert (
+        pod_exit_code(EXIT_NO_RETRY, closed, None) == EXIT_NO_RETRY and pod_exit_code(EXIT_RENDEZVOUS, lost, None) > 128
+    )

@@ -92,6 +92,18 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def remove_partial(root: Path) -> list[Path]:
+    """Remove the temporary folders of saves that never published under `root` (a checkpoints folder); returns
+    what was removed. Only when no rank can still be writing into them: at a start (clean_partial), or by the
+    launcher once every process of a failed run has exited (a full volume then gets its space back at once)."""
+    removed = []
+    if root.is_dir():
+        for leftover in sorted(root.glob(".tmp-step-*")):
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed.append(leftover)
+    return removed
+
+
 class CheckpointManager:
     def __init__(
         self, root: Path, keep: int, is_main: bool, barrier: Callable[[], None], is_local_main: bool | None = None
@@ -127,30 +139,17 @@ class CheckpointManager:
 
     def clean_partial(self) -> None:
         """Remove directories left by a save that never published (call once at start, all ranks)."""
-        if self.is_main and self.root.is_dir():
-            for leftover in self.root.glob(".tmp-step-*"):
-                shutil.rmtree(leftover, ignore_errors=True)
+        if self.is_main:
+            remove_partial(self.root)
         self.barrier()
 
     def save(self, step: int, write_fn: Callable[[Path], None], state: dict) -> Path:
         """Write on every rank into a temporary directory, then publish from the main rank."""
         tmp = self.root / f".tmp-{step_dir_name(step)}"
+        final = self.root / step_dir_name(step)
         if self.is_main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-        try:
-            return self._write_and_publish(step, tmp, write_fn, state)
-        except BaseException:
-            # A save that fails (a full volume here, or on another rank, which stops this one) leaves no
-            # half-written checkpoint to take space from the next writer: the main rank removes it at once, not
-            # at the next start. Never published, so nothing reads it; `latest` still names the last whole
-            # checkpoint. A process that is killed outright runs no cleanup: clean_partial at the next start.
-            if self.is_main:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
-
-    def _write_and_publish(self, step: int, tmp: Path, write_fn: Callable[[Path], None], state: dict) -> Path:
-        final = self.root / step_dir_name(step)
         self.barrier()
         write_fn(tmp)
         self.barrier()

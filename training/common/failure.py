@@ -31,6 +31,8 @@ from collections.abc import Iterator
 
 EXIT_NO_RETRY = 3
 CHANNEL_ENV = "TRAINKIT_FAILURE_CHANNEL"
+NODE_ENV = "TRAINKIT_NODE"
+"""The node's name in its reports (the local launcher's node-N; on EKS the pod's name, POD_NAME)."""
 # A datagram stays far below the socket's buffer: a record's text fields are cut to FIELD_CHARS before it is sent.
 MAX_RECORD_BYTES = 16 * 1024
 FIELD_CHARS = 2000
@@ -127,6 +129,11 @@ def _log_file() -> str | None:
     return target if target.startswith("/") else None
 
 
+def node_name() -> str:
+    """This process's node, as every record from it names it (a rank and its agent agree)."""
+    return os.environ.get(NODE_ENV) or os.environ.get("POD_NAME") or socket.gethostname()
+
+
 def worker_record(error: BaseException) -> dict:
     """The record a failing rank sends: who (torchrun's RANK, node, attempt), what, and whether to retry."""
     env = os.environ
@@ -134,6 +141,7 @@ def worker_record(error: BaseException) -> dict:
         "source": "worker",
         "rank": int(env.get("RANK", 0)),
         "node": int(env.get("GROUP_RANK", 0)),
+        "node_name": node_name(),
         "attempt": int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
         "time": time.time(),
         "host": socket.gethostname(),

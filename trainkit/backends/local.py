@@ -29,14 +29,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.common.failure import EXIT_NO_RETRY
+from training.common.checkpoint import CHECKPOINTS_DIR, remove_partial
+from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.common.job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 
 from .. import hardware
 from ..errors import JobFailed
 from ..job.build import Machine
 from ..launch import PreparedRun, prepare_run
-from ..run.agent import NODE_ENV
 from ..run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from ..services import LocalEtcd, LocalPrometheus
 from ..torchrun import rendezvous_id, torchrun_command
@@ -256,6 +256,10 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
         owner.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if failed is not None or received:
+        # Every rank is gone, so nothing still writes into a save that never published: its space (a full
+        # volume's) comes back now, not at the next start.
+        remove_partial(run.job.run_dir / CHECKPOINTS_DIR)
     run_id = run.job.run.run_id
     if received:
         name = signal.Signals(received[0]).name

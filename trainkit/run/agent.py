@@ -25,15 +25,12 @@ line too: the launcher says the cause itself.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, send
+from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, node_name, send
 
 EXIT_RENDEZVOUS = 4
-NODE_ENV = "TRAINKIT_NODE"
-"""The node's name in this agent's own reports (the local launcher's node-N; on EKS the pod's name)."""
 
 
 def agent_record(rank: int, failure, attempt: int, log: str | None) -> dict:
@@ -46,23 +43,49 @@ def agent_record(rank: int, failure, attempt: int, log: str | None) -> dict:
         "time": time.time(),
         "exit_code": failure.exitcode,
         "signal": failure.signal_name() if killed else None,
+        "node_name": node_name(),
         "permanent": failure.exitcode == EXIT_NO_RETRY,
         "log": log,
     }
 
 
-def rendezvous_record(error: BaseException) -> dict:
-    """This agent's own failure to meet its peers, as a record for the launcher."""
-    message = (str(error).strip().splitlines() or [""])[0][:MESSAGE_CHARS]
-    node = os.environ.get(NODE_ENV) or os.environ.get("POD_NAME") or "this node"
+def rendezvous_record(error: BaseException, closed: bool) -> dict:
+    """This agent's own failure to meet its peers, as a record for the launcher. A closed rendezvous is permanent:
+    the job already ended on another node (torch closes it when an agent leaves with an error, a rendezvous
+    timeout included) or its id was used before, and every restart or replaced pod would meet it closed again."""
+    lines = str(error).strip().splitlines()
+    message = (lines[0] if lines else "")[:MESSAGE_CHARS]
+    inner = error.__cause__ or error.__context__
+    if inner is not None and "inner exception" in message:  # c10d's "... has failed. See inner exception ..."
+        message = f"{message} ({type(inner).__name__}: {str(inner).strip().splitlines()[0][:MESSAGE_CHARS]})"
+    what = "rendezvous closed" if closed else "rendezvous failed"
     return {
         "source": "agent",
         "rank": None,
+        "node_name": node_name(),
         "time": time.time(),
-        "exit_code": EXIT_RENDEZVOUS,
-        "cause": f"torchrun on {node}: rendezvous failed: {type(error).__name__}: {message}".rstrip(": "),
-        "permanent": False,
+        "exit_code": EXIT_NO_RETRY if closed else EXIT_RENDEZVOUS,
+        "cause": f"torchrun on {node_name()}: {what}: {type(error).__name__}: {message}".rstrip(": "),
+        "permanent": closed,
     }
+
+
+def _meeting_errors() -> tuple[type[BaseException], ...]:
+    """What torch 2.13 raises when an agent cannot meet its peers: the rendezvous' own errors, and the store's
+    (c10d's TCPStore: DistNetworkError, DistStoreError), which the agent's rank assignment and the rendezvous'
+    store info reach outside the rendezvous' own wrapping. etcd's store (torch's EtcdStore) answers a timed-out
+    key with a plain LookupError (matched exactly, not its subclasses KeyError and IndexError)."""
+    from torch.distributed import DistNetworkError, DistStoreError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    found: list[type[BaseException]] = [RendezvousError, DistNetworkError, DistStoreError]
+    try:
+        from etcd import EtcdException
+    except ImportError:
+        pass
+    else:
+        found.append(EtcdException)
+    return tuple(found)
 
 
 def _agent_class():
@@ -91,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed.launcher.api as launcher
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
     from torch.distributed.run import parse_args, run
 
     agent_class = _agent_class()
@@ -112,17 +135,22 @@ def main(argv: list[str] | None = None) -> int:
     except SignalException as error:  # torch's handler for SIGTERM/SIGINT/...: the workers were stopped
         print(f"torchrun: stopped by {error.sigval.name}", file=sys.stderr, flush=True)
         return 128 + int(error.sigval)
-    except RendezvousError as error:
-        record = rendezvous_record(error)
-        send(record)
-        print(record["cause"], file=sys.stderr, flush=True)
-        return EXIT_RENDEZVOUS
     except ChildFailedError as error:
         codes = {rank: failure.exitcode for rank, failure in sorted(error.failures.items())}
         for rank, code in codes.items():
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             print(f"torchrun: rank {rank} failed ({how})", file=sys.stderr, flush=True)
         return EXIT_NO_RETRY if EXIT_NO_RETRY in codes.values() else 1
+    except KeyboardInterrupt:  # a SIGINT before torch's own handler was installed
+        print("torchrun: stopped by SIGINT", file=sys.stderr, flush=True)
+        return 128 + 2
+    except Exception as error:
+        if not (isinstance(error, _meeting_errors()) or type(error) is LookupError):
+            raise
+        record = rendezvous_record(error, closed=isinstance(error, RendezvousClosedError))
+        send(record)
+        print(record["cause"], file=sys.stderr, flush=True)
+        return record["exit_code"]
     return 0
 
 

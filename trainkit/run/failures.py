@@ -7,9 +7,9 @@ namespace, so no file system is involved: a full runs volume cannot lose the cau
 launcher and the EKS pod entry point each make one for the processes they start.
 
 The cause of a failed job, in order: the first record whose failure a restart cannot mend (that is
-what ended the job); else, of the latest attempt, a rank killed by a signal other than a stop (its
-peers' reports of the broken collective follow from it); else the first record a worker sent; else
-the agent's.
+what ended the job); else, of each node's latest attempt, a torchrun that could not meet its peers;
+else a rank killed from outside or crashed (SIGKILL, SIGSEGV ...: its peers' reports of the broken
+collective follow from it); else the first record a worker sent; else the agent's.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from training.common.files import publish_text
 
 from ..paths import state_dir
 
-STOP_SIGNALS = ("SIGTERM", "SIGINT")
-"""Signals that stop a worker on purpose (torchrun stops its group with SIGTERM)."""
+CRASH_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
+"""Signals that end a rank from outside its code (the out-of-memory killer) or in a crash: the rank is the cause."""
+CAUSE_SETTLE_S = 0.3
 RECEIVE_POLL_S = 0.1
 """How often the channel's reader looks whether the channel was closed."""
 FAILURE_FILE = "failure.json"
@@ -76,13 +77,29 @@ class FailureChannel:
                 continue
             except OSError:  # closed
                 return
+            self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        """Keep one datagram if it is a record. Anything else (any local process can reach the channel) is dropped,
+        never allowed to end the reader."""
+        try:
+            record = json.loads(data)
+        except (ValueError, RecursionError):
+            return
+        if isinstance(record, dict) and "rank" in record:
+            with self._lock:
+                self._arrived.append(record)
+
+    def _drain(self) -> None:
+        """Take what the socket still holds, without waiting (after the reader stopped)."""
+        self.sock.setblocking(False)
+        while True:
             try:
-                record = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and "rank" in record:
-                with self._lock:
-                    self._arrived.append(record)
+                self._take(self.sock.recv(MAX_RECORD_BYTES))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
 
     def poll(self) -> list[dict]:
         """The records that arrived since the last call (also kept in `records`)."""
@@ -97,13 +114,16 @@ class FailureChannel:
         return next((r for r in sorted(self.records, key=_when) if r.get("permanent")), None)
 
     def cause(self) -> dict | None:
-        self.poll()
+        """The cause among what arrived, after a moment for reports still on their way (see wait_for_records)."""
+        wait_for_records(self, CAUSE_SETTLE_S)
         return pick_cause(self.records)
 
     def close(self) -> None:
-        self._closed.set()
-        self._reader.join()
-        self.sock.close()
+        if not self._closed.is_set():
+            self._closed.set()
+            self._reader.join()
+            self._drain()
+            self.sock.close()
         self.poll()
         if self._folder is not None:
             self._folder.cleanup()
@@ -119,19 +139,30 @@ def _when(record: dict) -> float:
     return float(record.get("time", 0))
 
 
+def _node(record: dict) -> str:
+    return str(record.get("node_name", record.get("node", "")))
+
+
 def pick_cause(records: list[dict]) -> dict | None:
     """The record that says why the job failed (see the module's docstring), or None."""
     if not records:
         return None
     ordered = sorted(records, key=_when)
-    latest = max(int(r.get("attempt", 0)) for r in ordered)
-    current = [r for r in ordered if int(r.get("attempt", 0)) == latest]
+    # Each node counts its own attempts (an agent that restarts for a waiting node spends none), so "the latest
+    # attempt" is each node's own latest; a record without an attempt (an agent's own failure) is always current.
+    latest: dict[str, int] = {}
+    for r in ordered:
+        if "attempt" in r:
+            latest[_node(r)] = max(latest.get(_node(r), 0), int(r["attempt"]))
+    current = [r for r in ordered if "attempt" not in r or int(r["attempt"]) == latest[_node(r)]]
     groups = (
         [r for r in ordered if r.get("source") == "worker" and r.get("permanent")],
         [r for r in ordered if r.get("source") == "agent" and r.get("permanent")],  # its worker's record was lost
+        [r for r in current if r.get("source") == "agent" and r.get("cause")],  # torchrun's own: the rendezvous
         # A rank the kernel or a fault killed (SIGKILL, SIGSEGV, SIGBUS ...) sends nothing itself; its peers then
-        # report a broken collective, which is the effect, not the cause. A SIGTERM is the agent's own stop.
-        [r for r in current if r.get("source") == "agent" and r.get("signal") not in (None, *STOP_SIGNALS)],
+        # report a broken collective, which is the effect, not the cause. Not SIGTERM (the agent's own stop) nor
+        # SIGABRT (NCCL's watchdog aborts the peers of a rank that raised: effects again).
+        [r for r in current if r.get("source") == "agent" and r.get("signal") in CRASH_SIGNALS],
         [r for r in current if r.get("source") == "worker"],
         [r for r in current if r.get("source") == "agent"],
     )
@@ -184,5 +215,5 @@ def wait_for_records(channel: FailureChannel, seconds: float = 0.5) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if channel.poll():
-            deadline = time.monotonic() + 0.1
+            deadline = max(deadline, time.monotonic() + 0.1)
         time.sleep(0.05)

@@ -19,9 +19,10 @@ permanent):
     128 + signal      torchrun or this process was killed or stopped (a node's fault, an eviction):
                       the operator replaces the pod
     EXIT_REPLACE (192) torchrun could not meet its peers (EXIT_RENDEZVOUS: the store's pod was lost,
-                      the store unreachable or closed): retryable, the operator replaces the pod, which
-                      then meets the others again. A job that failed or finished is terminal before
-                      its closed rendezvous could make this loop.
+                      the store unreachable, a store call failed): retryable, the operator replaces the
+                      pod, which then meets the others again. A closed rendezvous (the job ended on
+                      another pod, or a rendezvous timed out, which closes it) would meet every new pod
+                      closed: the agent calls that permanent (EXIT_NO_RETRY), so it cannot loop.
 
 The cause goes, in one line, to the container's termination message (`TERMINATION_LOG`, the file the kubelet
 reads into the pod's status when the container ends, so `invoke status` shows it from the API), and to the
@@ -67,12 +68,12 @@ def terminate_with(line: str) -> None:
 
 def pod_exit_code(torchrun_code: int, cause: dict | None, received: int | None) -> int:
     """The container's exit code for the operator's ExitCode policy (see the module's docstring)."""
+    if torchrun_code == EXIT_NO_RETRY or (cause is not None and cause.get("permanent")):
+        return EXIT_NO_RETRY  # even when a stop came after: what ended the run would end a new pod too
     if received is not None:
         return 128 + received
     if torchrun_code == 0:
         return 0
-    if torchrun_code == EXIT_NO_RETRY or (cause is not None and cause.get("permanent")):
-        return EXIT_NO_RETRY
     if torchrun_code == EXIT_RENDEZVOUS:
         return EXIT_REPLACE
     if torchrun_code < 0:  # killed by a signal
