@@ -59,13 +59,14 @@ def rendezvous_record(error: BaseException, closed: bool) -> dict:
     if inner is not None and "inner exception" in message:  # c10d's "... has failed. See inner exception ..."
         message = f"{message} ({type(inner).__name__}: {str(inner).strip().splitlines()[0][:MESSAGE_CHARS]})"
     what = "rendezvous closed" if closed else "rendezvous failed"
+    node = node_name()
     return {
         "source": "agent",
         "rank": None,
-        "node_name": node_name(),
+        "node_name": node,
         "time": time.time(),
         "exit_code": EXIT_NO_RETRY if closed else EXIT_RENDEZVOUS,
-        "cause": f"torchrun on {node_name()}: {what}: {type(error).__name__}: {message}".rstrip(": "),
+        "cause": f"torchrun on {node}: {what}: {type(error).__name__}: {message}".rstrip(": "),
         "permanent": closed,
     }
 

@@ -96,9 +96,7 @@ class FailureChannel:
         while True:
             try:
                 self._take(self.sock.recv(MAX_RECORD_BYTES))
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
+            except OSError:  # nothing left (BlockingIOError), or the socket is gone
                 return
 
     def poll(self) -> list[dict]:
