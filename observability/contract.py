@@ -14,7 +14,7 @@ from training.common.metrics import GAUGES as TRAINING_GAUGES
 
 MONITORING_NAMESPACE = "trainkit-monitoring"
 """Namespace of kube-prometheus-stack and dcgm-exporter on the cluster (the platform stack creates it;
-trainkit.cluster and the PrometheusRule both name it from here)."""
+trainkit.backends.eks.cluster and the PrometheusRule both name it from here)."""
 
 TRAINING_LABELS = ("run_id", "model", "rank", "node")
 

@@ -25,7 +25,7 @@ from tests.helpers.eks import ECR
 from tests.helpers.kube_api import FakeCluster
 from tests.helpers.product import stop_started
 from training.vision.synthetic import SyntheticTree, write_tree
-from trainkit import cluster
+from trainkit.infra import outputs
 
 LAYERS = ("unit", "integration", "e2e")
 ALIASES = {"e2e": ("slow",)}  # the marker the training runs had before the layers
@@ -145,7 +145,7 @@ def stop_background_jobs():
 def recorded_outputs(tmp_path, monkeypatch):
     """What `make up PROFILE=aws` records, so nothing depends on this machine."""
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
-    cluster.save_outputs(
+    outputs.save_outputs(
         {
             "gpu_instance_type": "p5.48xlarge",
             "region": "us-east-1",

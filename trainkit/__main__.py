@@ -1,6 +1,6 @@
 """`python -m trainkit ...`: the same commands as `invoke ...` in a checkout."""
 
-from .cli import main
+from trainkit.cli import main
 
 if __name__ == "__main__":
     main()

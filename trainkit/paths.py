@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import SpecError
+from trainkit.errors import SpecError
 
 STATE_ENV = "TRAINKIT_STATE_DIR"
 TERRAFORM_ENV = "TRAINKIT_TERRAFORM_DIR"

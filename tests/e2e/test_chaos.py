@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trainkit import chaos
+from trainkit.bench import chaos
 
 SETTINGS = chaos.Settings()
 PAIRS = [(name, backend) for backend in chaos.BACKENDS for name in chaos.SCENARIOS]

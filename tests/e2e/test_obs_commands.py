@@ -9,7 +9,7 @@ import shutil
 from PIL import Image
 
 from tests.helpers.product import invoke
-from trainkit.report import scaling_points
+from trainkit.plan.report import scaling_points
 
 
 def test_report_of_a_real_run_is_a_readable_png(tiny_run, tmp_path):

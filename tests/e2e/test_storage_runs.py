@@ -6,7 +6,7 @@ import json
 
 from training.common.job import Job
 from trainkit.job.models import get_model
-from trainkit.storage import storage_need
+from trainkit.run.storage import storage_need
 
 
 def folder_bytes(path) -> int:

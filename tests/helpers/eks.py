@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainkit import render
 from trainkit.backends import job_from_flags as build_spec
+from trainkit.backends.eks import render
 
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"  # what recorded_outputs records
 IMAGE = "registry.example.com/trainkit/train:test"  # not ECR: the image check only notes it

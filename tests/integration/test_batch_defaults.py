@@ -15,8 +15,9 @@ from tests.helpers.crd import admission_errors
 from tests.helpers.eks import container, worker
 from tests.helpers.product import invoke
 from training.common.job import micro_steps, share
-from trainkit import hardware, render
+from trainkit import hardware
 from trainkit.backends import job_from_flags
+from trainkit.backends.eks import render
 from trainkit.job.models import REGISTRY
 
 NODE_COUNTS = [str(n) for n in range(1, 17)] + [f"1:{n}" for n in range(2, 17)] + ["2:4", "4:16"]

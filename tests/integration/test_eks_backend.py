@@ -14,8 +14,8 @@ from moto import mock_aws
 
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke
-from trainkit.backends import eks
 from trainkit.backends import job_from_flags as build_spec
+from trainkit.backends.eks import backend as eks
 from trainkit.backends.eks import preflight
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError

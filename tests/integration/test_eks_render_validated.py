@@ -18,7 +18,8 @@ from tests.helpers.eks import container, job_for, worker
 from tests.helpers.kubernetes import kubernetes_version
 from tests.helpers.paths import GOLDEN, REPO
 from tests.helpers.product import invoke
-from trainkit import cluster, hardware, render
+from trainkit import hardware
+from trainkit.backends.eks import cluster, render
 
 TOKEN = "hf_do_not_leak_0123456789abcdef"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from tests.helpers.eks import IMAGE, container, job_for, worker
-from trainkit.backends.eks import status
+from trainkit.backends.eks.backend import status
 
 NAMESPACE = "trainkit-jobs"
 

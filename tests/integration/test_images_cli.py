@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.aws import FAKE_AWS, moto_server
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
-from trainkit import images
+from trainkit.infra import images
 
 REPOSITORY = "trainkit/train"
 ECR_URL = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/{REPOSITORY}"

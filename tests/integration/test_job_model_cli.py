@@ -71,7 +71,8 @@ def test_the_launcher_starts_without_torch():
     """Every `invoke` command imports the launcher; torch (and Accelerate) load only in the workers, so
     `invoke --list`, `plan` and a dry run take a fraction of a second."""
     code = (
-        "import sys, tasks, trainkit.backends.local, trainkit.backends.eks, trainkit.launch, trainkit.plan; "
+        "import sys, tasks, trainkit.backends.local.backend, trainkit.backends.eks.backend, trainkit.run.prepare; "
+        "import trainkit.plan.scaling, trainkit.workloads.nccl_test, trainkit.workloads.imagenet; "
         "print(sorted(m for m in ('torch', 'accelerate', 'transformers') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

@@ -202,8 +202,9 @@ def test_on_eks_the_dry_run_is_a_valid_job_on_the_system_nodes_near_fsx(recorded
 def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(
     fake, exit_code, backoff_limit, reason, message
 ):
-    from trainkit import dataprep, render
+    from trainkit.backends.eks import render
     from trainkit.backends.eks.kube import Kube
+    from trainkit.workloads import imagenet as dataprep
 
     manifest = render.render_prep_job("prep-fails", "trainkit-jobs", IMAGE, ["--dest", "x"], "x", None)
     manifest["spec"]["backoffLimit"] = backoff_limit
@@ -221,8 +222,9 @@ def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(
 
 
 def test_a_second_copy_into_a_folder_another_data_job_is_writing_is_refused(fake):
-    from trainkit import dataprep, render
+    from trainkit.backends.eks import render
     from trainkit.backends.eks.kube import Kube
+    from trainkit.workloads import imagenet as dataprep
 
     label = dataprep.dest_label("imagenet")
     manifest = render.render_prep_job("prep-busy", "trainkit-jobs", IMAGE, [], label, None)

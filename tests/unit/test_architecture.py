@@ -109,3 +109,43 @@ def test_no_two_modules_of_trainkit_define_a_class_of_the_same_name():
             if isinstance(node, ast.ClassDef):
                 defined.setdefault(node.name, []).append(str(path.relative_to(REPO)))
     assert {name: paths for name, paths in defined.items() if len(paths) > 1} == {}
+
+
+MAX_LINES = 400
+MAX_TOP_LEVEL_MODULES = 5
+
+
+def test_trainkit_is_grouped_by_concern_with_few_small_modules_at_its_top():
+    """Code lives in its concern's package (job/, run/, backends/, workloads/, plan/, bench/, infra/ ...); only a
+    few small shared modules (errors, paths, the hardware table) sit directly in trainkit/."""
+    top = sorted(path.name for path in (REPO / "trainkit").glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_no_module_of_trainkit_reaches_the_size_limit():
+    sizes = {
+        str(path.relative_to(REPO)): len(path.read_text().splitlines()) for path in (REPO / "trainkit").rglob("*.py")
+    }
+    assert {path: lines for path, lines in sizes.items() if lines >= MAX_LINES} == {}
+
+
+def test_training_imports_nothing_from_the_launcher():
+    """What runs inside the job (training/) works without trainkit/ installed: a user's image may hold only it."""
+    found = {}
+    for path in (REPO / "training").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                bad = [name for name in names if name == "trainkit" or name.startswith("trainkit.")]
+                if bad:
+                    found.setdefault(str(path.relative_to(REPO)), []).extend(bad)
+    assert found == {}
+
+
+def test_every_folder_of_python_is_a_package_the_wheel_takes():
+    """setuptools' `packages.find` takes only folders with an __init__.py: a folder without one would be left out of
+    the installed package and fail at import there, never in a checkout."""
+    folders = {
+        path.parent for root in ("trainkit", "training", "observability") for path in (REPO / root).rglob("*.py")
+    }
+    assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").is_file()) == []

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from trainkit import benchtrain
+from trainkit.bench import record as bench_record
+from trainkit.bench import train as benchtrain
 from trainkit.errors import SpecError
 
 
@@ -26,7 +27,7 @@ def steps(count: int) -> list[dict]:
 
 
 def test_warm_up_steps_are_left_out_and_forward_backward_is_the_rest_of_the_step():
-    summary = benchtrain.summarise(steps(20), 4, 1e9, {"datasheet": 100.0, "measured": 50.0}, 123)
+    summary = bench_record.summarise(steps(20), 4, 1e9, {"datasheet": 100.0, "measured": 50.0}, 123)
     assert summary["steps_timed"] == 18  # the first tenth, two steps, is warm-up
     assert summary["tokens_per_s"] == 100.0 and summary["tokens_per_s_per_device"] == 25.0
     assert summary["breakdown_s"] == {
@@ -44,12 +45,12 @@ def test_warm_up_steps_are_left_out_and_forward_backward_is_the_rest_of_the_step
 
 def test_profiled_steps_after_warm_up_are_left_out_and_their_figures_kept():
     records = steps(20)
-    window = benchtrain.profile_window(20)
+    window = bench_record.profile_window(20)
     assert window == "3:4"  # the two steps after the two warm-up steps
     for record in records[2:4]:
         record["profiled"], record["tokens_per_s"] = True, 1.0  # slowed by the profiler
     profile = {"steps": [3, 4], "communication_s": 0.4, "exposed_communication_s": 0.1}
-    summary = benchtrain.summarise(records, 4, 1e9, {"datasheet": None, "measured": None}, 1, profile=profile)
+    summary = bench_record.summarise(records, 4, 1e9, {"datasheet": None, "measured": None}, 1, profile=profile)
     assert summary["steps_timed"] == 16 and summary["tokens_per_s"] == 100.0
     assert (summary["communication_s"], summary["breakdown_s"]["exposed_communication"]) == (0.4, 0.1)
     assert summary["tokens_per_s_wall"] == pytest.approx(80.0)  # the wall clock starts after the profiled steps
@@ -87,7 +88,7 @@ def test_only_steps_that_ran_under_the_profiler_are_flagged(start, profiled):
 
 def test_too_few_steps_to_time_are_refused():
     with pytest.raises(SpecError, match="raise --steps"):
-        benchtrain.steady(steps(1))
+        bench_record.steady(steps(1))
 
 
 def test_the_ratio_is_trainkit_over_reference_per_pair():
@@ -102,7 +103,9 @@ def test_the_ratio_is_trainkit_over_reference_per_pair():
     env = {"device": {"name": "cpu", "count": 1, "kind": "cpu"}, "versions": {}}
     ours = [{"tokens_per_s": 90.0, "tokens_per_s_wall": 80.0}, {"tokens_per_s": 110.0, "tokens_per_s_wall": 100.0}]
     theirs = [{"tokens_per_s": 100.0, "tokens_per_s_wall": 100.0}, {"tokens_per_s": 100.0, "tokens_per_s_wall": 100.0}]
-    record = benchtrain.make_record([], env, {"datasheet": None, "measured": None}, spec, config, "fp32", ours, theirs)
+    record = bench_record.make_record(
+        [], env, {"datasheet": None, "measured": None}, spec, config, "fp32", ours, theirs
+    )
     assert record["ratio"] == {"pairs": [0.9, 1.1], "median": 1.0, "min": 0.9, "max": 1.1}
     assert record["ratio_wall"] == {"pairs": [0.8, 1.0], "median": 0.9, "min": 0.8, "max": 1.0}
     assert record["job"]["processes"] == 2 and record["job"]["layers"] == 2
@@ -125,7 +128,7 @@ def test_what_the_reference_cannot_run_is_refused_before_any_run(flags, message)
 
 def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipelines_share():
     records = [{**step, "samples_per_s": step["tokens_per_s"] / 10} for step in steps(20)]
-    summary = benchtrain.summarise(records, 2, 1e8, {"datasheet": None, "measured": None}, 1, "vision")
+    summary = bench_record.summarise(records, 2, 1e8, {"datasheet": None, "measured": None}, 1, "vision")
     assert summary["images_per_s"] == 10.0 and summary["images_per_s_per_device"] == 5.0
     assert summary["images_per_s_wall"] == pytest.approx(8.0) and summary["mfu_datasheet"] is None
     spec = {
@@ -139,7 +142,7 @@ def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipe
     theirs = [{"images_per_s": 100.0, "images_per_s_wall": 100.0}, {"images_per_s": 100.0, "images_per_s_wall": 80.0}]
     ceiling = [{"images_per_s": 100.0}, {"images_per_s": 150.0}]
     peaks = {"datasheet": None, "measured": None}
-    record = benchtrain.make_record([], env, peaks, spec, {"num_classes": 10}, "fp32", ours, theirs, ceiling)
+    record = bench_record.make_record([], env, peaks, spec, {"num_classes": 10}, "fp32", ours, theirs, ceiling)
     assert record["ratio"] == {"pairs": [0.9, 1.2], "median": 1.05, "min": 0.9, "max": 1.2}
     assert record["input_pipeline"]["pairs"] == [0.9, 0.8] and record["synthetic_input"] == ceiling
     assert record["job"]["image_size"] == 32 and record["job"]["flops_per_image"] == pytest.approx(104_036_352)
@@ -148,7 +151,7 @@ def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipe
 
 def test_training_flops_per_image_are_three_times_torchvisions_published_forward_count():
     # torchvision's ResNet50_Weights.IMAGENET1K_V1 meta: 4.089 GFLOPS (multiply-adds) per 224 x 224 image forward
-    flops = benchtrain.vision_flops_per_image("resnet50", 1000, 224)
+    flops = bench_record.vision_flops_per_image("resnet50", 1000, 224)
     assert flops == pytest.approx(3 * 2 * 4.089e9, rel=0.01)
 
 

@@ -6,7 +6,7 @@ import json
 import os
 
 from training.common.run import ProgressLines
-from trainkit.backends.local_console import RankZeroConsole, other_ranks_errors
+from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors
 
 
 def test_rank_zero_console_follows_new_files_after_a_restart(tmp_path, capfdbinary):

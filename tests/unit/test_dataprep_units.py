@@ -7,8 +7,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from trainkit import dataprep
 from trainkit.errors import SpecError
+from trainkit.workloads import imagenet as dataprep
 
 
 def pod(name: str, phase: str, waiting=None, unscheduled: str | None = None):

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.eks import ECR, container, job_for
-from trainkit import cluster, render
 from trainkit.backends import job_from_flags as build_spec
+from trainkit.backends.eks import cluster, render
+from trainkit.infra import outputs
 
 
 def test_c10d_uses_worker_0_and_each_submission_gets_its_own_rendezvous_id(recorded_outputs):
@@ -28,7 +29,7 @@ def test_c10d_uses_worker_0_and_each_submission_gets_its_own_rendezvous_id(recor
         f"{spec.run.run_id}-0",
     ]
     assert policy["rdzvId"] != second["spec"]["elasticPolicy"]["rdzvId"]
-    assert container(first)["image"] == f"{ECR}:{cluster.NOT_PUSHED_TAG}"  # recorded repository, nothing pushed
+    assert container(first)["image"] == f"{ECR}:{outputs.NOT_PUSHED_TAG}"  # recorded repository, nothing pushed
     secret_ref = {i["name"]: i for i in container(first)["env"]}["HF_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert secret_ref["optional"] is True  # random init: the token only opens gated datasets
 

@@ -9,12 +9,12 @@ from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 
 from tests.helpers.paths import REPO
 from training.common.lifecycle import StopSignal
-from trainkit import chaos
 from trainkit.backends import job_from_flags as build_spec
-from trainkit.backends.local import explain_failure, job_exit_code, node_command
+from trainkit.backends.local.backend import explain_failure, job_exit_code, node_command
+from trainkit.bench import chaos
 from trainkit.errors import SpecError
-from trainkit.launch import PreparedRun
-from trainkit.rendezvous import PatientBackend
+from trainkit.run.prepare import PreparedRun
+from trainkit.run.rendezvous import PatientBackend
 
 
 class FlakyStore:

@@ -27,8 +27,7 @@ from training.common.failure import (
 from training.common.run import Diverged
 from trainkit.backends import RunRef
 from trainkit.backends.eks.pod import pod_exit_code
-from trainkit.backends.local_runs import status
-from trainkit.launch import write_spec
+from trainkit.backends.local.runs import status
 from trainkit.run.failures import (
     FailureChannel,
     forget_failure,
@@ -37,6 +36,7 @@ from trainkit.run.failures import (
     recorded_failure,
     wait_for_records,
 )
+from trainkit.run.prepare import write_spec
 
 
 def no_space() -> OSError:

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 
 from tests.helpers.eks import ECR
-from trainkit import cluster, images
 from trainkit.errors import SpecError
+from trainkit.infra import images, outputs
 
 
 def git_answers(status: str, diff: str = "", commit: str = "0123456789abcdef0123"):
@@ -129,9 +129,9 @@ def test_the_registry_password_is_the_part_after_aws():
 
 
 def test_the_pushed_image_becomes_the_eks_default_only_for_its_own_repository(recorded_outputs):
-    assert cluster.load_outputs().default_image == f"{ECR}:{cluster.NOT_PUSHED_TAG}"
-    record = cluster.aws_state_dir() / cluster.PUSHED_IMAGE_FILE
+    assert outputs.load_outputs().default_image == f"{ECR}:{outputs.NOT_PUSHED_TAG}"
+    record = outputs.aws_state_dir() / outputs.PUSHED_IMAGE_FILE
     record.write_text(json.dumps({"image": f"{ECR}:gpu-abc", "tag": "gpu-abc", "digest": "sha256:00"}))
-    assert cluster.load_outputs().default_image == f"{ECR}:gpu-abc"
+    assert outputs.load_outputs().default_image == f"{ECR}:gpu-abc"
     record.write_text(json.dumps({"image": "999999999999.dkr.ecr.eu-west-1.amazonaws.com/trainkit/train:gpu-abc"}))
-    assert cluster.load_outputs().default_image == f"{ECR}:{cluster.NOT_PUSHED_TAG}"  # an earlier stack's record
+    assert outputs.load_outputs().default_image == f"{ECR}:{outputs.NOT_PUSHED_TAG}"  # an earlier stack's record

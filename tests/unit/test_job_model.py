@@ -51,6 +51,6 @@ def test_imports_go_one_way():
 def test_the_import_check_finds_a_planted_import(tmp_path):
     (tmp_path / "deep").mkdir()
     (tmp_path / "deep" / "a.py").write_text("import os\n\ndef f():\n    from trainkit.job import build\n")
-    (tmp_path / "b.py").write_text("import trainkit.cluster as c\n")
+    (tmp_path / "b.py").write_text("import trainkit.backends.eks.cluster as c\n")
     (tmp_path / "c.py").write_text("from . import trainkit\n")  # relative: a module of its own package
     assert _importers_of(tmp_path, "trainkit") == ["b.py", "deep/a.py"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from trainkit.backends.local_runs import OWNER_FILE, owner_pid, record_owner
+from trainkit.backends.local.runs import OWNER_FILE, owner_pid, record_owner
 
 
 def test_a_dead_launchers_pid_reused_by_another_process_is_not_taken_for_the_run(tmp_path):

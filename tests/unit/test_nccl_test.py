@@ -9,8 +9,8 @@ from tests.helpers.paths import TESTS
 from training.comms.nccl_log import check_init_log
 from training.comms.report import GLOO_ON_EFA, verdict
 from training.comms.sweep import bandwidths, bus_factor, expected_busbw, message_sizes
-from trainkit import nccltest
 from trainkit.errors import SpecError
+from trainkit.workloads import nccl_test as nccltest
 
 LOGS = TESTS / "data" / "nccl"
 

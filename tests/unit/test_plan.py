@@ -1,4 +1,4 @@
-"""Planner numbers against values computed by hand from the formulas in trainkit/plan.py."""
+"""Planner numbers against values computed by hand from the formulas in trainkit/plan/memory.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from tests.helpers.published import N7, N13, N70
 from trainkit.errors import SpecError
 from trainkit.job import build
-from trainkit.plan import GIB, PlanOptions, make_plan
+from trainkit.plan.memory import GIB, PlanOptions, make_plan
 
 
 def plan_of(mfu=0.40, price_per_hour=None, gpus_per_node=None, **flags):

@@ -6,7 +6,7 @@ runs only where the registry is reachable (README, "Train on EKS"). Here: `terra
 every Kubernetes object valid for the cluster's version (tests/integration/test_platform_stack_objects.py,
 kubernetes-validate), and these policy tests over the HCL as python-hcl2 parses it (tests/helpers/platform_stack.py):
 every chart and image pinned, every values file present and valid, and the names the EKS backend relies on
-(trainkit/cluster.py) are the ones created.
+(trainkit/backends/eks/cluster.py) are the ones created.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.helpers.platform_stack import (
     selected,
     unquote,
 )
-from trainkit import cluster
+from trainkit.backends.eks import cluster
 
 EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 
@@ -61,7 +61,7 @@ def test_every_chart_is_pinned_and_its_values_file_parses():
 def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated_files():
     """The PodMonitor selects what render_pytorchjob produces; rules and dashboards are the committed ones."""
     from trainkit.backends import job_from_flags as build_spec
-    from trainkit.render import render_pytorchjob
+    from trainkit.backends.eks.render import render_pytorchjob
 
     monitor = base_context()["local"]["training_pod_monitor"]
     spec = build_spec({"model": "llama2-7b", "nodes": 2, "run_id": "obs"}, profile="aws")

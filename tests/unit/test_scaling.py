@@ -1,4 +1,4 @@
-"""The scaling model (trainkit/scaling.py, `invoke plan --scaling`) against hand-computed volumes and against
+"""The scaling model (trainkit/plan/scaling_model.py, `invoke plan --scaling`) against hand-computed volumes and against
 the published tables it is held to, with the errors printed."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ import textwrap
 import pytest
 
 from tests.helpers.paths import REPO
-from trainkit import scaling
 from trainkit.errors import SpecError
 from trainkit.job import build
-from trainkit.plan import PlanOptions, bench_mfu, make_plan, make_scaling, published_llm_curves, render_scaling
+from trainkit.plan import published
+from trainkit.plan import scaling_model as scaling
+from trainkit.plan.memory import PlanOptions, bench_mfu, make_plan
+from trainkit.plan.scaling import make_scaling, published_llm_curves, render_scaling
 
 GIB, MIB = 1024**3, 1024**2
 P5, P4D = scaling.FABRICS["p5"], scaling.FABRICS["p4d"]
@@ -24,13 +26,13 @@ P5, P4D = scaling.FABRICS["p5"], scaling.FABRICS["p4d"]
 def comparison(monkeypatch):
     """The comparison as `invoke plan --published` prints it from the repository (its bench files)."""
     monkeypatch.chdir(REPO)
-    rows = scaling.compare_published(published_llm_curves)
-    print(scaling.render_comparison(rows))  # the errors, in the test's output
+    rows = published.compare_published(published_llm_curves)
+    print(published.render_comparison(rows))  # the errors, in the test's output
     return rows
 
 
 def test_the_p5_collective_constants_are_the_fit_to_the_published_2xp5_all_reduce_rows():
-    table = scaling.published_tables()["nccl-allreduce-2xp5"]["published"]
+    table = published.published_tables()["nccl-allreduce-2xp5"]["published"]
     rows = list(zip(table["bytes"], [gb * 1e9 for gb in table["busbw_gb_s"]], strict=True))
     efficiency, latency = scaling.fit_collectives(rows[0], rows[-1], 2, P5)
     assert efficiency == pytest.approx(scaling.LINK_EFFICIENCY, abs=0.005)
@@ -38,7 +40,7 @@ def test_the_p5_collective_constants_are_the_fit_to_the_published_2xp5_all_reduc
 
 
 def test_the_dl1_efficiency_is_the_fit_to_the_bert_large_8_node_row():
-    assert scaling.fit_inter_efficiency("bert-large-dl1", 8) == pytest.approx(scaling.DL1_INTER_EFFICIENCY, abs=5e-4)
+    assert published.fit_inter_efficiency("bert-large-dl1", 8) == pytest.approx(scaling.DL1_INTER_EFFICIENCY, abs=5e-4)
 
 
 def test_collective_volumes_follow_nccl_tests_bus_factors():
@@ -148,7 +150,7 @@ def test_held_against_the_published_tables(comparison):
     by_table = {}
     for row in comparison:
         by_table.setdefault(row["table"].split(":")[0], []).append(row)
-    assert set(by_table) == {name for name in scaling.published_tables() if not name.startswith("_")}
+    assert set(by_table) == {name for name in published.published_tables() if not name.startswith("_")}
     predictions = [row for row in comparison if not row["fit"] and row["error"] is not None]
     # What the model claims (README, "Scaling model"): the 2 x p5 all-reduce within 20% where not fitted ...
     for row in by_table["nccl-allreduce-2xp5"]:
@@ -170,7 +172,7 @@ def test_held_against_the_published_tables(comparison):
 
 def test_the_readme_shows_the_comparison_as_the_model_prints_it(comparison):
     readme = (REPO / "README.md").read_text()
-    shown = textwrap.indent(scaling.render_comparison(comparison), "    ", lambda line: bool(line.strip()))
+    shown = textwrap.indent(published.render_comparison(comparison), "    ", lambda line: bool(line.strip()))
     assert shown in readme, "README's Scaling model table is stale: paste `invoke plan --published` there"
 
 
@@ -180,8 +182,8 @@ def test_the_run_report_draws_the_prediction_for_an_eks_job_beside_what_was_meas
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from trainkit.plan import predicted_throughput
-    from trainkit.report import _scaling
+    from trainkit.plan.report import _scaling
+    from trainkit.plan.scaling import predicted_throughput
 
     job = build({"model": "llama2-7b", "nodes": 2, "instance_type": "p5.48xlarge", "global_batch_size": 128})
     job.parallelism.nproc = 8
@@ -216,7 +218,7 @@ def test_precision_and_reduction_set_the_bytes_each_collective_moves():
 
 
 def test_an_elastic_runs_prediction_uses_each_worlds_share_of_the_batch():
-    from trainkit.plan import predicted_throughput
+    from trainkit.plan.scaling import predicted_throughput
 
     job = build({"model": "llama2-7b", "nodes": "2:4", "instance_type": "p5.48xlarge", "global_batch_size": 64})
     job.parallelism.nproc, job.optimisation.micro_batch_size = 8, 4  # micro batch sized for the smallest world

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.jobs import build_spec
 from trainkit import hardware
 from trainkit.errors import SpecError
-from trainkit.launch import write_spec
+from trainkit.run.prepare import write_spec
 
 
 @pytest.fixture(autouse=True)

@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from trainkit import cluster
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import preflight
 from trainkit.errors import SpecError
+from trainkit.infra import outputs
 from trainkit.job.models import get_model
-from trainkit.storage import GIB, check_fsx_capacity, fsx_capacity_for, saves, storage_need
+from trainkit.run.storage import GIB, check_fsx_capacity, fsx_capacity_for, saves, storage_need
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_the_eks_preflight_reads_the_capacity_make_up_recorded(tmp_path, monkeyp
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
     spec = build_spec({"target": "eks", "model": "llama2-70b"})
     preflight.check_storage(spec)  # nothing recorded yet: nothing to compare against
-    cluster.save_outputs({"fsx_storage_capacity_gib": 1200, "gpu_instance_type": "p5.48xlarge"})
+    outputs.save_outputs({"fsx_storage_capacity_gib": 1200, "gpu_instance_type": "p5.48xlarge"})
     with pytest.raises(SpecError, match=r"holds 1,200 GiB in all"):
         preflight.check_storage(spec)
     preflight.check_storage(build_spec({"target": "eks", "model": "llama2-13b"}))  # 485 GiB: fits
@@ -66,7 +66,7 @@ def test_the_eks_preflight_reads_the_capacity_make_up_recorded(tmp_path, monkeyp
 def test_the_checks_leave_the_disk_alone(tmp_path):
     """The local check reads free space at the nearest existing parent of a run folder not made yet."""
     spec = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path / "a" / "b")})
-    from trainkit.storage import check_free_space
+    from trainkit.run.storage import check_free_space
 
     assert check_free_space(spec, get_model("llama2-tiny")).total < shutil.disk_usage(tmp_path).free
     assert not (tmp_path / "a").exists()

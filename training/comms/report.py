@@ -1,9 +1,9 @@
 """The sweep's report, written by rank 0 where the sweep ran (a local run folder, or FSx on EKS): the verdict
 against what the launcher expects of the instance type, results.json's table as Markdown, and busbw.png.
 
-The launcher passes the expectations (trainkit/nccltest.py): `efa` when the instance type has EFA devices, and
-`busbw` = (message size, published all-reduce busbw in GB/s) for two or more nodes of a type with a published
-figure. Failing: a rank whose NCCL did not use the libfabric plugin over EFA, or no NCCL at all (a sweep over
+The launcher passes the expectations (trainkit/workloads/nccl_test.py): `efa` when the instance type has EFA
+devices, and `busbw` = (message size, published all-reduce busbw in GB/s) for two or more nodes of a type with a
+published figure. Failing: a rank whose NCCL did not use the libfabric plugin over EFA, or no NCCL at all (a sweep over
 gloo means the process saw no GPU). Warning: the largest all-reduce at or above the published size below half
 the published figure.
 """

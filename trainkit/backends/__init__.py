@@ -2,7 +2,8 @@
 
 `resolve_job` is the whole path from what the user typed to a job ready to submit, in one direction:
 build (profile, then flags; pure) -> the backend resolves what depends on where the job runs ->
-derive (recipe and derived values; pure) -> validate (pure, changes nothing).
+derive (recipe and derived values; pure) -> validate (pure, changes nothing), the target-free rules, then
+the backend's own.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from training.common.job import SPEC_FILE, Job
-
-from ..errors import SpecError
-from ..job import build, derive, validate
-from .base import Backend, RunRef
+from trainkit.backends.base import Backend, RunRef
+from trainkit.errors import SpecError
+from trainkit.job import build, derive, validate
 
 # target -> "module:class"; a new backend is one module and one line here.
-BACKENDS = {"local": "trainkit.backends.local:LocalBackend", "eks": "trainkit.backends.eks:EksBackend"}
+BACKENDS = {"local": "trainkit.backends.local.backend:LocalBackend", "eks": "trainkit.backends.eks.backend:EksBackend"}
 
 
 def get_backend(target: str) -> Backend:
@@ -34,6 +34,7 @@ def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Bac
     machine = backend.resolve(job)
     derive(job, machine)
     validate(job, machine)
+    backend.check(job)
     return job, backend
 
 

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from training.common.job import Job
-
-from ..job.build import Machine
+from trainkit.job.build import Machine
 
 
 @dataclass(frozen=True)
@@ -28,6 +27,11 @@ class Backend(abc.ABC):
     def resolve(self, job: Job) -> Machine:
         """Fill in what depends on where the job runs (processes per node, rendezvous, image ...) for the
         fields the user left open, and say what the machine offers. Probes; never creates anything."""
+
+    def check(self, job: Job) -> None:
+        """Rules only this target has, after the target-free ones (trainkit/job/validate.py); pure. Raises
+        SpecError naming the flag to change. None by default."""
+        return None
 
     @abc.abstractmethod
     def submit(self, job: Job, dry_run: bool = False) -> int:

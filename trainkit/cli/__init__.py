@@ -1,5 +1,5 @@
 """The command line: one Invoke collection per module (train: the job's doors at the top level; infra,
-data, images, obs, secrets; bench: chaos and benchmarks at the top level; comms: nccl-test). The repository's
+data, images, obs, secrets; bench: chaos and benchmarks at the top level; nccl_test: nccl-test). The repository's
 tasks.py exposes `namespace` to `invoke`; an installed package has the same commands as `trainkit` (or
 `python -m trainkit`), which needs no tasks.py and no checkout."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from invoke import Collection, Program
 
-from . import bench, comms, data, images, infra, obs, secrets, train
+from trainkit.cli import bench, data, images, infra, nccl_test, obs, secrets, train
 
 namespace = Collection(
     *train.TASKS,
     *bench.TASKS,
-    *comms.TASKS,
+    *nccl_test.TASKS,
     infra.collection,
     data.collection,
     images.collection,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Exit, task
 
-from .options import user_errors
+from trainkit.cli.options import user_errors
 
 CHAOS_HELP = {
     "scenario": "Comma list of scenarios, or all (see README, Elastic training): worker-kill, node-kill, ...",
@@ -22,7 +22,7 @@ TRAIN_FLAGS += ("loader_workers", "channels_last", "pin_memory", "persistent_wor
 @user_errors
 def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
     """Kill workers, nodes, agents or the rendezvous store of local elastic jobs and report what happened."""
-    from .. import chaos as harness
+    from trainkit.bench import chaos as harness
 
     _record, ok = harness.run(scenario, rdzv, workdir, int(parallel))
     if not ok:
@@ -99,12 +99,12 @@ def bench(
     """Run a benchmark and write its results file. elastic: recovery from every fault on both backends. train:
     trainkit's throughput against a bare FSDP2 loop (vision: DDP, and the JPEG pipeline against on-device input)
     on the same job, with MFU and a step-time breakdown."""
-    from .. import chaos as harness
+    from trainkit.bench import chaos as harness
 
     if what not in BENCHMARKS:
         raise Exit(f"error: unknown benchmark {what!r}; choose one of: {', '.join(BENCHMARKS)}", code=2)
     if what == "train":
-        from .. import benchtrain
+        from trainkit.bench import train as benchtrain
 
         given = {key: value for key, value in locals().items() if key in TRAIN_FLAGS and value not in (None, False)}
         flags = []

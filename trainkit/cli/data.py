@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from invoke import Collection, Exit, task
 
-from ..cluster import JOBS_NAMESPACE
-from ..errors import SpecError
-from .options import user_errors
+from trainkit.backends.eks.cluster import JOBS_NAMESPACE
+from trainkit.cli.options import user_errors
+from trainkit.errors import SpecError
 
 
 @task(
@@ -44,7 +44,7 @@ def imagenet(
     if int(workers) < 1:
         raise SpecError(f"--workers must be a positive integer (got {workers})")
     if target == "eks":
-        from .. import dataprep
+        from trainkit.workloads import imagenet as dataprep
 
         code = dataprep.submit(source, dest, val_csv, int(workers), image, namespace, dry_run, follow)
         if code:

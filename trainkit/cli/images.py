@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Collection, task
 
-from .options import user_errors
+from trainkit.cli.options import user_errors
 
 
 @task(
@@ -21,7 +21,7 @@ from .options import user_errors
 @user_errors
 def build(c, target="gpu", tag=None, base=None, ca_bundle=None, torch_index=None, wheels=None, dry_run=False):
     """Build the training image with docker buildx, or buildah where there is no Docker engine."""
-    from .. import images
+    from trainkit.infra import images
 
     plan = images.plan_build(target, tag, base, ca_bundle, torch_index)
     print("\n".join(plan.describe()), flush=True)
@@ -39,7 +39,7 @@ def build(c, target="gpu", tag=None, base=None, ca_bundle=None, torch_index=None
 def push(c, target="gpu", tag=None):
     """Push the image to the infra stack's ECR repository (login with the password on stdin) and record it as the
     default image of `invoke train --target eks`."""
-    from .. import images
+    from trainkit.infra import images
 
     pushed = images.push(tag or images.last_built(target), images.find_builder())
     print(f"{pushed['image']} ({pushed['digest']}): {pushed['note']}; `invoke train --target eks` now uses it")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from invoke import Collection, task
 
-from ..errors import SpecError
-from .options import user_errors
+from trainkit.cli.options import user_errors
+from trainkit.errors import SpecError
 
 PROFILES = ("local", "aws")
 STACKS = ("all", "infra", "platform")
@@ -26,7 +26,7 @@ def _aws(profile: str) -> bool:
 @user_errors
 def up(c, profile="local", yes=False, var_file=None, stack="all"):
     """Bring up a profile. aws: plan, cost per hour, confirm, apply infra, write a kubeconfig, apply the platform."""
-    from ..infra import lifecycle, local
+    from trainkit.infra import lifecycle, local
 
     if stack not in STACKS:
         raise SpecError(f"--stack {stack!r} is not valid; choose one of: {', '.join(STACKS)}")
@@ -37,7 +37,7 @@ def up(c, profile="local", yes=False, var_file=None, stack="all"):
 @user_errors
 def down(c, profile="local", yes=False, var_file=None):
     """Take a profile down. aws: destroy in order, then audit that nothing tagged is left (exit 2 if so)."""
-    from ..infra import lifecycle, local
+    from trainkit.infra import lifecycle, local
 
     print(lifecycle.down(yes, var_file) if _aws(profile) else local.down())
 
@@ -46,7 +46,7 @@ def down(c, profile="local", yes=False, var_file=None):
 @user_errors
 def plan(c, var_file=None):
     """Show what `infra.up --profile aws` would create and its GPU cost per hour. Changes nothing."""
-    from ..infra import lifecycle
+    from trainkit.infra import lifecycle
 
     print(lifecycle.plan(var_file))
 
@@ -55,7 +55,7 @@ def plan(c, var_file=None):
 @user_errors
 def outputs(c):
     """Print the infra stack's outputs (cluster, FSx, ECR, GPU shape) as JSON."""
-    from ..infra import lifecycle
+    from trainkit.infra import lifecycle
 
     print(lifecycle.outputs())
 
@@ -64,7 +64,7 @@ def outputs(c):
 @user_errors
 def audit(c, var_file=None):
     """List AWS resources still tagged with the stack id; exit 2 when any are left."""
-    from ..infra import lifecycle
+    from trainkit.infra import lifecycle
 
     print(lifecycle.audit(var_file))
 

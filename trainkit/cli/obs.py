@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Collection, Exit, task
 
-from .options import user_errors
+from trainkit.cli.options import user_errors
 
 
 @task(name="generate", help={"check": "Change nothing; exit 1 and name the files that regenerating would change."})
@@ -27,7 +27,7 @@ def generate(c, check=False):
 @user_errors
 def report(c, run, runs_dir="runs", output=None):
     """One PNG of a run: loss, throughput and MFU over steps; scaling against ideal across world sizes."""
-    from ..report import report_run
+    from trainkit.plan.report import report_run
 
     print(report_run(run, runs_dir, output))
 
@@ -41,7 +41,7 @@ def report(c, run, runs_dir="runs", output=None):
 @user_errors
 def grafana(c, port=3000, kubeconfig=None):
     """EKS: port-forward the platform's Grafana, print its URL and where its login comes from. Ctrl-C ends it."""
-    from ..backends.eks.grafana import port_forward_grafana
+    from trainkit.backends.eks.grafana import port_forward_grafana
 
     raise Exit(code=port_forward_grafana(int(port), kubeconfig))
 

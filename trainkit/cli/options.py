@@ -8,8 +8,7 @@ import inspect
 from invoke import Exit
 
 from training.common.job import BY_KEY
-
-from ..errors import JobFailed, SpecError
+from trainkit.errors import JobFailed, SpecError
 
 
 def user_errors(function):

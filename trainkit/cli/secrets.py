@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from invoke import Collection, task
 
-from ..cluster import JOBS_NAMESPACE
-from .options import user_errors
+from trainkit.backends.eks.cluster import JOBS_NAMESPACE
+from trainkit.cli.options import user_errors
 
 
 @task(
@@ -18,8 +18,8 @@ from .options import user_errors
 @user_errors
 def hf_token(c, file=None, namespace=JOBS_NAMESPACE):
     """Store your Hugging Face token as the cluster Secret the training pods read (never on a command line)."""
-    from ..backends import eks
-    from ..secrets import hf_token_to_store
+    from trainkit.backends.eks import backend as eks
+    from trainkit.run.secrets import hf_token_to_store
 
     print(eks.put_hf_token(hf_token_to_store(file), namespace))
 

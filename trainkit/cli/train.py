@@ -8,23 +8,13 @@ from pathlib import Path
 from invoke import task
 
 from training.common.job import BY_KEY, fields_of
-
-from ..backends import RunRef, backend_of, resolve_job
-from ..cluster import JOBS_NAMESPACE
-from ..errors import SpecError
-from ..job import REGISTRY, build
-from ..plan import (
-    PlanOptions,
-    make_plan,
-    make_scaling,
-    plan_json,
-    published_llm_curves,
-    render_plan,
-    render_scaling,
-    scaling_json,
-    scaling_png,
-)
-from .options import job_flags, job_options, user_errors
+from trainkit.backends import RunRef, backend_of, resolve_job
+from trainkit.backends.eks.cluster import JOBS_NAMESPACE
+from trainkit.cli.options import job_flags, job_options, user_errors
+from trainkit.errors import SpecError
+from trainkit.job import REGISTRY, build
+from trainkit.plan.memory import PlanOptions, make_plan, plan_json, render_plan
+from trainkit.plan.scaling import make_scaling, published_llm_curves, render_scaling, scaling_json, scaling_png
 
 TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
 PLAN_FLAGS = (
@@ -75,7 +65,7 @@ def _plan(
     """Estimate memory per GPU, step time, tokens/s and cost for a job; --scaling: on 1..64 nodes for every
     strategy; --published: the scaling model beside published tables. Runs nothing, creates nothing in the cloud."""
     if published:
-        from .. import scaling as model
+        from trainkit.plan import published as model
 
         print(model.render_comparison(model.compare_published(published_llm_curves)))
         return
@@ -137,7 +127,7 @@ plan = task(
         "epoch-tokens": "Tokens in one epoch, for $ per epoch (default 100M).",
         "json": "Print the plan as JSON.",
         "scaling": "Predict step time, tokens/s and efficiency on 1..64 nodes for every strategy and choose one "
-        "(trainkit/scaling.py); writes a PNG and JSON.",
+        "(trainkit/plan/scaling_model.py); writes a PNG and JSON.",
         "published": "Print the scaling model's predictions beside the published tables it is held against.",
         "output": "--scaling: path of the PNG and JSON without suffix (default runs/plan/scaling-<model>-<instance>).",
     },

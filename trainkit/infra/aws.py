@@ -15,11 +15,11 @@ from pathlib import Path
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from ..cluster import aws_state_dir
-from ..errors import SpecError
-from ..hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
-from ..paths import terraform_dir
-from .terraform import PlanSummary, TerraformStack
+from trainkit.errors import SpecError
+from trainkit.hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
+from trainkit.infra.outputs import aws_state_dir
+from trainkit.infra.terraform import PlanSummary, TerraformStack
+from trainkit.paths import terraform_dir
 
 # Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
 STACK_ORDER = ("infra", "platform")

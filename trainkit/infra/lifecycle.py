@@ -8,10 +8,10 @@ import os
 import re
 import time
 
-from ..cluster import kubeconfig_path, outputs_path, save_outputs
-from ..errors import SpecError
-from . import aws
-from .terraform import TerraformError, TerraformStack
+from trainkit.errors import SpecError
+from trainkit.infra import aws
+from trainkit.infra.outputs import kubeconfig_path, outputs_path, save_outputs
+from trainkit.infra.terraform import TerraformError, TerraformStack
 
 # A destroy can end on an error a later attempt does not meet: AWS throttling us or a connection dropped past the
 # provider's own retries (aws_max_retries), or a DependencyViolation while something made outside Terraform (a

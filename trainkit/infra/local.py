@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from ..backends.local import machine
-from ..errors import SpecError
-from ..services import LocalEtcd, LocalGpuExporter, LocalPrometheus
+from trainkit.backends.local.backend import machine
+from trainkit.errors import SpecError
+from trainkit.services import LocalEtcd, LocalGpuExporter, LocalPrometheus
 
 
 def up() -> str:

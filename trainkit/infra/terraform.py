@@ -25,8 +25,8 @@ from pathlib import Path
 
 from python_terraform import IsFlagged, Terraform
 
-from ..errors import SpecError
-from .cli_config import write_cli_config
+from trainkit.errors import SpecError
+from trainkit.infra.cli_config import write_cli_config
 
 
 class TerraformError(RuntimeError):

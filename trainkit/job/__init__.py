@@ -3,10 +3,9 @@ the user gave into a complete, checked job (the fields themselves are declared o
 training/common/job.py, which the training workers read too)."""
 
 from training.common.job import Job
-
-from .build import Machine, build, load_profile
-from .derive import derive
-from .models import REGISTRY, get_model
-from .validate import validate
+from trainkit.job.build import Machine, build, load_profile
+from trainkit.job.derive import derive
+from trainkit.job.models import REGISTRY, get_model
+from trainkit.job.validate import validate
 
 __all__ = ["REGISTRY", "Job", "Machine", "build", "derive", "get_model", "load_profile", "validate"]

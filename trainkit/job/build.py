@@ -14,8 +14,7 @@ from typing import Any
 import yaml
 
 from training.common.job import BY_KEY, FIELDS, FieldSpec, Job, range_problem
-
-from ..errors import SpecError
+from trainkit.errors import SpecError
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from training.common.job import BY_KEY, Job
-
-from .build import Machine
-from .models import get_model
+from trainkit.job.build import Machine
+from trainkit.job.models import get_model
 
 SYNTHETIC_STEPS = 50
 # Fields that are alternatives: giving one (flag or profile) drops the recipe's value for the other.

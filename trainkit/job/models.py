@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from training.common.flops import TransformerShape
-
-from ..errors import SpecError
+from trainkit.errors import SpecError
 
 
 @dataclass(frozen=True)

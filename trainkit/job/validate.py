@@ -5,18 +5,15 @@ and the values it allows."""
 from __future__ import annotations
 
 import os
-import posixpath
 import re
 import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from training.common.job import BY_KEY, FIELDS, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
-
-from .. import cluster, hardware
-from ..errors import SpecError
-from .build import Machine, check_fields
-from .models import ModelEntry, get_model
+from trainkit.errors import SpecError
+from trainkit.job.build import Machine, check_fields
+from trainkit.job.models import ModelEntry, get_model
 
 FAMILY_KIND = {"llama": "language", "vision": "vision"}
 
@@ -42,8 +39,6 @@ def validate(job: Job, machine: Machine) -> None:
         check_language_model(job, entry)
         _validate_fast_paths(job, machine)
     _validate_model(job, entry)
-    if job.placement.target == "eks":
-        _validate_eks(job)
     require(
         job.elastic.rdzv != "etcd" or bool(job.elastic.rdzv_endpoint),
         "--rdzv etcd needs an etcd server: run `make up` (starts one on this machine) or give "
@@ -276,41 +271,6 @@ def _validate_model(job: Job, entry: ModelEntry) -> None:
         )
     else:
         require(model.weights is None, "--weights is only used with --init pretrained")
-
-
-def _validate_eks(job: Job) -> None:
-    placement, nproc = job.placement, job.parallelism.nproc
-    namespace = placement.namespace or cluster.JOBS_NAMESPACE
-    require(
-        DNS_LABEL.fullmatch(namespace) is not None,
-        f"--namespace {namespace}: a Kubernetes namespace is a DNS label (lower-case letters, digits and '-', at "
-        "most 63, starting and ending with a letter or digit)",
-    )
-    gpus = hardware.INSTANCE_TYPES[placement.instance_type].gpus
-    require(
-        0 < nproc <= gpus,
-        f"--nproc {nproc}: a {placement.instance_type} node has {gpus} GPUs; use --nproc 1..{gpus} (default: all)",
-    )
-    require(
-        on_fsx(job.run.runs_dir),
-        f"--runs-dir {job.run.runs_dir}: on EKS runs live on the FSx volume (the pods' {cluster.FSX_MOUNT}) and this "
-        "path leaves it, so every output would be lost with the pods; give a path inside it (default `runs`)",
-    )
-    data = job.data.dataset
-    require(
-        on_fsx(data),  # a Hugging Face dataset name (`org/name`) or 'synthetic' resolves inside it too
-        f"--dataset {data}: training pods read data from the FSx volume and this path leaves it; copy the data "
-        f"there and give a path under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or "
-        "'synthetic'",
-    )
-
-
-def on_fsx(path: str) -> bool:
-    """Whether a path the pods resolve from their working directory (the FSx mount) stays on the volume: `..` and
-    absolute paths are followed as the pods would, without touching this machine's files."""
-    mount = PurePosixPath(cluster.FSX_MOUNT)
-    resolved = PurePosixPath(posixpath.normpath(mount / path))
-    return resolved == mount or resolved.is_relative_to(mount)
 
 
 def _validate_metrics_ports(job: Job) -> None:

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from training.common.failure import CHANNEL_ENV, MAX_RECORD_BYTES, cause_line, channel_address
 from training.common.files import publish_text
-
-from ..paths import state_dir
+from trainkit.paths import state_dir
 
 CRASH_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 """Signals that end a rank from outside its code (the out-of-memory killer) or in a crash: the rank is the cause."""

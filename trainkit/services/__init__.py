@@ -7,10 +7,10 @@ chaos harness) and the local profile's background server (`LocalEtcd`, `LocalPro
 under `.trainkit/<name>/` (`TRAINKIT_STATE_DIR` moves `.trainkit`) and `make down` stops.
 """
 
-from .etcd import EtcdServer, LocalEtcd, etcd_healthy
-from .gpu import LocalGpuExporter
-from .process import free_port_pair, http_ok, port_free
-from .prometheus import LocalPrometheus, PrometheusServer, write_targets
+from trainkit.services.etcd import EtcdServer, LocalEtcd, etcd_healthy
+from trainkit.services.gpu import LocalGpuExporter
+from trainkit.services.process import free_port_pair, http_ok, port_free
+from trainkit.services.prometheus import LocalPrometheus, PrometheusServer, write_targets
 
 __all__ = [
     "EtcdServer",

@@ -16,8 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..errors import SpecError
-from .process import Background, OwnedServer, free_port_pair, http_ok, launch
+from trainkit.errors import SpecError
+from trainkit.services.process import Background, OwnedServer, free_port_pair, http_ok, launch
 
 
 def etcd_healthy(endpoint: str) -> bool:

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .process import Background, free_port_pair, launch, port_free
-from .prometheus import GPU_JOB, write_targets
+from trainkit.services.process import Background, free_port_pair, launch, port_free
+from trainkit.services.prometheus import GPU_JOB, write_targets
 
 
 class LocalGpuExporter(Background):

@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ..paths import state_dir
+from trainkit.paths import state_dir
 
 
 def free_port_pair() -> int:

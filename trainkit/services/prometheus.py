@@ -11,8 +11,8 @@ import subprocess
 from importlib.resources import files
 from pathlib import Path
 
-from ..errors import SpecError
-from .process import Background, OwnedServer, free_port_pair, http_ok, launch, port_free
+from trainkit.errors import SpecError
+from trainkit.services.process import Background, OwnedServer, free_port_pair, http_ok, launch, port_free
 
 RULES = "trainkit-alerts.rules.yaml"
 """The generated alert rules, package data of observability (generated/rules/); each server loads a copy

@@ -6,8 +6,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ...cluster import MONITORING_NAMESPACE, MONITORING_RELEASE, kubeconfig_path
-from ...errors import SpecError
+from trainkit.backends.eks.cluster import MONITORING_NAMESPACE, MONITORING_RELEASE
+from trainkit.errors import SpecError
+from trainkit.infra.outputs import kubeconfig_path
 
 
 def port_forward_grafana(port: int, kubeconfig: str | None) -> int:

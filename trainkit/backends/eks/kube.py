@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import cluster
-from ...errors import SpecError
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 TIMEOUT_S = 15  # per request: an unreachable API fails in seconds, not minutes
@@ -22,7 +22,7 @@ def kubeconfig_path() -> Path:
     """KUBECONFIG, else the one `make up PROFILE=aws` wrote, else kubectl's default."""
     if os.environ.get("KUBECONFIG"):
         return Path(os.environ["KUBECONFIG"].split(os.pathsep)[0]).expanduser()
-    written = cluster.kubeconfig_path()
+    written = outputs.kubeconfig_path()
     return written if written.is_file() else Path.home() / ".kube" / "config"
 
 

@@ -42,13 +42,12 @@ from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, redact
 from training.common.job import Job
-
-from ...errors import SpecError
-from ...launch import prepare_run
-from ...render import TERMINATION_LOG
-from ...run.agent import EXIT_RENDEZVOUS
-from ...run.failures import FailureChannel, failure_summary, record_failure, wait_for_records
-from ...torchrun import torchrun_command
+from trainkit.backends.eks.render import TERMINATION_LOG
+from trainkit.errors import SpecError
+from trainkit.run.agent import EXIT_RENDEZVOUS
+from trainkit.run.failures import FailureChannel, failure_summary, record_failure, wait_for_records
+from trainkit.run.prepare import prepare_run
+from trainkit.run.torchrun import torchrun_command
 
 # TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
 # kubelet's mount there, tests/helpers/kube_api.py).

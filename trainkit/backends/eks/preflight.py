@@ -9,13 +9,14 @@ from __future__ import annotations
 import re
 
 from training.common.job import Job
-
-from ... import cluster, hardware
-from ...errors import SpecError
-from ...job.models import get_model
-from ...render import job_name
-from ...storage import check_fsx_capacity
-from .kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
+from trainkit import hardware
+from trainkit.backends.eks import cluster
+from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
+from trainkit.backends.eks.render import job_name
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
+from trainkit.job.models import get_model
+from trainkit.run.storage import check_fsx_capacity
 
 ECR_IMAGE = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)(?::(?P<tag>[^@]+))?$"
@@ -97,7 +98,7 @@ def check_secret(kube: Kube, job: Job) -> None:
 
 def check_storage(job: Job) -> None:
     """What the run writes (checkpoints, export) must fit on the FSx file system `make up` recorded."""
-    capacity = cluster.load_outputs().fsx_capacity_gib
+    capacity = outputs.load_outputs().fsx_capacity_gib
     if capacity:
         check_fsx_capacity(job, get_model(job.model.name), int(capacity))
 
@@ -131,7 +132,7 @@ def check_image_ref(image: str, ecr=None) -> tuple[str | None, tuple | None]:
     to vouch for (a note); one missing from ECR is an error that says what to run."""
     match = ECR_IMAGE.match(image)
     if match is None:
-        if image == cluster.UNRECORDED_IMAGE and not cluster.load_outputs().recorded:
+        if image == outputs.UNRECORDED_IMAGE and not outputs.load_outputs().recorded:
             raise SpecError(
                 "no training image: run `make up PROFILE=aws` (records the ECR repository), then "
                 "`invoke images.build && invoke images.push`, or pass --image"

@@ -21,14 +21,11 @@ import time
 import uuid
 from pathlib import Path
 
-from training.comms.report import table, verdict_lines
-from training.comms.sweep import OPS, RESULTS
-
-from . import hardware
-from .backends.local import free_port
-from .errors import SpecError
-from .launch import PreparedRun
-from .torchrun import rdzv_conf, rendezvous_id, torchrun_command
+from trainkit import hardware
+from trainkit.backends.local.backend import free_port
+from trainkit.errors import SpecError
+from trainkit.run.prepare import PreparedRun
+from trainkit.run.torchrun import rdzv_conf, rendezvous_id, torchrun_command
 
 GIB = 2**30
 # Published all_reduce_perf busbw between two nodes (GB/s, float sum, out-of-place), at the message size given:
@@ -53,6 +50,8 @@ def parse_size(text: str, flag: str) -> int:
 
 
 def check_inputs(nodes: int, nproc: int, ops: str, min_bytes: int, max_bytes: int, iters: int) -> list[str]:
+    from training.comms.sweep import OPS
+
     chosen = [op.strip() for op in ops.split(",") if op.strip()]
     unknown = [op for op in chosen if op not in OPS]
     if unknown or not chosen:
@@ -100,6 +99,8 @@ def expectations(instance_type: str, nodes: int) -> list[str]:
 
 
 def run_local(nodes: int, nproc: int, out: Path, worker_args: list[str], timeout_s: float) -> None:
+    from training.comms.sweep import RESULTS
+
     (out / "logs").mkdir(parents=True, exist_ok=True)
     agents = []
     for node, command in enumerate(node_commands(nodes, nproc, out, worker_args)):
@@ -139,6 +140,9 @@ def run(
     timeout_s: float = 1800.0,
 ) -> tuple[Path, list[str], bool]:
     """The local sweep: (run folder, lines to print, passed). Nothing is expected of this machine's network."""
+    from training.comms.report import table, verdict_lines
+    from training.comms.sweep import RESULTS
+
     gpus = hardware.local_gpu_count()
     min_bytes, max_bytes = sizes(bool(gpus), min_size, max_size)
     chosen = check_inputs(nodes, nproc, ops, min_bytes, max_bytes, iters)
@@ -155,7 +159,7 @@ def run(
 def eks_workload(job, rdzv_id: str, args: list[str]):
     """The sweep under torchrun in every worker pod: the same rendezvous as a training job's, no restarts (a
     fabric test that fails must fail the job), each agent's logs on FSx under runs/<id>/logs/<pod>."""
-    from .render import Workload, rdzv_endpoint, worker_env
+    from trainkit.backends.eks.render import Workload, rdzv_endpoint, worker_env
 
     run = PreparedRun(job=job, module="training.comms.sweep", args=["--out", str(job.run_dir), *args])
     log_dir = job.run_dir / "logs" / "$(POD_NAME)"  # the kubelet expands $(VAR) from the container's env
@@ -176,8 +180,8 @@ def submit_eks(
 ) -> str:
     """Submit the sweep as a PyTorchJob (or, `dry_run`, return its YAML); `placement`: instance_type, image,
     namespace, rdzv, rdzv_endpoint and run_id flags as `invoke train` takes them."""
-    from .backends import job_from_flags
-    from .backends.eks import manifest_yaml, submit
+    from trainkit.backends import job_from_flags
+    from trainkit.backends.eks.backend import manifest_yaml, submit
 
     min_bytes, max_bytes = sizes(True, min_size, max_size)
     flags = {key: value for key, value in placement.items() if value is not None}

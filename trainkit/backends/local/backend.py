@@ -9,7 +9,7 @@ training"):
   earlier job (`RendezvousClosedError`);
 - `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`: workers get their own store instead of sharing the
   rendezvous store, so a killed worker does not leave the next round hanging;
-- a short `last_call_timeout` and heartbeat (trainkit/torchrun.py).
+- a short `last_call_timeout` and heartbeat (trainkit/run/torchrun.py).
 
 Every agent runs in its own session (process group). Ctrl-C or SIGTERM to the launcher is forwarded
 as SIGTERM to every agent's group, which torchrun turns into an orderly stop of its workers;
@@ -32,17 +32,16 @@ from pathlib import Path
 from training.common.checkpoint import CHECKPOINTS_DIR, remove_partial
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.common.job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
-
-from .. import hardware
-from ..errors import JobFailed
-from ..job.build import Machine
-from ..launch import PreparedRun, prepare_run
-from ..run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
-from ..services import LocalEtcd, LocalPrometheus
-from ..torchrun import rendezvous_id, torchrun_command
-from . import local_runs
-from .base import Backend, RunRef
-from .local_console import RankZeroConsole, other_ranks_errors, summary_block
+from trainkit import hardware
+from trainkit.backends.base import Backend, RunRef
+from trainkit.backends.local import runs as local_runs
+from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors, summary_block
+from trainkit.errors import JobFailed
+from trainkit.job.build import Machine
+from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
+from trainkit.run.prepare import PreparedRun, prepare_run
+from trainkit.run.torchrun import rendezvous_id, torchrun_command
+from trainkit.services import LocalEtcd, LocalPrometheus
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
 # its workers 30 s to finish (they save a checkpoint when time allows), plus a margin.

@@ -12,8 +12,7 @@ import uuid
 from pathlib import Path
 
 from training.common.job import Job
-
-from .launch import PreparedRun
+from trainkit.run.prepare import PreparedRun
 
 # Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
 LAST_CALL_TIMEOUT_S = 5
@@ -22,7 +21,7 @@ LAST_CALL_TIMEOUT_S = 5
 KEEP_ALIVE_INTERVAL_S = 2
 KEEP_ALIVE_MAX_ATTEMPT = 3
 # c10d: torch's rendezvous in a TCP store hosted by node 0's agent. etcd: torch's dynamic
-# rendezvous on etcd's v2 API with retries across an etcd restart (trainkit/rendezvous.py).
+# rendezvous on etcd's v2 API with retries across an etcd restart (trainkit/run/rendezvous.py).
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 # torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
 AGENT = "trainkit.run.agent"

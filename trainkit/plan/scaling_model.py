@@ -35,16 +35,13 @@ publication.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from importlib.resources import files
 
 from training.common.flops import PEAK_BF16_TFLOPS
 from training.common.job import SHARDING_STRATEGIES
-
-from .errors import SpecError
-from .hardware import INSTANCE_TYPES
+from trainkit.errors import SpecError
+from trainkit.hardware import INSTANCE_TYPES
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 DDP_BUCKET_BYTES = 25 * 1024**2  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -264,159 +261,3 @@ def curve(workload: StepCost, strategy: str, fabric: Fabric, node_counts=NODE_CO
 
 
 # --------------------------------------------------------------------------- published tables
-
-
-def published_tables() -> dict:
-    return json.loads(files("trainkit").joinpath("tables", "published_scaling.json").read_text())
-
-
-def _workload_of(name: str, tables: dict) -> StepCost:
-    """A published table's workload from its stated parameters. Compute per step: from the table's own one-node
-    throughput (what that row measured, its own exposed communication taken out), from the FLOP rate another
-    table's accelerator reached, or calibrated on one row (which is then a fit, not a prediction)."""
-    entry = tables[name]
-    w, fabric = entry["workload"], FABRICS[entry["family"]]
-    items = w["per_device_batch"] * w.get("micro_batches", 1)  # per accelerator and optimizer step
-    workload = StepCost(
-        params=w["params"],
-        compute_s=1.0,
-        micro_batches=w.get("micro_batches", 1),
-        largest_unit=w.get("largest_unit", w["params"]),
-        param_bytes=w.get("param_bytes", 2),
-        grad_bytes=w.get("grad_bytes", 2),
-    )
-    compute = w["compute"]
-    if compute == "one_node_throughput":
-        one_node_step = items * fabric.per_node / entry["published"]["throughput"][0]
-        exposed = predict(replace(workload, compute_s=one_node_step), w["strategy"], 1, fabric).exposed_s
-        return replace(workload, compute_s=one_node_step - exposed)
-    if "achieved_tflops_like" in compute:
-        rate = achieved_flops_per_device(compute["achieved_tflops_like"], tables)
-        return replace(workload, compute_s=items * w["tokens_per_item"] * 6 * w["params"] / rate)
-    nodes = compute["calibrated_on"]
-    target = dict(zip(entry["published"]["nodes"], published_efficiency(entry), strict=True))[nodes]
-
-    def efficiency(compute_s):
-        return curve(replace(workload, compute_s=compute_s), w["strategy"], fabric, (nodes,))[0].efficiency
-
-    return replace(workload, compute_s=solve_rising(efficiency, target))
-
-
-def solve_rising(function, target: float, low: float = 1e-6, high: float = 1e6) -> float:
-    """x in [low, high] where a rising function reaches target (bisection in log space)."""
-    for _ in range(200):
-        middle = math.sqrt(low * high)
-        low, high = (middle, high) if function(middle) < target else (low, middle)
-    return math.sqrt(low * high)
-
-
-def fit_inter_efficiency(name: str, nodes: int) -> float:
-    """The inter-node link efficiency that makes a published efficiency table's row at `nodes` come out exactly:
-    how a family's efficiency is found where its only published figures are a training table (dl1)."""
-    tables = published_tables()
-    entry = tables[name]
-    fabric = FABRICS[entry["family"]]
-    workload = _workload_of(name, tables)  # the one-node anchor does not cross the network
-    target = dict(zip(entry["published"]["nodes"], published_efficiency(entry), strict=True))[nodes]
-
-    def efficiency(inter_efficiency):
-        fitted = replace(fabric, inter_efficiency=inter_efficiency)
-        return curve(workload, entry["workload"]["strategy"], fitted, (nodes,))[0].efficiency
-
-    return solve_rising(efficiency, target, 1e-4, 1.0)
-
-
-def achieved_flops_per_device(name: str, tables: dict) -> float:
-    """FLOP/s one accelerator reached in a published table's one-node row (6 FLOPs per parameter per token)."""
-    entry = tables[name]
-    w, fabric = entry["workload"], FABRICS[entry["family"]]
-    tokens_per_s = entry["published"]["throughput"][0] / fabric.per_node * w.get("tokens_per_item", 128)
-    return tokens_per_s * 6 * w["params"]
-
-
-def published_efficiency(entry: dict) -> list[float]:
-    """Per-node-throughput efficiency from what the table publishes: throughput, time to train, or efficiency."""
-    published = entry["published"]
-    nodes = published["nodes"]
-    if "efficiency" in published:
-        return published["efficiency"]
-    if "throughput" in published:
-        values = published["throughput"]
-        return [v / values[0] / (n / nodes[0]) for v, n in zip(values, nodes, strict=True)]
-    minutes = published["minutes"]
-    return [minutes[0] / m / (n / nodes[0]) for m, n in zip(minutes, nodes, strict=True)]
-
-
-def compare_published(llm_curves=None) -> list[dict]:
-    """Every published row beside the model's prediction: table, at (nodes or size), published, predicted,
-    error (predicted - published: efficiency points, or relative for bandwidth), fit (a row the model was fitted
-    or normalised on). `llm_curves(model, nodes) -> [Point]` predicts trainkit's own jobs for the near-linear
-    claim (trainkit.plan supplies it; the model here knows no recipes)."""
-    rows = []
-    tables = published_tables()
-    for name, entry in tables.items():
-        if name.startswith("_"):
-            continue
-        fabric = FABRICS[entry["family"]]
-        if entry["kind"] == "allreduce_busbw":
-            for size, busbw in zip(entry["published"]["bytes"], entry["published"]["busbw_gb_s"], strict=True):
-                predicted = allreduce_busbw(size, entry["nodes"], fabric) / 1e9
-                fit = _size(size) in entry["fitted_rows"]
-                rows.append(_row(name, entry, _size(size), busbw, predicted, (predicted - busbw) / busbw, fit))
-        elif entry["kind"] == "near_linear":
-            if llm_curves is None:
-                continue
-            floor = entry["published"]["at_least"]
-            for model in entry["models"]:
-                points = llm_curves(model, entry["published"]["nodes"])
-                for point in points:
-                    at = _nodes(point.nodes)
-                    base = point.nodes == points[0].nodes
-                    rows.append(_row(f"{name}:{model}", entry, at, floor, point.efficiency, None, base))
-        else:
-            nodes = entry["published"]["nodes"]
-            workload = _workload_of(name, tables)
-            points = curve(workload, entry["workload"]["strategy"], fabric, nodes)
-            compute = entry["workload"]["compute"]
-            calibrated = compute.get("calibrated_on") if isinstance(compute, dict) else None
-            for n, published, point in zip(nodes, published_efficiency(entry), points, strict=True):
-                error = point.efficiency - published
-                fit = n in (1, calibrated) or _nodes(n) in entry.get("fitted_rows", ())
-                rows.append(_row(name, entry, _nodes(n), published, point.efficiency, error, fit))
-    return rows
-
-
-def _row(name, entry, at, published, predicted, error, fit) -> dict:
-    return {
-        "table": name,
-        "at": at,
-        "published": published,
-        "predicted": predicted,
-        "error": error,
-        "fit": fit,
-        "unit": entry["unit"],
-        "source": entry["source"],
-    }
-
-
-def _nodes(n: int) -> str:
-    return f"{n} node" + ("s" if n > 1 else "")
-
-
-def _size(size: float) -> str:
-    return f"{size / GIB:g} GiB" if size >= GIB else f"{size / MIB:g} MiB"
-
-
-def render_comparison(rows: list[dict]) -> str:
-    """Published beside predicted with the error; rows the model was fitted on are marked 'fit'."""
-    lines = [f"{'table':<32}{'at':>9}{'published':>13}{'predicted':>13}{'error':>9}"]
-    for row in rows:
-        mark = "  fit" if row["fit"] else ""
-        if row["unit"] == "GB/s":
-            cells = f"{row['published']:>8.0f} GB/s{row['predicted']:>8.0f} GB/s{row['error']:>+9.1%}"
-        elif row["error"] is None:  # a claim, not a figure: "near-linear" = at least this efficiency
-            cells = f"{'>= ' + format(row['published'], '.0%'):>13}{row['predicted']:>13.1%}{'':>9}"
-        else:
-            cells = f"{row['published']:>13.1%}{row['predicted']:>13.1%}{100 * row['error']:>+7.1f}pt"
-        lines.append(f"{row['table']:<32}{row['at']:>9}{cells}{mark}".rstrip())
-    return "\n".join(lines)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .scenarios import Result
+from trainkit.bench.chaos.scenarios import Result
 
 
 def describe(result: Result) -> str:

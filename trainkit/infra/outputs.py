@@ -1,9 +1,8 @@
-"""What the launcher knows about the EKS cluster: names the platform stack creates, and the infra outputs.
+"""What `make up PROFILE=aws` leaves for the launcher: the infra stack's outputs, the kubeconfig and the image
+`invoke images.push` pushed last, under the aws profile's state folder.
 
-The names below are the contract between `terraform/stacks/platform` (which creates the objects) and
-the EKS backend (which refers to them); tests/unit/test_platform_stack.py checks both sides agree.
-`invoke infra.up --profile aws` records the infra stack's outputs in `.trainkit/aws/outputs.json`;
-without that file (a dry run on a laptop) the infra stack's defaults are assumed and said so.
+`invoke infra.up --profile aws` records the infra stack's outputs in `.trainkit/aws/outputs.json`; without that
+file (a dry run on a laptop) the infra stack's defaults are assumed and said so.
 """
 
 from __future__ import annotations
@@ -12,31 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from observability.contract import MONITORING_NAMESPACE as MONITORING_NAMESPACE  # re-exported
+from trainkit.paths import state_dir
 
-from .paths import state_dir
-
-JOBS_NAMESPACE = "trainkit-jobs"
-"""Namespace for training jobs (ResourceQuota, FSx claim and the HF token Secret live there)."""
-PLATFORM_NAMESPACE = "trainkit-system"
-"""Namespace of the platform's own services (etcd)."""
-# kube-prometheus-stack and dcgm-exporter; Grafana's service is <release>-grafana.
-
-MONITORING_RELEASE = "kube-prometheus-stack"
-METRICS_PORT_NAME = "metrics-{rank}"
-"""Container port name of each local rank's metrics; the platform's PodMonitor keeps ports named so."""
-ETCD_SERVICE = "trainkit-etcd"
-ETCD_PORT = 2379
-FSX_CLAIM = "fsx-shared"
-# The data-preparation job's service account (platform stack) with read access to data_source_buckets (infra stack).
-DATA_SERVICE_ACCOUNT = "trainkit-data"
-"""PersistentVolumeClaim (ReadWriteMany) bound to the infra stack's FSx for Lustre file system."""
-FSX_MOUNT = "/fsx"
-"""Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""
-HF_TOKEN_SECRET = "hf-token"
-HF_TOKEN_KEY = "token"
-C10D_PORT = 29400
-"""Port of the c10d rendezvous store on worker 0 (torchrun's default)."""
 DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
 IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
 NOT_PUSHED_TAG = "not-pushed"
@@ -46,10 +22,6 @@ UNRECORDED_IMAGE = f"trainkit/{IMAGE_REPOSITORY}:{NOT_PUSHED_TAG}"
 """The image name a spec gets before `make up PROFILE=aws` recorded the ECR repository."""
 PUSHED_IMAGE_FILE = "image.json"
 """Beside outputs.json: the image `invoke images.push` pushed last (image, tag, digest)."""
-
-
-def etcd_endpoint() -> str:
-    return f"{ETCD_SERVICE}.{PLATFORM_NAMESPACE}.svc:{ETCD_PORT}"
 
 
 def aws_state_dir() -> Path:

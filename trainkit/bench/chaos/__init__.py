@@ -4,7 +4,7 @@ mid-run, and measure what the job does about it.
 Each scenario starts a real elastic job (`--nodes 1:2 --nproc 1`: two torchrun agents, each a
 "node", at a real c10d or etcd rendezvous), waits until training has passed `fault_step`, injects
 its fault (into the last node, unless the scenario names node 0, which hosts the c10d store; see
-trainkit/backends/local.py) and watches the job to its end under a hard timeout. It reads what the
+trainkit/backends/local/backend.py) and watches the job to its end under a hard timeout. It reads what the
 run leaves, `metrics.jsonl` (every step with a wall-clock time) and `events.jsonl` (starts,
 resumes, checkpoints, stops), and records:
 
@@ -26,9 +26,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .harness import run_baseline, run_matrix, run_scenario
-from .scenarios import BACKENDS, SCENARIOS, Result, Scenario, Settings, select
-from .table import describe, readme_table, render_table, update_readme
+from trainkit.bench.chaos.harness import run_baseline, run_matrix, run_scenario
+from trainkit.bench.chaos.scenarios import BACKENDS, SCENARIOS, Result, Scenario, Settings, select
+from trainkit.bench.chaos.table import describe, readme_table, render_table, update_readme
 
 __all__ = [
     "BACKENDS",

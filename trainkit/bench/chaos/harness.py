@@ -13,14 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-from ..backends import job_from_flags
-from ..backends.local import LocalJob, explain_failure, job_exit_code, signal_group
-from ..errors import SpecError
-from ..launch import prepare_run
-from ..run.failures import failure_summary
-from ..services import EtcdServer
-from .scenarios import SCENARIOS, Result, Settings
-from .table import describe
+from trainkit.backends import job_from_flags
+from trainkit.backends.local.backend import LocalJob, explain_failure, job_exit_code, signal_group
+from trainkit.bench.chaos.scenarios import SCENARIOS, Result, Settings
+from trainkit.bench.chaos.table import describe
+from trainkit.errors import SpecError
+from trainkit.run.failures import failure_summary
+from trainkit.run.prepare import prepare_run
+from trainkit.services import EtcdServer
 
 
 def _read_jsonl(path: Path) -> list[dict]:

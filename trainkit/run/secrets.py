@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import SpecError
+from trainkit.errors import SpecError
 
 
 def _token_files() -> list[Path]:

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cluster
-from .errors import SpecError
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
 
 FLAVORS = ("gpu", "cpu")
 LOCAL_NAME = "localhost/trainkit-train"
@@ -40,7 +40,7 @@ Runner = Callable[..., subprocess.CompletedProcess]
 
 def checkout() -> Path:
     """The source tree the image is built from: this package's checkout (an installed wheel has none)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if not (root / DOCKERFILE).is_file() or not (root / "pyproject.toml").is_file():
         raise SpecError(
             f"images are built from a checkout of trainkit (no {DOCKERFILE} beside this installed package): "
@@ -161,7 +161,7 @@ def plan_build(
         flavor=flavor,
         tag=tag or content_tag(root, flavor),
         root=root,
-        context=context or cluster.aws_state_dir().parent / f"image-context-{flavor}",
+        context=context or outputs.aws_state_dir().parent / f"image-context-{flavor}",
         build_args=build_args,
         ca_bundle=bundle,
     )
@@ -194,7 +194,7 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
 
 
 def _record(name: str, flavor_or_none: str | None, entry: dict) -> Path:
-    path = cluster.aws_state_dir() / name
+    path = outputs.aws_state_dir() / name
     data = json.loads(path.read_text()) if path.is_file() else {}
     data = {**data, flavor_or_none: entry} if flavor_or_none else entry
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +212,7 @@ def build(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.r
 
 
 def last_built(flavor: str) -> str:
-    path = cluster.aws_state_dir() / BUILDS_FILE
+    path = outputs.aws_state_dir() / BUILDS_FILE
     built = json.loads(path.read_text()).get(flavor) if path.is_file() else None
     if not built:
         raise SpecError(f"no {flavor} image built yet: run `invoke images.build --target {flavor}` first")
@@ -230,14 +230,14 @@ def registry_password(ecr) -> tuple[str, str]:
 
 def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run) -> dict:
     """Log in to ECR (password on stdin), push `LOCAL_NAME:tag` to the train repository, record it."""
-    outputs = cluster.load_outputs()
-    if not outputs.image_repository:
+    infra = outputs.load_outputs()
+    if not infra.image_repository:
         raise SpecError("no ECR repository recorded: run `make up PROFILE=aws` first (it records the repository)")
     if ecr is None:
         import boto3
 
-        ecr = boto3.client("ecr", region_name=outputs.region)
-    repository = outputs.image_repository
+        ecr = boto3.client("ecr", region_name=infra.region)
+    repository = infra.image_repository
     remote = f"{repository}:{tag}"
     registry, password = registry_password(ecr)
     login = run([tool, "login", "--username", "AWS", "--password-stdin", registry], input=password, text=True)
@@ -249,7 +249,7 @@ def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run) -> dict:
     else:
         digest, note = _push(tool, f"{LOCAL_NAME}:{tag}", remote, run), "pushed"
     entry = {"image": remote, "tag": tag, "digest": digest}
-    _record(cluster.PUSHED_IMAGE_FILE, None, entry)
+    _record(outputs.PUSHED_IMAGE_FILE, None, entry)
     return {**entry, "note": note}
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.job import Job
-
-from .errors import SpecError
+from trainkit.errors import SpecError
 
 
 @dataclass
@@ -120,7 +119,7 @@ def _prediction(run: RunFiles, points: dict[int, float]) -> dict[int, float] | N
     """The scaling model's tokens/s for the run's job at its world sizes (EKS runs on p4d/p5 family nodes)."""
     if run.throughput_key != "tokens_per_s":
         return None
-    from .plan import predicted_throughput
+    from trainkit.plan.scaling import predicted_throughput
 
     sizes = sorted(set(points) | {run.world_size})
     try:

@@ -20,8 +20,9 @@ from pathlib import PurePosixPath
 
 import yaml
 
-from . import cluster, render
-from .errors import SpecError
+from trainkit.backends.eks import cluster, render
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (Kubernetes >= 1.27)
 POLL_S = 2.0
@@ -76,7 +77,7 @@ def prep_args(source: str | None, dest: str, val_csv: str | None, workers: int) 
     return args
 
 
-def check_bucket(source: str | None, outputs: cluster.InfraOutputs, flag: str = "--source") -> str | None:
+def check_bucket(source: str | None, infra: outputs.InfraOutputs, flag: str = "--source") -> str | None:
     """An s3:// source must be in a bucket the data role may read; a note when no infra outputs say which."""
     if not source:
         return None
@@ -86,10 +87,10 @@ def check_bucket(source: str | None, outputs: cluster.InfraOutputs, flag: str = 
         bucket, _ = parse_s3_url(source, flag)
     except PrepError as error:
         raise SpecError(str(error)) from None
-    if not outputs.recorded:
+    if not infra.recorded:
         return f"no infra outputs recorded: not checked that the data job may read s3://{bucket}"
-    if bucket not in outputs.data_buckets:
-        readable = ", ".join(outputs.data_buckets) or "none"
+    if bucket not in infra.data_buckets:
+        readable = ", ".join(infra.data_buckets) or "none"
         raise SpecError(
             f"the data job may read only the buckets in data_source_buckets ({readable}), not {bucket}: add "
             f'"{bucket}" to data_source_buckets in terraform/stacks/infra/terraform.tfvars and run '
@@ -108,7 +109,7 @@ def job_name() -> str:
 
 def check_service_account(kube, namespace: str) -> None:
     """Without its service account the Job's pods are never created (the Job only records FailedCreate)."""
-    from .backends.eks.kube import unless_missing
+    from trainkit.backends.eks.kube import unless_missing
 
     if unless_missing(kube.core.read_namespaced_service_account, cluster.DATA_SERVICE_ACCOUNT, namespace) is None:
         raise SpecError(
@@ -119,7 +120,7 @@ def check_service_account(kube, namespace: str) -> None:
 
 def check_no_writer(kube, namespace: str, dest: str) -> None:
     """Two copies into one folder would race on the same partial files: refuse while another is active."""
-    from .backends.eks.kube import TIMEOUT_S
+    from trainkit.backends.eks.kube import TIMEOUT_S
 
     selector = f"{render.LABEL_DATA_DEST}={dest_label(dest)}"
     for job in kube.batch.list_namespaced_job(namespace, label_selector=selector, _request_timeout=TIMEOUT_S).items:
@@ -153,14 +154,14 @@ def submit(
     out: Callable[[str], None] = print,
 ) -> int:
     """Create the Job (or print it, `dry_run`); with `follow`, stream its pods' logs: 0 when it completed."""
-    outputs = cluster.load_outputs()
+    infra = outputs.load_outputs()
     if namespace not in (None, cluster.JOBS_NAMESPACE):
         raise SpecError(
             f"--namespace {namespace}: the data job runs in {cluster.JOBS_NAMESPACE}, where the platform stack made "
             f"its service account ({cluster.DATA_SERVICE_ACCOUNT}) and the infra stack its S3 access; leave it out"
         )
     namespace = cluster.JOBS_NAMESPACE
-    image = image or outputs.default_image
+    image = image or infra.default_image
     relative = fsx_relative(dest, "--dest")
     manifest = render.render_prep_job(
         job_name(),
@@ -168,17 +169,17 @@ def submit(
         image,
         prep_args(source, relative, val_csv, workers),
         dest_label(relative),
-        outputs.fsx_zone,
+        infra.fsx_zone,
         f"{cluster.FSX_MOUNT}/{relative}",
     )
     s3_csv = val_csv if val_csv and val_csv.startswith("s3://") else None  # a path on FSx reads no bucket
-    notes = [check_bucket(source, outputs), check_bucket(s3_csv, outputs, "--val-csv")]
+    notes = [check_bucket(source, infra), check_bucket(s3_csv, infra, "--val-csv")]
     if dry_run:
         _notes(notes)
         out(yaml.safe_dump(manifest, sort_keys=False, width=120))
         return 0
-    from .backends.eks import preflight
-    from .backends.eks.kube import TIMEOUT_S, Kube
+    from trainkit.backends.eks import preflight
+    from trainkit.backends.eks.kube import TIMEOUT_S, Kube
 
     kube = kube or Kube.connect()
     preflight.check_cluster(kube)
@@ -205,8 +206,8 @@ def _notes(notes: list[str | None]) -> None:
 
 def follow_job(kube, namespace: str, name: str, out: Callable[[str], None] = print, poll_s: float = POLL_S) -> int:
     """Each pod's log in turn (a failed pod's replacement after it) until the Job ends: 0 Complete, 1 Failed."""
-    from .backends.eks import _lines
-    from .backends.eks.kube import TIMEOUT_S
+    from trainkit.backends.eks.backend import _lines
+    from trainkit.backends.eks.kube import TIMEOUT_S
 
     followed: set[str] = set()
     quiet_since = time.monotonic()

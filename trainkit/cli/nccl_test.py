@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Exit, task
 
-from .options import user_errors
+from trainkit.cli.options import user_errors
 
 EKS_ONLY = ("instance_type", "image", "namespace", "rdzv", "rdzv_endpoint", "run_id", "dry_run")
 
@@ -50,8 +50,9 @@ def nccl_test(
     dry_run=False,
 ):
     """Collective sweep (all-reduce, all-gather, reduce-scatter): time, algbw, busbw per size, as nccl-tests."""
-    from .. import hardware, nccltest
-    from ..errors import SpecError
+    from trainkit import hardware
+    from trainkit.errors import SpecError
+    from trainkit.workloads import nccl_test as nccltest
 
     eks_only = {key: value for key, value in locals().items() if key in EKS_ONLY}
     if target == "eks":

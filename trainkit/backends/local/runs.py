@@ -20,10 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
-
-from ..errors import SpecError
-from ..run.failures import recorded_failure
-from .base import RunRef
+from trainkit.backends.base import RunRef
+from trainkit.errors import SpecError
+from trainkit.run.failures import recorded_failure
 
 OWNER_FILE = "launcher.json"
 LOCK_FILE = ".lock"

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
-
-from .errors import SpecError
-from .job.models import ModelEntry
+from trainkit.errors import SpecError
+from trainkit.job.models import ModelEntry
 
 GB = 1e9
 GIB = 2**30

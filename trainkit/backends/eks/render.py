@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 
 from training.common.job import Job
-
-from . import cluster, hardware
+from trainkit import hardware
+from trainkit.backends.eks import cluster
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator looks for this container name
@@ -101,7 +101,7 @@ def rdzv_endpoint(job: Job) -> str:
 
 def _elastic_policy(job: Job, rdzv_id: str) -> dict:
     """What the operator needs to run an elastic job; the pods pass torchrun the same values explicitly
-    (and the rendezvous tuning, trainkit/torchrun.py), since the operator knows no `trainkit-etcd`."""
+    (and the rendezvous tuning, trainkit/run/torchrun.py), since the operator knows no `trainkit-etcd`."""
     host, _, port = rdzv_endpoint(job).rpartition(":")
     return {
         "rdzvBackend": job.elastic.rdzv,

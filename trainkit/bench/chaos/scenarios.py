@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import SpecError
+from trainkit.errors import SpecError
 
 BACKENDS = ("c10d", "etcd")
 

@@ -22,11 +22,10 @@ from training.common.job import (
     worker_arguments,
 )
 from training.llm.dialogues import write_dialogues
-
-from .errors import SpecError
-from .job.models import ModelEntry, get_model
-from .secrets import require_hf_token
-from .storage import check_free_space
+from trainkit.errors import SpecError
+from trainkit.job.models import ModelEntry, get_model
+from trainkit.run.secrets import require_hf_token
+from trainkit.run.storage import check_free_space
 
 ENTRY_POINTS = {"llama": "training.llm.train", "vision": "training.vision.train"}
 SYNTHETIC_CLASSES = 10

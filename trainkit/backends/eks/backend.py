@@ -1,0 +1,302 @@
+"""EKS backend: the job spec as a PyTorchJob, submitted, followed and stopped through the Kubernetes API.
+
+`submit` runs the preflight checks, then creates the job; `--dry-run` prints the objects as YAML
+and touches nothing. `status`, `logs` and `stop` find a run's job by its run-id label (default: the
+newest trainkit job in the namespace). Outputs live on FSx and survive `stop`; submitting the same
+run id again resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+
+import yaml
+
+from training.common.job import Job
+from trainkit import hardware
+from trainkit.backends.base import Backend, RunRef
+from trainkit.backends.eks import cluster, preflight, render, rules
+from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
+from trainkit.job.build import Machine
+from trainkit.run.torchrun import rendezvous_id
+
+GROUP_RANK = re.compile(r"group_rank=(\d+)")
+
+
+def resolve(job: Job) -> Machine:
+    """Defaults from the cluster's infra outputs; one process per GPU of the instance type."""
+    infra = outputs.load_outputs()
+    placement, elastic = job.placement, job.elastic
+    if placement.instance_type is None:
+        placement.instance_type = infra.instance_type
+        if not infra.recorded:
+            job.run.notes.append(
+                f"no infra outputs recorded yet (`make up PROFILE=aws` records them): assuming "
+                f"{placement.instance_type} nodes; --instance-type sets it"
+            )
+    known = hardware.INSTANCE_TYPES
+    if placement.instance_type not in known:
+        raise SpecError(
+            f"--instance-type {placement.instance_type!r} is not in the instance table; choose one of: "
+            f"{', '.join(known)}"
+        )
+    gpus = known[placement.instance_type].gpus
+    if job.parallelism.nproc is None:
+        job.parallelism.nproc = gpus
+    if placement.image is None:
+        placement.image = infra.default_image
+    if placement.namespace is None:
+        placement.namespace = cluster.JOBS_NAMESPACE
+    if elastic.rdzv is None:
+        elastic.rdzv = "etcd"
+        job.run.notes.append(
+            "rendezvous: etcd (the platform's), which survives the loss of any node; "
+            "--rdzv c10d uses a store on worker 0 instead (README, Elastic training)"
+        )
+    if elastic.rdzv == "etcd" and not elastic.rdzv_endpoint:
+        elastic.rdzv_endpoint = cluster.etcd_endpoint()
+    return Machine(gpus)
+
+
+def manifest_yaml(job: Job, workload: render.Workload | None = None, rdzv_id: str | None = None) -> str:
+    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload)
+    return yaml.safe_dump(manifest, sort_keys=False, width=120)
+
+
+def submit(
+    job: Job, kube: Kube | None = None, ecr=None, workload: render.Workload | None = None, rdzv_id: str | None = None
+) -> str:
+    """Preflight, then create the job: training (`workload` None) or another workload on the same placement."""
+    kube = kube or Kube.connect()
+    for note in preflight.preflight(kube, job, ecr, training=workload is None):
+        print(f"note: {note}", flush=True)
+    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload)
+    namespace = job.placement.namespace
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S)
+    name = manifest["metadata"]["name"]
+    runs = cluster.FSX_MOUNT + "/" + str(job.run_dir).lstrip("/")
+    run_id, p = job.run.run_id, job.parallelism
+    return (
+        f"submitted {namespace}/{name}: {p.nodes} x {job.placement.instance_type}, {p.nproc} processes each, "
+        f"rendezvous {job.elastic.rdzv}; outputs in {runs} on FSx\n"
+        f"follow it: invoke status --run-id {run_id} | invoke logs --run-id {run_id} -f"
+    )
+
+
+# ---------------------------------------------------------------- following a job
+
+
+def find_job(kube: Kube, namespace: str, run_id: str | None) -> dict:
+    """The job of `run_id`, or the newest trainkit job in the namespace."""
+    selector = ",".join(f"{k}={v}" for k, v in render.MANAGED_BY.items())
+    if run_id:
+        selector += f",{render.LABEL_RUN}={render.label_value(run_id)}"
+    jobs = kube.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=selector, _request_timeout=TIMEOUT_S
+    )["items"]
+    if not jobs:
+        which = f"for run {run_id}" if run_id else "from trainkit"
+        raise SpecError(f"no job {which} in namespace {namespace}: submit one with `invoke train --target eks`")
+    return max(jobs, key=lambda job: job["metadata"].get("creationTimestamp", ""))
+
+
+def job_pods(kube: Kube, job: dict) -> list:
+    name = job["metadata"]["name"]
+    pods = kube.core.list_namespaced_pod(
+        job["metadata"]["namespace"],
+        label_selector=f"{render.LABEL_RUN}={job['metadata']['labels'][render.LABEL_RUN]}",
+        _request_timeout=TIMEOUT_S,
+    ).items
+    return sorted((p for p in pods if p.metadata.name.startswith(f"{name}-")), key=lambda p: p.metadata.name)
+
+
+def restarts(pod) -> int:
+    return sum(status.restart_count for status in (pod.status.container_statuses or []))
+
+
+def holding(job: dict) -> list[str]:
+    """The types of the job's conditions that hold (status "True"), oldest first."""
+    return [c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"]
+
+
+def failure_cause(pods: list) -> str | None:
+    """Why the job's first failed container ended: its termination message (the pod entry point's one line, or under
+    FallbackToLogsOnError the log's last line), from the container's state or, after an in-place restart, its
+    last state."""
+    ended = []
+    for pod in pods:
+        for container in pod.status.container_statuses or []:
+            for state in (container.state, container.last_state):
+                terminated = state.terminated if state else None
+                if terminated and terminated.exit_code and (terminated.message or "").strip():
+                    ended.append((str(terminated.finished_at or ""), terminated.message.strip().splitlines()[-1]))
+    return min(ended)[1] if ended else None
+
+
+def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
+    """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
+    the job ends), its pods, and why a failed container ended (its termination message). The state is the
+    newest condition that holds. Jobs restart by exit code (render.RESTART_BY_EXIT_CODE): a failed pod is
+    replaced, or fails the job when its code says no restart helps. Under the OnFailure policy of jobs from
+    earlier versions containers restart in place and the operator fails the job when their restart counts reach
+    runPolicy.backoffLimit, so that sum is shown for them."""
+    kube = kube or Kube.connect()
+    job = find_job(kube, namespace, run_id)
+    meta = job["metadata"]
+    conditions = job.get("status", {}).get("conditions", [])
+    state = (holding(job) or ["Pending"])[-1]
+    lines = [f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {state}"]
+    for condition in conditions:
+        when, message = condition.get("lastTransitionTime", ""), condition.get("message", "")
+        lines.append(f"  {condition['type']:<11} {condition.get('status', '?'):<5} {when}  {message}".rstrip())
+    pods = job_pods(kube, job)
+    lines.append(f"  {'pod':<40} {'phase':<10} {'restarts':>8}  node")
+    for pod in pods:
+        lines.append(
+            f"  {pod.metadata.name:<40} {pod.status.phase or '?':<10} {restarts(pod):>8}  {pod.spec.node_name or '-'}"
+        )
+    if not pods:
+        lines.append("  (no pods yet)" if state not in ("Succeeded", "Failed") else "  (no pods left)")
+    cause = failure_cause(pods)
+    if cause and state != "Succeeded":
+        lines.append(f"  cause      {cause}")
+    limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
+    in_place = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("restartPolicy") in ("OnFailure", "Always")
+    if limit is not None and in_place and state not in ("Succeeded", "Failed"):
+        counted = sum(restarts(pod) for pod in pods if pod.status.phase == "Running")
+        lines.append(f"  restarts of running pods: {counted} of backoffLimit {limit} (the job fails at the limit)")
+    return "\n".join(lines)
+
+
+def pods_by_group_rank(kube: Kube, pods: list) -> dict:
+    """{group rank: pod} from the latest rendezvous round each pod's agent logged (LOGLEVEL=INFO)."""
+    by_node = {}
+    for pod in pods:
+        text = kube.core.read_namespaced_pod_log(
+            pod.metadata.name, pod.metadata.namespace, container=render.CONTAINER, _request_timeout=TIMEOUT_S
+        )
+        ranks = GROUP_RANK.findall(text or "")
+        if ranks:
+            by_node[int(ranks[-1])] = pod
+    return by_node
+
+
+def _lines(response) -> Iterator[str]:
+    """Decoded lines of a streamed log, the last one even without its newline."""
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line.decode(errors="replace") for line in lines)
+    if pending:
+        yield pending.decode(errors="replace")
+
+
+def logs(
+    namespace: str, run_id: str | None, rank: int | None = None, follow: bool = False, kube: Kube | None = None
+) -> Iterator[str]:
+    """Lines of the leader's log (group rank 0), or of global `rank` only (torchrun prefixes each worker's lines)."""
+    kube = kube or Kube.connect()
+    job = find_job(kube, namespace, run_id)
+    pods = job_pods(kube, job)
+    if not pods:
+        if {"Succeeded", "Failed"} & set(holding(job)):
+            run = job["metadata"]["annotations"][render.LABEL_RUN]
+            raise SpecError(
+                f"job {job['metadata']['name']} has ended and its pods are gone (the operator deletes pods still "
+                f"running at the end); every rank's log is on FSx under runs/{run}/logs/"
+            )
+        raise SpecError(f"job {job['metadata']['name']} has no pods yet: see `invoke status`")
+    nproc = int(job["spec"]["nprocPerNode"])
+    by_node = pods_by_group_rank(kube, pods)
+    if rank is None:
+        pod, prefix = by_node.get(0, pods[0]), ""
+        if 0 not in by_node:  # the operator deletes the pods still running when the first one finishes
+            run = job["metadata"]["annotations"][render.LABEL_RUN]
+            yield (
+                f"note: no pod of {job['metadata']['name']} holds group rank 0 now (at a job's end the operator "
+                f"deletes pods still running); every rank's log stays on FSx under runs/{run}/logs/"
+            )
+    else:
+        if rank // nproc not in by_node:
+            known = f"0..{len(by_node) * nproc - 1}" if by_node else "none yet"
+            raise SpecError(f"--rank {rank} is not running (ranks now: {known}); see `invoke status`")
+        pod, prefix = by_node[rank // nproc], f"[default{rank % nproc}]:"
+    role = f" (rank {rank})" if rank is not None else (" (leader)" if 0 in by_node else "")
+    yield f"==> {pod.metadata.name}{role}"
+    response = kube.core.read_namespaced_pod_log(
+        pod.metadata.name, namespace, container=render.CONTAINER, follow=follow, _preload_content=False
+    )
+    yield from (line for line in _lines(response) if line.startswith(prefix))
+
+
+def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
+    kube = kube or Kube.connect()
+    job = find_job(kube, namespace, run_id)
+    meta = job["metadata"]
+    unless_missing(  # already gone is as good as deleted
+        kube.custom.delete_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        meta["namespace"],
+        PLURAL,
+        meta["name"],
+        propagation_policy="Foreground",
+    )
+    run = meta["annotations"][render.LABEL_RUN]
+    return (
+        f"deleted job {meta['namespace']}/{meta['name']}; its pods stop (checkpoint at the step boundary when time "
+        f"allows). Outputs stay on FSx; submit with --run-id {run} to resume."
+    )
+
+
+def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:
+    """Create (or replace) the Secret the pods read HF_TOKEN from. The token goes only into the request body."""
+    kube = kube or Kube.connect()
+    preflight.check_cluster(kube)
+    secret = render.render_hf_token_secret(token, namespace)
+    api_error, _ = api_errors()
+    try:
+        kube.core.create_namespaced_secret(namespace, secret, _request_timeout=TIMEOUT_S)
+        verb = "created"
+    except api_error as error:
+        if error.status != 409:
+            raise
+        kube.core.replace_namespaced_secret(cluster.HF_TOKEN_SECRET, namespace, secret, _request_timeout=TIMEOUT_S)
+        verb = "replaced"
+    return f"{verb} Secret {namespace}/{cluster.HF_TOKEN_SECRET}; training pods read it as HF_TOKEN"
+
+
+class EksBackend(Backend):
+    """A PyTorchJob of the Kubeflow training operator on the cluster `make up PROFILE=aws` made."""
+
+    name = "eks"
+
+    def resolve(self, job: Job) -> Machine:
+        return resolve(job)
+
+    def check(self, job: Job) -> None:
+        rules.check(job)
+
+    def submit(self, job: Job, dry_run: bool = False) -> int:
+        for note in job.run.notes:  # stderr: with --dry-run, stdout is only the YAML
+            print(f"note: {note}", file=sys.stderr, flush=True)
+        print(manifest_yaml(job) if dry_run else submit(job), flush=True)
+        return 0
+
+    def status(self, ref: RunRef) -> str:
+        return status(_namespace(ref), ref.run_id)
+
+    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+        return logs(_namespace(ref), ref.run_id, rank, follow)
+
+    def stop(self, ref: RunRef) -> str:
+        return stop(_namespace(ref), ref.run_id)
+
+
+def _namespace(ref: RunRef) -> str:
+    return ref.namespace or cluster.JOBS_NAMESPACE

@@ -1,0 +1,34 @@
+"""The names the platform stack creates on the EKS cluster (namespaces, services, the FSx claim, the token's
+Secret): the contract between `terraform/stacks/platform` (which creates the objects) and the EKS backend (which
+refers to them); tests/unit/test_platform_stack.py checks both sides agree. The infra stack's outputs:
+trainkit/infra/outputs.py."""
+
+from __future__ import annotations
+
+from observability.contract import MONITORING_NAMESPACE as MONITORING_NAMESPACE  # re-exported
+
+JOBS_NAMESPACE = "trainkit-jobs"
+"""Namespace for training jobs (ResourceQuota, FSx claim and the HF token Secret live there)."""
+PLATFORM_NAMESPACE = "trainkit-system"
+"""Namespace of the platform's own services (etcd)."""
+# kube-prometheus-stack and dcgm-exporter; Grafana's service is <release>-grafana.
+
+MONITORING_RELEASE = "kube-prometheus-stack"
+METRICS_PORT_NAME = "metrics-{rank}"
+"""Container port name of each local rank's metrics; the platform's PodMonitor keeps ports named so."""
+ETCD_SERVICE = "trainkit-etcd"
+ETCD_PORT = 2379
+FSX_CLAIM = "fsx-shared"
+# The data-preparation job's service account (platform stack) with read access to data_source_buckets (infra stack).
+DATA_SERVICE_ACCOUNT = "trainkit-data"
+"""PersistentVolumeClaim (ReadWriteMany) bound to the infra stack's FSx for Lustre file system."""
+FSX_MOUNT = "/fsx"
+"""Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""
+HF_TOKEN_SECRET = "hf-token"
+HF_TOKEN_KEY = "token"
+C10D_PORT = 29400
+"""Port of the c10d rendezvous store on worker 0 (torchrun's default)."""
+
+
+def etcd_endpoint() -> str:
+    return f"{ETCD_SERVICE}.{PLATFORM_NAMESPACE}.svc:{ETCD_PORT}"
