@@ -88,6 +88,12 @@ class FaultyProxy:
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(data)))
+                # One request per connection. Kept alive, some answers this server sent in full never reached the
+                # SDK, which sent the request again: measured 2-5 such retries per round trip (0 with moto alone,
+                # 0 with this), and a create sent twice meets its own first copy ("already exists": moto keeps no
+                # ClientToken) and fails `make up`.
+                self.send_header("Connection", "close")
+                self.close_connection = True
                 self.end_headers()
                 self.wfile.write(data)
 
