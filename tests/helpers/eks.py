@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import kubernetes_validate
+
+from tests.helpers.kubernetes import kubernetes_version
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import render
+from trainkit.workloads.recipe import recipe
 
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"  # what recorded_outputs records
 IMAGE = "registry.example.com/trainkit/train:test"  # not ECR: the image check only notes it
 
 
 def job_for(flags: dict) -> dict:
-    return render.render_pytorchjob(build_spec({"target": "eks", **flags}), "fixed-rdzv-id")
+    return render.render_pytorchjob(job := build_spec({"target": "eks", **flags}), "fixed-rdzv-id", recipe(job))
 
 
 def worker(job: dict) -> dict:
@@ -19,3 +23,14 @@ def worker(job: dict) -> dict:
 
 def container(job: dict) -> dict:
     return worker(job)["template"]["spec"]["containers"][0]
+
+
+def validate_core(job: dict) -> None:
+    """The pod template as a core PodTemplate, strictly (unknown fields fail)."""
+    template = {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {"name": "t"},
+        "template": worker(job)["template"],
+    }
+    kubernetes_validate.validate(template, kubernetes_version(), strict=True)

@@ -44,6 +44,10 @@ elasticPolicy, restartPolicy ExitCode, OnFailure or Never, cleanPodPolicy Runnin
   Restarting replace each other; Succeeded/Failed set Running's status to False; after Failed nothing
   changes.
 
+ConfigMaps (a user script's code): created as the API server validates them (the v1.33 schema, strictly, and data
+plus binaryData at most 1 MiB); a pod that mounts one that does not exist yet stays Pending until it does, then
+sees its items as files; deleting a PyTorchJob deletes the ConfigMaps it owns (the garbage collector).
+
 batch/v1 Jobs (the data-preparation job), as Kubernetes v1.33's Job controller treats one with the defaults we
 use (one completion, restartPolicy Never; pkg/controller/job/job_controller.go and the Jobs concept page): the
 object is checked against the v1.33 OpenAPI schema (kubernetes-validate, strict: stricter than the API server's
@@ -60,6 +64,7 @@ status.active/succeeded/failed count the pods. Pods get what Pod Identity would 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -76,7 +81,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from tests.helpers.crd import admission_errors
-from trainkit.backends.eks.pod import TERMINATION_LOG_ENV
+from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
+from trainkit.backends.eks.render import CODE_MOUNT
 
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 BATCH_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
@@ -86,6 +92,8 @@ PODS = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+)(/log)?)?$")
 SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
 ACCOUNTS = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
 CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
+CONFIGMAPS = re.compile(r"^/api/v1/namespaces/([^/]+)/configmaps(?:/([^/]+))?$")
+CONFIGMAP_BYTES = 1024 * 1024  # pkg/apis/core/validation ValidateConfigMap: data + binaryData, core.MaxSecretSize
 
 
 VERSION = {  # every field of version.Info (the client requires them all)
@@ -261,6 +269,7 @@ class FakeCluster:
     claim_phase: str | None = "Bound"
     nodes: list[dict] = field(default_factory=list)
     secrets: dict = field(default_factory=dict)
+    configmaps: dict = field(default_factory=dict)
     jobs: dict = field(default_factory=dict)
     batch_jobs: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
@@ -360,7 +369,8 @@ class FakeCluster:
 
     def _run_pod(self, namespace: str, manifest: dict, injected: dict | None = None) -> None:
         """The kubelet starting a pod: the container's env resolved (values, the pod's name, Secrets), what a
-        controller injects, the test's `pod_env`; /fsx is the FSx folder."""
+        controller injects, the test's `pod_env`; /fsx is the FSx folder. A pod whose ConfigMap volume does not
+        exist yet stays Pending until it does (the kubelet retries the mount)."""
         name, container = manifest["metadata"]["name"], manifest["spec"]["containers"][0]
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
         for item in container.get("env", []):
@@ -380,11 +390,59 @@ class FakeCluster:
         env[TERMINATION_LOG_ENV] = str(termination_log)  # the kubelet's mount at terminationMessagePath
         pod = Pod(manifest, self.root / f"{name}.log", env, cwd, termination_log=termination_log)
         self.pods[(namespace, name)] = pod
+        self._start_when_mounted(namespace, pod)
+
+    def _start_when_mounted(self, namespace: str, pod: Pod) -> None:
+        """Start the pod once every ConfigMap it mounts exists: the files (its items, or every key) under a folder
+        of the pod's; a process here cannot have its own mounts, so the one at CODE_MOUNT reaches the container as
+        CODE_MOUNT_ENV (what the pod entry point reads first, trainkit/backends/eks/pod.py)."""
+        volumes = {v["name"]: v["configMap"] for v in pod.manifest["spec"].get("volumes", []) if "configMap" in v}
+        if any((namespace, source["name"]) not in self.configmaps for source in volumes.values()):
+            return
+        for mount in pod.manifest["spec"]["containers"][0].get("volumeMounts", []):
+            source = volumes.get(mount["name"])
+            if source is None:
+                continue
+            body = self.configmaps[(namespace, source["name"])]
+            files = {key: value.encode() for key, value in body.get("data", {}).items()}
+            files.update({key: base64.b64decode(value) for key, value in body.get("binaryData", {}).items()})
+            folder = self.root / "volumes" / pod.name / mount["name"]
+            for item in source.get("items") or [{"key": key, "path": key} for key in files]:
+                (folder / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+                (folder / item["path"]).write_bytes(files[item["key"]])
+            if mount["mountPath"] == CODE_MOUNT:
+                pod.env[CODE_MOUNT_ENV] = str(folder)
         pod.start()
+
+    def create_configmap(self, namespace: str, body: dict) -> tuple[int, dict]:
+        """Checked against the v1.33 schema (strict) and the API server's size rule."""
+        import kubernetes_validate
+
+        from tests.helpers.kubernetes import kubernetes_version
+
+        name = body["metadata"]["name"]
+        try:
+            kubernetes_validate.validate(body, kubernetes_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return 422, status_body(422, "Invalid", f"ConfigMap is invalid: {error}")
+        size = sum(len(v.encode()) for v in body.get("data", {}).values())
+        size += sum(len(base64.b64decode(v)) for v in body.get("binaryData", {}).values())
+        if size > CONFIGMAP_BYTES:
+            message = f'ConfigMap "{name}" is invalid: []: Too long: must have at most {CONFIGMAP_BYTES} bytes'
+            return 422, status_body(422, "Invalid", message)
+        with self.lock:
+            if (namespace, name) in self.configmaps:
+                return 409, status_body(409, "AlreadyExists", f'configmaps "{name}" already exists')
+            body["metadata"].update(namespace=namespace, uid=f"uid-{name}", creationTimestamp=now())
+            self.configmaps[(namespace, name)] = body
+        return 201, body
 
     def _kubelet(self) -> None:
         while not self.stopping.wait(0.2):
             with self.lock:
+                for (namespace, _), pod in list(self.pods.items()):
+                    if pod.phase == "Pending" and pod.process is None:
+                        self._start_when_mounted(namespace, pod)
                 for (namespace, name), job in self.jobs.items():
                     self._sync(namespace, name, job)
                 for (namespace, name), job in self.batch_jobs.items():
@@ -593,6 +651,11 @@ class FakeCluster:
                 return 404, status_body(404, "NotFound", f'pytorchjobs.kubeflow.org "{name}" not found')
             for key in [k for k in self.pods if k[0] == namespace and k[1].startswith(f"{name}-worker-")]:
                 self._delete_pod(namespace, self.pods[key])
+            # The garbage collector: objects the job owned (metadata.ownerReferences) go with it.
+            uid = job["metadata"]["uid"]
+            for key, body in list(self.configmaps.items()):
+                if any(ref.get("uid") == uid for ref in body["metadata"].get("ownerReferences", [])):
+                    del self.configmaps[key]
         return 200, status_body(200, "Deleted", name) | {"status": "Success"}
 
     # ------------------------------------------------------------ test controls
@@ -679,6 +742,8 @@ def _handler(cluster: FakeCluster):
                 return self._pods(method, m[1], m[2], bool(m[3]), query)
             if m := SECRETS.match(path):
                 return self._secrets(method, m[1], m[2])
+            if m := CONFIGMAPS.match(path):
+                return self._configmaps(method, m[1], m[2])
             return self._send(404, status_body(404, "NotFound", f"no route for {method} {path}"))
 
         def _jobs(self, method, namespace, name, query):
@@ -776,6 +841,18 @@ def _handler(cluster: FakeCluster):
                 201 if method == "POST" else 200,
                 {"kind": "Secret", "apiVersion": "v1", "metadata": body["metadata"], "type": "Opaque"},
             )
+
+        def _configmaps(self, method, namespace, name):
+            if method == "POST" and name is None:
+                return self._send(*cluster.create_configmap(namespace, self._body()))
+            with cluster.lock:
+                body = cluster.configmaps.get((namespace, name))
+                if body is None:
+                    return self._send(404, status_body(404, "NotFound", f'configmaps "{name}" not found'))
+                if method == "DELETE":
+                    del cluster.configmaps[(namespace, name)]
+                    return self._send(200, status_body(200, "Success", ""))
+                return self._send(200, body)
 
         def do_GET(self):
             self._route("GET")

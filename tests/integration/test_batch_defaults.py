@@ -19,6 +19,7 @@ from trainkit import hardware
 from trainkit.backends import job_from_flags
 from trainkit.backends.eks import render
 from trainkit.job.models import REGISTRY
+from trainkit.workloads.recipe import recipe as recipe_workload
 
 NODE_COUNTS = [str(n) for n in range(1, 17)] + [f"1:{n}" for n in range(2, 17)] + ["2:4", "4:16"]
 
@@ -36,7 +37,7 @@ def test_the_recipe_gives_a_valid_job_at_every_node_count(model):
             flags = {"model": model, "target": "eks", "nodes": nodes, "instance_type": instance_type, "run_id": "b"}
             job = job_from_flags(flags, profile="aws")
             o, where = job.optimisation, f"{model} on {nodes} x {instance_type}"
-            manifest = render.render_pytorchjob(job, "fixed-rdzv-id")
+            manifest = render.render_pytorchjob(job, "fixed-rdzv-id", recipe_workload(job))
             assert admission_errors(manifest) is None, (where, admission_errors(manifest))
             limits = container(manifest)["resources"]["limits"]
             assert limits == {

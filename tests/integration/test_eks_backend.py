@@ -19,6 +19,7 @@ from trainkit.backends.eks import backend as eks
 from trainkit.backends.eks import preflight
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
+from trainkit.workloads.recipe import recipe
 
 TOKEN = "hf_never_print_me_42"
 
@@ -97,7 +98,7 @@ def test_pretrained_needs_the_token_secret(fake):
 
 def test_a_running_job_of_the_same_run_is_refused(fake):
     spec = spec_of()
-    eks.submit(spec)
+    eks.submit(spec, recipe(spec))
     with pytest.raises(
         SpecError, match=rf"run {spec.run.run_id} already has a job .* `invoke stop --run-id {spec.run.run_id}`"
     ):

@@ -14,25 +14,15 @@ import pytest
 import yaml
 
 from tests.helpers.crd import admission_errors
-from tests.helpers.eks import container, job_for, worker
+from tests.helpers.eks import container, job_for, validate_core, worker
 from tests.helpers.kubernetes import kubernetes_version
 from tests.helpers.paths import GOLDEN, REPO
 from tests.helpers.product import invoke
 from trainkit import hardware
+from trainkit.backends.base import WORKLOAD_ENV
 from trainkit.backends.eks import cluster, render
 
 TOKEN = "hf_do_not_leak_0123456789abcdef"
-
-
-def validate_core(job: dict) -> None:
-    """The pod template as a core PodTemplate, strictly (unknown fields fail)."""
-    template = {
-        "apiVersion": "v1",
-        "kind": "PodTemplate",
-        "metadata": {"name": "t"},
-        "template": worker(job)["template"],
-    }
-    kubernetes_validate.validate(template, kubernetes_version(), strict=True)
 
 
 def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path):
@@ -175,7 +165,7 @@ def test_local_dry_run_prints_the_job_and_creates_nothing(tmp_path):
 def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_sweep(tmp_path):
     """`invoke nccl-test --target eks --dry-run`: the same pods as a training job on p5 (8 GPUs, 32 EFA devices,
     node selector, security, FSx), admitted by the operator's CRD and webhook rules and valid as a core pod;
-    the workers run torchrun on the sweep, which expects EFA and the published busbw; nothing of training."""
+    the workers run the pod entry point on the sweep, which expects EFA and the published busbw, retried never."""
     env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")}
     result = invoke("nccl-test", "--target", "eks", "--nodes", "2", "--run-id", "fabric", "--dry-run", env=env)
     assert result.returncode == 0, result.stderr
@@ -193,19 +183,21 @@ def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_swee
     assert worker(job)["restartPolicy"] == "Never" and job["spec"]["runPolicy"]["backoffLimit"] == 0
     assert job["spec"]["elasticPolicy"]["minReplicas"] == job["spec"]["elasticPolicy"]["maxReplicas"] == 2
     assert job["metadata"]["labels"][render.LABEL_MODEL] == "nccl-test"
-    assert container(job)["command"] == ["python", "-m", "trainkit.run.agent"]  # torchrun with the no-retry rule
-    args = container(job)["args"]
-    assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--nproc-per-node") + 1] == "8"
-    assert args[args.index("--max-restarts") + 1] == "0"
-    assert args[args.index("--log-dir") + 1] == "runs/fabric/logs/$(POD_NAME)"
-    sweep = args[args.index("-m") + 1 :]
-    assert sweep[:3] == ["training.comms.sweep", "--out", "runs/fabric"]
+    assert job["spec"]["elasticPolicy"]["maxRestarts"] == 0
+    # The pod entry point, as for every workload (a failed sweep's cause reaches `invoke status`), on the sweep.
+    assert container(job)["command"] == render.POD_ENTRY
+    env = {item["name"]: item.get("value") for item in container(job)["env"]}
+    workload = json.loads(env[WORKLOAD_ENV])
+    assert (workload["kind"], workload["module"], workload["restarts"]) == ("nccl-test", "training.comms.sweep", False)
+    sweep = workload["args"]
+    assert sweep[:2] == ["--out", "runs/fabric"]
     assert "--expect-efa" in sweep and sweep[sweep.index("--expect-busbw") + 1] == f"{2 * 2**30}:443.7"
     assert sweep[sweep.index("--max-bytes") + 1] == str(16 * 2**30)  # GPUs: nccl-tests' usual 8 B .. 16 GiB
-    names = {item["name"] for item in container(job)["env"]}
-    assert set(render.NCCL_EFA_ENV) <= names and not {"TRAINKIT_SPEC", "HF_TOKEN"} & names
+    spec = json.loads(env["TRAINKIT_SPEC"])
+    assert (spec["parallelism"]["nodes"], spec["parallelism"]["nproc"], spec["run"]["workload"]) == (2, 8, "nccl-test")
+    assert set(render.NCCL_EFA_ENV) <= set(env) and "HF_TOKEN" not in env  # the sweep never reads the token
 
 
 def test_nccl_test_flags_of_the_cluster_are_refused_locally():
     result = invoke("nccl-test", "--target", "local", "--image", "x", "--dry-run")
-    assert result.returncode == 2 and "--image, --dry-run: for --target eks only" in result.stderr
+    assert result.returncode == 2 and "--image x is for --target eks; drop it (or add --target eks)" in result.stderr

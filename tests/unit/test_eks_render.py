@@ -13,11 +13,12 @@ from tests.helpers.eks import ECR, container, job_for
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import cluster, render
 from trainkit.infra import outputs
+from trainkit.workloads.recipe import recipe
 
 
 def test_c10d_uses_worker_0_and_each_submission_gets_its_own_rendezvous_id(recorded_outputs):
     spec = build_spec({"target": "eks", "model": "llama2-7b", "nodes": "1:2", "rdzv": "c10d"})
-    first, second = (render.render_pytorchjob(spec, f"{spec.run.run_id}-{i}") for i in range(2))
+    first, second = (render.render_pytorchjob(spec, f"{spec.run.run_id}-{i}", recipe(spec)) for i in range(2))
     policy = first["spec"]["elasticPolicy"]
     name = first["metadata"]["name"]
     assert policy["rdzvBackend"] == "c10d" and policy["rdzvHost"] == f"{name}-worker-0"

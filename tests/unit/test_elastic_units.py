@@ -13,8 +13,8 @@ from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.local.backend import explain_failure, job_exit_code, node_command
 from trainkit.bench import chaos
 from trainkit.errors import SpecError
-from trainkit.run.prepare import PreparedRun
 from trainkit.run.rendezvous import PatientBackend
+from trainkit.run.torchrun import PreparedRun
 
 
 class FlakyStore:
@@ -75,7 +75,7 @@ def test_c10d_store_host_loss_is_explained_and_other_failures_are_not():
 
 def _rdzv_conf(rdzv: str, node: int) -> str:
     spec = build_spec({"nodes": "1:2", "nproc": 1, "rdzv": rdzv, "rdzv_endpoint": "127.0.0.1:2379"})
-    command = node_command(PreparedRun(spec, "training.llm.train", []), "127.0.0.1:1", "id", node)
+    command = node_command(PreparedRun(spec, ["-m", "training.llm.train"]), "127.0.0.1:1", "id", node)
     return command[command.index("--rdzv-conf") + 1]
 
 

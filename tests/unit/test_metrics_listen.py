@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from training.common.metrics import MetricsSink
-from training.common.run import metrics_address
+from training.common.metrics import MetricsSink, metrics_address
 
 
 def listening_address(port: int) -> str:

@@ -62,10 +62,11 @@ def test_monitoring_scrapes_the_pods_the_backend_renders_and_loads_the_generated
     """The PodMonitor selects what render_pytorchjob produces; rules and dashboards are the committed ones."""
     from trainkit.backends import job_from_flags as build_spec
     from trainkit.backends.eks.render import render_pytorchjob
+    from trainkit.workloads.recipe import recipe
 
     monitor = base_context()["local"]["training_pod_monitor"]
     spec = build_spec({"model": "llama2-7b", "nodes": 2, "run_id": "obs"}, profile="aws")
-    pod = render_pytorchjob(spec, "rdzv")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    pod = render_pytorchjob(spec, "rdzv", recipe(spec))["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
     assert monitor["namespaceSelector"]["matchNames"] == [cluster.JOBS_NAMESPACE]
     assert monitor["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     keep = monitor["podMetricsEndpoints"][0]["relabelings"][0]

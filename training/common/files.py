@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -25,11 +26,16 @@ def fsync_dir(path: Path) -> None:
 def publish_text(path: Path, text: str) -> Path:
     """Write `text` to `path` atomically and durably: readers see the old file or the whole new one, never
     a part, and once this returns the new one survives the machine (or the pod) going away."""
+    return publish_bytes(path, text.encode())
+
+
+def publish_bytes(path: Path, data: bytes) -> Path:
+    """publish_text for bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_sibling(path)
     try:
-        with tmp.open("w") as handle:
-            handle.write(text)
+        with tmp.open("wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(path)
@@ -38,3 +44,13 @@ def publish_text(path: Path, text: str) -> Path:
         raise
     fsync_dir(path.parent)
     return path
+
+
+def publish_rank_files(run_dir: Path, rank: int, files: dict[str, str]) -> None:
+    """logs/ranks/<rank>.json: {"stdout": path, "stderr": path} of a global rank's current process (written by the
+    rank itself, or by the torchrun agent that started it: trainkit/run/agent.py, for any workload)."""
+    from .job import RANK_LOGS_DIR
+
+    folder = run_dir / "logs" / RANK_LOGS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    publish_text(folder / f"{rank}.json", json.dumps(files) + "\n")

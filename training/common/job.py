@@ -93,6 +93,9 @@ def share(global_batch: int, world: int, rank: int) -> tuple[int, int]:
     return rank * base + min(rank, extra), base + (rank < extra)
 
 
+WORKLOADS = ("recipe", "script", "nccl-test")
+
+
 @dataclass
 class RunOptions:
     """Where the run lives and how it reports."""
@@ -117,6 +120,14 @@ class RunOptions:
         trains=False,
     )
     profile: str = option("local", "Profile YAML the defaults came from.", trains=False, cli=False)
+    workload: str = option(
+        "recipe",
+        "What the run starts: the model's recipe, a user's script, or the collective sweep (nccl-test); the "
+        "model, data and optimisation fields describe a recipe only.",
+        choices=WORKLOADS,
+        trains=False,
+        cli=False,
+    )
     notes: list[str] = option(
         [], "Adjustments the launcher made to the defaults, shown to the user.", trains=False, cli=False
     )
@@ -463,7 +474,11 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         data = {"version": SPEC_VERSION, **dataclasses.asdict(self)}
-        data["derived"] = {"world_size": self.world_size, "grad_accum_steps": self.grad_accum_steps}
+        batches = self.optimisation.global_batch_size and self.optimisation.micro_batch_size  # a recipe's only
+        data["derived"] = {
+            "world_size": self.world_size,
+            "grad_accum_steps": self.grad_accum_steps if batches else None,
+        }
         return data
 
     @classmethod
@@ -593,6 +608,12 @@ MODEL_CONFIG = "model_config.json"
 """In the run folder: what the workers build a randomly initialised model from (language models: a
 Hugging Face config.json; vision: the class count of synthetic input)."""
 RANK_LOGS_DIR = "ranks"
+RUN_DIR_ENV = "TRAINKIT_RUN_DIR"
+"""Every process of a run finds its run folder here (the launcher sets it; a user's script reads it)."""
+CHECKPOINT_DIR_ENV = "TRAINKIT_CHECKPOINT_DIR"
+"""A user's script keeps its checkpoints here (training/script.py)."""
+SCRIPT_LABEL_ENV = "TRAINKIT_SCRIPT"
+"""A user's script's name, for its metrics' `model` label."""
 """logs/<this>/<rank>.json in the run folder: the files torchrun sends each rank's output to, recorded
 by the rank itself (`invoke logs --rank`)."""
 METRICS_PORT_OFFSET_ENV = "TRAINKIT_METRICS_PORT_OFFSET"

@@ -69,12 +69,18 @@ _FIELD_TO_GAUGE = {
 _MEDIANS = ("tokens_per_s", "samples_per_s", "mfu", "step_time_s", "data_wait_s", "epoch_time_s")
 
 
+def metrics_address(target: str) -> str:
+    """Where a rank's /metrics listens: loopback on one machine (the local Prometheus scrapes 127.0.0.1),
+    every interface on EKS, where Prometheus scrapes the pod's IP."""
+    return "0.0.0.0" if target == "eks" else "127.0.0.1"
+
+
 class MetricsSink:
     def __init__(
         self, run_dir: Path, labels: dict[str, str], is_main: bool, port: int | None, address: str = "127.0.0.1"
     ):
         """`address`: where the rank's /metrics listens; this machine only unless a scraper elsewhere needs it
-        (EKS: Prometheus scrapes the pod's IP), see run.metrics_address."""
+        (EKS: Prometheus scrapes the pod's IP), see metrics_address."""
         self.run_dir = Path(run_dir)
         self.is_main = is_main
         self.jsonl = self.run_dir / "metrics.jsonl"

@@ -24,10 +24,10 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
 from .failure import NoRetry, doing
-from .files import publish_text
-from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, RANK_LOGS_DIR, Job
+from .files import publish_rank_files, publish_text
+from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from .lifecycle import StopSignal
-from .metrics import MetricsSink
+from .metrics import MetricsSink, metrics_address
 from .profiling import StepProfile
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
@@ -51,9 +51,7 @@ def record_log_files(run_dir: Path, rank: int | None = None) -> None:
             continue
         if target.startswith("/") and Path(target).is_file():
             files[name] = target
-    folder = run_dir / "logs" / RANK_LOGS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    publish_text(folder / f"{rank}.json", json.dumps(files) + "\n")
+    publish_rank_files(run_dir, rank, files)
 
 
 class ProgressLines:
@@ -96,12 +94,6 @@ class ProgressLines:
 
     def close(self) -> None:
         pass
-
-
-def metrics_address(target: str) -> str:
-    """Where a rank's /metrics listens: loopback on one machine (the local Prometheus scrapes 127.0.0.1),
-    every interface on EKS, where Prometheus scrapes the pod's IP."""
-    return "0.0.0.0" if target == "eks" else "127.0.0.1"
 
 
 def current_nodes(configured: int) -> int:

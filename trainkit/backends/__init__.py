@@ -15,7 +15,7 @@ from typing import Any
 from training.common.job import SPEC_FILE, Job
 from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError
-from trainkit.job import build, derive, validate
+from trainkit.job import Machine, build, derive, validate
 
 # target -> "module:class"; a new backend is one module and one line here.
 BACKENDS = {"local": "trainkit.backends.local.backend:LocalBackend", "eks": "trainkit.backends.eks.backend:EksBackend"}
@@ -28,14 +28,15 @@ def get_backend(target: str) -> Backend:
     return getattr(importlib.import_module(module), name)()
 
 
-def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Backend]:
+def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Backend, Machine]:
+    """The job, the backend that runs it, and what a node of its target offers (GPUs per node)."""
     job = build(flags, profile)
     backend = get_backend(job.placement.target)
     machine = backend.resolve(job)
     derive(job, machine)
     validate(job, machine)
     backend.check(job)
-    return job, backend
+    return job, backend, machine
 
 
 def job_from_flags(flags: dict[str, Any], profile: str = "local") -> Job:

@@ -1,13 +1,18 @@
-"""The interface every backend implements (see README.md in this folder for what each method owes)."""
+"""The interface every backend implements (see README.md in this folder for what each method owes), and what it
+runs: a `Workload`."""
 
 from __future__ import annotations
 
 import abc
+import importlib
+import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
-from training.common.job import Job
+from training.common.files import publish_text
+from training.common.job import RUN_DIR_ENV, Job
 from trainkit.job.build import Machine
+from trainkit.run.torchrun import PreparedRun
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,76 @@ class RunRef:
     run_id: str | None = None
     runs_dir: str = "runs"
     namespace: str | None = None
+
+
+WORKLOAD_FILE = "workload.json"
+WORKLOAD_ENV = "TRAINKIT_WORKLOAD"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a backend starts on every node of a job: torchrun (trainkit.run.agent) over a Python module or a
+    script, with its arguments. The job says where and on how many processes; the workload says what runs there,
+    how a node makes the run folder ready for it (`prepare`, run where the folder lives: here, or in each pod), and
+    whether the target retries a failure. It travels as JSON: the run folder's workload.json, and on a cluster the
+    pods' TRAINKIT_WORKLOAD."""
+
+    kind: str
+    """What the run is, for `invoke status` and the console: recipe, script, nccl-test."""
+    label: str
+    """What it runs, in a few words (the model's name, the script's file name); the EKS model label."""
+    module: str | None = None
+    """`python -m MODULE` ..."""
+    script: str | None = None
+    """... or a file, as torchrun's working directory sees it (a user's code travels into the run folder)."""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    """Plain settings for every process; never a secret (those come from prepare, or the target's own store)."""
+    prepare: str = "trainkit.run.prepare:prepare_run"
+    """"module:function" taking (job, workload), run before torchrun where the run folder lives; returns the
+    secrets the processes need as environment variables. Imported by name, so a backend needs no workload module."""
+    token: bool = True
+    """Whether its processes may read the Hugging Face token the target keeps (the sweep needs none)."""
+    restarts: bool = True
+    """False: the first failure fails the job (no torchrun restarts, no replacement pods): a fabric test must."""
+    outputs: tuple[str, ...] = ()
+    """Files in the run folder worth naming when the run ends (the sweep's report)."""
+    code: str | None = None
+    """A user's code: the folder prepare copies into the run folder (script workloads), as the preparing node sees
+    it; a backend whose nodes cannot see this machine's files carries it there (eks: a ConfigMap)."""
+    requirements: tuple[str, ...] = ()
+    """pip requirement lines installed for the run before torchrun starts (script workloads)."""
+    wheelhouse: str | None = None
+    """Where those come from without an index: a folder of wheels (pip --no-index --find-links)."""
+
+    def entry(self) -> list[str]:
+        """What follows torchrun's own options."""
+        return ["-m", self.module, *self.args] if self.module else [str(self.script), *self.args]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Workload:
+        data = json.loads(text)
+        return cls(
+            **{
+                **data,
+                "args": tuple(data["args"]),
+                "outputs": tuple(data["outputs"]),
+                "requirements": tuple(data["requirements"]),
+            }
+        )
+
+
+def ready(job: Job, workload: Workload) -> PreparedRun:
+    """Run the workload's preparation where the run folder lives (see Workload.prepare) and say how each node
+    starts it; a preparation that refuses raises SpecError before any process starts."""
+    module, _, name = workload.prepare.partition(":")
+    secrets = getattr(importlib.import_module(module), name)(job, workload)
+    publish_text(job.run_dir / WORKLOAD_FILE, workload.to_json() + "\n")
+    env = {**workload.env, RUN_DIR_ENV: str(job.run_dir), **secrets}
+    return PreparedRun(job, workload.entry(), env, workload.restarts)
 
 
 class Backend(abc.ABC):
@@ -34,10 +109,10 @@ class Backend(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def submit(self, job: Job, dry_run: bool = False) -> int:
-        """Run a validated job, or with `dry_run` print what would run and create nothing. Returns 0 once the job
-        finished (backends that hand the job to a scheduler: once it is accepted); a job that ran and failed
-        raises JobFailed with its exit code and its cause in one line."""
+    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
+        """Run a workload as a validated job, or with `dry_run` print what would run and create nothing. Returns 0
+        once the job finished (backends that hand the job to a scheduler: once it is accepted); a job that ran and
+        failed raises JobFailed with its exit code and its cause in one line."""
 
     @abc.abstractmethod
     def status(self, ref: RunRef) -> str:

@@ -1,18 +1,19 @@
-"""The command line: one Invoke collection per module (train: the job's doors at the top level; infra,
-data, images, obs, secrets; bench: chaos and benchmarks at the top level; nccl_test: nccl-test). The repository's
-tasks.py exposes `namespace` to `invoke`; an installed package has the same commands as `trainkit` (or
+"""The command line: one Invoke collection per module (train: the job's doors at the top level; run: a user's
+script; nccl_test: nccl-test; infra, data, images, obs, secrets; bench: chaos and benchmarks at the top level). The
+repository's tasks.py exposes `namespace` to `invoke`; an installed package has the same commands as `trainkit` (or
 `python -m trainkit`), which needs no tasks.py and no checkout."""
 
 from __future__ import annotations
 
 from invoke import Collection, Program
 
-from trainkit.cli import bench, data, images, infra, nccl_test, obs, secrets, train
+from trainkit.cli import bench, data, images, infra, nccl_test, obs, run, secrets, train
 
 namespace = Collection(
     *train.TASKS,
     *bench.TASKS,
     *nccl_test.TASKS,
+    *run.TASKS,
     infra.collection,
     data.collection,
     images.collection,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from invoke import Exit, task
+from invoke import task
 
 from trainkit.cli.options import user_errors
-
-EKS_ONLY = ("instance_type", "image", "namespace", "rdzv", "rdzv_endpoint", "run_id", "dry_run")
 
 
 @task(
@@ -19,14 +17,14 @@ EKS_ONLY = ("instance_type", "image", "namespace", "rdzv", "rdzv_endpoint", "run
         "min-bytes": "Smallest message, e.g. 8, 64K (default: 8 on GPUs, 1K on CPU).",
         "max-bytes": "Largest message, e.g. 16G (default: 16G on GPUs, 4M on CPU).",
         "iters": "Timed iterations per size (default 20); warmup: untimed ones before them (default 5).",
-        "runs-dir": "local: where runs/<nccl-test-...>/ goes (default runs). eks: runs/<run id>/ on FSx.",
+        "runs-dir": "Where runs/<run id>/ goes (default runs; eks: on FSx).",
         "instance-type": "eks: as for invoke train (default: the cluster's GPU node type).",
         "image": "eks: the training image (default: the one `invoke images.push` recorded).",
         "namespace": "eks: namespace of the job (default: the training jobs').",
-        "rdzv": "eks: etcd (default, the platform's) or c10d (a store on worker 0).",
-        "rdzv-endpoint": "eks: host:port of the rendezvous (default: the platform's etcd service).",
-        "run-id": "eks: name of the run and its folder on FSx (default nccl-test-<time>-<hex>).",
-        "dry-run": "eks: print the PyTorchJob as YAML and create nothing.",
+        "rdzv": "c10d (local default; eks: a store on worker 0) or etcd (eks default: the platform's).",
+        "rdzv-endpoint": "host:port of the rendezvous (eks default: the platform's etcd service).",
+        "run-id": "Name of the run and its folder (default nccl-test-<time>-<hex>).",
+        "dry-run": "Print what would run and create nothing (local: the job and the workload; eks: the PyTorchJob).",
     },
 )
 @user_errors
@@ -50,31 +48,27 @@ def nccl_test(
     dry_run=False,
 ):
     """Collective sweep (all-reduce, all-gather, reduce-scatter): time, algbw, busbw per size, as nccl-tests."""
-    from trainkit import hardware
-    from trainkit.errors import SpecError
-    from trainkit.workloads import nccl_test as nccltest
+    from trainkit.backends import resolve_job
+    from trainkit.workloads import nccl_test as sweep
 
-    eks_only = {key: value for key, value in locals().items() if key in EKS_ONLY}
-    if target == "eks":
-        placement = {key: value for key, value in eks_only.items() if key != "dry_run"}
-        per_node = int(nproc) if nproc is not None else None
-        print(
-            nccltest.submit_eks(
-                int(nodes), per_node, placement, ops, min_bytes, max_bytes, int(iters), int(warmup), dry_run
-            )
-        )
-        return
-    if target != "local":
-        raise SpecError(f"--target {target!r}: local or eks")
-    given = [key for key, value in eks_only.items() if value not in (None, False)]
-    if given:
-        flags = ", ".join("--" + key.replace("_", "-") for key in given)
-        raise SpecError(f"{flags}: for --target eks only")
-    per_node = int(nproc) if nproc is not None else (hardware.local_gpu_count() or 2)
-    out, lines, ok = nccltest.run(int(nodes), per_node, runs_dir, ops, min_bytes, max_bytes, int(iters), int(warmup))
-    print("\n".join(lines))
-    if not ok:
-        raise Exit(f"nccl-test failed: see {out}", code=1)
+    placement = {"instance_type": instance_type, "image": image, "namespace": namespace, "rdzv": rdzv}
+    flags = {
+        **placement,
+        "rdzv_endpoint": rdzv_endpoint,
+        "workload": "nccl-test",
+        "target": target,
+        "nodes": nodes,
+        "min_nodes": nodes,
+        "nproc": nproc,
+        "runs_dir": runs_dir,
+        "run_id": run_id or sweep.new_run_id(),
+        "max_restarts": 0,
+        "metrics_port": 0,
+    }
+    job, backend, machine = resolve_job({key: value for key, value in flags.items() if value is not None})
+    gpus = machine.gpus_per_node > 0
+    workload = sweep.workload(job, gpus, ops, min_bytes, max_bytes, int(iters), int(warmup))
+    backend.submit(job, workload, dry_run=dry_run)  # a failed sweep raises JobFailed: its cause, its exit code
 
 
 TASKS = [nccl_test]

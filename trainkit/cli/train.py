@@ -15,6 +15,7 @@ from trainkit.errors import SpecError
 from trainkit.job import REGISTRY, build
 from trainkit.plan.memory import PlanOptions, make_plan, plan_json, render_plan
 from trainkit.plan.scaling import make_scaling, published_llm_curves, render_scaling, scaling_json, scaling_png
+from trainkit.workloads.recipe import recipe
 
 TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
 PLAN_FLAGS = (
@@ -33,8 +34,8 @@ PLAN_FLAGS = (
 
 def _train(c, profile="local", dry_run=False, **values):
     """Train a model: validate the job, then run it (local: torchrun here; eks: a PyTorchJob)."""
-    job, backend = resolve_job(job_flags(values, TRAIN_KEYS), profile)
-    backend.submit(job, dry_run=dry_run)  # a failed run raises JobFailed: its cause, its exit code
+    job, backend, _ = resolve_job(job_flags(values, TRAIN_KEYS), profile)
+    backend.submit(job, recipe(job), dry_run=dry_run)  # a failed run raises JobFailed: its cause, its exit code
 
 
 _train_body, _train_help = job_options(_train, TRAIN_KEYS, {"profile": "local", "dry_run": False})

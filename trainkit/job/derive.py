@@ -22,6 +22,12 @@ def _value(job: Job, key: str):
 
 
 def derive(job: Job, machine: Machine) -> None:
+    p = job.parallelism
+    if p.min_nodes is None:
+        p.min_nodes = p.nodes
+    if job.run.workload != "recipe":  # a script or the sweep: the model's recipe says nothing about it
+        job.run.run_id = job.run.run_id or f"{job.run.workload}-{job.fingerprint()}"
+        return
     entry = get_model(job.model.name)
     job.model.family = entry.family
     o, p = job.optimisation, job.parallelism
@@ -45,8 +51,6 @@ def derive(job: Job, machine: Machine) -> None:
         if value is None or key in given or (pair and pair in given):
             continue
         BY_KEY[key].set(job, value)
-    if p.min_nodes is None:
-        p.min_nodes = p.nodes
     if not batch_given:
         choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family == "llama")
     elif fit_micro_batch:

@@ -25,10 +25,13 @@ line too: the launcher says the cause itself.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, node_name, send
+from training.common.job import RUN_DIR_ENV
 
 EXIT_RENDEZVOUS = 4
 
@@ -92,8 +95,25 @@ def _meeting_errors() -> tuple[type[BaseException], ...]:
 def _agent_class():
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
+    from training.common.files import publish_rank_files
+
     class NoRetryAgent(LocalElasticAgent):
-        """LocalElasticAgent that spends no restart on a failure its worker called permanent."""
+        """LocalElasticAgent that spends no restart on a failure its worker called permanent, and records where
+        each worker's output goes under the run folder (for the console and `invoke logs --rank`, whatever the
+        workload: a user's script records nothing itself)."""
+
+        def _start_workers(self, worker_group):
+            pids = super()._start_workers(worker_group)
+            run_dir = os.environ.get(RUN_DIR_ENV)
+            if run_dir:
+                stdouts = getattr(self._pcontext, "stdouts", None) or {}
+                stderrs = getattr(self._pcontext, "stderrs", None) or {}
+                for worker in worker_group.workers:
+                    files = {"stdout": stdouts.get(worker.local_rank), "stderr": stderrs.get(worker.local_rank)}
+                    files = {name: str(path) for name, path in files.items() if path}
+                    if files:
+                        publish_rank_files(Path(run_dir), worker.global_rank, files)
+            return pids
 
         def _monitor_workers(self, worker_group):
             result = super()._monitor_workers(worker_group)

@@ -1,13 +1,13 @@
 """From a complete job to a ready run folder: inputs checked, spec.json written, generated data in place.
 
 Both targets prepare a run with this code (on EKS every pod runs it on FSx, so it is race-safe: files
-are published atomically and identical). The workers start from the spec.json it writes.
+are published atomically and identical). A recipe's workers start from the spec.json it writes; other workloads
+name their own preparation (trainkit/backends/base.py: Workload.prepare), which writes spec.json here too.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.common.files import publish_text
@@ -19,7 +19,6 @@ from training.common.job import (
     SYNTHETIC_DIALOGUES,
     SYNTHETIC_IMAGES,
     Job,
-    worker_arguments,
 )
 from training.llm.dialogues import write_dialogues
 from trainkit.errors import SpecError
@@ -27,16 +26,7 @@ from trainkit.job.models import ModelEntry, get_model
 from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
-ENTRY_POINTS = {"llama": "training.llm.train", "vision": "training.vision.train"}
 SYNTHETIC_CLASSES = 10
-
-
-@dataclass
-class PreparedRun:
-    job: Job
-    module: str
-    args: list[str]
-    env: dict[str, str] = field(default_factory=dict, repr=False)  # secrets live here, never in args
 
 
 def _local_dataset(job: Job) -> Path | None:
@@ -120,11 +110,19 @@ def _prepare_vision(job: Job, entry: ModelEntry) -> None:
         write_tree(job.run_dir / SYNTHETIC_IMAGES, SyntheticTree(classes=SYNTHETIC_CLASSES, size=size))
 
 
-def prepare_run(job: Job) -> PreparedRun:
-    """Check the inputs, then create the run folder: spec.json and what the workers read besides it."""
+def prepare_run(job: Job, workload=None) -> dict[str, str]:
+    """A recipe's preparation: check the inputs, then create the run folder (spec.json and what the workers read
+    besides it). Returns the secrets the workers need, as environment variables (never arguments)."""
     entry = get_model(job.model.name)
     env = _check_inputs(job)
     check_free_space(job, entry)
     write_spec(job)
     (_prepare_vision if entry.family == "vision" else _prepare_llama)(job, entry)
-    return PreparedRun(job=job, module=ENTRY_POINTS[entry.family], args=worker_arguments(job.run_dir), env=env)
+    return env
+
+
+def prepare_folder(job: Job, workload=None) -> dict[str, str]:
+    """The run folder and its spec.json only: for a workload that brings everything else itself (the sweep)."""
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    write_spec(job)
+    return {}

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.common.job import Job
-from trainkit.run.prepare import PreparedRun
 
 # Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
 LAST_CALL_TIMEOUT_S = 5
@@ -25,6 +25,17 @@ KEEP_ALIVE_MAX_ATTEMPT = 3
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 # torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
 AGENT = "trainkit.run.agent"
+
+
+@dataclass
+class PreparedRun:
+    """A run ready to start on a node: the job, what follows torchrun's options (`-m module args` or `script
+    args`), the processes' environment (secrets live here, never in arguments), and whether torchrun restarts."""
+
+    job: Job
+    entry: list[str]
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    restarts: bool = True
 
 
 def rendezvous_id(job: Job) -> str:
@@ -50,13 +61,12 @@ def torchrun_command(
     endpoint: str,
     rdzv_id: str,
     log_dir: Path,
-    args: list[str],
     is_host: bool | None = None,
     tee: bool = True,
 ) -> list[str]:
     """`tee`: every rank's output also on the agent's console, each line prefixed `[default<local rank>]:`
     (pod logs, where `invoke logs --rank` picks a rank's lines by it); else only into the rank's files under
-    `log_dir` (a local run's console follows rank 0's files instead, see backends/local_console.py)."""
+    `log_dir` (a local run's console follows rank 0's files instead, see backends/local/console.py)."""
     job, p = run.job, run.job.parallelism
     nnodes = str(p.nodes) if p.min_nodes == p.nodes else f"{p.min_nodes}:{p.nodes}"
     return [
@@ -76,12 +86,10 @@ def torchrun_command(
         "--rdzv-conf",
         rdzv_conf(job.elastic.rdzv, is_host),
         "--max-restarts",
-        str(job.elastic.max_restarts),
+        str(job.elastic.max_restarts if run.restarts else 0),
         "--log-dir",
         str(log_dir),
         "--tee" if tee else "--redirects",
         "3",
-        "-m",
-        run.module,
-        *args,
+        *run.entry,
     ]

@@ -11,17 +11,19 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import yaml
 
 from training.common.job import Job
 from trainkit import hardware
-from trainkit.backends.base import Backend, RunRef
+from trainkit.backends.base import Backend, RunRef, Workload
 from trainkit.backends.eks import cluster, preflight, render, rules
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
+from trainkit.run.code import read_code
 from trainkit.run.torchrun import rendezvous_id
 
 GROUP_RANK = re.compile(r"group_rank=(\d+)")
@@ -62,28 +64,73 @@ def resolve(job: Job) -> Machine:
     return Machine(gpus)
 
 
-def manifest_yaml(job: Job, workload: render.Workload | None = None, rdzv_id: str | None = None) -> str:
-    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload)
-    return yaml.safe_dump(manifest, sort_keys=False, width=120)
+def code_of(workload: Workload) -> dict[str, bytes] | None:
+    """The user's code the workload brings (a script's folder), for its ConfigMap; None when it brings none."""
+    return read_code(Path(workload.code)) if workload.code is not None else None
 
 
-def submit(
-    job: Job, kube: Kube | None = None, ecr=None, workload: render.Workload | None = None, rdzv_id: str | None = None
-) -> str:
-    """Preflight, then create the job: training (`workload` None) or another workload on the same placement."""
+def manifest_yaml(job: Job, workload: Workload, rdzv_id: str | None = None) -> str:
+    """The PyTorchJob, after the ConfigMap of the code it brings, if any (one YAML document each)."""
+    code = code_of(workload)
+    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
+    documents = [render.render_code_configmap(job, code)] if code is not None else []
+    return yaml.safe_dump_all([*documents, manifest], sort_keys=False, width=120)
+
+
+def check_workload(workload: Workload) -> None:
+    """What a workload asks of the cluster that only this target can refuse, before anything is created."""
+    if workload.wheelhouse is not None and not rules.on_fsx(workload.wheelhouse):
+        raise SpecError(
+            f"--wheelhouse {workload.wheelhouse}: the pods install from the FSx volume and this path leaves it; "
+            f"copy the wheels there and give a path under {cluster.FSX_MOUNT} (or relative to it)"
+        )
+
+
+def create_code(kube: Kube, job: Job, code: dict[str, bytes], owner: dict) -> None:
+    """The code's ConfigMap, owned by the job (deleting the job deletes it); the pods wait for it to mount. One left
+    by an earlier job of the same name (whose owner is gone) is replaced."""
+    body = render.render_code_configmap(job, code)
+    metadata = owner["metadata"]
+    body["metadata"]["ownerReferences"] = [
+        {"apiVersion": render.API_VERSION, "kind": "PyTorchJob", "name": metadata["name"], "uid": metadata["uid"]}
+    ]
+    api_error, _ = api_errors()
+    namespace, name = job.placement.namespace, body["metadata"]["name"]
+    try:
+        kube.core.create_namespaced_config_map(namespace, body, _request_timeout=TIMEOUT_S)
+    except api_error as error:
+        if error.status != 409:
+            raise
+        kube.core.delete_namespaced_config_map(name, namespace, _request_timeout=TIMEOUT_S)
+        kube.core.create_namespaced_config_map(namespace, body, _request_timeout=TIMEOUT_S)
+
+
+def submit(job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdzv_id: str | None = None) -> str:
+    """Preflight, then create the job that runs the workload on every worker pod."""
+    check_workload(workload)
+    code = code_of(workload)
     kube = kube or Kube.connect()
-    for note in preflight.preflight(kube, job, ecr, training=workload is None):
+    for note in preflight.preflight(kube, job, ecr, training=workload.kind == "recipe"):
         print(f"note: {note}", flush=True)
-    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload)
+    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
     namespace = job.placement.namespace
-    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S)
+    created = kube.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S
+    )
+    if code is not None:
+        create_code(kube, job, code, created)
     name = manifest["metadata"]["name"]
     runs = cluster.FSX_MOUNT + "/" + str(job.run_dir).lstrip("/")
     run_id, p = job.run.run_id, job.parallelism
+    named = (
+        f"\nonce it ends: {', '.join(str(job.run_dir / n) for n in workload.outputs)} on FSx"
+        if workload.outputs
+        else ""
+    )
     return (
         f"submitted {namespace}/{name}: {p.nodes} x {job.placement.instance_type}, {p.nproc} processes each, "
         f"rendezvous {job.elastic.rdzv}; outputs in {runs} on FSx\n"
-        f"follow it: invoke status --run-id {run_id} | invoke logs --run-id {run_id} -f"
+        f"follow it: invoke status --run-id {run_id} | invoke logs --run-id {run_id} -f{named}"
     )
 
 
@@ -282,10 +329,10 @@ class EksBackend(Backend):
     def check(self, job: Job) -> None:
         rules.check(job)
 
-    def submit(self, job: Job, dry_run: bool = False) -> int:
+    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the YAML
             print(f"note: {note}", file=sys.stderr, flush=True)
-        print(manifest_yaml(job) if dry_run else submit(job), flush=True)
+        print(manifest_yaml(job, workload) if dry_run else submit(job, workload), flush=True)
         return 0
 
     def status(self, ref: RunRef) -> str:

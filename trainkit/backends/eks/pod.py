@@ -1,10 +1,11 @@
 """Entry point of every EKS training pod: prepare the run on FSx, run torchrun, and end with an exit code and a
 termination message that say why.
 
-The launcher validated the job and put it (spec.json's content) in `TRAINKIT_SPEC`; here the same
-`prepare_run` as on the local target writes `runs/<run-id>/` (relative to the FSx mount, the working
-directory), checks the data and the token (from the Secret), and starts torchrun (trainkit/run/agent.py) with
-a failure channel its ranks report to. Every worker pod does this; the writes are atomic and identical, so
+The launcher validated the job and put it (spec.json's content) in `TRAINKIT_SPEC`, and what to run in
+`TRAINKIT_WORKLOAD`; here the workload's preparation, the same as on the local target (a recipe's `prepare_run`),
+writes `runs/<run-id>/` (relative to the FSx mount, the working directory), checks the data and the token (from
+the Secret), and torchrun (trainkit/run/agent.py) starts the workload with a failure channel its ranks report
+to. Every worker pod does this; the writes are atomic and identical, so
 pods may race. A SIGTERM from the kubelet is passed on to torchrun, which stops its workers at a step
 boundary.
 
@@ -13,7 +14,7 @@ pkg/controller.v1/common/pod.go ReconcilePods; pkg/util/train/train_util.go: 128
 permanent):
 
     0                 torchrun finished
-    2                 the job cannot start here (prepare_run refused it): permanent
+    2                 the job cannot start here (its preparation refused it): permanent
     EXIT_NO_RETRY (3) a rank's failure no restart mends (a full volume, bad data, ...): permanent
     1                 torchrun spent its own restarts (--max-restarts): permanent
     128 + signal      torchrun or this process was killed or stopped (a node's fault, an eviction):
@@ -38,21 +39,25 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, redact
 from training.common.job import Job
+from trainkit.backends.base import WORKLOAD_ENV, Workload, ready
 from trainkit.backends.eks.render import TERMINATION_LOG
 from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, record_failure, wait_for_records
-from trainkit.run.prepare import prepare_run
 from trainkit.run.torchrun import torchrun_command
 
 # TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
 # kubelet's mount there, tests/helpers/kube_api.py).
 TERMINATION_LOG_ENV = "TRAINKIT_TERMINATION_LOG"
 TERMINATION_MESSAGE_BYTES = 4096
+# CODE_MOUNT_ENV names where a user's code is when not at its ConfigMap's mount (render.CODE_MOUNT): the tests'
+# stand-in for the kubelet's volume there, as TERMINATION_LOG_ENV is for the termination message.
+CODE_MOUNT_ENV = "TRAINKIT_CODE_MOUNT"
 # 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
 EXIT_REPLACE = 192
 
@@ -86,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-id", required=True, help="rendezvous id of this submission")
     args = parser.parse_args(argv)
     job = Job.from_dict(json.loads(os.environ["TRAINKIT_SPEC"]))
+    workload = Workload.from_json(os.environ[WORKLOAD_ENV])
+    if workload.code is not None and CODE_MOUNT_ENV in os.environ:
+        workload = replace(workload, code=os.environ[CODE_MOUNT_ENV])
     pod_name = os.environ.get("POD_NAME", "pod")
     # From the start: a SIGTERM (the kubelet stopping the pod) before torchrun runs ends this process with
     # 128 + signal at once; after, it is passed on to torchrun, which stops its workers at a step boundary.
@@ -102,14 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     try:
-        run = prepare_run(job)
+        run = ready(job, workload)
     except SpecError as error:
         line = redact(f"{pod_name}: run {job.run.run_id} cannot start: {error}")
         print(f"error: {line}", file=sys.stderr, flush=True)
         terminate_with(line)
         return 2
     log_dir = job.run_dir / "logs" / pod_name
-    command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir, run.args)
+    command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir)
     print(f"{pod_name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
     with FailureChannel() as channel:
         agent = subprocess.Popen(command, env={**os.environ, **run.env, **channel.env})

@@ -1,23 +1,24 @@
 """Kubernetes objects built from a validated job spec, as plain dicts (never text templates).
 
 `render_pytorchjob` is the whole EKS job: a Kubeflow training-operator v1 PyTorchJob with an elastic
-policy and one worker replica per node. A training job's workers run `python -m trainkit.backends.eks.pod`,
-which prepares the run directory on the FSx volume with the same code as the local target and then starts
-torchrun; other workloads on the same placement (`invoke nccl-test --target eks`) name their own torchrun
-command and environment (`Workload`). Field names follow the training-operator v1 CRD
-(tests/schemas/pytorchjob-v1.json keeps the part we use) and the Kubernetes core API (checked with
-kubernetes-validate).
+policy and one worker replica per node. Whatever the workload (a recipe, a user's script, the collective sweep),
+the workers run `python -m trainkit.backends.eks.pod`, which prepares the run directory on the FSx volume with the
+same code as the local target and then starts torchrun on the workload (`TRAINKIT_WORKLOAD`). Field names follow
+the training-operator v1 CRD (tests/schemas/pytorchjob-v1.json keeps the part we use) and the Kubernetes core API
+(checked with kubernetes-validate).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from training.common.job import Job
 from trainkit import hardware
+from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster
 
 API_VERSION = "kubeflow.org/v1"
@@ -46,6 +47,9 @@ NCCL_EFA_ENV = {
 # `invoke logs` finds the leader and how a reader sees a node leave or join.
 TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1", "LOGLEVEL": "INFO"}
 POD_ENTRY = ["python", "-m", "trainkit.backends.eks.pod"]
+# Where a user's code (a script's folder) is mounted in the pods from its ConfigMap, read-only.
+CODE_MOUNT = "/trainkit/code"
+CODE_VOLUME = "code"
 MAX_NAME = 45  # the operator names pods and services <job>-worker-<i>; keep that under 63 characters
 
 
@@ -79,9 +83,9 @@ TERMINATION_LOG = "/dev/termination-log"
 
 
 @dataclass(frozen=True)
-class Workload:
-    """What the workers run: the container's command, args and environment, the replicas' restart policy, and
-    what the model label says (training: the model's name)."""
+class Container:
+    """What the workers' container runs: its command, args and environment, the replicas' restart policy, and
+    what the model label says (a recipe: the model's name)."""
 
     label: str
     command: list[str]
@@ -90,8 +94,8 @@ class Workload:
     restart_policy: str = RESTART_BY_EXIT_CODE
 
 
-def job_labels(job: Job, workload: Workload) -> dict[str, str]:
-    return {LABEL_RUN: label_value(job.run.run_id), LABEL_MODEL: label_value(workload.label), **MANAGED_BY}
+def job_labels(job: Job, container: Container) -> dict[str, str]:
+    return {LABEL_RUN: label_value(job.run.run_id), LABEL_MODEL: label_value(container.label), **MANAGED_BY}
 
 
 def rdzv_endpoint(job: Job) -> str:
@@ -121,9 +125,12 @@ def worker_env(**plain: str) -> list[dict]:
     return env
 
 
-def _env(job: Job) -> list[dict]:
-    """The spec travels as JSON (it holds no secrets); the token comes from the Secret, never a value."""
-    env = worker_env(TRAINKIT_SPEC=json.dumps(job.to_dict(), sort_keys=True))
+def _env(job: Job, workload: Workload) -> list[dict]:
+    """The spec and the workload travel as JSON (they hold no secrets); the token comes from the Secret, never a
+    value, and only to a workload that may read it."""
+    env = worker_env(TRAINKIT_SPEC=json.dumps(job.to_dict(), sort_keys=True), **{WORKLOAD_ENV: workload.to_json()})
+    if not workload.token:
+        return env
     env.append(
         {
             "name": "HF_TOKEN",
@@ -132,7 +139,7 @@ def _env(job: Job) -> list[dict]:
                     "name": cluster.HF_TOKEN_SECRET,
                     "key": cluster.HF_TOKEN_KEY,
                     # Pretrained weights need it; otherwise it only opens gated hub datasets.
-                    "optional": job.model.init != "pretrained",
+                    "optional": workload.kind != "recipe" or job.model.init != "pretrained",
                 }
             },
         }
@@ -149,11 +156,14 @@ CONTAINER_SECURITY = {
 }
 
 
-def training_workload(job: Job, rdzv_id: str) -> Workload:
-    return Workload(job.model.name, POD_ENTRY, ["--rdzv-endpoint", rdzv_endpoint(job), "--rdzv-id", rdzv_id], _env(job))
+def container_of(job: Job, rdzv_id: str, workload: Workload) -> Container:
+    """The pod entry point on the workload; one that must not be retried fails the job at its first failure."""
+    args = ["--rdzv-endpoint", rdzv_endpoint(job), "--rdzv-id", rdzv_id]
+    policy = RESTART_BY_EXIT_CODE if workload.restarts else "Never"
+    return Container(workload.label, POD_ENTRY, args, _env(job, workload), restart_policy=policy)
 
 
-def _container(job: Job, workload: Workload) -> dict:
+def _container(job: Job, workload: Container) -> dict:
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     devices = {"nvidia.com/gpu": str(job.parallelism.nproc)}
     if instance.efa_interfaces:
@@ -189,7 +199,7 @@ def _metrics_ports(job: Job) -> list[dict]:
     ]
 
 
-def render_pod_template(job: Job, rdzv_id: str, workload: Workload) -> dict:
+def render_pod_template(job: Job, rdzv_id: str, workload: Container) -> dict:
     return {
         "metadata": {"labels": {**job_labels(job, workload), LABEL_RDZV: label_value(rdzv_id)}},
         "spec": {
@@ -209,9 +219,58 @@ def render_pod_template(job: Job, rdzv_id: str, workload: Workload) -> dict:
     }
 
 
-def render_pytorchjob(job: Job, rdzv_id: str, workload: Workload | None = None) -> dict:
-    """The job; `workload` None: training (the pod entry point with the job's spec)."""
-    workload = workload or training_workload(job, rdzv_id)
+def code_configmap_name(job: Job) -> str:
+    return f"{job_name(job.run.run_id)}-code"
+
+
+def code_items(files: dict[str, bytes]) -> list[dict]:
+    """ConfigMap keys are flat ([-._a-zA-Z0-9]+): one key per file, mapped back to its path in the volume."""
+    return [{"key": f"file-{index:03d}", "path": name} for index, name in enumerate(sorted(files))]
+
+
+def render_code_configmap(job: Job, files: dict[str, bytes]) -> dict:
+    """A user's code folder for the pods: UTF-8 files in `data`, anything else in `binaryData` (base64)."""
+    data, binary = {}, {}
+    for item in code_items(files):
+        content = files[item["path"]]
+        try:
+            data[item["key"]] = content.decode()
+        except UnicodeDecodeError:
+            binary[item["key"]] = base64.b64encode(content).decode()
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": code_configmap_name(job),
+            "namespace": job.placement.namespace,
+            "labels": {LABEL_RUN: label_value(job.run.run_id), **MANAGED_BY},
+        },
+        "immutable": True,  # the code of a submission never changes; a new submission makes a new one
+        "data": data,
+    }
+    if binary:
+        body["binaryData"] = binary
+    return body
+
+
+def _with_code(job: Job, template: dict, files: dict[str, bytes]) -> None:
+    """The code ConfigMap, read-only at CODE_MOUNT in every worker."""
+    spec = template["spec"]
+    configmap = {"name": code_configmap_name(job), "items": code_items(files)}
+    spec["volumes"].append({"name": CODE_VOLUME, "configMap": configmap})
+    spec["containers"][0]["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_MOUNT, "readOnly": True})
+
+
+def render_pytorchjob(job: Job, rdzv_id: str, job_workload: Workload, code: dict[str, bytes] | None = None) -> dict:
+    """The job that runs `job_workload` on every worker pod; `code`: the user's code folder the workload brings
+    (a script's), which the pods read from its ConfigMap (render_code_configmap) at CODE_MOUNT."""
+    if code is not None:
+        job_workload = replace(job_workload, code=CODE_MOUNT)
+    workload = container_of(job, rdzv_id, job_workload)
+    restarts = job.elastic.max_restarts if job_workload.restarts else 0
+    template = render_pod_template(job, rdzv_id, workload)
+    if code is not None:
+        _with_code(job, template, code)
     return {
         "apiVersion": API_VERSION,
         "kind": "PyTorchJob",
@@ -222,14 +281,14 @@ def render_pytorchjob(job: Job, rdzv_id: str, workload: Workload | None = None) 
             "annotations": {LABEL_RUN: job.run.run_id},
         },
         "spec": {
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": job.elastic.max_restarts},
-            "elasticPolicy": _elastic_policy(job, rdzv_id),
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": restarts},
+            "elasticPolicy": {**_elastic_policy(job, rdzv_id), "maxRestarts": restarts},
             "nprocPerNode": str(job.parallelism.nproc),
             "pytorchReplicaSpecs": {
                 "Worker": {
                     "replicas": job.parallelism.nodes,
                     "restartPolicy": workload.restart_policy,
-                    "template": render_pod_template(job, rdzv_id, workload),
+                    "template": template,
                 }
             },
         },

@@ -33,14 +33,13 @@ from training.common.checkpoint import CHECKPOINTS_DIR, remove_partial
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.common.job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from trainkit import hardware
-from trainkit.backends.base import Backend, RunRef
+from trainkit.backends.base import Backend, RunRef, Workload, ready
 from trainkit.backends.local import runs as local_runs
 from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors, summary_block
 from trainkit.errors import JobFailed
 from trainkit.job.build import Machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
-from trainkit.run.prepare import PreparedRun, prepare_run
-from trainkit.run.torchrun import rendezvous_id, torchrun_command
+from trainkit.run.torchrun import PreparedRun, rendezvous_id, torchrun_command
 from trainkit.services import LocalEtcd, LocalPrometheus
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
@@ -61,10 +60,10 @@ def free_port() -> int:
 def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int, tee: bool = False) -> list[str]:
     """torchrun for one node on this machine; with c10d, node 0 hosts the store (decided, not left to a
     bind race between agents on one host), so the store's single point of failure is a known node.
-    Ranks write to their files only unless `tee` (local_console.py shows rank 0's on the console)."""
+    Ranks write to their files only unless `tee` (console.py shows rank 0's on the console)."""
     job = run.job
     log_dir = job.run_dir / "logs" / (f"node-{node}" if job.parallelism.nodes > 1 else "")
-    return torchrun_command(run, endpoint, rdzv_id, log_dir, run.args, is_host=node == 0, tee=tee)
+    return torchrun_command(run, endpoint, rdzv_id, log_dir, is_host=node == 0, tee=tee)
 
 
 def node_environment(env: dict[str, str], job: Job, node: int) -> dict[str, str]:
@@ -276,17 +275,20 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
     return 0
 
 
-def announce(job: Job) -> None:
+def announce(job: Job, workload: Workload) -> None:
     """The launcher's adjustments and the run in one line, once its folder is ready."""
     for note in job.run.notes:
         print(f"note: {note}", flush=True)
     p, o = job.parallelism, job.optimisation
+    shape = f"{p.nodes} node(s) x {p.nproc} process(es)"
+    if workload.kind != "recipe":
+        what = workload.kind if workload.label == workload.kind else f"{workload.kind} {workload.label}"
+        print(f"run {job.run.run_id}: {what}, {shape} -> {job.run_dir}", flush=True)
+        return
     label = f" [{job.model.truncated_label}]" if job.model.truncated_label else ""
     length = f"{o.steps} steps" if o.steps else f"{o.epochs} epoch(s)"
     print(
-        f"run {job.run.run_id}{label}: {job.model.name}, {p.nodes} node(s) x {p.nproc} process(es), "
-        f"{p.sharding}, {length} -> {job.run_dir}",
-        flush=True,
+        f"run {job.run.run_id}{label}: {job.model.name}, {shape}, {p.sharding}, {length} -> {job.run_dir}", flush=True
     )
 
 
@@ -315,14 +317,21 @@ class LocalBackend(Backend):
             elastic.rdzv_endpoint = LocalEtcd().endpoint()  # the one `make up` started, if it runs
         return here
 
-    def submit(self, job: Job, dry_run: bool = False) -> int:
+    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         if dry_run:
             print(json.dumps(job.to_dict(), indent=2, sort_keys=True), flush=True)
+            if workload.kind != "recipe":
+                print(json.dumps({"workload": json.loads(workload.to_json())}, indent=2, sort_keys=True), flush=True)
             return 0
-        with local_runs.run_lock(job.run_dir) as lock:  # before prepare_run rewrites anything of the run
-            run = prepare_run(job)
-            announce(job)
-            return run_foreground(run, keep_open=(lock,))  # a failed run raises JobFailed
+        with local_runs.run_lock(job.run_dir) as lock:  # before the preparation rewrites anything of the run
+            run = ready(job, workload)
+            announce(job, workload)
+            run_foreground(run, keep_open=(lock,))  # a failed run raises JobFailed
+            if workload.kind != "recipe":
+                local_runs.record_finished(job.run_dir)
+        if workload.outputs:
+            print(f"results: {', '.join(str(job.run_dir / name) for name in workload.outputs)}", flush=True)
+        return 0
 
     def status(self, ref: RunRef) -> str:
         return local_runs.status(ref)

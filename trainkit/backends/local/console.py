@@ -4,9 +4,9 @@ The agents send every rank's output to files only (`torchrun --redirects`; the r
 all of it, `invoke logs --rank R` reads any rank). `RankZeroConsole` copies global rank 0's stdout and
 stderr files onto this console as they grow, byte for byte (so a progress bar's carriage returns work
 in a terminal), and moves to rank 0's new files when an elastic restart gives rank 0 to another
-process: each rank records its files in logs/ranks/<rank>.json when it starts. Rank 0 draws a tqdm bar
-when this console is a terminal and plain progress lines otherwise (`TRAINKIT_PROGRESS`), so a log or a
-pipe gets no carriage-return noise and no line twice.
+process: the agent that starts a rank records its files in logs/ranks/<rank>.json (trainkit/run/agent.py),
+whatever the workload. Rank 0 draws a tqdm bar when this console is a terminal and plain progress lines
+otherwise (`TRAINKIT_PROGRESS`), so a log or a pipe gets no carriage-return noise and no line twice.
 """
 
 from __future__ import annotations

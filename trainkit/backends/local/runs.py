@@ -20,11 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
-from trainkit.backends.base import RunRef
+from trainkit.backends.base import WORKLOAD_FILE, RunRef
 from trainkit.errors import SpecError
 from trainkit.run.failures import recorded_failure
 
 OWNER_FILE = "launcher.json"
+FINISHED_EVENT = "finished"
 LOCK_FILE = ".lock"
 FOLLOW_POLL_S = 0.5
 
@@ -131,6 +132,21 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def workload_label(run_dir: Path, kind: str) -> str:
+    """What a run that is not a recipe ran, from the workload.json its launcher wrote (the script's name)."""
+    try:
+        label = json.loads((run_dir / WORKLOAD_FILE).read_text())["label"]
+    except (OSError, ValueError, KeyError):
+        return kind
+    return kind if label == kind else f"{kind} {label}"
+
+
+def record_finished(run_dir: Path) -> None:
+    """A workload that writes no summary.json of its own (a script, the sweep) ended well: say so for `status`."""
+    with (run_dir / "events.jsonl").open("a") as events:
+        events.write(json.dumps({"event": FINISHED_EVENT, "time": time.time(), "source": "launcher"}) + "\n")
+
+
 def status(ref: RunRef) -> str:
     run_dir = find_run(ref)
     job = read_job(run_dir / SPEC_FILE)
@@ -140,13 +156,14 @@ def status(ref: RunRef) -> str:
     failure = recorded_failure(run_dir)
     if pid is not None:
         state = "running"
-    elif (run_dir / "summary.json").exists():
+    elif (run_dir / "summary.json").exists() or (events and events[-1]["event"] == FINISHED_EVENT):
         state = "finished"
     elif failure is not None:
         state = "failed"
     else:
         state = "stopped" if events and events[-1]["event"] == "stop" else "not running"
-    lines = [f"run {job.run.run_id} ({job.model.name}, {p.nodes} node(s) x {p.nproc} process(es)): {state}"]
+    what = job.model.name if job.run.workload == "recipe" else workload_label(run_dir, job.run.workload)
+    lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {state}"]
     if state == "failed":
         lines.append(f"  cause      {failure['line']}")
     metrics = _jsonl(run_dir / "metrics.jsonl")
@@ -154,7 +171,8 @@ def status(ref: RunRef) -> str:
         last = metrics[-1]
         total = f" of {o.steps}" if o.steps else ""
         ago = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime
-        lines.append(f"  step       {last['step']}{total}, loss {last['loss']:.4f}, {ago:.0f} s ago")
+        loss = f", loss {last['loss']:.4f}" if isinstance(last.get("loss"), int | float) else ""
+        lines.append(f"  step       {last['step']}{total}{loss}, {ago:.0f} s ago")
     resumes = sum(1 for e in events if e["event"] == "resume")
     lines.append(f"  restarts   {resumes} (times the job resumed from a checkpoint)")
     if pid is not None:

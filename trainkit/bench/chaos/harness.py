@@ -14,13 +14,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from trainkit.backends import job_from_flags
+from trainkit.backends.base import ready
 from trainkit.backends.local.backend import LocalJob, explain_failure, job_exit_code, signal_group
 from trainkit.bench.chaos.scenarios import SCENARIOS, Result, Settings
 from trainkit.bench.chaos.table import describe
 from trainkit.errors import SpecError
 from trainkit.run.failures import failure_summary
-from trainkit.run.prepare import prepare_run
 from trainkit.services import EtcdServer
+from trainkit.workloads.recipe import recipe
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -162,7 +163,8 @@ def _inject(name: str, backend: str, run: _Run, fault_time: float) -> None:
 @contextlib.contextmanager
 def _job(overrides: dict) -> Iterator[LocalJob]:
     """A started job whose agents log to runs/<id>/agents.log; nothing of it outlives the block."""
-    prepared = prepare_run(job_from_flags(overrides))
+    spec = job_from_flags(overrides)
+    prepared = ready(spec, recipe(spec))
     with (prepared.job.run_dir / "agents.log").open("w") as log:
         job = LocalJob(prepared, output=log)
         job.start()

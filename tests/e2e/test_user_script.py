@@ -1,0 +1,173 @@
+"""`invoke run --script`: the two example scripts, plain DDP (examples/native_ddp.py) and Lightning DDP
+(examples/lightning_ddp.py), trained by 2 processes on CPU through the local backend. Each loses rank 1 to
+kill -9 mid-run; torchrun restarts the workers and the script resumes from its own last checkpoint and finishes,
+every step in metrics.jsonl once. The plain one is also stopped with `invoke stop` and resumed by the same command,
+and followed with `invoke status` and `invoke logs --rank 1`. On EKS (the operator's stand-in), a script with a
+sibling module and a package from a wheelhouse runs in two pods to completion."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.eks import IMAGE
+from tests.helpers.product import invoke, output, read_jsonl, start_invoke
+from tests.helpers.waiting import wait_for
+from trainkit.services import EtcdServer
+
+
+def rank_pid(run_dir: Path, rank: int) -> int | None:
+    """The process of a global rank of this run: torchrun's worker whose environment names the run folder."""
+    wanted = {f"TRAINKIT_RUN_DIR={run_dir}".encode(), f"RANK={rank}".encode()}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            variables = set(environ.read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= variables:
+            return int(environ.parent.name)
+    return None
+
+
+def reported_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    try:
+        return [record["step"] for record in read_jsonl(path)]
+    except (OSError, ValueError):  # not there yet, or a line being written
+        return []
+
+
+def run_args(runs: Path, script: str, *args: str) -> list[str]:
+    return ["run", "--script", script, "--nproc", "2", "--runs-dir", str(runs), "--metrics-port", "0", "--", *args]
+
+
+def kill_rank_1_after(run_dir: Path, step: int) -> None:
+    wait_for(lambda: len(reported_steps(run_dir)) >= step, 180, f"step {step}")
+    pid = wait_for(lambda: rank_pid(run_dir, 1), 30, "rank 1's process")
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "total", "resumed"),
+    [
+        ("examples/native_ddp.py", ("--epochs", "2", "--step-sleep", "0.3"), 32, "resumed from step"),
+        ("examples/lightning_ddp.py", ("--steps", "30", "--step-sleep", "0.3"), 30, "resuming from"),
+    ],
+    ids=["native", "lightning"],
+)
+def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_and_finishes(
+    tmp_path, script, args, total, resumed
+):
+    process = start_invoke(*run_args(tmp_path, script, *args))
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    kill_rank_1_after(run_dir, 8)  # past the first checkpoint (every 5 steps)
+    assert process.wait(timeout=300) == 0, output(process)
+    assert resumed in output(process)
+    assert reported_steps(run_dir) == list(range(1, total + 1))  # the redone steps once each
+    assert (run_dir / "code").is_dir() and (run_dir / "checkpoints").is_dir()
+
+
+def test_a_script_run_is_followed_stopped_and_resumed_by_the_same_command(tmp_path):
+    args = run_args(tmp_path, "examples/native_ddp.py", "--epochs", "2", "--step-sleep", "0.3")
+    process = start_invoke(*args)
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    wait_for(lambda: len(reported_steps(run_dir)) >= 7, 180, "step 7")
+    running = invoke("status", "--runs-dir", str(tmp_path))
+    assert f"run {run_dir.name} (script native_ddp.py, 1 node(s) x 2 process(es)): running" in running.stdout
+    stopped = invoke("stop", "--runs-dir", str(tmp_path))
+    assert stopped.returncode == 0, stopped.stderr
+    assert process.wait(timeout=120) != 0
+    assert "the same command resumes it" in output(process)
+    again = invoke(*args, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    resumed = re.search(r"resumed from step (\d+)", again.stdout)
+    assert resumed and 5 <= int(resumed[1]) < 32 and int(resumed[1]) % 5 == 0, again.stdout  # the last snapshot
+    assert reported_steps(run_dir) == list(range(1, 33))
+    finished = invoke("status", "--runs-dir", str(tmp_path))
+    assert f"run {run_dir.name} (script native_ddp.py, 1 node(s) x 2 process(es)): finished" in finished.stdout
+    assert "step       32, loss" in finished.stdout
+    rank_1 = invoke("logs", "--runs-dir", str(tmp_path), "--rank", "1")
+    assert f"rank 1: starting at step {resumed[1]} of 32" in rank_1.stdout
+
+
+EKS_SCRIPT = """
+import torch
+import torch.distributed as dist
+
+import tk_extra
+from helper import steps
+from training.script import report_step
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()}: {tk_extra.GREETING}", flush=True)
+for step in range(1, steps() + 1):
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    report_step(step, loss=1.0 / step, world=float(total))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def write_wheel(folder: Path, name: str, version: str, module: str) -> Path:
+    """A pure-Python wheel written by hand (PEP 427: the module, METADATA, WHEEL and a RECORD of hashes)."""
+    files = {
+        f"{name}/__init__.py": module,
+        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = f"{name}-{version}.dist-info/RECORD"
+    lines = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        lines.append(f"{path},sha256={digest},{len(text.encode())}")
+    files[record] = "\n".join([*lines, f"{record},,"]) + "\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def test_on_eks_a_script_runs_in_two_pods_with_its_folder_and_packages_from_a_wheelhouse(fake, tmp_path):
+    """`invoke run --target eks`: the script's folder travels in a ConfigMap the job owns, each pod installs the
+    requirements from a wheelhouse on FSx (a package this test's environment does not have), the two pods meet at
+    a real etcd, and the script's step reports reach metrics.jsonl on FSx."""
+    assert importlib.util.find_spec("tk_extra") is None  # only the wheelhouse has it
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(EKS_SCRIPT)
+    (code / "helper.py").write_text("def steps():\n    return 4\n")  # a sibling module travels too
+    write_wheel(fake.fsx / "wheels", "tk_extra", "1.0", "GREETING = 'installed from the wheelhouse'\n")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("tk_extra==1.0\n")
+    with EtcdServer(tmp_path / "etcd") as etcd:
+        flags = ["--target", "eks", "--image", IMAGE, "--nodes", "2", "--nproc", "1", "--rdzv", "etcd"]
+        flags += ["--rdzv-endpoint", etcd.endpoint, "--metrics-port", "0", "--run-id", "mine"]
+        flags += ["--requirements", str(requirements), "--wheelhouse", "wheels"]
+        submitted = invoke("run", "--script", str(code / "train.py"), *flags)
+        assert submitted.returncode == 0, submitted.stderr
+        job = fake.jobs[("trainkit-jobs", "mine")]
+        (configmap,) = fake.configmaps.values()
+        assert configmap["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+        fake.wait(lambda: job["status"]["conditions"][-1]["type"] in ("Succeeded", "Failed"), 240, "the job to end")
+        logs = "".join(log.read_text() for log in sorted(fake.root.glob("mine-worker-*.log")))
+        assert job["status"]["conditions"][-1]["type"] == "Succeeded", logs[-3000:]
+    run = fake.fsx / "runs" / "mine"
+    assert [(r["step"], r["world"]) for r in read_jsonl(run / "metrics.jsonl")] == [(s, 2.0) for s in range(1, 5)]
+    assert "rank 1: installed from the wheelhouse" in logs and "rank 0: installed from the wheelhouse" in logs
+    assert json.loads((run / "spec.json").read_text())["run"]["workload"] == "script"
+    stopped = invoke("stop", "--run-id", "mine")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not fake.configmaps  # the job's code went with it

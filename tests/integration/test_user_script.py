@@ -1,0 +1,52 @@
+"""`invoke run --dry-run`, through the command line: on EKS the code's ConfigMap (valid as a core object,
+strictly) and a PyTorchJob the v1.9.4 CRD and webhook admit (strictly) that runs the script from the mounted code;
+locally the job and the workload; and a script run that names no script is refused before anything exists."""
+
+from __future__ import annotations
+
+import json
+
+import kubernetes_validate
+import yaml
+
+from tests.helpers.crd import admission_errors
+from tests.helpers.eks import IMAGE, container, validate_core, worker
+from tests.helpers.kubernetes import kubernetes_version
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke
+from trainkit.backends.base import WORKLOAD_ENV
+from trainkit.backends.eks import render
+
+
+def test_on_eks_the_dry_run_is_the_code_configmap_and_a_job_the_operator_admits(tmp_path):
+    env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")}
+    flags = ["--target", "eks", "--nodes", "1:2", "--image", IMAGE, "--run-id", "mine", "--dry-run"]
+    result = invoke("run", "--script", "examples/native_ddp.py", *flags, "--", "--epochs", "3", env=env)
+    assert result.returncode == 0, result.stderr
+    configmap, job = yaml.safe_load_all(result.stdout)
+    kubernetes_validate.validate(configmap, kubernetes_version(), strict=True)
+    assert admission_errors(job) is None, admission_errors(job)
+    validate_core(job)
+    mapped = {i["path"] for i in worker(job)["template"]["spec"]["volumes"][-1]["configMap"]["items"]}
+    assert {"native_ddp.py", "lightning_ddp.py"} <= mapped
+    assert (REPO / "examples" / "native_ddp.py").read_text() in configmap["data"].values()
+    workload = json.loads(next(e["value"] for e in container(job)["env"] if e["name"] == WORKLOAD_ENV))
+    assert workload["code"] == render.CODE_MOUNT and workload["args"] == ["--epochs", "3"]
+    assert workload["script"].startswith("runs/mine/code/") and workload["script"].endswith("/native_ddp.py")
+    assert job["spec"]["elasticPolicy"]["minReplicas"] == 1 and job["spec"]["elasticPolicy"]["maxReplicas"] == 2
+    assert job["metadata"]["labels"][render.LABEL_MODEL] == "native_ddp.py"
+
+
+def test_locally_the_dry_run_prints_the_job_and_the_workload_and_creates_nothing(tmp_path):
+    runs = tmp_path / "runs"
+    result = invoke("run", "--script", "examples/native_ddp.py", "--runs-dir", str(runs), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    decoder = json.JSONDecoder()
+    job, end = decoder.raw_decode(result.stdout)
+    workload = json.loads(result.stdout[end:])["workload"]
+    assert job["run"]["workload"] == "script" and workload["kind"] == "script" and not runs.exists()
+
+
+def test_a_run_without_a_script_is_refused():
+    result = invoke("run", "--nproc", "2")
+    assert result.returncode == 2 and "--script FILE is required" in result.stderr

@@ -1,0 +1,153 @@
+"""A user's script as a workload, in process: what is refused before anything starts, which files travel and the
+hash that names them, the run id of a command, the workload's JSON, the EKS objects that carry the code, and the
+step report's contract (training/script.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pytest
+
+from trainkit.backends import job_from_flags
+from trainkit.backends.base import WORKLOAD_ENV, Workload
+from trainkit.backends.eks import render
+from trainkit.errors import SpecError
+from trainkit.run.code import CODE_LIMIT_BYTES, code_digest, code_files, read_code
+from trainkit.workloads.script import run_id_for, script_workload
+
+
+@pytest.fixture
+def folder(tmp_path):
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('hello')\n")
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "__pycache__").mkdir()
+    (code / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0")
+    (code / ".git").mkdir()
+    (code / ".git" / "HEAD").write_text("ref\n")
+    (code / ".env").write_text("SECRET=1\n")
+    return code
+
+
+def job(**flags):
+    return job_from_flags({"workload": "script", "run_id": "mine", "nproc": 1, **flags})
+
+
+def test_the_code_that_travels_leaves_out_hidden_entries_and_caches(folder):
+    assert sorted(code_files(folder)) == ["pkg/__init__.py", "train.py"]
+
+
+def test_a_configmap_volume_of_links_reads_as_the_same_code(folder, tmp_path):
+    """A ConfigMap volume is links into a hidden `..data` folder: the same files, the same hash."""
+    mounted = tmp_path / "mounted"
+    data = mounted / "..2026_11_25_16_00_00.1"
+    (data / "pkg").mkdir(parents=True)
+    (data / "train.py").write_text("print('hello')\n")
+    (data / "pkg" / "__init__.py").write_text("")
+    (mounted / "..data").symlink_to(data.name)
+    (mounted / "train.py").symlink_to("..data/train.py")
+    (mounted / "pkg").symlink_to("..data/pkg")
+    assert code_digest(read_code(mounted)) == code_digest(read_code(folder))
+
+
+def test_an_edit_changes_the_hash_that_names_the_code_folder(folder):
+    before = code_digest(read_code(folder))
+    (folder / "train.py").write_text("print('changed')\n")
+    assert code_digest(read_code(folder)) != before
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda code: code / "missing.py", "not a Python file"),
+        (lambda code: code / "pkg", "not a Python file"),
+        (lambda code: (code / "big.bin").write_bytes(b"x" * (CODE_LIMIT_BYTES + 1)) and code / "train.py", "big.bin"),
+    ],
+)
+def test_a_script_that_cannot_travel_is_refused_saying_what_to_do(folder, make, message):
+    with pytest.raises(SpecError, match=message) as error:
+        script_workload(job(), str(make(folder)), [])
+    if message == "big.bin":
+        assert "a folder of their own" in str(error.value) and "--image" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("lines", "wheelhouse", "message"),
+    [
+        ("-e .\n", None, "names a path on this machine"),
+        ("# nothing\n\n", None, "lists no package"),
+        (None, "wheels", "give --requirements too"),
+    ],
+)
+def test_requirements_the_nodes_could_not_install_are_refused(folder, tmp_path, lines, wheelhouse, message):
+    requirements = None
+    if lines is not None:
+        requirements = tmp_path / "requirements.txt"
+        requirements.write_text(lines)
+    with pytest.raises(SpecError, match=message):
+        script_workload(job(), str(folder / "train.py"), [], str(requirements) if requirements else None, wheelhouse)
+
+
+def test_the_same_command_names_the_same_run_and_another_command_another(folder):
+    script = str(folder / "train.py")
+    first = run_id_for(script, ["--epochs", "3"], {"nodes": "2", "nproc": "2"})
+    assert first == run_id_for(script, ["--epochs", "3"], {"nodes": "2", "nproc": "2"})
+    assert first.startswith("train-") and first != run_id_for(script, ["--epochs", "4"], {"nodes": "2", "nproc": "2"})
+    with pytest.raises(SpecError, match="--script FILE is required"):
+        run_id_for(None, [], {})
+
+
+def test_the_workload_starts_the_copied_script_and_survives_its_json(folder, tmp_path):
+    spec = job(runs_dir=str(tmp_path / "runs"))
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("tk-extra==1.0  # a comment\n")
+    workload = script_workload(spec, str(folder / "train.py"), ["--epochs", "2"], str(requirements), "wheels")
+    digest = code_digest(read_code(folder))
+    assert workload.entry() == [str(spec.run_dir / "code" / digest / "train.py"), "--epochs", "2"]
+    assert workload.requirements == ("tk-extra==1.0",) and workload.code == str(folder)
+    assert Workload.from_json(workload.to_json()) == workload
+    assert spec.run.workload == "script" and spec.to_dict()["derived"]["grad_accum_steps"] is None
+
+
+def test_on_eks_the_code_rides_in_a_configmap_mounted_read_only_in_every_worker(folder):
+    (folder / "weights.bin").write_bytes(b"\xff\x00\xfe")
+    spec = job(target="eks", nodes=2, instance_type="p5.48xlarge", nproc=None)
+    workload = script_workload(spec, str(folder / "train.py"), [])
+    code = read_code(folder)
+    manifest = render.render_pytorchjob(spec, "rdzv", workload, code)
+    configmap = render.render_code_configmap(spec, code)
+    items = render.code_items(code)
+    assert [item["path"] for item in items] == ["pkg/__init__.py", "train.py", "weights.bin"]
+    binary = next(item["key"] for item in items if item["path"] == "weights.bin")
+    assert base64.b64decode(configmap["binaryData"][binary]) == b"\xff\x00\xfe" and binary not in configmap["data"]
+    pod = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == render.CODE_VOLUME)
+    assert volume["configMap"] == {"name": configmap["metadata"]["name"], "items": items}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == render.CODE_VOLUME)
+    assert mount == {"name": "code", "mountPath": render.CODE_MOUNT, "readOnly": True}
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert json.loads(env[WORKLOAD_ENV])["code"] == render.CODE_MOUNT  # where the pods read it
+    assert "HF_TOKEN" in env  # a script may open gated hub files; optional, as for a random-init recipe
+
+
+def test_a_step_report_lands_once_even_when_a_restart_redoes_steps(tmp_path, monkeypatch):
+    """The first report of a process that redoes steps (resumed from an earlier checkpoint) drops their lines."""
+    import training.script as contract
+
+    spec = job(runs_dir=str(tmp_path), metrics_port=0)
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    (run_dir / "spec.json").write_text(json.dumps(spec.to_dict()))
+    monkeypatch.setenv("TRAINKIT_RUN_DIR", str(run_dir))
+    monkeypatch.setattr(contract, "_sink", None)
+    for step in range(1, 6):
+        contract.report_step(step, loss=1.0 / step)
+    monkeypatch.setattr(contract, "_sink", None)  # a restarted process, resumed from step 3
+    for step in range(4, 7):
+        contract.report_step(step, loss=0.5, samples_per_s=10.0)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6] and records[-1]["samples_per_s"] == 10.0
+    assert contract.checkpoint_dir() == run_dir / "checkpoints" and os.path.isdir(run_dir / "checkpoints")

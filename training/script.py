@@ -1,0 +1,102 @@
+"""What trainkit gives a user's own script (`invoke run --script FILE`), on every target.
+
+A script that torchrun can start (it reads RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT from its
+environment, as `torch.distributed.init_process_group()` and Lightning's cluster environment do) runs under
+trainkit with a run folder, elastic restarts, per-rank logs and `invoke status / logs / stop`. To checkpoint,
+resume and show its progress it needs only this module:
+
+    from training.script import checkpoint_dir, report_step
+
+    ckpt = checkpoint_dir()                      # runs/<run-id>/checkpoints/, on FSx on EKS
+    ...                                          # resume from the newest complete checkpoint there, if any
+    for step in ...:
+        ...
+        report_step(step, loss=loss.item())      # one line: metrics.jsonl and Prometheus, like a recipe's
+
+The launcher sets, for every process of the run:
+
+    TRAINKIT_RUN_DIR         the run folder, runs/<run-id>/ (relative to the working directory; on EKS that is
+                             the FSx mount); spec.json there says the job (nodes, processes, metrics port)
+    TRAINKIT_CHECKPOINT_DIR  <run folder>/checkpoints/: the same path after a restart, a re-run of the same
+                             command, or on another pod; write a checkpoint under a temporary name and rename it
+                             when complete, so a kill mid-save never leaves a checkpoint that does not load
+
+torchrun adds TORCHELASTIC_RESTART_COUNT (how many times the workers were restarted). The script's own folder is
+copied into the run folder (<run folder>/code/<hash>/) and started from there, so its sibling modules import.
+
+`report_step(step, loss=..., **values)`: rank 0 appends {"step", "loss", "time", ...} to metrics.jsonl, which
+`invoke status` and `invoke obs.report` read; every rank sets its Prometheus gauges (trainkit_train_step,
+trainkit_train_loss, trainkit_last_step_timestamp_seconds, and lr, samples_per_s, tokens_per_s, step_time_s when
+given: training/common/metrics.py) on the job's metrics port + its local rank, where the platform scrapes a
+recipe's, so dashboards, the stall alert and `invoke status` follow a script as they follow a recipe. The first
+report of a process that redoes steps (a restart resumed from an earlier checkpoint) drops the lines it redoes.
+Outside trainkit (no TRAINKIT_RUN_DIR) both calls work on ./runs/script/ and serve no metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from training.common.job import (
+    CHECKPOINT_DIR_ENV,
+    METRICS_PORT_OFFSET_ENV,
+    RUN_DIR_ENV,
+    SCRIPT_LABEL_ENV,
+    SPEC_FILE,
+    read_job,
+)
+
+OUTSIDE = Path("runs") / "script"
+_sink = None
+
+
+def run_dir() -> Path:
+    """This run's folder (created if it is not there yet)."""
+    path = Path(os.environ.get(RUN_DIR_ENV) or OUTSIDE)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def checkpoint_dir() -> Path:
+    """Where this run keeps its checkpoints: the same folder after any restart (created if missing)."""
+    path = Path(os.environ.get(CHECKPOINT_DIR_ENV) or run_dir() / "checkpoints")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _metrics():
+    """The process's metrics sink, made at its first report: rank 0 writes metrics.jsonl; every rank serves its
+    gauges on the job's metrics port + its local rank (+ its node's offset on a shared machine)."""
+    from training.common.metrics import MetricsSink, metrics_address
+
+    folder = run_dir()
+    spec = folder / SPEC_FILE
+    job = read_job(spec) if spec.is_file() else None
+    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    labels = {
+        "run_id": job.run.run_id if job else folder.name,
+        "model": os.environ.get(SCRIPT_LABEL_ENV, "script"),
+        "rank": str(rank),
+        "node": os.environ.get("GROUP_RANK", "0"),
+    }
+    port = None
+    if job and job.run.metrics_port:
+        port = job.run.metrics_port + int(os.environ.get(METRICS_PORT_OFFSET_ENV, 0)) + local_rank
+    address = metrics_address(job.placement.target if job else "local")
+    return MetricsSink(folder, labels, rank == 0, port, address)
+
+
+def report_step(step: int, loss: float | None = None, **values: float) -> None:
+    """Report that optimizer step `step` completed (see the module's docstring). Call it on every rank, or on rank
+    0 only (then only rank 0's gauges move)."""
+    global _sink
+    first = _sink is None
+    if first:
+        _sink = _metrics()
+        _sink.truncate_after(step - 1)  # a resumed process redoes steps from its checkpoint: no line twice
+    record = {"step": int(step), "time": time.time(), **values}
+    if loss is not None:
+        record["loss"] = float(loss)
+    _sink.log_step(record)
