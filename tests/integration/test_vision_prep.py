@@ -154,8 +154,10 @@ def test_on_eks_a_destination_off_fsx_or_an_unreadable_bucket_is_refused_before_
     assert off.returncode == 2 and "give a path under /fsx, e.g. /fsx/imagenet" in off.stderr
     other = invoke("data.imagenet", "--target", "eks", "--source", "s3://elsewhere/x", "--dest", "/fsx/imagenet")
     assert other.returncode == 2 and '(datasets), not elsewhere: add "elsewhere" to data_source_buckets' in other.stderr
-    local = invoke("data.imagenet", "--dest", "x", "--follow")
-    assert local.returncode == 2 and "--follow: for --target eks only" in local.stderr
+    local = invoke("data.imagenet", "--dest", "x", "--image", IMAGE)
+    assert (
+        local.returncode == 2 and f"--image {IMAGE} is for --target eks; drop it (or add --target eks)" in local.stderr
+    )
     eks = ["data.imagenet", "--target", "eks", "--source", "s3://datasets/x", "--dest", "/fsx/imagenet"]
     csv = invoke(*eks, "--val-csv", "s3://elsewhere/LOC_val_solution.csv")
     assert csv.returncode == 2 and "not elsewhere" in csv.stderr
@@ -203,8 +205,8 @@ def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(
     fake, exit_code, backoff_limit, reason, message
 ):
     from trainkit.backends.eks import render
+    from trainkit.backends.eks import task as dataprep
     from trainkit.backends.eks.kube import Kube
-    from trainkit.workloads import imagenet as dataprep
 
     manifest = render.render_prep_job("prep-fails", "trainkit-jobs", IMAGE, ["--dest", "x"], "x", None)
     manifest["spec"]["backoffLimit"] = backoff_limit
@@ -223,8 +225,8 @@ def test_following_a_data_job_whose_pods_fail_ends_with_the_controllers_reason(
 
 def test_a_second_copy_into_a_folder_another_data_job_is_writing_is_refused(fake):
     from trainkit.backends.eks import render
+    from trainkit.backends.eks import task as dataprep
     from trainkit.backends.eks.kube import Kube
-    from trainkit.workloads import imagenet as dataprep
 
     label = dataprep.dest_label("imagenet")
     manifest = render.render_prep_job("prep-busy", "trainkit-jobs", IMAGE, [], label, None)

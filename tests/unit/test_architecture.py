@@ -149,3 +149,38 @@ def test_every_folder_of_python_is_a_package_the_wheel_takes():
         path.parent for root in ("trainkit", "training", "observability") for path in (REPO / root).rglob("*.py")
     }
     assert sorted(str(f.relative_to(REPO)) for f in folders if not (f / "__init__.py").is_file()) == []
+
+
+def target_comparisons(source: str, targets: set[str]) -> list[int]:
+    """Lines where code compares something called target with a backend's name (`target == "eks"`,
+    `target in ("local", "eks")`): a command that branches on where it runs instead of asking the backend."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        names = {n.id for o in operands for n in ast.walk(o) if isinstance(n, ast.Name)}
+        names |= {n.attr for o in operands for n in ast.walk(o) if isinstance(n, ast.Attribute)}
+        constants = {n.value for o in operands for n in ast.walk(o) if isinstance(n, ast.Constant)}
+        if any("target" in name for name in names) and constants & targets:
+            found.append(node.lineno)
+    return found
+
+
+def test_no_command_module_branches_on_the_target():
+    """Every command reaches its backend through BACKENDS (trainkit/backends/__init__.py)."""
+    from trainkit.backends import BACKENDS
+
+    branches = {
+        str(path.relative_to(REPO)): target_comparisons(path.read_text(), set(BACKENDS))
+        for path in (REPO / "trainkit" / "cli").glob("*.py")
+    }
+    assert {path: lines for path, lines in branches.items() if lines} == {}
+
+
+def test_the_target_check_finds_a_branch_on_the_target():
+    source = (
+        'def f(target, job):\n    if target == "eks":\n        pass\n    return job.placement.target in ("local",)\n'
+    )
+    assert target_comparisons(source, {"local", "eks"}) == [2, 4]
+    assert target_comparisons('x = name == "eks"\n', {"eks"}) == []

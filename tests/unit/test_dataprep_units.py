@@ -7,8 +7,9 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+from trainkit.backends.eks import rules
+from trainkit.backends.eks import task as dataprep
 from trainkit.errors import SpecError
-from trainkit.workloads import imagenet as dataprep
 
 
 def pod(name: str, phase: str, waiting=None, unscheduled: str | None = None):
@@ -30,8 +31,23 @@ def test_the_waiting_report_names_each_pending_pods_reason():
 
 
 def test_a_destination_is_a_path_on_the_fsx_volume():
-    assert dataprep.fsx_relative("/fsx/imagenet", "--dest") == "imagenet"
-    assert dataprep.fsx_relative("data/imagenet", "--dest") == "data/imagenet"
+    assert rules.fsx_relative("/fsx/imagenet", "--dest") == "imagenet"
+    assert rules.fsx_relative("data/imagenet", "--dest") == "data/imagenet"
     for bad in ("/fsx", "/fsx/../etc", "/data/x"):
         with pytest.raises(SpecError, match="/fsx"):
-            dataprep.fsx_relative(bad, "--dest")
+            rules.fsx_relative(bad, "--dest")
+
+
+def test_a_local_task_ends_with_its_own_error_line_held_back_for_the_failure():
+    """The local data copy runs in the launcher's process: its progress passes at once, and the `error: ...` line
+    it ends with becomes the failure's one line instead of being printed twice."""
+    import io
+
+    from trainkit.backends.local.task import HeldErrors
+
+    console = io.StringIO()
+    held = HeldErrors(console)
+    for chunk in ("copy: 10%\r", "copy: 20%\r", "err", "or: nothing found under s3://b/p", "\n", "tail\n"):
+        held.write(chunk)
+    held.flush()
+    assert console.getvalue() == "copy: 10%\rcopy: 20%\rtail\n" and held.last == "nothing found under s3://b/p"

@@ -93,7 +93,7 @@ def share(global_batch: int, world: int, rank: int) -> tuple[int, int]:
     return rank * base + min(rank, extra), base + (rank < extra)
 
 
-WORKLOADS = ("recipe", "script", "nccl-test")
+WORKLOADS = ("recipe", "script", "nccl-test", "data")
 
 
 @dataclass
@@ -122,8 +122,8 @@ class RunOptions:
     profile: str = option("local", "Profile YAML the defaults came from.", trains=False, cli=False)
     workload: str = option(
         "recipe",
-        "What the run starts: the model's recipe, a user's script, or the collective sweep (nccl-test); the "
-        "model, data and optimisation fields describe a recipe only.",
+        "What the run starts: the model's recipe, a user's script, the collective sweep (nccl-test) or a data "
+        "task; the model, data and optimisation fields describe a recipe only.",
         choices=WORKLOADS,
         trains=False,
         cli=False,

@@ -57,6 +57,16 @@ class Workload:
     """False: the first failure fails the job (no torchrun restarts, no replacement pods): a fabric test must."""
     outputs: tuple[str, ...] = ()
     """Files in the run folder worth naming when the run ends (the sweep's report)."""
+    distributed: bool = True
+    """False: a task, one process (`python -m module args`) on one node, no torchrun and no run folder (the data
+    copy); the target runs it where its data lives (eks: a batch/v1 Job on a CPU node)."""
+    reads: dict[str, str] = field(default_factory=dict)
+    """s3:// URLs it reads, by the flag that gave them: a target checks its nodes may read them (eks: the data
+    service account's buckets, data_source_buckets) before anything is created."""
+    writes: str | None = None
+    """A folder it writes outside any run folder, as `Backend.path_for` gave it: one writer at a time."""
+    follow: bool = False
+    """A target that hands the workload to a scheduler waits for its end and streams its log (local: always)."""
     code: str | None = None
     """A user's code: the folder prepare copies into the run folder (script workloads), as the preparing node sees
     it; a backend whose nodes cannot see this machine's files carries it there (eks: a ConfigMap)."""
@@ -85,11 +95,16 @@ class Workload:
         )
 
 
+def prepared_env(job: Job, workload: Workload) -> dict[str, str]:
+    """Run the workload's preparation ("module:function", imported by name): the environment it adds."""
+    module, _, name = workload.prepare.partition(":")
+    return getattr(importlib.import_module(module), name)(job, workload)
+
+
 def ready(job: Job, workload: Workload) -> PreparedRun:
     """Run the workload's preparation where the run folder lives (see Workload.prepare) and say how each node
     starts it; a preparation that refuses raises SpecError before any process starts."""
-    module, _, name = workload.prepare.partition(":")
-    secrets = getattr(importlib.import_module(module), name)(job, workload)
+    secrets = prepared_env(job, workload)
     publish_text(job.run_dir / WORKLOAD_FILE, workload.to_json() + "\n")
     env = {**workload.env, RUN_DIR_ENV: str(job.run_dir), **secrets}
     return PreparedRun(job, workload.entry(), env, workload.restarts)
@@ -107,6 +122,11 @@ class Backend(abc.ABC):
         """Rules only this target has, after the target-free ones (trainkit/job/validate.py); pure. Raises
         SpecError naming the flag to change. None by default."""
         return None
+
+    def path_for(self, job: Job, path: str, flag: str) -> str:
+        """A path of the user's as the job's processes see it (eks: relative to the FSx mount, their working
+        directory; a path off the volume is refused naming `flag`). As given by default."""
+        return path
 
     @abc.abstractmethod
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:

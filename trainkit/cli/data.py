@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from invoke import Collection, Exit, task
+from invoke import Collection, task
 
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
 from trainkit.cli.options import user_errors
@@ -20,8 +20,8 @@ from trainkit.errors import SpecError
         "target": "local (here, default) or eks (a Kubernetes Job on the cluster, writing to FSx).",
         "image": "eks: the image to run (default: the training image `invoke images.push` recorded).",
         "namespace": f"eks: namespace of the Job (default {JOBS_NAMESPACE}).",
-        "dry-run": "eks: print the Job as YAML and create nothing.",
-        "follow": "eks: stream the Job's log until it ends; exit non-zero if it failed.",
+        "dry-run": "Print what would run and create nothing (local: the job and the task; eks: the Job as YAML).",
+        "follow": "eks: stream the Job's log until it ends; exit non-zero if it failed (local: always so).",
     }
 )
 @user_errors
@@ -38,33 +38,14 @@ def imagenet(
     follow=False,
 ):
     """Copy ImageNet from S3 (parallel, resumable, retried), put val/ images into class folders, check the tree."""
-    from training.vision.layout import LayoutError
-    from training.vision.prep import PrepError, prepare_imagenet
+    from trainkit.backends import resolve_job
+    from trainkit.workloads import imagenet as copy
 
-    if int(workers) < 1:
-        raise SpecError(f"--workers must be a positive integer (got {workers})")
-    if target == "eks":
-        from trainkit.workloads import imagenet as dataprep
-
-        code = dataprep.submit(source, dest, val_csv, int(workers), image, namespace, dry_run, follow)
-        if code:
-            raise Exit("the data job failed: its log above says why; submitting again resumes the copy", code=code)
-        return
-    if target != "local":
-        raise SpecError(f"--target {target!r}: local or eks")
-    given = [
-        flag
-        for flag, value in (("image", image), ("namespace", namespace), ("dry-run", dry_run), ("follow", follow))
-        if value
-    ]
-    if given:
-        raise SpecError(f"{', '.join('--' + flag for flag in given)}: for --target eks only")
-    try:
-        lines = prepare_imagenet(dest, source, val_csv, int(workers))
-    except (PrepError, LayoutError) as error:
-        raise SpecError(str(error)) from None
-    for line in lines:
-        print(line)
+    flags = {"workload": "data", "target": target, "image": image, "namespace": namespace, "nodes": 1, "nproc": 1}
+    flags.update(run_id=copy.new_run_id(), max_restarts=0, metrics_port=0)
+    job, backend, _ = resolve_job({key: value for key, value in flags.items() if value is not None})
+    task = copy.workload(job, backend, source, dest, val_csv, int(workers), follow=follow)
+    backend.submit(job, task, dry_run=dry_run)  # a failed copy raises JobFailed: its cause, its exit code
 
 
 @task(

@@ -126,3 +126,8 @@ def prepare_folder(job: Job, workload=None) -> dict[str, str]:
     job.run_dir.mkdir(parents=True, exist_ok=True)
     write_spec(job)
     return {}
+
+
+def prepare_nothing(job: Job, workload=None) -> dict[str, str]:
+    """A task that needs no run folder (the data copy writes where it is told and checks its own input)."""
+    return {}

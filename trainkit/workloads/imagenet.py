@@ -1,70 +1,24 @@
-"""`invoke data.imagenet --target eks`: the S3 -> FSx copy and val re-layout as a Kubernetes Job on the cluster.
+"""`invoke data.imagenet`: ImageNet from S3 into the ImageFolder layout, as a workload any backend runs.
 
-The pod runs the same `python -m training.vision.prep` as the local command (parallel, resumable, retried copy;
-val/ into class folders; the tree checked), in the training image, with the FSx volume as its working directory
-and the data service account, to which EKS Pod Identity gives read access to the infra stack's
-`data_source_buckets` and nothing else. Before anything is created: the destination must be on FSx, the
-bucket one the job may read (when infra outputs are recorded), the image in ECR, the volume bound, and no other
-data job may be writing the same destination. A failed pod is replaced (the copy resumes where it stopped).
-`--follow` streams the pods' logs and exits with the Job's result.
+A task (one process, no torchrun): `python -m training.vision.prep` (parallel, resumable, retried copy; val/ into
+class folders; the tree checked). Locally it runs here in the foreground; on EKS as a Kubernetes Job on a CPU
+node writing to FSx, as the data service account (trainkit/backends/eks/task.py). The destination and a label
+file on disk are paths as the target's processes see them (`Backend.path_for`: on EKS, under the FSx mount); the
+S3 URLs it reads are named so a target can check it may read them before anything is created.
 """
 
 from __future__ import annotations
 
-import hashlib
-import sys
 import time
 import uuid
-from collections.abc import Callable
-from pathlib import PurePosixPath
 
-import yaml
-
-from trainkit.backends.eks import cluster, render
+from training.common.job import Job
+from trainkit.backends.base import Backend, Workload
 from trainkit.errors import SpecError
-from trainkit.infra import outputs
-
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (Kubernetes >= 1.27)
-POLL_S = 2.0
-WAITING_REPORT_S = 60.0
 
 
-def waiting_report(namespace: str, name: str, pods: list) -> str:
-    """Why the Job has no running pod: each pending pod's waiting reason or scheduling message, or no pod at all."""
-    if not pods:
-        return (
-            f"waiting: job {namespace}/{name} has no pod yet; `kubectl -n {namespace} describe job {name}` shows why "
-            "(FailedCreate: a quota, the service account)"
-        )
-    reasons = []
-    for pod in pods:
-        if pod.status.phase != "Pending":
-            continue
-        waiting = [s.state.waiting for s in pod.status.container_statuses or [] if s.state and s.state.waiting]
-        unscheduled = [c for c in pod.status.conditions or [] if c.type == "PodScheduled" and c.status == "False"]
-        why = (
-            f"{waiting[0].reason}: {waiting[0].message or ''}".rstrip(": ")
-            if waiting
-            else (unscheduled[0].message if unscheduled else "pending")
-        )
-        reasons.append(f"{pod.metadata.name} {why}")
-    return "waiting: " + ("; ".join(reasons) or f"job {namespace}/{name} between pods (back-off before a retry)")
-
-
-def fsx_relative(path: str, flag: str) -> str:
-    """A path on the FSx volume, relative to its mount (the pod's working directory): /fsx/x or x -> x."""
-    given = PurePosixPath(path)
-    mount = PurePosixPath(cluster.FSX_MOUNT)
-    if given.is_absolute():
-        if mount not in given.parents:
-            raise SpecError(
-                f"{flag} {path}: on EKS the job writes to the FSx volume; give a path under {mount}, e.g. "
-                f"{mount}/imagenet (training then reads it with --data {mount}/imagenet)"
-            )
-        given = given.relative_to(mount)
-    if not given.parts or ".." in given.parts:
-        raise SpecError(f"{flag} {path}: a folder under {mount}, e.g. {mount}/imagenet")
-    return str(given)
+def new_run_id() -> str:
+    return f"data-imagenet-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
 
 
 def prep_args(source: str | None, dest: str, val_csv: str | None, workers: int) -> list[str]:
@@ -72,171 +26,35 @@ def prep_args(source: str | None, dest: str, val_csv: str | None, workers: int) 
     if source:
         args[:0] = ["--source", source]
     if val_csv:
-        csv = val_csv if val_csv.startswith("s3://") else fsx_relative(val_csv, "--val-csv")
-        args += ["--val-csv", csv]
+        args += ["--val-csv", val_csv]
     return args
 
 
-def check_bucket(source: str | None, infra: outputs.InfraOutputs, flag: str = "--source") -> str | None:
-    """An s3:// source must be in a bucket the data role may read; a note when no infra outputs say which."""
-    if not source:
-        return None
-    from training.vision.prep import PrepError, parse_s3_url
-
-    try:
-        bucket, _ = parse_s3_url(source, flag)
-    except PrepError as error:
-        raise SpecError(str(error)) from None
-    if not infra.recorded:
-        return f"no infra outputs recorded: not checked that the data job may read s3://{bucket}"
-    if bucket not in infra.data_buckets:
-        readable = ", ".join(infra.data_buckets) or "none"
-        raise SpecError(
-            f"the data job may read only the buckets in data_source_buckets ({readable}), not {bucket}: add "
-            f'"{bucket}" to data_source_buckets in terraform/stacks/infra/terraform.tfvars and run '
-            "`make up PROFILE=aws`"
-        )
-    return None
-
-
-def dest_label(dest: str) -> str:
-    return hashlib.sha256(dest.encode()).hexdigest()[:16]
-
-
-def job_name() -> str:
-    return f"data-imagenet-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
-
-
-def check_service_account(kube, namespace: str) -> None:
-    """Without its service account the Job's pods are never created (the Job only records FailedCreate)."""
-    from trainkit.backends.eks.kube import unless_missing
-
-    if unless_missing(kube.core.read_namespaced_service_account, cluster.DATA_SERVICE_ACCOUNT, namespace) is None:
-        raise SpecError(
-            f"the cluster has no service account {namespace}/{cluster.DATA_SERVICE_ACCOUNT} for the data job: run "
-            "`make up PROFILE=aws` (the platform stack creates it)"
-        )
-
-
-def check_no_writer(kube, namespace: str, dest: str) -> None:
-    """Two copies into one folder would race on the same partial files: refuse while another is active."""
-    from trainkit.backends.eks.kube import TIMEOUT_S
-
-    selector = f"{render.LABEL_DATA_DEST}={dest_label(dest)}"
-    for job in kube.batch.list_namespaced_job(namespace, label_selector=selector, _request_timeout=TIMEOUT_S).items:
-        if not _ended(job):
-            raise SpecError(
-                f"data job {job.metadata.name} is still writing {cluster.FSX_MOUNT}/{dest}: wait for it to end "
-                "(a new job resumes where an ended one stopped), or choose another --dest"
-            )
-
-
-def _ended(job) -> str | None:
-    """'Complete' or 'Failed' once the Job controller says so (v1.31+ first adds SuccessCriteriaMet or
-    FailureTarget while pods still terminate; the job has ended only with Complete or Failed)."""
-    for condition in job.status.conditions or []:
-        if condition.type in ("Complete", "Failed") and condition.status == "True":
-            return condition.type
-    return None
-
-
-def submit(
+def workload(
+    job: Job,
+    backend: Backend,
     source: str | None,
     dest: str,
     val_csv: str | None,
     workers: int,
-    image: str | None,
-    namespace: str | None,
-    dry_run: bool,
-    follow: bool,
-    kube=None,
-    ecr=None,
-    out: Callable[[str], None] = print,
-) -> int:
-    """Create the Job (or print it, `dry_run`); with `follow`, stream its pods' logs: 0 when it completed."""
-    infra = outputs.load_outputs()
-    if namespace not in (None, cluster.JOBS_NAMESPACE):
-        raise SpecError(
-            f"--namespace {namespace}: the data job runs in {cluster.JOBS_NAMESPACE}, where the platform stack made "
-            f"its service account ({cluster.DATA_SERVICE_ACCOUNT}) and the infra stack its S3 access; leave it out"
-        )
-    namespace = cluster.JOBS_NAMESPACE
-    image = image or infra.default_image
-    relative = fsx_relative(dest, "--dest")
-    manifest = render.render_prep_job(
-        job_name(),
-        namespace,
-        image,
-        prep_args(source, relative, val_csv, workers),
-        dest_label(relative),
-        infra.fsx_zone,
-        f"{cluster.FSX_MOUNT}/{relative}",
+    follow: bool = False,
+) -> Workload:
+    """The copy (or, without a source, the re-layout and check) of `dest`, as the job's target sees its paths."""
+    if workers < 1:
+        raise SpecError(f"--workers must be a positive integer (got {workers})")
+    on_s3 = bool(val_csv and val_csv.startswith("s3://"))
+    target_dest = backend.path_for(job, dest, "--dest")
+    csv = val_csv if on_s3 or not val_csv else backend.path_for(job, val_csv, "--val-csv")
+    reads = {flag: url for flag, url in (("--source", source), ("--val-csv", val_csv if on_s3 else None)) if url}
+    return Workload(
+        kind="data",
+        label="imagenet",
+        module="training.vision.prep",
+        args=tuple(prep_args(source, target_dest, csv, workers)),
+        prepare="trainkit.run.prepare:prepare_nothing",
+        distributed=False,
+        token=False,
+        reads=reads,
+        writes=target_dest,
+        follow=follow,
     )
-    s3_csv = val_csv if val_csv and val_csv.startswith("s3://") else None  # a path on FSx reads no bucket
-    notes = [check_bucket(source, infra), check_bucket(s3_csv, infra, "--val-csv")]
-    if dry_run:
-        _notes(notes)
-        out(yaml.safe_dump(manifest, sort_keys=False, width=120))
-        return 0
-    from trainkit.backends.eks import preflight
-    from trainkit.backends.eks.kube import TIMEOUT_S, Kube
-
-    kube = kube or Kube.connect()
-    preflight.check_cluster(kube)
-    preflight.check_volume(kube, namespace)
-    check_service_account(kube, namespace)
-    check_no_writer(kube, namespace, relative)
-    notes.append(preflight.check_image_ref(image, ecr)[0])
-    _notes(notes)
-    kube.batch.create_namespaced_job(namespace, manifest, _request_timeout=TIMEOUT_S)
-    name = manifest["metadata"]["name"]
-    what = source or "(no source: re-lay out and check)"
-    out(f"submitted {namespace}/{name}: {what} -> {cluster.FSX_MOUNT}/{relative}")
-    if not follow:
-        out(f"follow it: kubectl -n {namespace} logs -f job/{name} (or submit with --follow)")
-        return 0
-    return follow_job(kube, namespace, name, out)
-
-
-def _notes(notes: list[str | None]) -> None:
-    for note in notes:
-        if note:
-            print(f"note: {note}", file=sys.stderr, flush=True)
-
-
-def follow_job(kube, namespace: str, name: str, out: Callable[[str], None] = print, poll_s: float = POLL_S) -> int:
-    """Each pod's log in turn (a failed pod's replacement after it) until the Job ends: 0 Complete, 1 Failed."""
-    from trainkit.backends.eks.backend import _lines
-    from trainkit.backends.eks.kube import TIMEOUT_S
-
-    followed: set[str] = set()
-    quiet_since = time.monotonic()
-    while True:
-        job = kube.batch.read_namespaced_job(name, namespace, _request_timeout=TIMEOUT_S)
-        pods = kube.core.list_namespaced_pod(
-            namespace, label_selector=f"{JOB_NAME_LABEL}={name}", _request_timeout=TIMEOUT_S
-        ).items
-        started = [p for p in pods if p.metadata.name not in followed and p.status.phase != "Pending"]
-        if started:
-            pod = min(started, key=lambda p: p.metadata.creation_timestamp or 0)
-            followed.add(pod.metadata.name)
-            out(f"==> {pod.metadata.name}")
-            response = kube.core.read_namespaced_pod_log(
-                pod.metadata.name, namespace, container=render.PREP_CONTAINER, follow=True, _preload_content=False
-            )
-            for line in _lines(response):
-                out(line)
-            quiet_since = time.monotonic()
-            continue
-        if time.monotonic() - quiet_since > WAITING_REPORT_S:  # say why nothing is running rather than hang silently
-            out(waiting_report(namespace, name, pods))
-            quiet_since = time.monotonic()
-        ended = _ended(job)
-        if ended:
-            failed = next(c for c in job.status.conditions if c.type == ended)
-            out(
-                f"job {namespace}/{name}: {ended}"
-                + (f" ({failed.reason}: {failed.message})" if ended == "Failed" else "")
-            )
-            return 0 if ended == "Complete" else 1
-        time.sleep(poll_s)

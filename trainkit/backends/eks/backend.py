@@ -18,8 +18,17 @@ import yaml
 from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.base import Backend, RunRef, Workload
-from trainkit.backends.eks import cluster, preflight, render, rules
-from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
+from trainkit.backends.eks import cluster, preflight, render, rules, task
+from trainkit.backends.eks.kube import (
+    GROUP,
+    PLURAL,
+    TIMEOUT_S,
+    VERSION,
+    Kube,
+    api_errors,
+    stream_lines,
+    unless_missing,
+)
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
@@ -232,17 +241,6 @@ def pods_by_group_rank(kube: Kube, pods: list) -> dict:
     return by_node
 
 
-def _lines(response) -> Iterator[str]:
-    """Decoded lines of a streamed log, the last one even without its newline."""
-    pending = b""
-    for chunk in response.stream(4096):
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        yield from (line.decode(errors="replace") for line in lines)
-    if pending:
-        yield pending.decode(errors="replace")
-
-
 def logs(
     namespace: str, run_id: str | None, rank: int | None = None, follow: bool = False, kube: Kube | None = None
 ) -> Iterator[str]:
@@ -278,7 +276,7 @@ def logs(
     response = kube.core.read_namespaced_pod_log(
         pod.metadata.name, namespace, container=render.CONTAINER, follow=follow, _preload_content=False
     )
-    yield from (line for line in _lines(response) if line.startswith(prefix))
+    yield from (line for line in stream_lines(response) if line.startswith(prefix))
 
 
 def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
@@ -329,9 +327,15 @@ class EksBackend(Backend):
     def check(self, job: Job) -> None:
         rules.check(job)
 
+    def path_for(self, job: Job, path: str, flag: str) -> str:
+        return rules.fsx_relative(path, flag)
+
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the YAML
             print(f"note: {note}", file=sys.stderr, flush=True)
+        if not workload.distributed:
+            task.submit_task(job, workload, dry_run)  # a followed Job that failed raises JobFailed
+            return 0
         print(manifest_yaml(job, workload) if dry_run else submit(job, workload), flush=True)
         return 0
 

@@ -8,6 +8,7 @@ and read their logs; create/read/replace a Secret; create/get/list a batch/v1 Jo
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +77,14 @@ def api_errors():
     from urllib3.exceptions import HTTPError
 
     return ApiException, HTTPError
+
+
+def stream_lines(response) -> Iterator[str]:
+    """Decoded lines of a streamed log, the last one even without its newline."""
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line.decode(errors="replace") for line in lines)
+    if pending:
+        yield pending.decode(errors="replace")

@@ -308,12 +308,19 @@ PREP_TTL_S = 7 * 24 * 3600  # the finished Job (and its pod's log) stays a week,
 
 
 def render_prep_job(
-    name: str, namespace: str, image: str, args: list[str], dest_label: str, zone: str | None, dest: str | None = None
+    name: str,
+    namespace: str,
+    image: str,
+    args: list[str],
+    dest_label: str,
+    zone: str | None,
+    dest: str | None = None,
+    module: str = "training.vision.prep",
 ) -> dict:
-    """A batch/v1 Job running `python -m training.vision.prep` on the FSx volume (the working directory is its
-    mount, so relative paths land on FSx) as the data service account, which EKS Pod Identity gives read access to
-    the infra stack's data_source_buckets. It runs on the system (CPU) nodes, preferring the FSx file system's
-    zone (`zone`), since the copy needs no GPU."""
+    """A batch/v1 Job running `python -m module` (the data copy: training.vision.prep) on the FSx volume (the
+    working directory is its mount, so relative paths land on FSx) as the data service account, which EKS Pod
+    Identity gives read access to the infra stack's data_source_buckets. It runs on the system (CPU) nodes,
+    preferring the FSx file system's zone (`zone`), since the copy needs no GPU."""
     labels = {LABEL_DATA_DEST: label_value(dest_label), **MANAGED_BY}
     pod = {
         "serviceAccountName": cluster.DATA_SERVICE_ACCOUNT,
@@ -327,7 +334,7 @@ def render_prep_job(
                 "name": PREP_CONTAINER,
                 "image": image,
                 "imagePullPolicy": "IfNotPresent",
-                "command": ["python", "-m", "training.vision.prep"],
+                "command": ["python", "-m", module],
                 "args": args,
                 "workingDir": cluster.FSX_MOUNT,
                 "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],

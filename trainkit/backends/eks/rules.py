@@ -9,6 +9,7 @@ from pathlib import PurePosixPath
 from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster
+from trainkit.errors import SpecError
 from trainkit.job.validate import DNS_LABEL, require
 
 
@@ -46,3 +47,19 @@ def on_fsx(path: str) -> bool:
     mount = PurePosixPath(cluster.FSX_MOUNT)
     resolved = PurePosixPath(posixpath.normpath(mount / path))
     return resolved == mount or resolved.is_relative_to(mount)
+
+
+def fsx_relative(path: str, flag: str) -> str:
+    """A path on the FSx volume, relative to its mount (the pod's working directory): /fsx/x or x -> x."""
+    given = PurePosixPath(path)
+    mount = PurePosixPath(cluster.FSX_MOUNT)
+    if given.is_absolute():
+        if mount not in given.parents:
+            raise SpecError(
+                f"{flag} {path}: on EKS the job writes to the FSx volume; give a path under {mount}, e.g. "
+                f"{mount}/imagenet (training then reads it with --data {mount}/imagenet)"
+            )
+        given = given.relative_to(mount)
+    if not given.parts or ".." in given.parts:
+        raise SpecError(f"{flag} {path}: a folder under {mount}, e.g. {mount}/imagenet")
+    return str(given)

@@ -36,6 +36,7 @@ from trainkit import hardware
 from trainkit.backends.base import Backend, RunRef, Workload, ready
 from trainkit.backends.local import runs as local_runs
 from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors, summary_block
+from trainkit.backends.local.task import run_task
 from trainkit.errors import JobFailed
 from trainkit.job.build import Machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
@@ -323,6 +324,8 @@ class LocalBackend(Backend):
             if workload.kind != "recipe":
                 print(json.dumps({"workload": json.loads(workload.to_json())}, indent=2, sort_keys=True), flush=True)
             return 0
+        if not workload.distributed:
+            return run_task(job, workload)
         with local_runs.run_lock(job.run_dir) as lock:  # before the preparation rewrites anything of the run
             run = ready(job, workload)
             announce(job, workload)
