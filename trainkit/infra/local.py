@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 
-from trainkit.backends.local.backend import machine
 from trainkit.errors import SpecError
+from trainkit.job.build import local_machine
 from trainkit.services import LocalEtcd, LocalGpuExporter, LocalPrometheus
 
 
 def up() -> str:
     """Start the local servers (a missing binary is reported, not fatal) and describe this machine."""
-    here = machine()
+    here = local_machine()
     limit, what = here.process_limit, here.described
     torch_ok = importlib.util.find_spec("torch") is not None
     etcd = _start_local("etcd", LocalEtcd().up, "for --rdzv etcd; state in .trainkit/etcd")

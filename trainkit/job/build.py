@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from training.common.job import BY_KEY, FIELDS, FieldSpec, Job, range_problem
+from trainkit import hardware
 from trainkit.errors import SpecError
 
 
@@ -26,6 +27,15 @@ class Machine:
     """Training processes one machine can host when every node shares it (local), else None."""
     described: str = ""
     """The machine in words, for errors ("2 CPU core(s) and no GPU")."""
+
+
+def local_machine() -> Machine:
+    """This machine as the job model sees it: one training process per GPU, else one per CPU core."""
+    gpus = hardware.local_gpu_count()
+    if gpus:
+        return Machine(gpus, process_limit=gpus, described=f"{gpus} GPU(s)")
+    cpus = hardware.local_cpu_count()
+    return Machine(0, process_limit=cpus, described=f"{cpus} CPU core(s) and no GPU")
 
 
 def profiles() -> dict[str, Any]:

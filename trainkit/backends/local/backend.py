@@ -38,7 +38,7 @@ from trainkit.backends.local import runs as local_runs
 from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors, summary_block
 from trainkit.backends.local.task import run_task
 from trainkit.errors import JobFailed
-from trainkit.job.build import Machine
+from trainkit.job.build import Machine, local_machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.torchrun import PreparedRun, rendezvous_id, torchrun_command
 from trainkit.services import LocalEtcd, LocalPrometheus
@@ -293,22 +293,13 @@ def announce(job: Job, workload: Workload) -> None:
     )
 
 
-def machine() -> Machine:
-    """This machine as the job model sees it: one training process per GPU, else one per CPU core."""
-    gpus = hardware.local_gpu_count()
-    if gpus:
-        return Machine(gpus, process_limit=gpus, described=f"{gpus} GPU(s)")
-    cpus = hardware.local_cpu_count()
-    return Machine(0, process_limit=cpus, described=f"{cpus} CPU core(s) and no GPU")
-
-
 class LocalBackend(Backend):
     """torchrun agents on this machine; a run is followed and stopped through its run folder."""
 
     name = "local"
 
     def resolve(self, job: Job) -> Machine:
-        here = machine()
+        here = local_machine()
         p, elastic = job.parallelism, job.elastic
         if p.nproc is None:
             p.nproc = here.process_limit if here.gpus_per_node else min(2, here.process_limit)
