@@ -59,8 +59,9 @@ def test_on_eks_a_sweep_that_saw_no_gpu_fails_the_job_on_every_node_with_its_rep
         assert record["verdict"] == {"failures": [GLOO_ON_EFA], "warnings": []}
         assert (run / "table.md").read_text().count("| all_reduce |") == len(message_sizes(8, 16384, 2))
         assert (run / "busbw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        # $(POD_NAME) in the args became each pod's name: every agent's logs are on FSx under its pod.
-        assert {p.name for p in (run / "logs").iterdir()} == {"fabric-worker-0", "fabric-worker-1"}
+        # Every agent's logs are on FSx under its pod's name, and where each rank's files are (logs --rank).
+        assert {p.name for p in (run / "logs").iterdir()} == {"fabric-worker-0", "fabric-worker-1", "ranks"}
+        assert sorted(p.name for p in (run / "logs" / "ranks").iterdir()) == ["0.json", "1.json"]
         logs = [log.read_text() for log in (run / "logs").rglob("stdout.log")]
         assert len(logs) == 2 and sum(f"FAILED: {GLOO_ON_EFA}" in text for text in logs) == 1  # rank 0's
         status = invoke("status", "--run-id", "fabric")
