@@ -43,7 +43,7 @@ def imagenet(
 
     flags = {"workload": "data", "target": target, "image": image, "namespace": namespace, "nodes": 1, "nproc": 1}
     flags.update(run_id=copy.new_run_id(), max_restarts=0, metrics_port=0)
-    job, backend, _ = resolve_job({key: value for key, value in flags.items() if value is not None})
+    job, backend, _ = resolve_job(flags)  # build drops the options left None
     task = copy.workload(job, backend, source, dest, val_csv, int(workers), follow=follow)
     backend.submit(job, task, dry_run=dry_run)  # a failed copy raises JobFailed: its cause, its exit code
 

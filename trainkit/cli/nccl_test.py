@@ -65,7 +65,7 @@ def nccl_test(
         "max_restarts": 0,
         "metrics_port": 0,
     }
-    job, backend, machine = resolve_job({key: value for key, value in flags.items() if value is not None})
+    job, backend, machine = resolve_job(flags)  # build drops the options left None
     gpus = machine.gpus_per_node > 0
     workload = sweep.workload(job, gpus, ops, min_bytes, max_bytes, int(iters), int(warmup))
     backend.submit(job, workload, dry_run=dry_run)  # a failed sweep raises JobFailed: its cause, its exit code

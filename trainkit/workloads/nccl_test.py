@@ -20,6 +20,7 @@ import uuid
 
 from training.common.job import Job
 from trainkit import hardware
+from trainkit.backends.base import Workload
 from trainkit.errors import SpecError
 
 GIB = 2**30
@@ -88,12 +89,12 @@ def new_run_id() -> str:
     return f"nccl-test-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:4]}"
 
 
-def workload(job: Job, gpus: bool, ops: str, min_size: str | None, max_size: str | None, iters: int, warmup: int):
+def workload(
+    job: Job, gpus: bool, ops: str, min_size: str | None, max_size: str | None, iters: int, warmup: int
+) -> Workload:
     """The sweep on the job's nodes and processes, with nothing retried (a fabric test that fails must fail the
     job); on an instance type of the table, what its fabric should show (`expectations`). `gpus`: whether the
     target's nodes have GPUs (NCCL sizes), else gloo's smaller range."""
-    from trainkit.backends.base import Workload
-
     min_bytes, max_bytes = sizes(gpus, min_size, max_size)
     chosen = check_inputs(job.parallelism.nodes, job.parallelism.nproc, ops, min_bytes, max_bytes, iters)
     args = sweep_args(",".join(chosen), min_bytes, max_bytes, iters, warmup)
