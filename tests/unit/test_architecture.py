@@ -184,3 +184,44 @@ def test_the_target_check_finds_a_branch_on_the_target():
     )
     assert target_comparisons(source, {"local", "eks"}) == [2, 4]
     assert target_comparisons('x = name == "eks"\n', {"eks"}) == []
+
+
+def model_tables(source: str, names: set[str]) -> list[int]:
+    """Lines of a table keyed by model names (a dict literal, or a list, tuple or set of them, holding two or
+    more): a second place that says which models exist and what each is."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            items = node.keys
+        elif isinstance(node, ast.List | ast.Tuple | ast.Set):
+            items = node.elts
+        else:
+            continue
+        keyed = {item.value for item in items if isinstance(item, ast.Constant) and item.value in names}
+        if len(keyed) >= 2:
+            found.append(node.lineno)
+    return found
+
+
+def test_one_model_registry():
+    """training/registry.py is the only name -> model table: builders, trainers and the launcher's recipes read it
+    (two tables keyed by the same names, trainkit's and training/vision's, once had to be kept in step by hand)."""
+    from training.registry import REGISTRY
+
+    sources = [
+        REPO / "tasks.py",
+        *(p for root in ("trainkit", "training", "observability") for p in (REPO / root).rglob("*.py")),
+    ]
+    tables = {
+        str(path.relative_to(REPO)): model_tables(path.read_text(), set(REGISTRY))
+        for path in sources
+        if path != REPO / "training" / "registry.py"
+    }
+    assert {path: lines for path, lines in tables.items() if lines} == {}
+
+
+def test_the_registry_check_finds_a_second_table():
+    names = {"resnet50", "resnet-tiny", "llama2-7b"}
+    source = 'B = {"resnet50": f, "resnet-tiny": g}\n'
+    source += 'VISION = ("resnet50", "resnet-tiny")\nDEFAULT = {"model": "llama2-7b"}\n'
+    assert model_tables(source, names) == [1, 2]

@@ -7,21 +7,27 @@ import torch
 import torch.nn.functional as F
 
 from training.common.sampling import StepSampler
+from training.registry import REGISTRY, load
 from training.vision.data import ClassFolder, SeededImages, StepBatches, train_transform
 from training.vision.lamb import Lamb
-from training.vision.models import BUILDERS, build_model, parameter_groups
+from training.vision.models import build_model, parameter_groups
 from training.vision.synthetic import SyntheticTree, write_tree
-from trainkit.job.models import REGISTRY
 
 VISION = sorted(name for name, entry in REGISTRY.items() if entry.family == "vision")
 
 
 def test_every_registry_vision_model_has_a_builder_and_its_published_parameter_count():
-    assert VISION == sorted(BUILDERS)
+    assert VISION == ["efficientnet-b7", "resnet-tiny", "resnet50"]
     for name in VISION:
         arch = REGISTRY[name].arch
         model = build_model(name, arch.num_classes)
+        assert type(model) is type(load(REGISTRY[name].builder)(arch.num_classes)), name
         assert sum(p.numel() for p in model.parameters()) == arch.parameters, name
+
+
+def test_a_language_model_is_not_built_as_a_vision_model():
+    with pytest.raises(ValueError, match="'llama2-tiny' is a llama model, not a vision model"):
+        build_model("llama2-tiny", 10)
 
 
 @pytest.mark.parametrize("name", ["resnet50", "efficientnet-b7"])

@@ -137,7 +137,7 @@ class RunOptions:
 class ModelOptions:
     """What is trained, and from which weights."""
 
-    name: str = option("llama2-tiny", "Registry name of the model (see README, Models).", flag="model")
+    name: str = option("llama2-tiny", "Registry name of the model (training/registry.py).", flag="model")
     family: str | None = option(
         None,
         "`llama` or `vision`: which trainer runs the job (set from the model registry).",

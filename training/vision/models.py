@@ -1,33 +1,37 @@
-"""Vision models by registry name, built from torchvision with random weights (nothing downloaded).
+"""Vision model builders, named by the registry (`training/registry.py`): torchvision's models with random
+weights (nothing downloaded), each `num_classes -> torch.nn.Module`.
 
-`resnet-tiny` is torchvision's ResNet with one BasicBlock per stage (a "ResNet-10"): the same stem,
-stages, BatchNorm and head as ResNet50, small enough for 2-process DDP on a CPU.
+`resnet_tiny` is torchvision's ResNet with one BasicBlock per stage (a "ResNet-10"): the same stem, stages,
+BatchNorm and head as ResNet50, small enough for 2-process DDP on a CPU.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 from torchvision import models
 from torchvision.models.resnet import BasicBlock, ResNet
 
+from training.registry import load, model_entry
 
-def _resnet_tiny(num_classes: int) -> torch.nn.Module:
+
+def resnet50(num_classes: int) -> torch.nn.Module:
+    return models.resnet50(weights=None, num_classes=num_classes)
+
+
+def efficientnet_b7(num_classes: int) -> torch.nn.Module:
+    return models.efficientnet_b7(weights=None, num_classes=num_classes)
+
+
+def resnet_tiny(num_classes: int) -> torch.nn.Module:
     return ResNet(BasicBlock, [1, 1, 1, 1], num_classes=num_classes)
 
 
-BUILDERS: dict[str, Callable[[int], torch.nn.Module]] = {
-    "resnet50": lambda num_classes: models.resnet50(weights=None, num_classes=num_classes),
-    "efficientnet-b7": lambda num_classes: models.efficientnet_b7(weights=None, num_classes=num_classes),
-    "resnet-tiny": _resnet_tiny,
-}
-
-
 def build_model(name: str, num_classes: int) -> torch.nn.Module:
-    if name not in BUILDERS:
-        raise ValueError(f"--model-name {name!r} is not a vision model; choose one of: {', '.join(BUILDERS)}")
-    return BUILDERS[name](num_classes)
+    """The registry's vision model `name`, built by the builder its entry names."""
+    entry = model_entry(name)
+    if entry.family != "vision":
+        raise ValueError(f"--model {name!r} is a {entry.family} model, not a vision model")
+    return load(entry.builder)(num_classes)
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

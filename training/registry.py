@@ -1,0 +1,273 @@
+"""The model registry, the only name -> model table: each model's family (which trainer runs it), architecture,
+default recipe, builder and where pretrained weights live. Torch-free: the launcher reads it to plan and check a
+job without PyTorch, and the worker reads it to pick its trainer; builders and trainers are named "module:function"
+and imported only when called (`load`), so reading the registry imports no model code.
+
+Llama 2 shapes are the published ones (Touvron et al. 2023, table 1 and the Hugging Face
+`config.json` of each `meta-llama/Llama-2-*-hf` repository): vocabulary 32,000, context 4,096,
+grouped-query attention with 8 KV heads for 70B only.
+
+Vision models are torchvision's (`training/vision/models.py` builds them); parameter counts are
+those of the 1000-class models and are checked against the built model in the tests. Training crops
+are the ones torchvision publishes with its ImageNet weights (`ResNet50_Weights.IMAGENET1K_V1`: 224,
+`EfficientNet_B7_Weights.IMAGENET1K_V1`: 600).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field, replace
+
+from training.common.flops import TransformerShape
+
+
+@dataclass(frozen=True)
+class LlamaArch:
+    """A Llama 2 architecture, in the field names of `transformers.LlamaConfig`."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int = 32000
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-5
+
+    def truncated(self, layers: int | None) -> LlamaArch:
+        """The same layer shapes with fewer layers (for benchmarks and tests)."""
+        if layers is None:
+            return self
+        return replace(self, num_hidden_layers=layers)
+
+    def shape(self) -> TransformerShape:
+        return TransformerShape.from_hf_config(self)
+
+    def hf_config(self) -> dict:
+        """A `config.json` body that `transformers.LlamaConfig` / `AutoConfig` accept."""
+        return {
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "rope_theta": 10000.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        }
+
+
+@dataclass(frozen=True)
+class VisionArch:
+    """An image classifier from torchvision, at ImageNet's 1000 classes."""
+
+    parameters: int
+    image_size: int
+    num_classes: int = 1000
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Defaults a model brings to the job spec (JobSpec field names); flags and profiles override them.
+    None leaves the field to the spec's own rules."""
+
+    global_batch_size: int
+    micro_batch_size: int
+    sharding: str
+    weight_decay: float
+    grad_clip: float
+    checkpoint_interval: int
+    steps: int | None = None
+    epochs: int | None = None
+    lr: float | None = None
+    warmup_steps: int | None = None
+    warmup_epochs: float | None = None
+    seq_len: int | None = None
+    activation_checkpointing: bool | None = None
+    image_size: int | None = None
+    optimizer: str | None = None
+    label_smoothing: float | None = None
+    loader_workers: int | None = None
+    cpu: dict = field(default_factory=dict)
+    """Overrides used instead on a machine without GPUs, for fields no flag or profile set."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kind of model and the trainer that runs it (`training/__main__.py` starts it from the spec)."""
+
+    name: str
+    trainer: str
+    """"module:Class" of its `training.common.trainer.Trainer`."""
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family("llama", trainer="training.llm.trainer:LlamaTrainer"),
+    "vision": Family("vision", trainer="training.vision.trainer:VisionTrainer"),
+}
+
+LLAMA_BUILDER = "training.llm.model:build_model"
+"""Every Llama is built from its `config.json` (random init) or its weights: (model_config, weights, seed,
+materialize) -> LlamaForCausalLM."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    family: str
+    arch: LlamaArch | VisionArch
+    recipe: Recipe
+    builder: str
+    """"module:function" that builds the model (vision: num_classes -> torch.nn.Module; llama: `LLAMA_BUILDER`)."""
+    hub_id: str | None = None
+    notes: str = field(default="")
+
+
+def _finetune_recipe(micro_batch_size: int) -> Recipe:
+    """Full fine-tuning of a pretrained Llama 2 at its native context."""
+    return Recipe(
+        steps=1000,
+        global_batch_size=64,
+        micro_batch_size=micro_batch_size,
+        sharding="FULL_SHARD",
+        weight_decay=0.0,
+        grad_clip=1.0,
+        seq_len=4096,
+        lr=2e-5,
+        warmup_steps=30,
+        checkpoint_interval=200,
+        activation_checkpointing=True,
+        # A 7B-shaped layer stack runs ~10 s per 256 tokens on two CPU cores: keep CPU smoke runs short.
+        cpu={"global_batch_size": 2, "micro_batch_size": 1},
+    )
+
+
+def _tiny_recipe() -> Recipe:
+    """Fast local demo: learns the synthetic dialogue data in about a minute on two CPU processes."""
+    return replace(
+        _finetune_recipe(micro_batch_size=8),
+        steps=60,
+        global_batch_size=16,
+        seq_len=128,
+        lr=3e-3,
+        warmup_steps=6,
+        checkpoint_interval=20,
+        activation_checkpointing=False,
+        cpu={},  # already sized for CPU
+    )
+
+
+def _imagenet_recipe(global_batch: int, micro_batch: int, image_size: int) -> Recipe:
+    """ImageNet from scratch with SGD + Nesterov: 90 epochs, 5 warmup epochs, cosine, label smoothing
+    0.1, weight decay 1e-4 on conv/linear weights. The learning rate follows the linear scaling rule
+    (0.1 per 256 images, Goyal et al. 2017) unless --lr is given. Four loader workers per process
+    were the seeds' best on p4d."""
+    return Recipe(
+        epochs=90,
+        global_batch_size=global_batch,
+        micro_batch_size=micro_batch,
+        sharding="NO_SHARD",
+        weight_decay=1e-4,
+        grad_clip=0.0,
+        checkpoint_interval=0,
+        warmup_epochs=5,
+        image_size=image_size,
+        optimizer="sgd",
+        label_smoothing=0.1,
+        loader_workers=4,
+        # A CPU smoke run: small batches, one loader worker per process on a two-core machine.
+        cpu={"global_batch_size": 8, "micro_batch_size": 4, "loader_workers": 1},
+    )
+
+
+def _resnet_tiny_recipe() -> Recipe:
+    """Local demo on the synthetic JPEG tree: learns its 10 classes in a few epochs on two CPU processes."""
+    return replace(
+        _imagenet_recipe(global_batch=40, micro_batch=20, image_size=32),
+        epochs=6,
+        warmup_epochs=1,
+        loader_workers=1,
+        cpu={},
+    )
+
+
+REGISTRY: dict[str, ModelEntry] = {
+    "llama2-7b": ModelEntry(
+        name="llama2-7b",
+        builder=LLAMA_BUILDER,
+        family="llama",
+        arch=LlamaArch(4096, 32, 32, 32, 11008),
+        recipe=_finetune_recipe(micro_batch_size=4),
+        hub_id="meta-llama/Llama-2-7b-hf",
+    ),
+    "llama2-13b": ModelEntry(
+        name="llama2-13b",
+        builder=LLAMA_BUILDER,
+        family="llama",
+        arch=LlamaArch(5120, 40, 40, 40, 13824),
+        recipe=_finetune_recipe(micro_batch_size=2),
+        hub_id="meta-llama/Llama-2-13b-hf",
+    ),
+    "llama2-70b": ModelEntry(
+        name="llama2-70b",
+        builder=LLAMA_BUILDER,
+        family="llama",
+        arch=LlamaArch(8192, 80, 64, 8, 28672),
+        recipe=_finetune_recipe(micro_batch_size=1),
+        hub_id="meta-llama/Llama-2-70b-hf",
+    ),
+    "llama2-tiny": ModelEntry(
+        name="llama2-tiny",
+        builder=LLAMA_BUILDER,
+        family="llama",
+        # Llama 2 architecture (RMSNorm, SwiGLU, RoPE, grouped-query attention) at ~3.2M parameters,
+        # with a 512-entry vocabulary that fits the byte tokenizer.
+        arch=LlamaArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),
+        recipe=_tiny_recipe(),
+        notes="debug model; random init only unless --weights points at a local checkpoint",
+    ),
+    "resnet50": ModelEntry(
+        name="resnet50",
+        builder="training.vision.models:resnet50",
+        family="vision",
+        arch=VisionArch(parameters=25_557_032, image_size=224),
+        recipe=_imagenet_recipe(global_batch=1024, micro_batch=128, image_size=224),
+    ),
+    "efficientnet-b7": ModelEntry(
+        name="efficientnet-b7",
+        builder="training.vision.models:efficientnet_b7",
+        family="vision",
+        arch=VisionArch(parameters=66_347_960, image_size=600),
+        # 600 px crops: 8 images per GPU forward, accumulated to 256 per step on 8 GPUs.
+        recipe=_imagenet_recipe(global_batch=256, micro_batch=8, image_size=600),
+    ),
+    "resnet-tiny": ModelEntry(
+        name="resnet-tiny",
+        builder="training.vision.models:resnet_tiny",
+        family="vision",
+        arch=VisionArch(parameters=4_910_922, image_size=32, num_classes=10),
+        recipe=_resnet_tiny_recipe(),
+        notes="debug model: torchvision ResNet with one BasicBlock per stage",
+    ),
+}
+
+
+def model_entry(name: str) -> ModelEntry:
+    """The registry's entry for `name`; a name it does not hold is a ValueError that lists the ones it does."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"--model {name!r} is not a known model; choose one of: {', '.join(REGISTRY)}") from None
+
+
+def load(reference: str):
+    """The object a "module:name" reference names, its module imported now (and once: Python keeps it)."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
