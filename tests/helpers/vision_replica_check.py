@@ -21,7 +21,8 @@ with tempfile.TemporaryDirectory() as folder:
     trainer = VisionTrainer(job, run_dir)
     print("digests agree after prepare:", trainer.replica_digests(), flush=True)
     trainer.model = trainer.accelerator.unwrap_model(trainer.model)  # each rank now trains alone
-    trainer.train_step(0, trainer._micro_batches(0))  # each rank's own random batch
+    trainer.begin(0)
+    trainer.train_step(0)  # each rank's own random batch
     try:
         trainer.replica_digests()
     except RuntimeError as error:

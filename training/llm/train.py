@@ -11,7 +11,7 @@ from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
 from training.common.run import record_log_files
 
-from .trainer import Trainer
+from .trainer import LlamaTrainer
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     with reported():  # an error that ends this rank reaches the launcher in one line, even from a full volume
         record_log_files(run_dir)  # first: a failure while loading data is shown and found too
         die_with_parent()
-        Trainer(job, run_dir).fit()
+        LlamaTrainer(job, run_dir).fit()
     exit_finished()
 
 

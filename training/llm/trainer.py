@@ -1,4 +1,5 @@
-"""The training loop, in one place: one method per stage (load, step, log, save, export)."""
+"""Llama fine-tuning with Accelerate FSDP: the model, the packed dialogue data and one optimizer step; the loop
+around them is `training.common.trainer.Trainer`'s."""
 
 from __future__ import annotations
 
@@ -19,20 +20,22 @@ from training.common.distributed import make_accelerator, verify_sharding
 from training.common.failure import doing
 from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
-from training.common.run import RunContext, current_nodes, peak_memory_bytes, synchronize
+from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
-from training.common.schedule import lr_multiplier
+from training.common.trainer import Step, Trainer
+from training.registry import load, model_entry
 
 from . import fast_paths
 from .data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
-from .model import DECODER_LAYER, build_model, consolidated_copy
+from .model import DECODER_LAYER, consolidated_copy
 from .tokenizer import load_tokenizer
 
 
-class Trainer:
+class LlamaTrainer(Trainer):
+    rate = ("tokens_per_s", "tok_s")
+
     def __init__(self, job: Job, run_dir: Path):
-        self.job = job
-        self.run_dir = run_dir
+        super().__init__(job, run_dir)
         set_seed(job.run.seed)
         self.nodes = current_nodes(job.parallelism.nodes)
         parallel = job.parallelism
@@ -50,11 +53,12 @@ class Trainer:
         pretrained = job.model.init == "pretrained"
         self.tokenizer = load_tokenizer(job.model.weights if pretrained else "byte")
         self.dataset, self.sampler = self._build_data()
-        self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.sampler.steps_per_epoch
+        self.steps_per_epoch = self.sampler.steps_per_epoch
+        self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.steps_per_epoch
 
         # Under FSDP only rank 0 builds real weights; the others get them, sharded, in prepare().
         model_config = None if pretrained else str(run_dir / MODEL_CONFIG)
-        model = build_model(
+        model = load(model_entry(job.model.name).builder)(
             model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
@@ -78,13 +82,7 @@ class Trainer:
         fast_paths.schedule(self.model, parallel.prefetch or 0, parallel.reshard_last_layer is not False)
         self.fast_paths = fast_paths.taken(self.model, parallel.attention or "sdpa")
         self.fast_paths["optimizer_kernel"] = fast_paths.optimizer_kernel(self.optimizer)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer.optimizer,
-            lambda step: lr_multiplier(
-                step, job.optimisation.warmup_steps, self.total_steps, job.optimisation.schedule
-            ),
-        )
-        acc.register_for_checkpointing(self.scheduler)
+        self.scheduler = self.schedule(job.optimisation.warmup_steps)
         shard_group = self.world // self.nodes if job.parallelism.sharding == "HYBRID_SHARD" else self.world
         self.sharding_report = verify_sharding(self.model, job.parallelism.sharding, self.world, shard_group)
 
@@ -127,10 +125,7 @@ class Trainer:
             return contextlib.nullcontext()
         return contextlib.nullcontext() if last_micro else self.accelerator.no_sync(self.model)
 
-    def train_step(self, step: int) -> tuple[float, float, float, float]:
-        """One optimizer step over the global batch; returns (mean loss, grad norm, input wait in s, optimizer
-        time in s: clipping, the optimizer and scheduler steps, from the end of backward, the device synchronised
-        at both ends, so the forward and backward time is the step's remainder)."""
+    def train_step(self, step: int) -> Step:
         device = self.accelerator.device
         waited = time.perf_counter()
         micro = self.sampler.micro_batches(step)
@@ -164,50 +159,18 @@ class Trainer:
                 )
                 self.accelerator.backward(token_loss * (scale * weights[index]))
             loss_sum += token_loss.detach() * weights[index]
-        synchronize()
-        optimizer_started = time.perf_counter()
-        grad_norm = torch.zeros(())
-        if self.job.optimisation.grad_clip > 0:
-            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        synchronize()
-        optimizer_s = time.perf_counter() - optimizer_started
+        grad_norm, optimizer_s = self.optimizer_tail()
         dist.all_reduce(loss_sum)
-        return (loss_sum / counted.clamp(min=1)).item(), float(grad_norm), data_wait, optimizer_s
+        return Step((loss_sum / counted.clamp(min=1)).item(), grad_norm, data_wait, optimizer_s)
 
-    def log(
-        self,
-        step: int,
-        loss: float,
-        grad_norm: float,
-        lr: float,
-        step_time: float,
-        data_wait: float,
-        first: bool,
-        optimizer_s: float | None = None,
-    ):
+    def record(self, step: int, step_time: float) -> dict:
         tokens = self.job.optimisation.global_batch_size * self.job.data.seq_len
         tokens_per_s = tokens / step_time
-        record = {
-            "step": step,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": grad_norm,
+        return {
             "tokens_per_s": tokens_per_s,
-            "samples_per_s": self.job.optimisation.global_batch_size / step_time,
-            "step_time_s": step_time,
-            "data_wait_s": data_wait,
-            "optimizer_s": optimizer_s,
             "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
-            "peak_memory_bytes": peak_memory_bytes(),
             "tokens_seen": step * tokens,
-            "epoch": (step - 1) // self.sampler.steps_per_epoch,
-            "warmup": first,  # first step after (re)start includes one-off setup costs
         }
-        self.run.log_step(record)
-        return record
 
     def export(self) -> Path | None:
         """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory."""
@@ -228,45 +191,19 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         return target
 
-    # ------------------------------------------------------------------ driver
+    # ------------------------------------------------------------------ around the loop
 
-    def fit(self) -> None:
-        job, acc, run = self.job, self.accelerator, self.run
-        if run.already_finished(self.total_steps):
-            return
-        run.refuse_if_diverged()
-        start = run.resume()
-        if acc.is_main_process and job.model.truncated_label:
-            print(f"NOTE: {job.model.truncated_label}", flush=True)
-        bar = run.progress(start, self.total_steps)
-        first = True
-        for step in range(start, self.total_steps):
-            lr = self.scheduler.get_last_lr()[0]
-            run.profile.before(step + 1)
-            started = time.perf_counter()
-            loss, grad_norm, data_wait, optimizer_s = self.train_step(step)
-            run.check_finite(step + 1, loss, grad_norm)
-            elapsed = time.perf_counter() - started
-            run.profile.after(step + 1)
-            done = step + 1
-            if done % job.run.log_interval == 0 or done == self.total_steps:
-                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, first, optimizer_s)
-                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            first = False
-            bar.update(1)
-            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval)
-        bar.close()
-        run.save_final(self.total_steps)
+    def begin(self, start: int) -> None:
+        if self.accelerator.is_main_process and self.job.model.truncated_label:
+            print(f"NOTE: {self.job.model.truncated_label}", flush=True)
+
+    def report(self) -> dict:
         with doing(f"exporting the model to {self.run_dir / 'model'}"):
             exported = self.export()
-        run.finish(
-            start,
-            {
-                "truncated": job.model.truncated_label,
-                "sharding": self.sharding_report,
-                "fast_paths": self.fast_paths | {"graphs_compiled": fast_paths.compiled_graphs()},
-                "hf_model_dir": str(exported) if exported else None,
-                "peak_tflops": self.peak_tflops,
-            },
-        )
-        acc.end_training()
+        return {
+            "truncated": self.job.model.truncated_label,
+            "sharding": self.sharding_report,
+            "fast_paths": self.fast_paths | {"graphs_compiled": fast_paths.compiled_graphs()},
+            "hf_model_dir": str(exported) if exported else None,
+            "peak_tflops": self.peak_tflops,
+        }

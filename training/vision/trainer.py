@@ -1,4 +1,5 @@
-"""The ImageNet training loop: one method per stage (data, step, evaluate, log, save), DDP through Accelerate."""
+"""ImageNet classification with Accelerate DDP: the model, the image pipeline, one optimizer step and the epoch's
+evaluation; the loop around them is `training.common.trainer.Trainer`'s."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from accelerate.utils import set_seed
 
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.job import MODEL_CONFIG, Job, data_source
-from training.common.run import RunContext, current_nodes, peak_memory_bytes, synchronize
+from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler, micro_steps
-from training.common.schedule import lr_multiplier
+from training.common.trainer import Step, Trainer
 
 from .data import (
     ClassFolder,
@@ -39,10 +40,9 @@ def _step_seed(seed: int, step: int, rank: int) -> int:
     return seed * 7919 + step * 104_729 + rank
 
 
-class VisionTrainer:
+class VisionTrainer(Trainer):
     def __init__(self, job: Job, run_dir: Path):
-        self.job = job
-        self.run_dir = run_dir
+        super().__init__(job, run_dir)
         self.synthetic_classes = json.loads((run_dir / MODEL_CONFIG).read_text())["num_classes"]
         set_seed(job.run.seed)
         self.on_gpu = torch.cuda.is_available()
@@ -86,11 +86,7 @@ class VisionTrainer:
         else:
             optimizer = torch.optim.SGD(groups, lr=job.optimisation.lr, momentum=0.9, nesterov=True)
         self.model, self.optimizer = acc.prepare(model, optimizer)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer.optimizer,
-            lambda step: lr_multiplier(step, self.warmup_steps, self.total_steps, job.optimisation.schedule),
-        )
-        acc.register_for_checkpointing(self.scheduler)
+        self.scheduler = self.schedule(self.warmup_steps)
         self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
         # The dtype the first convolution computes in (bf16 under autocast) and its input's layout, seen once; the
         # logits cannot say: Accelerate hands them back in fp32 whatever the forward ran in.
@@ -148,11 +144,11 @@ class VisionTrainer:
 
     # ------------------------------------------------------------------ stages
 
-    def train_step(self, step: int, batches) -> tuple[float, float, float, float]:
-        """One optimizer step over the global batch; returns (mean loss, grad norm, seconds waiting for data,
-        optimizer seconds: clipping, the optimizer and scheduler steps, the device synchronised at both ends)."""
+    def train_step(self, step: int) -> Step:
+        if self.epoch_started is None:
+            self.epoch_started = time.perf_counter()
         waited = time.perf_counter()
-        micro = [next(batches) for _ in range(self.micro_per_step)]
+        micro = [next(self.batches) for _ in range(self.micro_per_step)]
         data_wait = time.perf_counter() - waited
         torch.manual_seed(_step_seed(self.job.run.seed, step, self.rank))  # dropout, stochastic depth
         self.model.train()
@@ -169,18 +165,9 @@ class VisionTrainer:
                 )
                 self.accelerator.backward(loss * scale)
             loss_sum += loss.detach() * scale
-        synchronize()
-        optimizer_started = time.perf_counter()
-        grad_norm = torch.zeros(())
-        if self.job.optimisation.grad_clip > 0:
-            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        synchronize()
-        optimizer_s = time.perf_counter() - optimizer_started
+        grad_norm, optimizer_s = self.optimizer_tail()
         dist.all_reduce(loss_sum)
-        return (loss_sum / self.world).item(), float(grad_norm), data_wait, optimizer_s
+        return Step((loss_sum / self.world).item(), grad_norm, data_wait, optimizer_s)
 
     def _sync_buffers(self) -> None:
         """BatchNorm statistics from rank 0 on every rank, so evaluation and checkpoints agree."""
@@ -251,87 +238,43 @@ class VisionTrainer:
             raise RuntimeError(f"data-parallel replicas hold different weights ({digests}): gradients are not averaged")
         return digests
 
-    def log(
-        self,
-        step: int,
-        loss: float,
-        grad_norm: float,
-        lr: float,
-        step_time: float,
-        data_wait: float,
-        extra,
-        optimizer_s: float | None = None,
-    ):
-        record = {
-            "step": step,
-            "epoch": (step - 1) // self.steps_per_epoch,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "samples_per_s": self.job.optimisation.global_batch_size / step_time,
-            "step_time_s": step_time,
-            "data_wait_s": data_wait,
-            "optimizer_s": optimizer_s,
-            "peak_memory_bytes": peak_memory_bytes(),
-            "samples_seen": step * self.job.optimisation.global_batch_size,
-            **extra,
-        }
-        self.run.log_step(record)
-        return record
+    # ------------------------------------------------------------------ around the loop
 
-    # ------------------------------------------------------------------ driver
+    def begin(self, start: int) -> None:
+        self.batches = self._micro_batches(start)
+        # An epoch's time is measured only when this process ran all of it; it starts with the epoch's first step.
+        self.epoch_started, self.epoch_whole = None, start % self.steps_per_epoch == 0
+        self.evaluation: dict = {}  # the last epoch's, reported at the end
 
-    def fit(self) -> None:
-        job, acc, run = self.job, self.accelerator, self.run
-        if run.already_finished(self.total_steps):
-            return
-        run.refuse_if_diverged()
-        start = run.resume()
-        batches = self._micro_batches(start)
-        bar = run.progress(start, self.total_steps)
-        first, evaluation = True, {}
-        epoch_started, epoch_whole = time.perf_counter(), start % self.steps_per_epoch == 0
-        for step in range(start, self.total_steps):
-            lr = self.scheduler.get_last_lr()[0]
-            run.profile.before(step + 1)
-            started = time.perf_counter()
-            loss, grad_norm, data_wait, optimizer_s = self.train_step(step, batches)
-            run.check_finite(step + 1, loss, grad_norm)
-            elapsed = time.perf_counter() - started
-            run.profile.after(step + 1)
-            done = step + 1
-            epoch_end = done % self.steps_per_epoch == 0 or done == self.total_steps
-            extra: dict = {"warmup": first}
-            if epoch_end and not job.data.synthetic:
-                extra["epoch_time_s"] = time.perf_counter() - epoch_started if epoch_whole else None
-                evaluation = self.evaluate()
-                self.replica_digests()
-                extra.update(evaluation)
-            if done % job.run.log_interval == 0 or epoch_end:
-                record = self.log(done, loss, grad_norm, lr, elapsed, data_wait, extra, optimizer_s)
-                bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{record['samples_per_s']:.0f}")
-            first = False
-            bar.update(1)
-            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval, save_anyway=epoch_end)
-            if epoch_end:
-                epoch_started, epoch_whole = time.perf_counter(), True
-        bar.close()
+    def epoch_end(self, done: int) -> bool:
+        return done % self.steps_per_epoch == 0 or done == self.total_steps
+
+    def at_epoch_end(self, done: int) -> dict:
+        if self.job.data.synthetic:
+            return {}
+        fields = {"epoch_time_s": time.perf_counter() - self.epoch_started if self.epoch_whole else None}
+        self.evaluation = self.evaluate()
+        self.replica_digests()
+        self.epoch_started, self.epoch_whole = None, True
+        return fields | self.evaluation
+
+    def record(self, step: int, step_time: float) -> dict:
+        return {"samples_seen": step * self.job.optimisation.global_batch_size}
+
+    def before_final_save(self) -> None:
         self._sync_buffers()
-        run.save_final(self.total_steps)
+
+    def report(self) -> dict:
         digests = self.replica_digests()
-        run.finish(
-            start,
-            {
-                "samples": "images",
-                "classes": self.num_classes,
-                "synthetic": job.data.synthetic,
-                "replication": self.replication,
-                "replica_digests": digests,
-                "final_eval": evaluation or None,
-                "optimizer": job.optimisation.optimizer,
-                "precision": resolve_precision(job.parallelism.precision),
-                "channels_last": self.memory_format == torch.channels_last,
-                "fast_paths": self.fast_paths_taken(),
-            },
-        )
-        acc.end_training()
+        return {
+            "samples": "images",
+            "classes": self.num_classes,
+            "synthetic": self.job.data.synthetic,
+            "replication": self.replication,
+            "replica_digests": digests,
+            "final_eval": self.evaluation or None,
+            "optimizer": self.job.optimisation.optimizer,
+            "precision": resolve_precision(self.job.parallelism.precision),
+            "channels_last": self.memory_format == torch.channels_last,
+            "fast_paths": self.fast_paths_taken(),
+        }

@@ -1,0 +1,155 @@
+"""The training loop both families share: load, step, log, save, evaluate, finish. A family's trainer builds its
+model, data, optimizer and `RunContext` in `__init__` and supplies one optimizer step over the global batch;
+everything around that step (resuming, the progress line, finite checks, metrics records, checkpoints, the stop
+file, the final save and the report) happens here, in one order for every model."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from training.common.job import Job
+from training.common.run import RunContext, peak_memory_bytes, synchronize
+from training.common.schedule import lr_multiplier
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one optimizer step measured: the global batch's mean loss, the gradient norm before clipping (0 when
+    clipping is off), seconds waiting for data and seconds in the optimizer tail."""
+
+    loss: float
+    grad_norm: float
+    data_wait_s: float
+    optimizer_s: float
+
+
+class Trainer:
+    """The loop; a family's subclass sets `accelerator`, `model`, `optimizer`, `scheduler`, `run`, `total_steps`
+    and `steps_per_epoch` in its `__init__`, and implements `train_step`."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    run: RunContext
+    total_steps: int
+    steps_per_epoch: int
+    rate: tuple[str, str] = ("samples_per_s", "img_s")
+    """The record field the progress line shows as throughput, and its short name there."""
+
+    def __init__(self, job: Job, run_dir: Path):
+        self.job = job
+        self.run_dir = run_dir
+
+    # ------------------------------------------------------------------ what a family supplies
+
+    def train_step(self, step: int) -> Step:
+        """One optimizer step (0-based `step`) over the global batch; ends with `optimizer_tail()`."""
+        raise NotImplementedError
+
+    def begin(self, start: int) -> None:
+        """Before the first step of this process, resuming at `start` (e.g. open the data loader there)."""
+
+    def epoch_end(self, done: int) -> bool:
+        """Whether `done` steps close an epoch: the loop then logs, evaluates and checkpoints."""
+        return False
+
+    def at_epoch_end(self, done: int) -> dict:
+        """Fields for the record of an epoch's last step (an evaluation)."""
+        return {}
+
+    def record(self, step: int, step_time: float) -> dict:
+        """The family's own fields of a step's metrics record."""
+        return {}
+
+    def before_final_save(self) -> None:
+        """After the last step, before the final checkpoint."""
+
+    def report(self) -> dict:
+        """The family's fields of the run's report, after the final checkpoint (e.g. export the model)."""
+        return {}
+
+    # ------------------------------------------------------------------ shared stages
+
+    def schedule(self, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+        """The learning-rate schedule over `total_steps`, saved with every checkpoint."""
+        o = self.job.optimisation
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer.optimizer,
+            lambda step: lr_multiplier(step, warmup_steps, self.total_steps, o.schedule),
+        )
+        self.accelerator.register_for_checkpointing(scheduler)
+        return scheduler
+
+    def optimizer_tail(self) -> tuple[float, float]:
+        """Clip, step the optimizer and the schedule, clear the gradients; returns (grad norm, seconds), the device
+        synchronised at both ends so the forward and backward time is the step's remainder."""
+        synchronize()
+        started = time.perf_counter()
+        grad_norm = torch.zeros(())
+        if self.job.optimisation.grad_clip > 0:
+            grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        synchronize()
+        return float(grad_norm), time.perf_counter() - started
+
+    def log(self, step: int, result: Step, lr: float, step_time: float, extra: dict) -> dict:
+        batch = self.job.optimisation.global_batch_size
+        record = {
+            "step": step,
+            "epoch": (step - 1) // self.steps_per_epoch,
+            "loss": result.loss,
+            "lr": lr,
+            "grad_norm": result.grad_norm,
+            "samples_per_s": batch / step_time,
+            "step_time_s": step_time,
+            "data_wait_s": result.data_wait_s,
+            "optimizer_s": result.optimizer_s,
+            "peak_memory_bytes": peak_memory_bytes(),
+            **self.record(step, step_time),
+            **extra,
+        }
+        self.run.log_step(record)
+        return record
+
+    # ------------------------------------------------------------------ driver
+
+    def fit(self) -> None:
+        job, run = self.job, self.run
+        if run.already_finished(self.total_steps):
+            return
+        run.refuse_if_diverged()
+        start = run.resume()
+        self.begin(start)
+        bar = run.progress(start, self.total_steps)
+        field, short = self.rate
+        first = True
+        for step in range(start, self.total_steps):
+            lr = self.scheduler.get_last_lr()[0]
+            run.profile.before(step + 1)
+            started = time.perf_counter()
+            result = self.train_step(step)
+            run.check_finite(step + 1, result.loss, result.grad_norm)
+            elapsed = time.perf_counter() - started
+            run.profile.after(step + 1)
+            done = step + 1
+            epoch_end = self.epoch_end(done)
+            extra = {"warmup": first} | (self.at_epoch_end(done) if epoch_end else {})
+            if done % job.run.log_interval == 0 or done == self.total_steps or epoch_end:
+                record = self.log(done, result, lr, elapsed, extra)
+                bar.set_postfix(loss=f"{result.loss:.4f}", **{short: f"{record[field]:.0f}"})
+            first = False
+            bar.update(1)
+            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval, save_anyway=epoch_end)
+        bar.close()
+        self.before_final_save()
+        run.save_final(self.total_steps)
+        run.finish(start, self.report())
+        self.accelerator.end_training()
