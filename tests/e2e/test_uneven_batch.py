@@ -27,7 +27,7 @@ def test_three_ranks_with_uneven_shares_match_two_even_ones(tiny_run, tmp_path):
     spec["optimisation"].update(micro_batch_size=1, steps=STEPS, global_batch_derived=True)
     spec["run"].update(run_id="uneven", runs_dir=str(tmp_path), metrics_port=0)
     (run / "spec.json").write_text(json.dumps(spec))
-    result = torchrun(3, "-m", "training.llm.train", "--spec", str(run / "spec.json"))
+    result = torchrun(3, "-m", "training", "--spec", str(run / "spec.json"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     uneven = read_jsonl(run / "metrics.jsonl")
     even = read_jsonl(tiny_run / "metrics.jsonl")[:STEPS]

@@ -57,7 +57,7 @@ def test_every_field_reaches_spec_json_and_the_workers_view(walk, tmp_path):
     written = _printed_job(result)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(written))
-    worker = read_job(path)  # what training.llm.train / training.vision.train start from
+    worker = read_job(path)  # what `python -m training` starts from
     for spec in FIELDS:
         section = written[spec.section]
         assert spec.name in section, f"{spec.path} missing from spec.json"

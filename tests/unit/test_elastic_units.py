@@ -75,7 +75,7 @@ def test_c10d_store_host_loss_is_explained_and_other_failures_are_not():
 
 def _rdzv_conf(rdzv: str, node: int) -> str:
     spec = build_spec({"nodes": "1:2", "nproc": 1, "rdzv": rdzv, "rdzv_endpoint": "127.0.0.1:2379"})
-    command = node_command(PreparedRun(spec, ["-m", "training.llm.train"]), "127.0.0.1:1", "id", node)
+    command = node_command(PreparedRun(spec, ["-m", "training"]), "127.0.0.1:1", "id", node)
     return command[command.index("--rdzv-conf") + 1]
 
 

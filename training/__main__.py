@@ -1,7 +1,7 @@
-"""Train an ImageNet classifier with Accelerate DDP. Run under torchrun (the launcher does this for you),
-from the run folder the launcher prepared:
+"""The workers' one entry point: train the model a run's spec names, with its family's trainer (the registry's
+`FAMILIES`). Run under torchrun (the launcher does this for you), from the run folder the launcher prepared:
 
-    torchrun --nproc-per-node 8 -m training.vision.train --spec runs/<run-id>/spec.json
+    torchrun --nproc-per-node 2 -m training --spec runs/<run-id>/spec.json
 """
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from training.common.failure import reported
 from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
 from training.common.run import record_log_files
-
-from .trainer import VisionTrainer
+from training.registry import FAMILIES, load, model_entry
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,7 +18,9 @@ def main(argv: list[str] | None = None) -> None:
     with reported():  # an error that ends this rank reaches the launcher in one line, even from a full volume
         record_log_files(run_dir)  # first: a failure while loading data is shown and found too
         die_with_parent()
-        VisionTrainer(job, run_dir).fit()
+        family = job.model.family or model_entry(job.model.name).family
+        trainer = load(FAMILIES[family].trainer)
+        trainer(job, run_dir).fit()
     exit_finished()
 
 
