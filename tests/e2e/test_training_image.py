@@ -21,6 +21,7 @@ import pytest
 from tests.helpers.eks import container, job_for
 from tests.helpers.image_build import BASE, HOST_CA, IMAGE
 from tests.helpers.kube_api import operator_env
+from trainkit.backends.eks.image import POD_ENTRY_LABEL, check_pod_entry
 from trainkit.services import EtcdServer
 
 
@@ -45,6 +46,15 @@ def test_the_build_was_the_printed_command_and_names_the_tag(built):
     assert f"image {IMAGE} (cpu), built with buildah" in lines and lines[-1] == f"built {IMAGE}"
     (command,) = [line for line in lines if line.startswith("  command  buildah bud --layers ")]
     assert "--build-arg FLAVOR=cpu" in command and f"--build-arg CPU_BASE={BASE}" in command
+
+
+def test_the_image_config_says_it_holds_the_pod_entry_point(built):
+    """The label the EKS preflight reads from an --image's config (trainkit/backends/eks/image.py), as the build wrote
+    it; the module it names is the one the next test runs inside."""
+    env, _root, _result = built
+    config = json.loads(buildah(env, "inspect", "--type", "image", IMAGE).stdout)["OCIv1"]["config"]
+    check_pod_entry(IMAGE, config["Labels"])
+    assert config["Labels"][POD_ENTRY_LABEL] == "trainkit.backends.eks.pod"
 
 
 def test_a_two_process_job_runs_inside_through_the_pod_entry_point(built, tmp_path):

@@ -12,11 +12,12 @@ import socket
 import pytest
 from moto import mock_aws
 
+from tests.helpers.ecr_blobs import EcrBlobs
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import backend as eks
-from trainkit.backends.eks import preflight
+from trainkit.backends.eks import image, preflight
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
 from trainkit.workloads.recipe import recipe
@@ -33,7 +34,8 @@ def check(**flags) -> list[str]:
 
 
 def test_preflight_passes_on_a_ready_cluster(fake):
-    assert check(nodes="2") == [f"image {IMAGE} is not in ECR; not checked (the nodes must be able to pull it)"]
+    (note,) = check(nodes="2")
+    assert note.startswith(f"image {IMAGE} is not in ECR; not checked (the nodes must be able to pull it, and it must ")
 
 
 def test_unreachable_cluster(fake, monkeypatch, tmp_path):
@@ -105,46 +107,99 @@ def test_a_running_job_of_the_same_run_is_refused(fake):
         check()
 
 
-DIGEST = "sha256:" + "2" * 64
+ENTRY = {image.POD_ENTRY_LABEL: image.POD_ENTRY_MODULE}
 
 
-@mock_aws
-def test_image_must_exist_in_ecr(fake, monkeypatch):
+@pytest.fixture
+def ecr(monkeypatch, tmp_path):
+    """An ECR repository like ours in the AWS emulator, with its blobs (tests/helpers/ecr_blobs.py)."""
     import boto3
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    ecr = boto3.client("ecr", region_name="us-east-1")
-    created = ecr.create_repository(repositoryName="trainkit/train", imageTagMutability="IMMUTABLE")  # as ours
-    url = created["repository"]["repositoryUri"]
+    with mock_aws(), EcrBlobs(tmp_path / "blobs") as blobs:
+        client = boto3.client("ecr", region_name="us-east-1")
+        created = client.create_repository(repositoryName="trainkit/train", imageTagMutability="IMMUTABLE")  # as ours
+        yield client, blobs, created["repository"]["repositoryUri"]
+
+
+def test_image_must_exist_in_ecr(fake, ecr):
+    ecr, blobs, url = ecr
     spec = spec_of(image=f"{url}:v1")
     with pytest.raises(SpecError, match=rf"image {url}:v1 is not in ECR \(ImageNotFoundException\): build and push it"):
-        preflight.check_image(spec, ecr)
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {"digest": "sha256:" + "0" * 64, "size": 1, "mediaType": "application/json"},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "size": 1, "digest": DIGEST}],
-        }
-    )
-    ecr.put_image(repositoryName="trainkit/train", imageManifest=manifest, imageTag="v1")
-    assert preflight.check_image(spec, ecr) is None
+        image.check_image(spec, ecr)
+    blobs.push(ecr, "trainkit/train", "v1", ENTRY)
+    assert image.check_image(spec, ecr) is None
     # the image now also carries the run's tag, which the lifecycle policy keeps (terraform/modules/ecr)
-    (image,) = ecr.describe_images(repositoryName="trainkit/train")["imageDetails"]
-    assert sorted(image["imageTags"]) == sorted(["v1", f"run-{spec.run.run_id}"])
-    assert preflight.check_image(spec, ecr) is None  # submitting again: the tag is there already
-    other = manifest.replace(DIGEST, "sha256:" + "1" * 64)  # a resumed run on another image: its first one stays kept
-    ecr.put_image(repositoryName="trainkit/train", imageManifest=other, imageTag="v2")
-    note = preflight.check_image(spec_of(image=f"{url}:v2"), ecr)
+    (pushed,) = ecr.describe_images(repositoryName="trainkit/train")["imageDetails"]
+    assert sorted(pushed["imageTags"]) == sorted(["v1", f"run-{spec.run.run_id}"])
+    assert image.check_image(spec, ecr) is None  # submitting again: the tag is there already
+    blobs.push(ecr, "trainkit/train", "v2", ENTRY)  # a resumed run on another image: its first one stays kept
+    note = image.check_image(spec_of(image=f"{url}:v2"), ecr)
     assert note and f"run-{spec.run.run_id} already tags the image this run started with" in note
     with pytest.raises(SpecError, match=r"RepositoryNotFoundException"):
-        preflight.check_image(spec_of(image=url.replace("trainkit/train", "nope") + ":v1"), ecr)
+        image.check_image(spec_of(image=url.replace("trainkit/train", "nope") + ":v1"), ecr)
+
+
+def test_an_image_without_the_pod_entry_point_is_refused_before_anything_is_tagged(fake, ecr):
+    ecr, blobs, url = ecr
+    blobs.push(ecr, "trainkit/train", "plain", {"maintainer": "someone"})
+    blobs.push(ecr, "trainkit/train", "other", {image.POD_ENTRY_LABEL: "their.entry"})
+    with pytest.raises(
+        SpecError,
+        match=rf"image {url}:plain does not hold trainkit's pod entry point \(it has no dev.trainkit.pod-entry "
+        r"label; the pods run `python -m trainkit.backends.eks.pod`\): build it FROM trainkit's training image",
+    ):
+        image.check_image(spec_of(image=f"{url}:plain"), ecr)
+    with pytest.raises(SpecError, match=r"its label dev.trainkit.pod-entry is 'their.entry'"):
+        image.check_image(spec_of(image=f"{url}:other"), ecr)
+    (plain,) = ecr.describe_images(repositoryName="trainkit/train", imageIds=[{"imageTag": "plain"}])["imageDetails"]
+    assert plain["imageTags"] == ["plain"]  # refused: no run tag keeps it
+
+
+def test_an_image_index_is_checked_by_its_linux_amd64_image(fake, ecr):
+    ecr, blobs, url = ecr
+    arm = blobs.push(ecr, "trainkit/train", "arm", {})
+    amd = blobs.push(ecr, "trainkit/train", "amd", ENTRY)
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": arm,
+                "size": 1,
+                "platform": {"os": "linux", "architecture": "arm64"},
+            },
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": amd,
+                "size": 1,
+                "platform": {"os": "linux", "architecture": "amd64"},
+            },
+        ],
+    }
+    ecr.put_image(repositoryName="trainkit/train", imageManifest=json.dumps(index), imageTag="multi")
+    assert image.check_image_ref(f"{url}:multi", ecr)[0] is None
+    index["manifests"].pop()
+    ecr.put_image(repositoryName="trainkit/train", imageManifest=json.dumps(index), imageTag="arm-only")
+    with pytest.raises(SpecError, match=r"has no linux/amd64 image, the GPU nodes' platform"):
+        image.check_image_ref(f"{url}:arm-only", ecr)
+
+
+def test_a_config_that_does_not_match_its_digest_is_not_trusted(fake, ecr):
+    ecr, blobs, url = ecr
+    blobs.push(ecr, "trainkit/train", "v1", ENTRY)
+    for blob in blobs.folder.iterdir():
+        if b"Labels" in blob.read_bytes():
+            blob.write_bytes(blob.read_bytes().replace(b"trainkit", b"trainkiT"))
+    with pytest.raises(SpecError, match=r"its config blob sha256:\w+ did not download intact"):
+        image.check_image_ref(f"{url}:v1", ecr)
 
 
 def test_without_recorded_outputs_there_is_no_image_to_run(fake):
     spec = build_spec({"target": "eks", "model": "llama2-7b"})
     with pytest.raises(SpecError, match=r"no training image: run `make up PROFILE=aws` .* or pass --image"):
-        preflight.check_image(spec)
+        image.check_image(spec)
 
 
 def test_secret_from_a_file_never_printed(fake, tmp_path):

@@ -6,21 +6,16 @@ is the one to act on.
 
 from __future__ import annotations
 
-import re
-
 from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster
+from trainkit.backends.eks.image import check_image
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
 from trainkit.backends.eks.render import job_name
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.models import get_model
 from trainkit.run.storage import check_fsx_capacity
-
-ECR_IMAGE = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com/(?P<repo>[^:@]+)(?::(?P<tag>[^@]+))?$"
-)
 
 
 def check_cluster(kube: Kube) -> None:
@@ -115,67 +110,6 @@ def check_not_running(kube: Kube, job: Job) -> None:
         f"`invoke status --run-id {job.run.run_id}`, or `invoke stop --run-id {job.run.run_id}` and submit again "
         "to resume"
     )
-
-
-def check_image(job: Job, ecr=None, tag_run: bool = True) -> str | None:
-    """The job's image must exist in ECR (`check_image_ref`); `tag_run`: also tag it for the run (a training
-    run, which may be resumed on it)."""
-    note, found = check_image_ref(job.placement.image, ecr)
-    if found is None or not tag_run:
-        return note
-    ecr, repository, tag = found
-    return tag_for_run(ecr, repository, tag, job.run.run_id)
-
-
-def check_image_ref(image: str, ecr=None) -> tuple[str | None, tuple | None]:
-    """(note, (ecr client, repository, tag) when the image is in ECR). An image from another registry is the user's
-    to vouch for (a note); one missing from ECR is an error that says what to run."""
-    match = ECR_IMAGE.match(image)
-    if match is None:
-        if image == outputs.UNRECORDED_IMAGE and not outputs.load_outputs().recorded:
-            raise SpecError(
-                "no training image: run `make up PROFILE=aws` (records the ECR repository), then "
-                "`invoke images.build && invoke images.push`, or pass --image"
-            )
-        return f"image {image} is not in ECR; not checked (the nodes must be able to pull it)", None
-    import boto3
-    from botocore.exceptions import ClientError
-
-    ecr = ecr or boto3.client("ecr", region_name=match["region"])
-    tag = match["tag"] or "latest"
-    try:
-        ecr.describe_images(repositoryName=match["repo"], imageIds=[{"imageTag": tag}])
-    except ClientError as error:
-        code = error.response["Error"]["Code"]
-        if code not in ("ImageNotFoundException", "RepositoryNotFoundException"):
-            raise
-        raise SpecError(
-            f"image {image} is not in ECR ({code}): build and push it (`invoke images.build && "
-            "invoke images.push`), or pass --image with a tag that exists"
-        ) from None
-    return None, (ecr, match["repo"], tag)
-
-
-def tag_for_run(ecr, repository: str, tag: str, run_id: str) -> str | None:
-    """Tag the image run-<run id> as well (the same manifest under a second tag): the repository's lifecycle rule
-    keeps images with run- tags, so the image stays while the run can be resumed (terraform/modules/ecr)."""
-    from botocore.exceptions import ClientError
-
-    run_tag = f"run-{run_id}"
-    (image,) = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": tag}])["images"]
-    try:
-        (tagged,) = ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": run_tag}])["imageDetails"]
-    except ClientError as error:
-        if error.response["Error"]["Code"] != "ImageNotFoundException":
-            raise
-    else:  # tags are immutable: a run resumed on another image keeps the first one tagged
-        same = tagged["imageDigest"] == image["imageId"]["imageDigest"]
-        return None if same else f"{run_tag} already tags the image this run started with; that one stays kept"
-    manifest = {"imageManifest": image["imageManifest"]}
-    if image.get("imageManifestMediaType"):
-        manifest["imageManifestMediaType"] = image["imageManifestMediaType"]
-    ecr.put_image(repositoryName=repository, imageTag=run_tag, **manifest)
-    return None
 
 
 def preflight(kube: Kube, job: Job, ecr=None, training: bool = True) -> list[str]:

@@ -138,7 +138,7 @@ def submit_task(job: Job, workload: Workload, dry_run: bool, kube=None, ecr=None
         _notes(notes)
         out(yaml.safe_dump(manifest, sort_keys=False, width=120))
         return
-    from trainkit.backends.eks import preflight
+    from trainkit.backends.eks import image, preflight
     from trainkit.backends.eks.kube import TIMEOUT_S, Kube
 
     kube = kube or Kube.connect()
@@ -147,7 +147,7 @@ def submit_task(job: Job, workload: Workload, dry_run: bool, kube=None, ecr=None
     if workload.reads:
         check_service_account(kube, namespace)
     check_no_writer(kube, namespace, writes)
-    notes.append(preflight.check_image_ref(job.placement.image, ecr)[0])
+    notes.append(image.check_image_ref(job.placement.image, ecr)[0])
     _notes(notes)
     kube.batch.create_namespaced_job(namespace, manifest, _request_timeout=TIMEOUT_S)
     source = workload.reads.get("--source") or "(no source: re-lay out and check)"
