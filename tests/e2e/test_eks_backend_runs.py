@@ -52,6 +52,9 @@ def leader_pod(fake, job: str) -> str:
 
 def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
     """A real 2-node job: pods run the pod entry point here, meet at a real etcd, lose a worker and go on."""
+    stale = fake.fsx / "runs" / "e2e" / "failure.json"  # an earlier job of this run failed
+    stale.parent.mkdir(parents=True)
+    stale.write_text(json.dumps({"cause": "DataError: old", "time": 1.0, "submission": "an-earlier-job"}))
     with EtcdServer(tmp_path / "etcd") as etcd:
         submitted = invoke("train", *job_flags(etcd, "e2e", 24, "--checkpoint-interval", "4"))
         assert submitted.returncode == 0, submitted.stderr
@@ -92,6 +95,7 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         assert job["status"]["conditions"][-1]["message"] == "PyTorchJob trainkit-jobs/e2e successfully completed."
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == 24
+        assert not stale.exists()  # the pods forgot the earlier job's cause when they started
         assert json.loads((run / "spec.json").read_text())["placement"]["target"] == "eks"
         assert (run / "logs" / "e2e-worker-0").is_dir() and (run / "logs" / "e2e-worker-1").is_dir()
         events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]

@@ -223,6 +223,23 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     assert ": not running" in status(RunRef("broke", str(tmp_path / "runs"))).splitlines()[0]
 
 
+def test_a_launch_forgets_only_the_failures_of_earlier_launches(tmp_path, monkeypatch):
+    """EKS: every pod of a new job forgets an earlier job's cause when it starts, but not one a peer of its own job
+    recorded just before (a late pod must not erase why its job is ending)."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    cause = {"source": "worker", "rank": 0, "time": 5.0, "permanent": True, "cause": "DataError: line 3"}
+    record_failure(run_dir, cause, EXIT_NO_RETRY, submission="job-b")
+    forget_failure(run_dir, submission="job-b")
+    assert recorded_failure(run_dir)["submission"] == "job-b"
+    forget_failure(run_dir, submission="job-c")
+    assert recorded_failure(run_dir) is None
+    record_failure(run_dir, cause, EXIT_NO_RETRY)  # the local target's record names no submission
+    forget_failure(run_dir, submission="job-c")
+    assert recorded_failure(run_dir) is None
+
+
 def test_a_closed_rendezvous_is_permanent_and_a_lost_store_is_not():
     from torch.distributed import DistNetworkError
     from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousConnectionError

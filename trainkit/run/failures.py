@@ -180,10 +180,12 @@ def _spare_path(run_dir: Path) -> Path:
     return state_dir() / FAILURES_DIR / f"{key}.json"
 
 
-def record_failure(run_dir: Path, record: dict, exit_code: int) -> Path | None:
+def record_failure(run_dir: Path, record: dict, exit_code: int, submission: str | None = None) -> Path | None:
     """Keep the cause in the run folder, or, when that cannot be written (a full volume), in the state dir.
-    Returns where it went (None: nowhere could take it; the console still said it)."""
-    text = json.dumps({**record, "line": failure_summary(record), "exit_code": exit_code, "run_dir": str(run_dir)})
+    `submission`: which launch of the run failed (eks: the rendezvous id of the PyTorchJob). Returns where it went
+    (None: nowhere could take it; the console still said it)."""
+    kept = {**record, "line": failure_summary(record), "exit_code": exit_code, "run_dir": str(run_dir)}
+    text = json.dumps(kept | ({"submission": submission} if submission else {}))
     for path in (run_dir / FAILURE_FILE, _spare_path(run_dir)):
         with contextlib.suppress(OSError):
             return publish_text(path, text + "\n")
@@ -199,11 +201,15 @@ def recorded_failure(run_dir: Path) -> dict | None:
     return max(found, key=_when) if found else None
 
 
-def forget_failure(run_dir: Path) -> None:
-    """A new launch of the run: the last one's failure is history (events.jsonl keeps the run's story)."""
+def forget_failure(run_dir: Path, submission: str | None = None) -> None:
+    """A new launch of the run: the last one's failure is history (events.jsonl keeps the run's story).
+    `submission`: the launch that is starting; a failure it recorded itself stays (on EKS each pod of a job forgets
+    the failures of earlier jobs when it starts, and a pod that starts late must not erase one its peers just
+    recorded)."""
     for path in (run_dir / FAILURE_FILE, _spare_path(run_dir)):
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError, ValueError):
+            if submission is None or json.loads(path.read_text()).get("submission") != submission:
+                path.unlink(missing_ok=True)
 
 
 def wait_for_records(channel: FailureChannel, seconds: float = 0.5) -> None:

@@ -48,7 +48,7 @@ from trainkit.backends.base import WORKLOAD_ENV, Workload, ready
 from trainkit.backends.eks.render import TERMINATION_LOG
 from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
-from trainkit.run.failures import FailureChannel, failure_summary, record_failure, wait_for_records
+from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.torchrun import torchrun_command
 
 # TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {line}", file=sys.stderr, flush=True)
         terminate_with(line)
         return 2
+    forget_failure(job.run_dir, submission=args.rdzv_id)  # an earlier job's cause no longer says why this one stops
     log_dir = job.run_dir / "logs" / pod_name
     command = torchrun_command(run, args.rdzv_endpoint, args.rdzv_id, log_dir)
     print(f"{pod_name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
@@ -130,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{pod_name}: {failure_summary(cause)}"
         print(f"error: {line}", file=sys.stderr, flush=True)
         terminate_with(line)
-        record_failure(job.run_dir, cause, exit_code)  # beside the run on FSx too, when the volume takes it
+        record_failure(
+            job.run_dir, cause, exit_code, args.rdzv_id
+        )  # beside the run on FSx too, when the volume takes it
     elif exit_code:
         terminate_with(f"{pod_name}: torchrun exited with code {code}; every rank's log: {log_dir}")
     return exit_code
