@@ -188,7 +188,7 @@ def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_swee
     assert container(job)["command"] == render.POD_ENTRY
     env = {item["name"]: item.get("value") for item in container(job)["env"]}
     workload = json.loads(env[WORKLOAD_ENV])
-    assert (workload["kind"], workload["module"], workload["restarts"]) == ("nccl-test", "training.comms.sweep", False)
+    assert (workload["module"], workload["restarts"]) == ("training.comms.sweep", False)
     sweep = workload["args"]
     assert sweep[:2] == ["--out", "runs/fabric"]
     assert "--expect-efa" in sweep and sweep[sweep.index("--expect-busbw") + 1] == f"{2 * 2**30}:443.7"

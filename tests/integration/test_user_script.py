@@ -44,7 +44,7 @@ def test_locally_the_dry_run_prints_the_job_and_the_workload_and_creates_nothing
     decoder = json.JSONDecoder()
     job, end = decoder.raw_decode(result.stdout)
     workload = json.loads(result.stdout[end:])["workload"]
-    assert job["run"]["workload"] == "script" and workload["kind"] == "script" and not runs.exists()
+    assert job["run"]["workload"] == "script" and workload["script"] and not runs.exists()
 
 
 def test_a_run_without_a_script_is_refused():

@@ -37,8 +37,6 @@ class Workload:
     whether the target retries a failure. It travels as JSON: the run folder's workload.json, and on a cluster the
     pods' TRAINKIT_WORKLOAD."""
 
-    kind: str
-    """What the run is, for `invoke status` and the console: recipe, script, nccl-test."""
     label: str
     """What it runs, in a few words (the model's name, the script's file name); the EKS model label."""
     module: str | None = None

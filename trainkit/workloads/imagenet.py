@@ -47,7 +47,6 @@ def workload(
     csv = val_csv if on_s3 or not val_csv else backend.path_for(job, val_csv, "--val-csv")
     reads = {flag: url for flag, url in (("--source", source), ("--val-csv", val_csv if on_s3 else None)) if url}
     return Workload(
-        kind="data",
         label="imagenet",
         module="training.vision.prep",
         args=tuple(prep_args(source, target_dest, csv, workers)),

@@ -102,7 +102,6 @@ def workload(
     if instance_type is not None:
         args += expectations(instance_type, job.parallelism.nodes)
     return Workload(
-        kind="nccl-test",
         label="nccl-test",
         module="training.comms.sweep",
         args=("--out", str(job.run_dir), *args),

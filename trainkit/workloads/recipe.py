@@ -11,7 +11,6 @@ def recipe(job: Job) -> Workload:
     """What `invoke train` runs: the recipe of the job's model, restarted as the job allows. The workers' one entry
     point (`training/__main__.py`) picks the model family's trainer from the spec."""
     return Workload(
-        kind="recipe",
         label=job.model.name,
         module="training",
         args=tuple(worker_arguments(job.run_dir)),

@@ -73,7 +73,6 @@ def script_workload(
     if wheelhouse is not None and not lines:
         raise SpecError("--wheelhouse is where --requirements are installed from; give --requirements too")
     return Workload(
-        kind="script",
         label=path.name,
         script=str(job.run_dir / CODE_DIR / digest / path.name),
         args=tuple(args),

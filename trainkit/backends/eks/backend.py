@@ -119,7 +119,7 @@ def submit(job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdz
     check_workload(workload)
     code = code_of(workload)
     kube = kube or Kube.connect()
-    for note in preflight.preflight(kube, job, ecr, training=workload.kind == "recipe"):
+    for note in preflight.preflight(kube, job, ecr, training=job.run.workload == "recipe"):
         print(f"note: {note}", flush=True)
     manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
     namespace = job.placement.namespace

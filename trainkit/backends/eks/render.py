@@ -139,7 +139,7 @@ def _env(job: Job, workload: Workload) -> list[dict]:
                     "name": cluster.HF_TOKEN_SECRET,
                     "key": cluster.HF_TOKEN_KEY,
                     # Pretrained weights need it; otherwise it only opens gated hub datasets.
-                    "optional": workload.kind != "recipe" or job.model.init != "pretrained",
+                    "optional": job.run.workload != "recipe" or job.model.init != "pretrained",
                 }
             },
         }

@@ -282,8 +282,9 @@ def announce(job: Job, workload: Workload) -> None:
         print(f"note: {note}", flush=True)
     p, o = job.parallelism, job.optimisation
     shape = f"{p.nodes} node(s) x {p.nproc} process(es)"
-    if workload.kind != "recipe":
-        what = workload.kind if workload.label == workload.kind else f"{workload.kind} {workload.label}"
+    kind = job.run.workload
+    if kind != "recipe":
+        what = kind if workload.label == kind else f"{kind} {workload.label}"
         print(f"run {job.run.run_id}: {what}, {shape} -> {job.run_dir}", flush=True)
         return
     label = f" [{job.model.truncated_label}]" if job.model.truncated_label else ""
@@ -312,7 +313,7 @@ class LocalBackend(Backend):
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         if dry_run:
             print(json.dumps(job.to_dict(), indent=2, sort_keys=True), flush=True)
-            if workload.kind != "recipe":
+            if job.run.workload != "recipe":
                 print(json.dumps({"workload": json.loads(workload.to_json())}, indent=2, sort_keys=True), flush=True)
             return 0
         if not workload.distributed:
@@ -321,7 +322,7 @@ class LocalBackend(Backend):
             run = ready(job, workload)
             announce(job, workload)
             run_foreground(run, keep_open=(lock,))  # a failed run raises JobFailed
-            if workload.kind != "recipe":
+            if job.run.workload != "recipe":
                 local_runs.record_finished(job.run_dir)
         if workload.outputs:
             print(f"results: {', '.join(str(job.run_dir / name) for name in workload.outputs)}", flush=True)

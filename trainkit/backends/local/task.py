@@ -62,5 +62,5 @@ def run_task(job: Job, workload: Workload) -> int:
         os.environ.clear()
         os.environ.update(saved_env)
     if code:
-        raise JobFailed(code, held.last or f"{workload.kind} {workload.label} exited with code {code}")
+        raise JobFailed(code, held.last or f"{job.run.workload} {workload.label} exited with code {code}")
     return 0
