@@ -105,10 +105,10 @@ class FailureChannel:
         self.records += new
         return new
 
-    def permanent(self) -> dict | None:
-        """The first record of a failure no restart mends, if one came (a worker's, or its agent's: the worker
-        exited with EXIT_NO_RETRY)."""
-        return next((r for r in sorted(self.records, key=_when) if r.get("permanent")), None)
+    def permanent(self) -> bool:
+        """Whether a failure no restart mends was reported (a worker's, or its agent's: the worker exited with
+        EXIT_NO_RETRY); `pick_cause` says which record names it."""
+        return any(r.get("permanent") for r in self.records)
 
     def cause(self) -> dict | None:
         """The cause among what arrived, after a moment for reports still on their way (see wait_for_records)."""

@@ -186,7 +186,7 @@ class LocalJob:
                 return codes
             self.failures.poll()
             now = time.monotonic()
-            if stop_at is None and self.failures.permanent() is not None:
+            if stop_at is None and self.failures.permanent():
                 stop_at = now + NO_RETRY_STOP_S
             if stop_at is not None and now > stop_at:
                 self.signal_all(signal.SIGTERM)
