@@ -9,14 +9,12 @@ from __future__ import annotations
 from training.common.failure import reported
 from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
-from training.common.run import record_log_files
 from training.registry import FAMILIES, load, model_entry
 
 
 def main(argv: list[str] | None = None) -> None:
     job, run_dir = parse_worker_arguments(argv, __doc__.splitlines()[0])
     with reported():  # an error that ends this rank reaches the launcher in one line, even from a full volume
-        record_log_files(run_dir)  # first: a failure while loading data is shown and found too
         die_with_parent()
         family = job.model.family or model_entry(job.model.name).family
         trainer = load(FAMILIES[family].trainer)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
 from .failure import NoRetry, doing
-from .files import publish_rank_files, publish_text
+from .files import publish_text
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink, metrics_address
@@ -37,21 +37,6 @@ NOT_FINITE_FILE = "not-finite.json"
 # Fault injection for tests: rank 0 waits this many seconds before publishing the finished run, so a test
 # can show that no rank (and no pod) leaves before the run is published.
 PUBLISH_DELAY_ENV = "TRAINKIT_TEST_PUBLISH_DELAY_S"
-
-
-def record_log_files(run_dir: Path, rank: int | None = None) -> None:
-    """Where this rank's stdout and stderr go (torchrun redirects them to files under its log folder),
-    so a rank's log can be found after elastic restarts re-number the nodes. `rank`: torchrun's RANK."""
-    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
-    files = {}
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("/") and Path(target).is_file():
-            files[name] = target
-    publish_rank_files(run_dir, rank, files)
 
 
 class ProgressLines:
