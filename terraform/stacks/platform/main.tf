@@ -351,7 +351,7 @@ locals {
     namespaceSelector = { matchNames = [var.jobs_namespace] }
     selector          = { matchLabels = { "app.kubernetes.io/managed-by" = "trainkit" } }
     # No port named: every container port is a target, then only the ranks' metrics ports are kept
-    # (metrics-0, metrics-1, ... one per local rank; trainkit/render.py names them).
+    # (metrics-0, metrics-1, ... one per local rank; trainkit/backends/eks/render.py names them).
     podMetricsEndpoints = [{
       interval = "15s"
       relabelings = [{

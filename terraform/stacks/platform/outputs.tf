@@ -1,5 +1,5 @@
 ################################################################################
-# What the launcher refers to (trainkit/cluster.py holds the same names)
+# What the launcher refers to (trainkit/backends/eks/cluster.py holds the same names)
 ################################################################################
 
 output "jobs_namespace" {

@@ -8,19 +8,19 @@ variable "infra_state_path" {
 }
 
 variable "jobs_namespace" {
-  description = "Namespace for training jobs (trainkit.cluster.JOBS_NAMESPACE)."
+  description = "Namespace for training jobs (trainkit.backends.eks.cluster.JOBS_NAMESPACE)."
   type        = string
   default     = "trainkit-jobs"
 }
 
 variable "data_service_account" {
-  description = "Service account of the data-preparation job; the infra stack's pod identity association names the same (trainkit.cluster.DATA_SERVICE_ACCOUNT)."
+  description = "Service account of the data-preparation job; the infra stack's pod identity association names the same (trainkit.backends.eks.cluster.DATA_SERVICE_ACCOUNT)."
   type        = string
   default     = "trainkit-data"
 }
 
 variable "system_namespace" {
-  description = "Namespace for the platform's own services, such as etcd (trainkit.cluster.PLATFORM_NAMESPACE)."
+  description = "Namespace for the platform's own services, such as etcd (trainkit.backends.eks.cluster.PLATFORM_NAMESPACE)."
   type        = string
   default     = "trainkit-system"
 }
@@ -44,7 +44,7 @@ variable "training_operator_ref" {
 }
 
 variable "monitoring_namespace" {
-  description = "Namespace of kube-prometheus-stack (Prometheus, Grafana) and dcgm-exporter; trainkit/cluster.py names it too."
+  description = "Namespace of kube-prometheus-stack (Prometheus, Grafana) and dcgm-exporter; trainkit/backends/eks/cluster.py names it too."
   type        = string
   default     = "trainkit-monitoring"
 }
