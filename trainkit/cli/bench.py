@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Exit, task
 
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import HELP_WORDS, task_help, user_errors
 
 CHAOS_HELP = {
     "scenario": "Comma list of scenarios, or all (see README, Elastic training): worker-kill, node-kill, ...",
@@ -101,6 +101,9 @@ def bench(
     on the same job, with MFU and a step-time breakdown."""
     from trainkit.bench import chaos as harness
 
+    if what in HELP_WORDS:  # `invoke bench --help`: the positional took the word
+        print(task_help(bench))
+        return
     if what not in BENCHMARKS:
         raise Exit(f"error: unknown benchmark {what!r}; choose one of: {', '.join(BENCHMARKS)}", code=2)
     if what == "train":

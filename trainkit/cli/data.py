@@ -5,7 +5,7 @@ from __future__ import annotations
 from invoke import Collection, task
 
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import required, user_errors
 from trainkit.errors import SpecError
 
 
@@ -27,7 +27,7 @@ from trainkit.errors import SpecError
 @user_errors
 def imagenet(
     c,
-    dest,
+    dest=None,
     source=None,
     val_csv=None,
     workers=32,
@@ -41,6 +41,7 @@ def imagenet(
     from trainkit.backends import resolve_job
     from trainkit.workloads import imagenet as copy
 
+    required(dest, "--dest", "the folder to write the ImageFolder tree into")
     flags = {"workload": "data", "target": target, "image": image, "namespace": namespace, "nodes": 1, "nproc": 1}
     flags.update(run_id=copy.new_run_id(), max_restarts=0, metrics_port=0)
     job, backend, _ = resolve_job(flags)  # build drops the options left None
@@ -61,11 +62,12 @@ def imagenet(
     },
 )
 @user_errors
-def synthetic_imagenet(c, dest, classes=10, per_class=40, val_per_class=10, size=40, seed=0, flat_val=False):
+def synthetic_imagenet(c, dest=None, classes=10, per_class=40, val_per_class=10, size=40, seed=0, flat_val=False):
     """Write a small real-JPEG ImageNet-layout tree (train/<wnid>/, val/<wnid>/) for tests and the local demo."""
     from training.vision.layout import LayoutError, check_image_folder
     from training.vision.synthetic import SyntheticTree, write_tree
 
+    required(dest, "--dest", "the folder to create")
     try:
         tree = SyntheticTree(
             classes=classes, per_class=per_class, val_per_class=val_per_class, size=size, seed=seed, flat_val=flat_val

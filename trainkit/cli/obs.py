@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from invoke import Collection, Exit, task
 
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import required, user_errors
 
 
 @task(name="generate", help={"check": "Change nothing; exit 1 and name the files that regenerating would change."})
@@ -25,11 +25,11 @@ def generate(c, check=False):
     }
 )
 @user_errors
-def report(c, run, runs_dir="runs", output=None):
+def report(c, run=None, runs_dir="runs", output=None):
     """One PNG of a run: loss, throughput and MFU over steps; scaling against ideal across world sizes."""
     from trainkit.plan.report import report_run
 
-    print(report_run(run, runs_dir, output))
+    print(report_run(required(run, "--run", "the run id to report on"), runs_dir, output))
 
 
 @task(

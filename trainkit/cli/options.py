@@ -27,6 +27,29 @@ def user_errors(function):
     return wrapper
 
 
+def required(value, flag: str, what: str):
+    """A task's required value: an option, not a positional (Invoke gives a positional the next word, even
+    `--help`, so `invoke TASK --help` would run the task on a folder called --help)."""
+    if value is None:
+        raise SpecError(f"{flag} is required: {what}")
+    return value
+
+
+HELP_WORDS = ("--help", "-h")
+
+
+def task_help(task) -> str:
+    """What `invoke TASK --help` prints, for a task whose positional word took the `--help` (see `required`)."""
+    positional = " ".join(f"<{name}>" for name in task.positional)
+    doc = inspect.cleandoc(task.__doc__ or "").replace("\n", "\n  ")
+    lines = [f"Usage: invoke {task.name} [--options] {positional}".rstrip(), "", f"Docstring:\n  {doc}", ""]
+    lines.append("Options:")
+    for argument in task.get_arguments():
+        flag = f"--{argument.name.replace('_', '-')}"
+        lines.append(f"  {flag:<28} {argument.help or ''}".rstrip())
+    return "\n".join(lines)
+
+
 def job_options(function, names, extra: dict[str, object]):
     """Give a task one option per job field in `names` (name, help and kind from its declaration in
     training/common/job.py) plus `extra` (name -> default); the body receives them all as keywords."""
