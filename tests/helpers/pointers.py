@@ -207,3 +207,16 @@ def unknown_flags(root: Path, files: list[Path] | None = None, tasks: dict[str, 
                     if flag not in tasks[task] and flag not in GLOBAL_FLAGS:
                         found.append(f"{where}:{number}: invoke {task} --{flag}")
     return found
+
+
+def main() -> int:
+    """`python -m tests.helpers.pointers`: print every stale pointer and unknown flag; exit 1 when there is one."""
+    root = Path(__file__).resolve().parents[2]
+    found = [*stale_pointers(root), *unknown_flags(root)]
+    for line in found:
+        print(line)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
