@@ -86,6 +86,11 @@ test: setup scan-tools test-services ## Run the whole test suite, offline.
 test-fast: setup ## Run the unit layer only (tests/unit: in-process, under a minute).
 	$(BIN)/pytest -m unit tests/unit $(PYTEST_ARGS)
 
+.PHONY: docs
+docs: setup ## Regenerate the docs' generated parts (docs/generate.py), then build the site into build/site.
+	$(BIN)/python docs/generate.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 .PHONY: lint
 lint: setup scan-tools ## Ruff, hadolint over containers/, terraform fmt, checkov and trivy over terraform/.
 	$(BIN)/ruff check .

@@ -109,7 +109,7 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def chaos_matrix(request):
-    """(result, record, README copy) of the background `invoke bench elastic` (tests/helpers/chaos_bench.py)."""
+    """(result, record, table file) of the background `invoke bench elastic` (tests/helpers/chaos_bench.py)."""
     return chaos_bench.result(_started(request, chaos_bench.MODULE))
 
 

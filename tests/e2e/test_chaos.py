@@ -21,7 +21,7 @@ PAIRS = [(name, backend) for backend in chaos.BACKENDS for name in chaos.SCENARI
 
 @pytest.fixture(scope="module")
 def bench(chaos_matrix):
-    """The benchmark command itself, writing to a temporary JSON file and a copy of the README; started in the
+    """The benchmark command itself, writing to a temporary JSON file and table file; started in the
     background early in the session (tests/helpers/chaos_bench.py), these tests run last."""
     return chaos_matrix
 
@@ -32,11 +32,11 @@ def result_of(record: dict, scenario: str, backend: str) -> dict:
     return found[0]
 
 
-def test_the_benchmark_command_covers_the_matrix_and_rewrites_the_readme_table(bench):
-    result, record, readme = bench
+def test_the_benchmark_command_covers_the_matrix_and_writes_the_docs_table(bench):
+    result, record, table = bench
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert sorted((r["scenario"], r["backend"]) for r in record["results"]) == sorted(PAIRS)
-    assert chaos.readme_table(readme) == chaos.render_table(record)
+    assert table.read_text() == chaos.table_file(record)
     assert record["settings"]["steps"] == SETTINGS.steps
     # The temporary runs (checkpoints, etcd data) of a matrix that went as expected are removed.
     workdir = Path(re.search(r"runs under (\S+)", result.stdout).group(1))

@@ -150,7 +150,7 @@ def test_default_dataset_generates_a_tree_in_the_run(one_epoch_run):
     assert summary["fast_paths"]["loader"] == loader  # CPU defaults: no pinning (no GPU to copy to)
 
 
-# The vision fast paths (README, "Fast paths"), each against the plain run above, read back from the run.
+# The vision fast paths (docs/performance.md), each against the plain run above, read back from the run.
 
 
 def test_channels_last_is_taken_and_computes_the_same_losses(synthetic_run, tmp_path):

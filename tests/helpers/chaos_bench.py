@@ -6,12 +6,11 @@ reads what it measured.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 from tests.helpers.background import Background
-from tests.helpers.paths import BIN, REPO
+from tests.helpers.paths import BIN
 
 MODULE = "e2e/test_chaos.py"  # relative to tests/
 PARALLEL = 1  # scenarios at a time: beside the rest of the suite, one leaves the suite's own jobs a core and keeps
@@ -19,14 +18,12 @@ PARALLEL = 1  # scenarios at a time: beside the rest of the suite, one leaves th
 
 
 def start() -> Background:
-    command = [str(BIN / "invoke"), "bench", "elastic", "--output", "{root}/elastic.json", "--readme"]
-    bench = Background("bench", [*command, "{root}/README.md", "--parallel", str(PARALLEL)], timeout_s=2400)
-    shutil.copy(REPO / "README.md", bench.root / "README.md")  # read only when the bench ends
-    return bench
+    command = [str(BIN / "invoke"), "bench", "elastic", "--output", "{root}/elastic.json", "--table"]
+    return Background("bench", [*command, "{root}/elastic-table.md", "--parallel", str(PARALLEL)], timeout_s=2400)
 
 
 def result(bench: Background) -> tuple[subprocess.CompletedProcess, dict | None, Path]:
-    """(the command's result, the benchmark record it wrote or None, its README copy)."""
+    """(the command's result, the benchmark record it wrote or None, the table file it wrote)."""
     done = bench.result()
     output = bench.root / "elastic.json"
-    return done, json.loads(output.read_text()) if output.exists() else None, bench.root / "README.md"
+    return done, json.loads(output.read_text()) if output.exists() else None, bench.root / "elastic-table.md"

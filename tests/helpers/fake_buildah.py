@@ -1,6 +1,7 @@
 """A stand-in for the `buildah` CLI in the push test, where no registry can be reached: it answers the two
-commands `invoke images.push` runs as buildah 1.28 does (docs/buildah-login.1.md, docs/buildah-push.1.md at
-v1.28.0) and records each call (argv and standard input) as a JSON line in $FAKE_BUILDAH_LOG.
+commands `invoke images.push` runs as buildah 1.28 does (its man pages at v1.28.0:
+https://github.com/containers/buildah/blob/v1.28.0/docs/buildah-login.1.md and .../docs/buildah-push.1.md) and
+records each call (argv and standard input) as a JSON line in $FAKE_BUILDAH_LOG.
 
 - `login --username U --password-stdin REGISTRY`: reads the password from stdin (exit 1 when it is empty);
 - `push --digestfile F IMAGE docker://REGISTRY/REPO:TAG`: puts a manifest under REPO:TAG in the AWS emulator

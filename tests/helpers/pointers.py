@@ -72,17 +72,18 @@ MODULE = re.compile(rf"(?<![\w./\-])(?:{'|'.join(PACKAGES)})(?:\.[A-Za-z_]\w*)+"
 
 
 def source_files(root: Path) -> list[Path]:
+    """The repository's own text files (not hidden folders but .ci/, not what git ignores: venvs, build/, runs/)."""
     found = set()
     for pattern in SOURCES:
         found.update(p for p in root.glob(pattern) if p.is_file())
-    return sorted(
-        p
+    names = {
+        str(p.relative_to(root))
         for p in found
-        if not any(str(p.relative_to(root)).startswith(s) for s in SKIPPED)
-        and ".venv" not in p.parts
+        if not any(part.startswith(".") and part != ".ci" for part in p.relative_to(root).parts)
         and "node_modules" not in p.parts
-        and not any(part.endswith(".egg-info") for part in p.parts)
-    )
+    }
+    names = {name for name in names if not any(name.startswith(s) for s in SKIPPED)}
+    return sorted(root / name for name in names - ignored(root, names))
 
 
 def _clean(path: str) -> str:
@@ -178,9 +179,10 @@ GLOBAL_FLAGS = {"help", "list", "complete", "version", "echo", "dry", "debug", "
 def task_flags() -> dict[str, set[str]]:
     """Every task's flags, as Invoke derives them from the task's parameters."""
     from trainkit.cli import namespace
+    from trainkit.cli.options import task_arguments
 
     return {
-        name: {n for argument in namespace[name].get_arguments() for n in argument.names if len(n) > 1}
+        name: {n for argument in task_arguments(namespace[name]) for n in argument.names if len(n) > 1}
         for name in namespace.task_names
     }
 

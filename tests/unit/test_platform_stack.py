@@ -1,7 +1,7 @@
 """The platform root (terraform/stacks/platform), checked without its providers.
 
 helm, kubernetes and kustomization cannot be installed here, so `terraform validate` of this root
-runs only where the registry is reachable (README, "Train on EKS"). Here: `terraform fmt`
+runs only where the registry is reachable (docs/eks.md). Here: `terraform fmt`
 (tests/integration/test_terraform.py, whole tree), checkov and trivy (tests/integration/test_security_scans.py),
 every Kubernetes object valid for the cluster's version (tests/integration/test_platform_stack_objects.py,
 kubernetes-validate), and these policy tests over the HCL as python-hcl2 parses it (tests/helpers/platform_stack.py):

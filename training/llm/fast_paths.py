@@ -21,7 +21,7 @@
 None changes what a step computes except --reduce-dtype, --fused-adamw, --attention and --compile (rounding only;
 --compile: inductor's fused kernels); the tests hold each to the plain path's losses on CPU
 (tests/e2e/test_fast_paths.py). The defaults are the plain paths: no GPU was lent when these were written to choose
-otherwise from a measurement (README, "Fast paths").
+otherwise from a measurement (docs/performance.md).
 
 `taken(model)` reads back from the prepared model what FSDP2 and the wrappers actually hold (not the flags), with
 the kernel the passes are pinned to, for the run's summary.

@@ -7,7 +7,7 @@ from invoke import Exit, task
 from trainkit.cli.options import HELP_WORDS, task_help, user_errors
 
 CHAOS_HELP = {
-    "scenario": "Comma list of scenarios, or all (see README, Elastic training): worker-kill, node-kill, ...",
+    "scenario": "Comma list of scenarios, or all (see docs/elastic.md): worker-kill, node-kill, ...",
     "rdzv": "Comma list of rendezvous backends or all: c10d, etcd (etcd: a local etcd is started per scenario).",
     "parallel": "Scenarios run at once (1 gives undisturbed timings).",
 }
@@ -35,7 +35,8 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "what": f"Which benchmark: {', '.join(BENCHMARKS)}.",
         **CHAOS_HELP,
         "output": "JSON results file (default: benchmarks/<what>.json; train: benchmarks/<model>-<device>.json).",
-        "readme": "elastic: README whose table is rewritten from the results ('' to leave it).",
+        "table": "elastic: the generated table file docs/elastic.md includes, rewritten from the results (default "
+        "docs/generated/elastic-table.md; '' to leave it).",
         "model": "train: the model, as for invoke train (default llama2-tiny).",
         "layers": "train: decoder layers (fewer than the model's for a short bench of a large one).",
         "seq-len": "train: tokens per sequence.",
@@ -67,7 +68,7 @@ def bench(
     c,
     what,
     output=None,
-    readme="README.md",
+    table=None,
     scenario="all",
     rdzv="all",
     parallel=1,
@@ -117,7 +118,7 @@ def bench(
         print("\n".join(lines))
         return
     output = output or f"benchmarks/{what}.json"
-    if not harness.bench(output, readme or None, scenario, rdzv, int(parallel)):
+    if not harness.bench(output, harness.TABLE_FILE if table is None else table or None, scenario, rdzv, int(parallel)):
         raise Exit("some scenarios did not end as expected (see above)", code=1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 
@@ -38,13 +39,19 @@ def required(value, flag: str, what: str):
 HELP_WORDS = ("--help", "-h")
 
 
+def task_arguments(task) -> list:
+    """A task's Invoke arguments, with their help. Read from a copy: Invoke's `Task.get_arguments` pops each help
+    text off the task as it reads it (invoke/tasks.py, arg_opts), so a second reader of the task gets none."""
+    return copy.deepcopy(task).get_arguments()
+
+
 def task_help(task) -> str:
     """What `invoke TASK --help` prints, for a task whose positional word took the `--help` (see `required`)."""
     positional = " ".join(f"<{name}>" for name in task.positional)
     doc = inspect.cleandoc(task.__doc__ or "").replace("\n", "\n  ")
     lines = [f"Usage: invoke {task.name} [--options] {positional}".rstrip(), "", f"Docstring:\n  {doc}", ""]
     lines.append("Options:")
-    for argument in task.get_arguments():
+    for argument in task_arguments(task):
         flag = f"--{argument.name.replace('_', '-')}"
         lines.append(f"  {flag:<28} {argument.help or ''}".rstrip())
     return "\n".join(lines)

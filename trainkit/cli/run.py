@@ -55,8 +55,8 @@ _run_body, _run_help = job_options(
 run = task(
     help={
         **_run_help,
-        "script": "The Python file torchrun starts on every node; its folder travels with the job (README, Your own "
-        "script: what it gets and how it checkpoints).",
+        "script": "The Python file torchrun starts on every node; its folder travels with the job (docs/own-script.md: "
+        "what it gets and how it checkpoints).",
         "requirements": "A pip requirements file installed on every node before the script starts.",
         "wheelhouse": "Install --requirements only from this folder of wheels (eks: a folder on FSx).",
         "run-id": "Name of the run and its folder (default: the script's name and a hash of the command, so the "

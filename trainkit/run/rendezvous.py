@@ -1,7 +1,7 @@
 """The etcd rendezvous that rides out an etcd restart: torch's dynamic rendezvous on etcd's v2 API,
 with every store call retried for a while instead of failing at the first refused connection.
 
-Measured on torch 2.13 (README, "Elastic training"): with the stock `etcd-v2` backend, restarting
+Measured on torch 2.13 (docs/elastic.md): with the stock `etcd-v2` backend, restarting
 etcd for one second killed every agent of a running job — each agent polls the rendezvous state
 every 0.1 s while its workers train, and the first `RendezvousConnectionError` ends the agent. The
 workers themselves do not use etcd (they have their own TCP store), so the only thing that needs to

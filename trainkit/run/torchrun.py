@@ -1,6 +1,6 @@
 """The torchrun command line for one node, shared by the local backend and the EKS pod entry point.
 
-Defaults that make recovery work (README, "Elastic training"): a short `last_call_timeout`, so a
+Defaults that make recovery work (docs/elastic.md): a short `last_call_timeout`, so a
 shrunken job restarts quickly once the survivors have joined; a short heartbeat, so a lost node is
 dropped in seconds; the `trainkit-etcd` rendezvous, which waits out an etcd restart.
 """
@@ -17,7 +17,7 @@ from training.common.job import Job
 # Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
 LAST_CALL_TIMEOUT_S = 5
 # A node whose agent missed this many heartbeats, this many seconds apart, is dropped from the
-# rendezvous (torch's defaults: 5 s x 3). Measured here: node-loss recovery 22 s -> see README.
+# rendezvous (torch's defaults: 5 s x 3). Measured here: node-loss recovery 22 s -> see docs/elastic.md.
 KEEP_ALIVE_INTERVAL_S = 2
 KEEP_ALIVE_MAX_ATTEMPT = 3
 # c10d: torch's rendezvous in a TCP store hosted by node 0's agent. etcd: torch's dynamic

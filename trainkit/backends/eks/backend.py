@@ -66,7 +66,7 @@ def resolve(job: Job) -> Machine:
         elastic.rdzv = "etcd"
         job.run.notes.append(
             "rendezvous: etcd (the platform's), which survives the loss of any node; "
-            "--rdzv c10d uses a store on worker 0 instead (README, Elastic training)"
+            "--rdzv c10d uses a store on worker 0 instead (docs/elastic.md)"
         )
     if elastic.rdzv == "etcd" and not elastic.rdzv_endpoint:
         elastic.rdzv_endpoint = cluster.etcd_endpoint()

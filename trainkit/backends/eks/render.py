@@ -42,7 +42,7 @@ NCCL_EFA_ENV = {
     "NCCL_DEBUG": "INFO",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }
-# A killed worker must not leave the next rendezvous round waiting on its store (README, Elastic training).
+# A killed worker must not leave the next rendezvous round waiting on its store (docs/elastic.md).
 # LOGLEVEL=INFO makes torchrun log each rendezvous round (group_rank, world size), which is how
 # `invoke logs` finds the leader and how a reader sees a node leave or join.
 TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1", "LOGLEVEL": "INFO"}
@@ -149,7 +149,7 @@ def _env(job: Job, workload: Workload) -> list[dict]:
 
 # No privilege escalation and no capabilities but CAP_IPC_LOCK: EFA (libfabric's efa provider) and NCCL
 # register pinned memory with the device, and locking memory past RLIMIT_MEMLOCK needs IPC_LOCK
-# (capabilities(7), mlock(2)). Whether p5's EFA needs anything more is cloud-only (README, Train on EKS).
+# (capabilities(7), mlock(2)). Whether p5's EFA needs anything more is cloud-only (docs/eks.md).
 CONTAINER_SECURITY = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},

@@ -2,8 +2,7 @@
 
 With `--nodes 1` this is a single torchrun; with `--nodes N` (or an elastic `MIN:MAX`) it starts N
 agents that meet at one rendezvous, each a "node" with `--nproc` workers, so node loss, restarts and
-scale-up can be exercised on one machine. Defaults that make recovery work (see the README, "Elastic
-training"):
+scale-up can be exercised on one machine. Defaults that make recovery work (see docs/elastic.md):
 
 - a unique rendezvous id per submission: a reused id can meet a closed rendezvous left by an
   earlier job (`RendezvousClosedError`);

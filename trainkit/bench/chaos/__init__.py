@@ -15,8 +15,8 @@ resumes, checkpoints, stops), and records:
     final_step    and final_loss, against an uninterrupted run of the same job (loss_delta)
 
 `invoke chaos` runs scenarios from the command line; `invoke bench elastic` runs all of them on
-both backends and writes benchmarks/elastic.json plus the README table; tests/e2e/test_chaos.py runs
-them all in `make test`.
+both backends and writes benchmarks/elastic.json plus the docs' table (docs/generated/elastic-table.md);
+tests/e2e/test_chaos.py runs them all in `make test`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from trainkit.bench.chaos.harness import run_baseline, run_matrix, run_scenario
 from trainkit.bench.chaos.scenarios import BACKENDS, SCENARIOS, Result, Scenario, Settings, select
-from trainkit.bench.chaos.table import describe, readme_table, render_table, update_readme
+from trainkit.bench.chaos.table import TABLE_FILE, describe, render_table, table_file
 
 __all__ = [
     "BACKENDS",
@@ -38,14 +38,14 @@ __all__ = [
     "Settings",
     "bench",
     "describe",
-    "readme_table",
+    "TABLE_FILE",
     "render_table",
     "run",
     "run_baseline",
     "run_matrix",
     "run_scenario",
     "select",
-    "update_readme",
+    "table_file",
 ]
 
 
@@ -67,15 +67,15 @@ def run(scenarios: str, backends: str, workdir: str | None, parallel: int) -> tu
     return record, ok
 
 
-def bench(output: str, readme: str | None, scenarios: str, backends: str, parallel: int) -> bool:
-    """`invoke bench elastic`: `run` over the matrix, written to `output` (JSON) and the README's table;
-    True when all went as expected."""
+def bench(output: str, table: str | None, scenarios: str, backends: str, parallel: int) -> bool:
+    """`invoke bench elastic`: `run` over the matrix, written to `output` (JSON) and the docs' generated table file
+    `table` (None: not written); True when all went as expected."""
     record, ok = run(scenarios, backends, None, parallel)
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {path}")
-    if readme:
-        update_readme(Path(readme), record)
-        print(f"updated the elastic table in {readme}")
+    if table:
+        Path(table).write_text(table_file(record))
+        print(f"wrote the elastic table {table}")
     return ok
