@@ -1,14 +1,20 @@
 """The documentation's generated parts, from the code and the results files, never retyped:
 
-    python docs/generate.py            # write them
-    python docs/generate.py --check    # write nothing; exit 1 and name the files that would change
+    python docs/generate.py                    # write them
+    python docs/generate.py --check            # write nothing; exit 1 and name the files that would change
+    python docs/generate.py --suite-log LOG    # record a fresh-clone CI run (its log) in benchmarks/suite.json,
+                                               # then write them
 
 - docs/reference/commands.md: every `invoke` command and its options, from the tasks' own arguments (the
   training and planning options come from their declarations in training/common/job.py);
 - docs/reference/metrics.md: the metrics contract and the alert rules, from observability/;
 - docs/generated/elastic-table.md: the fault-injection table, from benchmarks/elastic.json (`invoke bench elastic`
   writes both);
-- docs/generated/published-scaling.md: the scaling model beside the published tables (`invoke plan --published`).
+- docs/generated/published-scaling.md: the scaling model beside the published tables (`invoke plan --published`);
+- docs/generated/local-runs.md: the first-contact path's figures, from benchmarks/llama2-tiny-cpu.json and
+  benchmarks/gpu-local-h100.json;
+- docs/generated/suite.md: the suite's size and time, from benchmarks/suite.json, which `--suite-log` records from
+  the log of `HOME=$(mktemp -d) CI=true bash .ci/run` on a fresh clone (.ci/run prints what it needs).
 
 The pages include a generated part with `--8<-- "docs/generated/<name>.md"` (pymdownx.snippets); mkdocs.yml keeps
 docs/generated/ out of the site's own pages. tests/unit/test_docs.py runs `--check`.
@@ -17,6 +23,7 @@ docs/generated/ out of the site's own pages. tests/unit/test_docs.py runs `--che
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from collections.abc import Callable
@@ -116,11 +123,98 @@ def published_scaling() -> str:
     return NOTICE.format(source="`invoke plan --published`") + "\n" + textwrap.indent(shown, "    ") + "\n"
 
 
+def local_runs() -> str:
+    """The first-contact path's measured figures: the CPU bench record and the lent GPU's check."""
+    import statistics
+
+    cpu = json.loads((ROOT / "benchmarks" / "llama2-tiny-cpu.json").read_text())
+    gpu = json.loads((ROOT / "benchmarks" / "gpu-local-h100.json").read_text())
+    runs = cpu["trainkit"]
+    tokens = statistics.median(r["tokens_per_s"] for r in runs)
+    v, job = cpu["versions"], cpu["job"]
+    out = [
+        NOTICE.format(source="benchmarks/llama2-tiny-cpu.json and benchmarks/gpu-local-h100.json"),
+        f"On {cpu['device']['name']} (torch {v['torch']}; `benchmarks/llama2-tiny-cpu.json`, {cpu['measured']}, "
+        f"trainkit's side of `{cpu['command']}`): {job['processes']} processes, {job['sharding']}, "
+        f"{tokens:,.0f} tokens/s (median of {len(runs)} runs over their steady steps), loss "
+        f"{runs[0]['first_loss']:.2f} -> {statistics.median(r['last_loss'] for r in runs):.2f} "
+        f"in {job['steps']} steps.",
+        "",
+        f"The same path on one lent **{gpu['device']['name']}** (torch {gpu['versions']['torch']}, NCCL "
+        f"{gpu['versions']['nccl']}, transformers {gpu['versions']['transformers']}; `benchmarks/gpu-local-h100.json`, "
+        f"{gpu['measured']}; a check that the GPU path runs, not a tuned benchmark):",
+        "",
+        "| command (local profile, 1 GPU, bf16) | median throughput | MFU (datasheet peak) | peak memory | loss |",
+        "|---|---|---|---|---|",
+    ]
+    for r in gpu["runs"]:
+        rate = (
+            f"{r['tokens_per_s_median']:,.0f} tokens/s"
+            if r["tokens_per_s_median"]
+            else f"{r['samples_per_s_median']:,.0f} images/s"
+        )
+        mfu = f"{r['mfu_median']:.2%}" if r["mfu_median"] is not None else "-"
+        command = r["command"].removeprefix("invoke train ")
+        out.append(
+            f"| `{command}` | {rate} | {mfu} | {r['peak_memory_bytes'] / 1e9:.2f} GB | "
+            f"{r['first_loss']:.2f} -> {r['last_loss']:.2f} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+SUITE = ROOT / "benchmarks" / "suite.json"
+
+
+def record_suite(log: Path) -> dict:
+    """benchmarks/suite.json from a passing fresh-clone CI log: its commit, machine, tests and times."""
+    text = log.read_text(errors="replace")
+
+    def found(pattern: str) -> re.Match:
+        match = re.search(pattern, text, re.MULTILINE)
+        if match is None:
+            raise SystemExit(f"{log}: no line matches {pattern!r}; is it the log of a passing .ci/run?")
+        return match
+
+    summary = found(r"^=* ?(\d+) passed(?:, (\d+) \w+)*.* in ([\d.]+)s")
+    record = {
+        "what": "HOME=$(mktemp -d) CI=true bash .ci/run on a fresh clone",
+        "commit": found(r"^ci: commit (\S+)").group(1),
+        "machine": found(r"^ci: machine (.+)$").group(1),
+        "tests_passed": int(summary.group(1)),
+        "pytest_s": round(float(summary.group(3))),
+        "total_s": int(found(r"^ci: (\d+) s in all").group(1)),
+        "date": log.stat().st_mtime_ns // 1_000_000_000,
+    }
+    SUITE.write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _clock(seconds: int) -> str:
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def suite() -> str:
+    notice = NOTICE.format(source="benchmarks/suite.json")
+    if not SUITE.is_file():
+        return notice + "No fresh-clone run is recorded yet (`python docs/generate.py --suite-log LOG`).\n"
+    r = json.loads(SUITE.read_text())
+    import datetime
+
+    day = datetime.datetime.fromtimestamp(r["date"], datetime.UTC).date().isoformat()
+    return notice + (
+        f"The last recorded fresh-clone run (`{r['what']}`, commit {r['commit']}, {day}, on {r['machine']}): "
+        f"{r['tests_passed']} tests passed in {_clock(r['pytest_s'])} of tests, {_clock(r['total_s'])} in all "
+        "with the installs.\n"
+    )
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/commands.md": commands,
     "docs/reference/metrics.md": metrics,
     "docs/generated/elastic-table.md": elastic_table,  # trainkit.bench.chaos.TABLE_FILE
     "docs/generated/published-scaling.md": published_scaling,
+    "docs/generated/suite.md": suite,
+    "docs/generated/local-runs.md": local_runs,
 }
 
 
@@ -138,6 +232,8 @@ def changed(write: bool) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if "--suite-log" in argv:
+        print(f"recorded {SUITE.relative_to(ROOT)}: {record_suite(Path(argv[argv.index('--suite-log') + 1]))}")
     check = "--check" in argv
     stale = changed(write=not check)
     for name in stale:
