@@ -5,6 +5,7 @@ file, the final save and the report) happens here, in one order for every model.
 
 from __future__ import annotations
 
+import abc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ class Step:
     optimizer_s: float
 
 
-class Trainer:
+class Trainer(abc.ABC):
     """The loop; a family's subclass sets `accelerator`, `model`, `optimizer`, `scheduler`, `run`, `total_steps`
     and `steps_per_epoch` in its `__init__`, and implements `train_step`."""
 
@@ -48,11 +49,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ what a family supplies
 
+    @abc.abstractmethod
     def train_step(self, step: int) -> Step:
         """One optimizer step (0-based `step`) over the global batch; ends with `optimizer_tail()`."""
-        raise NotImplementedError
 
-    def begin(self, start: int) -> None:
+    def begin(self, start: int) -> None:  # noqa: B027 - an optional hook: most families need nothing here
         """Before the first step of this process, resuming at `start` (e.g. open the data loader there)."""
 
     def epoch_end(self, done: int) -> bool:
@@ -67,7 +68,7 @@ class Trainer:
         """The family's own fields of a step's metrics record."""
         return {}
 
-    def before_final_save(self) -> None:
+    def before_final_save(self) -> None:  # noqa: B027 - an optional hook
         """After the last step, before the final checkpoint."""
 
     def report(self) -> dict:

@@ -131,9 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         line = f"{pod_name}: {failure_summary(cause)}"
         print(f"error: {line}", file=sys.stderr, flush=True)
         terminate_with(line)
-        record_failure(
-            job.run_dir, cause, exit_code, args.rdzv_id
-        )  # beside the run on FSx too, when the volume takes it
+        # Beside the run on FSx too, when the volume takes it.
+        record_failure(job.run_dir, cause, exit_code, args.rdzv_id)
     elif exit_code:
         terminate_with(f"{pod_name}: torchrun exited with code {code}; every rank's log: {log_dir}")
     return exit_code
