@@ -44,13 +44,14 @@ def check_image(job: Job, ecr=None, tag_run: bool = True) -> str | None:
     note, found = check_image_ref(job.placement.image, ecr)
     if found is None or not tag_run:
         return note
-    ecr, repository, tag = found
-    return tag_for_run(ecr, repository, tag, job.run.run_id)
+    ecr, repository, record = found
+    return tag_for_run(ecr, repository, record, job.run.run_id)
 
 
 def check_image_ref(image: str, ecr=None, fetch=urllib.request.urlopen) -> tuple[str | None, tuple | None]:
-    """(note, (ecr client, repository, tag) when the image is in ECR). An image from another registry is the user's
-    to vouch for (a note); one missing from ECR, or without the pod entry point, is an error that says what to do."""
+    """(note, (ecr client, repository, the image's BatchGetImage record) when the image is in ECR). An image from
+    another registry is the user's to vouch for (a note); one missing from ECR, or without the pod entry point, is an
+    error that says what to do."""
     match = ECR_IMAGE.match(image)
     if match is None:
         if image == outputs.UNRECORDED_IMAGE and not outputs.load_outputs().recorded:
@@ -78,8 +79,9 @@ def check_image_ref(image: str, ecr=None, fetch=urllib.request.urlopen) -> tuple
             f"image {image} is not in ECR ({code}): build and push it (`invoke images.build && "
             "invoke images.push`), or pass --image with a tag that exists"
         ) from None
-    check_pod_entry(image, image_labels(ecr, match["repo"], tag, fetch))
-    return None, (ecr, match["repo"], tag)
+    record = _image(ecr, match["repo"], {"imageTag": tag})  # read once: the label check and the run tag use it
+    check_pod_entry(image, image_labels(ecr, match["repo"], record, fetch))
+    return None, (ecr, match["repo"], record)
 
 
 def check_pod_entry(image: str, labels: dict[str, str]) -> None:
@@ -95,16 +97,17 @@ def check_pod_entry(image: str, labels: dict[str, str]) -> None:
     )
 
 
-def image_labels(ecr, repository: str, tag: str, fetch=urllib.request.urlopen) -> dict[str, str]:
-    """The labels of the linux/amd64 image `tag` names: its manifest (BatchGetImage), then its config blob."""
-    manifest = _manifest(ecr, repository, {"imageTag": tag})
+def image_labels(ecr, repository: str, record: dict, fetch=urllib.request.urlopen) -> dict[str, str]:
+    """The labels of the linux/amd64 image of a BatchGetImage `record`: its manifest, then its config blob."""
+    tag = record["imageId"].get("imageTag", record["imageId"].get("imageDigest"))
+    manifest = json.loads(record["imageManifest"])
     if "manifests" in manifest:  # an index: the image for the nodes' platform
         chosen = [
             m for m in manifest["manifests"] if all(m.get("platform", {}).get(k) == v for k, v in PLATFORM.items())
         ]
         if not chosen:
             raise SpecError(f"image {repository}:{tag} has no linux/amd64 image, the GPU nodes' platform")
-        manifest = _manifest(ecr, repository, {"imageDigest": chosen[0]["digest"]})
+        manifest = json.loads(_image(ecr, repository, {"imageDigest": chosen[0]["digest"]})["imageManifest"])
     digest = manifest["config"]["digest"]
     url = ecr.get_download_url_for_layer(repositoryName=repository, layerDigest=digest)["downloadUrl"]
     with fetch(url, timeout=30) as answer:
@@ -115,23 +118,22 @@ def image_labels(ecr, repository: str, tag: str, fetch=urllib.request.urlopen) -
     return json.loads(body).get("config", {}).get("Labels") or {}
 
 
-def _manifest(ecr, repository: str, image_id: dict) -> dict:
+def _image(ecr, repository: str, image_id: dict) -> dict:
     answer = ecr.batch_get_image(
         repositoryName=repository, imageIds=[image_id], acceptedMediaTypes=list(MANIFEST_TYPES)
     )
     if not answer["images"]:
         failure = (answer.get("failures") or [{}])[0]
         raise SpecError(f"image {repository} {image_id}: {failure.get('failureReason', 'not found')}")
-    return json.loads(answer["images"][0]["imageManifest"])
+    return answer["images"][0]
 
 
-def tag_for_run(ecr, repository: str, tag: str, run_id: str) -> str | None:
+def tag_for_run(ecr, repository: str, image: dict, run_id: str) -> str | None:
     """Tag the image run-<run id> as well (the same manifest under a second tag): the repository's lifecycle rule
     keeps images with run- tags, so the image stays while the run can be resumed (terraform/modules/ecr)."""
     from botocore.exceptions import ClientError
 
     run_tag = f"run-{run_id}"
-    (image,) = ecr.batch_get_image(repositoryName=repository, imageIds=[{"imageTag": tag}])["images"]
     try:
         (tagged,) = ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": run_tag}])["imageDetails"]
     except ClientError as error:
