@@ -198,8 +198,8 @@ def _resnet_tiny_recipe() -> Recipe:
     )
 
 
-REGISTRY: dict[str, ModelEntry] = {
-    "llama2-7b": ModelEntry(
+ENTRIES = (
+    ModelEntry(
         name="llama2-7b",
         builder=LLAMA_BUILDER,
         family="llama",
@@ -207,7 +207,7 @@ REGISTRY: dict[str, ModelEntry] = {
         recipe=_finetune_recipe(micro_batch_size=4),
         hub_id="meta-llama/Llama-2-7b-hf",
     ),
-    "llama2-13b": ModelEntry(
+    ModelEntry(
         name="llama2-13b",
         builder=LLAMA_BUILDER,
         family="llama",
@@ -215,7 +215,7 @@ REGISTRY: dict[str, ModelEntry] = {
         recipe=_finetune_recipe(micro_batch_size=2),
         hub_id="meta-llama/Llama-2-13b-hf",
     ),
-    "llama2-70b": ModelEntry(
+    ModelEntry(
         name="llama2-70b",
         builder=LLAMA_BUILDER,
         family="llama",
@@ -223,7 +223,7 @@ REGISTRY: dict[str, ModelEntry] = {
         recipe=_finetune_recipe(micro_batch_size=1),
         hub_id="meta-llama/Llama-2-70b-hf",
     ),
-    "llama2-tiny": ModelEntry(
+    ModelEntry(
         name="llama2-tiny",
         builder=LLAMA_BUILDER,
         family="llama",
@@ -233,14 +233,14 @@ REGISTRY: dict[str, ModelEntry] = {
         recipe=_tiny_recipe(),
         notes="debug model; random init only unless --weights points at a local checkpoint",
     ),
-    "resnet50": ModelEntry(
+    ModelEntry(
         name="resnet50",
         builder="training.vision.models:resnet50",
         family="vision",
         arch=VisionArch(parameters=25_557_032, image_size=224),
         recipe=_imagenet_recipe(global_batch=1024, micro_batch=128, image_size=224),
     ),
-    "efficientnet-b7": ModelEntry(
+    ModelEntry(
         name="efficientnet-b7",
         builder="training.vision.models:efficientnet_b7",
         family="vision",
@@ -248,7 +248,7 @@ REGISTRY: dict[str, ModelEntry] = {
         # 600 px crops: 8 images per GPU forward, accumulated to 256 per step on 8 GPUs.
         recipe=_imagenet_recipe(global_batch=256, micro_batch=8, image_size=600),
     ),
-    "resnet-tiny": ModelEntry(
+    ModelEntry(
         name="resnet-tiny",
         builder="training.vision.models:resnet_tiny",
         family="vision",
@@ -256,7 +256,9 @@ REGISTRY: dict[str, ModelEntry] = {
         recipe=_resnet_tiny_recipe(),
         notes="debug model: torchvision ResNet with one BasicBlock per stage",
     ),
-}
+)
+
+REGISTRY: dict[str, ModelEntry] = {entry.name: entry for entry in ENTRIES}
 
 
 def model_entry(name: str) -> ModelEntry:
