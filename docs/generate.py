@@ -163,6 +163,7 @@ def local_runs() -> str:
 
 
 SUITE = ROOT / "benchmarks" / "suite.json"
+SLOWEST = 12
 
 
 def record_suite(log: Path) -> dict:
@@ -176,6 +177,15 @@ def record_suite(log: Path) -> dict:
         return match
 
     summary = found(r"^=* ?(\d+) passed(?:, (\d+) \w+)*.* in ([\d.]+)s")
+    # pytest --durations=0: "12.34s call     tests/e2e/test_x.py::test_y[param]", one line per phase.
+    durations = [
+        (float(seconds), phase, test)
+        for seconds, phase, test in re.findall(r"^([\d.]+)s (setup|call|teardown) +(tests/\S+)$", text, re.MULTILINE)
+    ]
+    layers: dict[str, float] = {}
+    for seconds, _, test in durations:
+        layer = test.split("/")[1]
+        layers[layer] = layers.get(layer, 0.0) + seconds
     record = {
         "what": "HOME=$(mktemp -d) CI=true bash .ci/run on a fresh clone",
         "commit": found(r"^ci: commit (\S+)").group(1),
@@ -183,6 +193,15 @@ def record_suite(log: Path) -> dict:
         "tests_passed": int(summary.group(1)),
         "pytest_s": round(float(summary.group(3))),
         "total_s": int(found(r"^ci: (\d+) s in all").group(1)),
+        "disk_peak_mb": int(found(r"^ci: disk peak (\d+) MB").group(1)),
+        "layers_s": {layer: round(seconds, 1) for layer, seconds in sorted(layers.items())},
+        "background_s": {
+            name: int(seconds) for name, seconds in re.findall(r"^background (\S+): (\d+) s$", text, re.MULTILINE)
+        },
+        "slowest": [
+            {"test": test, "phase": phase, "seconds": seconds}
+            for seconds, phase, test in sorted(durations, reverse=True)[:SLOWEST]
+        ],
         "date": log.stat().st_mtime_ns // 1_000_000_000,
     }
     SUITE.write_text(json.dumps(record, indent=2) + "\n")
@@ -201,11 +220,32 @@ def suite() -> str:
     import datetime
 
     day = datetime.datetime.fromtimestamp(r["date"], datetime.UTC).date().isoformat()
-    return notice + (
-        f"The last recorded fresh-clone run (`{r['what']}`, commit {r['commit']}, {day}, on {r['machine']}): "
+    out = [
+        notice + f"The last recorded fresh-clone run (`{r['what']}`, commit {r['commit']}, {day}, on {r['machine']}): "
         f"{r['tests_passed']} tests passed in {_clock(r['pytest_s'])} of tests, {_clock(r['total_s'])} in all "
-        "with the installs.\n"
-    )
+        "with the installs."
+    ]
+    if "layers_s" in r:
+        out[0] += (
+            f" At its peak it used {r['disk_peak_mb'] / 1000:.1f} GB more disk than when the tests started (the "
+            "image build's storage, the 7B-shape run's checkpoints and export); a passing run leaves nothing behind."
+        )
+        out += [
+            "",
+            "| layer | its tests' own time (set-up, call, tear-down) |",
+            "|---|---|",
+            *(f"| `tests/{layer}` | {_clock(round(seconds))} |" for layer, seconds in r["layers_s"].items()),
+            "",
+            "The layers after the unit layer run beside the set-ups started in the background ("
+            + ", ".join(f"{name} {_clock(seconds)}" for name, seconds in r["background_s"].items())
+            + "; tests/helpers/background.py), so the times overlap and add up to more than the wall clock. "
+            "The slowest steps:",
+            "",
+            "| test | phase | seconds |",
+            "|---|---|---|",
+            *(f"| `{s['test']}` | {s['phase']} | {s['seconds']:.0f} |" for s in r["slowest"]),
+        ]
+    return "\n".join(out) + "\n"
 
 
 PAGES: dict[str, Callable[[], str]] = {

@@ -101,6 +101,13 @@ def _started(request, module: str):
     return started
 
 
+def pytest_terminal_summary(terminalreporter, config):
+    """How long each background set-up ran (the suite's record, docs/generate.py --suite-log, reads these lines)."""
+    for started in config.stash.get(STARTED, {}).values():
+        if getattr(started, "seconds", None) is not None:
+            terminalreporter.write_line(f"background {started.name}: {started.seconds:.0f} s")
+
+
 def pytest_sessionfinish(session):
     for module, started in session.config.stash.get(STARTED, {}).items():
         if not isinstance(started, Exception):

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ class Background:
     """One command, started now in a session of its own, its output in files under `root`."""
 
     def __init__(self, name: str, command: list[str], timeout_s: float, env: dict | None = None):
+        self.name = name
         self.root = Path(tempfile.mkdtemp(prefix=f"trainkit-{name}-"))
         self.timeout_s = timeout_s
         self.stdout, self.stderr = self.root / "stdout.log", self.root / "stderr.log"
@@ -34,6 +36,12 @@ class Background:
                 self.command, cwd=REPO, env=env, stdout=out, stderr=err, start_new_session=True
             )
         self.started = time.monotonic()
+        self.seconds: float | None = None  # how long the command ran, once it has ended
+        threading.Thread(target=self._time, daemon=True).start()
+
+    def _time(self) -> None:
+        self.process.wait()
+        self.seconds = time.monotonic() - self.started
 
     def result(self) -> subprocess.CompletedProcess:
         """Wait for the command (up to its timeout from the start) and give what it did."""

@@ -19,7 +19,9 @@ PARALLEL = 1  # scenarios at a time: beside the rest of the suite, one leaves th
 
 def start() -> Background:
     command = [str(BIN / "invoke"), "bench", "elastic", "--output", "{root}/elastic.json", "--table"]
-    return Background("bench", [*command, "{root}/elastic-table.md", "--parallel", str(PARALLEL)], timeout_s=2400)
+    return Background(
+        "elastic-bench", [*command, "{root}/elastic-table.md", "--parallel", str(PARALLEL)], timeout_s=2400
+    )
 
 
 def result(bench: Background) -> tuple[subprocess.CompletedProcess, dict | None, Path]:
