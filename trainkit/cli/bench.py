@@ -11,7 +11,7 @@ CHAOS_HELP = {
     "rdzv": "Comma list of rendezvous backends or all: c10d, etcd (etcd: a local etcd is started per scenario).",
     "parallel": "Scenarios run at once (1 gives undisturbed timings).",
 }
-BENCHMARKS = ("elastic", "train")
+BENCHMARKS = ("elastic", "train", "runs")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
 TRAIN_FLAGS += ("attention", "fused_adamw", "compile")
@@ -34,7 +34,10 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
     help={
         "what": f"Which benchmark: {', '.join(BENCHMARKS)}.",
         **CHAOS_HELP,
-        "output": "JSON results file (default: benchmarks/<what>.json; train: benchmarks/<model>-<device>.json).",
+        "output": "JSON results file (default: benchmarks/<what>.json; train: benchmarks/<model>-<device>.json; "
+        "runs: benchmarks/runs-<device>.json).",
+        "only": "runs: the commands to run, comma-separated (default: every one the docs quote, "
+        "trainkit/bench/runs.py).",
         "table": "elastic: the generated table file docs/elastic.md includes, rewritten from the results (default "
         "docs/generated/elastic-table.md; '' to leave it).",
         "model": "train: the model, as for invoke train (default llama2-tiny).",
@@ -60,7 +63,7 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "persistent-workers": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "prefetch-factor": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
-        "workdir": "train: where the runs go (default: a new temporary directory).",
+        "workdir": "train, runs: where the runs go (default: a new temporary directory).",
     },
 )
 @user_errors
@@ -96,10 +99,12 @@ def bench(
     persistent_workers=None,
     prefetch_factor=None,
     workdir=None,
+    only=None,
 ):
     """Run a benchmark and write its results file. elastic: recovery from every fault on both backends. train:
     trainkit's throughput against a bare FSDP2 loop (vision: DDP, and the JPEG pipeline against on-device input)
-    on the same job, with MFU and a step-time breakdown."""
+    on the same job, with MFU and a step-time breakdown. runs: the commands the docs quote, each run once (time,
+    rates, bytes written), which the docs' figures are rendered from."""
     from trainkit.bench import chaos as harness
 
     if what in HELP_WORDS:  # `invoke bench --help`: the positional took the word
@@ -116,6 +121,12 @@ def bench(
             flags += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
         _path, lines = benchtrain.bench(flags, int(repeats), output, workdir)
         print("\n".join(lines))
+        return
+    if what == "runs":
+        from trainkit.bench import runs as benchruns
+
+        path, _record = benchruns.bench(output, only.split(",") if only else None, workdir)
+        print(f"wrote {path}; `make docs` renders the pages' figures from it")
         return
     output = output or f"benchmarks/{what}.json"
     if not harness.bench(output, harness.TABLE_FILE if table is None else table or None, scenario, rdzv, int(parallel)):

@@ -11,8 +11,8 @@ What a run writes, per the trainers:
                  `keep + 1` of them at the peak -- or fewer when the run saves fewer times than that.
     export       the LLM's consolidated weights at the end, fp32 safetensors (4 bytes a parameter).
 
-Measured: llama2-7b truncated to 2 layers (667 M parameters) wrote an 8.0 GB checkpoint and a 2.7 GB
-export, as this predicts. Checkpoints already in the run folder (a resumed run) count as written.
+`invoke bench runs` records what a real run wrote beside this prediction (benchmarks/runs-cpu.json, rendered in
+docs/checkpoints.md). Checkpoints already in the run folder (a resumed run) count as written.
 """
 
 from __future__ import annotations
