@@ -123,6 +123,96 @@ def published_scaling() -> str:
     return NOTICE.format(source="`invoke plan --published`") + "\n" + textwrap.indent(shown, "    ") + "\n"
 
 
+RUNS_FILE = ROOT / "benchmarks" / "runs-cpu.json"  # `invoke bench runs` on the CI machine (trainkit/bench/runs.py)
+
+
+def measured_run(name: str) -> str:
+    """One command the docs quote, as `invoke bench runs` measured it: its time, rates and what it wrote."""
+    notice = NOTICE.format(source=f"benchmarks/{RUNS_FILE.name} (`invoke bench runs --only {name}`)")
+    record = json.loads(RUNS_FILE.read_text()) if RUNS_FILE.is_file() else {"runs": {}}
+    if name not in record["runs"]:
+        return notice + f"Not measured yet: `invoke bench runs --only {name}` records it.\n"
+    r = record["runs"][name]
+    text = (
+        f"Measured on {record['device']['name']} (torch {record['versions']['torch']}; `benchmarks/{RUNS_FILE.name}`, "
+        f"{r['measured']}): `{r['command']}` took {r['command_wall_s']:.0f} s in all ({r['world_size']} processes): "
+    )
+    if r["final_eval"]:  # a vision run
+        e = r["final_eval"]
+        text += (
+            f"{r['steps']} steps at {r['samples_per_s_median']:,.0f} images/s (median), "
+            f"{r['epoch_time_s_median']:.1f} s an epoch; val top-1 {e['val_top1']:.2f} over {e['val_images']} images."
+        )
+    else:
+        text += (
+            f"{r['steps']} steps of {r['step_time_s_median']:.1f} s (median), loss {r['first_loss']:.2f} -> "
+            f"{r['last_loss']:.2f}. It wrote a checkpoint of {r['checkpoint_bytes'] / 1e9:.2f} GB and an export of "
+            f"{r['export_bytes'] / 1e9:.2f} GB for {r['parameters'] / 1e6:,.1f} M parameters; the launcher's disk "
+            f"check had predicted {r['checkpoint_bytes_predicted'] / 1e9:.2f} GB and "
+            f"{r['export_bytes_predicted'] / 1e9:.2f} GB."
+        )
+    return notice + text + "\n"
+
+
+def disk_examples() -> str:
+    """What the launcher's disk check works out for the Llama 2 recipes on EKS (trainkit/run/storage.py)."""
+    from trainkit.job import build
+    from trainkit.job.models import get_model
+    from trainkit.run.storage import GB, GIB, fsx_capacity_for, storage_need
+
+    variables = (ROOT / "terraform" / "stacks" / "infra" / "variables.tf").read_text()
+    fsx = int(re.search(r'variable "fsx_storage_capacity_gib".*?default\s*=\s*(\d+)', variables, re.S).group(1))
+    out = [
+        NOTICE.format(source="trainkit/run/storage.py and terraform/stacks/infra/variables.tf"),
+        f"1,000 steps on EKS with the recipe's checkpoint interval, the default FSx of {fsx:,} GiB:",
+        "",
+        "| model | parameters | a checkpoint | keep 2 (the default) + export | keep 1 + export |",
+        "|---|---|---|---|---|",
+    ]
+    for model in ("llama2-7b", "llama2-13b", "llama2-70b"):
+        entry = get_model(model)
+        flags = {"model": model, "steps": 1000, "checkpoint_interval": entry.recipe.checkpoint_interval}
+        needs = [storage_need(build({**flags, "keep_checkpoints": k}, "aws"), entry) for k in (2, 1)]
+        cells = []
+        for need in needs:
+            cell = f"{need.total / GB:,.0f} GB ({need.total / GIB:,.0f} GiB)"
+            if need.total > fsx * GIB:
+                cell += f": refused; `fsx_storage_capacity_gib = {fsx_capacity_for(need.total)}` holds it"
+            cells.append(cell)
+        out.append(
+            f"| {model} | {needs[0].parameters / 1e9:.2f} B | {needs[0].checkpoint_bytes / GB:,.0f} GB | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(out) + "\n"
+
+
+# The scaling model's examples in docs/scaling-model.md: the flags of `invoke plan ... --scaling`.
+SCALING_EXAMPLES = (
+    {"model": "llama2-7b"},
+    {
+        "model": "llama2-7b",
+        "instance_type": "p4d.24xlarge",
+        "micro_batch_size": 1,
+        "seq_len": 2048,
+        "global_batch_size": 8,
+    },
+)
+
+
+def scaling_examples() -> str:
+    from trainkit.job import build
+    from trainkit.plan.memory import PlanOptions
+    from trainkit.plan.scaling import make_scaling, render_scaling
+
+    out = [NOTICE.format(source="`invoke plan --scaling` and the results files it reads its MFU from")]
+    for flags in SCALING_EXAMPLES:
+        command = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in flags.items())
+        shown = render_scaling(make_scaling(build(flags), PlanOptions()))
+        out += [f"`invoke plan {command} --scaling`:", "", textwrap.indent(shown, "    "), ""]
+    return "\n".join(out)
+
+
 def local_runs() -> str:
     """The first-contact path's measured figures: the CPU bench record and the lent GPU's check."""
     import statistics
@@ -159,6 +249,135 @@ def local_runs() -> str:
             f"| `{command}` | {rate} | {mfu} | {r['peak_memory_bytes'] / 1e9:.2f} GB | "
             f"{r['first_loss']:.2f} -> {r['last_loss']:.2f} |"
         )
+    return "\n".join(out) + "\n"
+
+
+def _bench_files(unit: str) -> list[tuple[str, dict]]:
+    """The `invoke bench train` results files whose rate is in `unit` (tokens, images), by name."""
+    found = []
+    for path in sorted((ROOT / "benchmarks").glob("*.json")):
+        record = json.loads(path.read_text())
+        if "reference" in record and f"{unit}_per_s" in _runs(record["trainkit"])[0]:
+            found.append((path.name, record))
+    return found
+
+
+def _runs(side) -> list[dict]:
+    return side if isinstance(side, list) else [side]
+
+
+def _span(values: list, fmt: str = "{:,.0f}") -> str:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return "-"
+    low, high = fmt.format(values[0]), fmt.format(values[-1])
+    return low if low == high else f"{low}-{high}"
+
+
+def _ratio(ratio: dict) -> str:
+    return f"**{ratio['median']:.3f}** ({ratio['min']:.3f}-{ratio['max']:.3f})" if ratio.get("median") else "-"
+
+
+def _machine(record: dict, name: str) -> str:
+    return f"{record['device']['name']}, torch {record['versions']['torch']} (`{name}`, {record['measured']})"
+
+
+def _job(record: dict, unit: str) -> str:
+    job, pairs = record["job"], len(_runs(record["trainkit"]))
+    shape = f"{job['model']}"
+    if unit == "tokens":
+        shape += f", {job['layers']} layers, seq {job['seq_len']}"
+    else:
+        shape += f", {job['image_size']} px, {job['loader_workers']} loader worker(s) a process"
+    words, extra = record["command"].split()[3:], []  # after `invoke bench train`
+    for flag, value in zip(words[::2], words[1::2], strict=False):
+        if flag not in SHOWN_FLAGS:
+            extra += [flag, value]
+    extra = " ".join(extra)
+    return (
+        f"{shape}, {job['processes']} process(es), {job['precision']}, batch {job['global_batch_size']}, "
+        f"{job['steps']} steps x {pairs} pair(s)" + (f"; trainkit with `{extra}`" if extra else "")
+    )
+
+
+SHOWN_FLAGS = ("--model", "--layers", "--seq-len", "--steps", "--repeats")  # in the job column already
+
+
+def _rates(side, unit: str) -> str:
+    runs = _runs(side)
+    wall = [r.get(f"{unit}_per_s_wall") for r in runs]
+    if any(w is not None for w in wall):
+        return f"wall {_span(wall)}; step {_span([r[f'{unit}_per_s'] for r in runs])}"
+    return f"step {_span([r[f'{unit}_per_s'] for r in runs])}"
+
+
+def _median(values: list) -> float | None:
+    import statistics
+
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _breakdown(record: dict, unit: str, sides: tuple[str, ...]) -> list[str]:
+    rows = []
+    for side in sides:
+        runs = _runs(record[side])
+        parts = [_median([r["breakdown_s"][key] for r in runs]) for key in BREAKDOWN]
+        step = _median([r["step_time_s"] for r in runs])
+        communication = _median([r.get("communication_s") for r in runs])
+        cells = [f"{v * 1000:,.1f}" if v is not None else "-" for v in (step, *parts[:3], communication, parts[3])]
+        rows.append(f"| `{record['_name']}` | {side.replace('_', ' ')} | " + " | ".join(cells) + " |")
+    return rows
+
+
+BREAKDOWN = ("input_wait", "forward_backward", "optimizer", "exposed_communication")
+
+
+def bench_results(unit: str) -> str:
+    """The `invoke bench train` results files of one kind, as a table of rates and ratios and one of step parts."""
+    files = _bench_files(unit)
+    out = [
+        NOTICE.format(source=f"the `invoke bench train` results files in benchmarks/ ({unit})"),
+        f"| machine (results file, measured) | job | trainkit {unit}/s | reference {unit}/s | trainkit / reference "
+        "(median step; min-max over pairs) | trainkit / reference (wall) | "
+        + ("MFU (trainkit; datasheet / measured matmul peak) |" if unit == "tokens" else "JPEG / on-device input |"),
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, record in files:
+        if unit == "tokens":
+            runs = _runs(record["trainkit"])
+            last = "-"
+            if record["peak_tflops"]["datasheet_bf16"]:
+                datasheet, measured = (
+                    _span([r[key] for r in runs], "{:.1%}") for key in ("mfu_datasheet", "mfu_measured")
+                )
+                last = f"{datasheet} / {measured}"
+                last += (
+                    f" of {record['peak_tflops']['datasheet_bf16']:,.0f} / "
+                    f"{record['peak_tflops']['measured_bf16_matmul']:,.0f} TFLOP/s"
+                )
+        else:
+            pipeline = record["input_pipeline"]
+            last = (
+                f"**{pipeline['median']:.0%}** ({pipeline['min']:.0%}-{pipeline['max']:.0%}); on-device "
+                f"{_span([r['images_per_s'] for r in _runs(record['synthetic_input'])])} images/s"
+            )
+        out.append(
+            f"| {_machine(record, name)} | {_cell(_job(record, unit))} | {_rates(record['trainkit'], unit)} | "
+            f"{_rates(record['reference'], unit)} | {_ratio(record['ratio'])} | "
+            f"{_ratio(record.get('ratio_wall', {}))} | {last} |"
+        )
+    sides = ("trainkit", "reference") + (("synthetic_input",) if unit == "images" else ())
+    out += [
+        "",
+        "Where a step's time goes (milliseconds, medians over the runs; the collectives' time, and the part of it no "
+        "compute ran beside, come from trainkit's profiled steps only):",
+        "",
+        "| results file | side | step | input wait | forward + backward | optimizer | collectives | exposed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, record in files:
+        out += _breakdown({**record, "_name": name}, unit, sides)
     return "\n".join(out) + "\n"
 
 
@@ -253,8 +472,14 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/metrics.md": metrics,
     "docs/generated/elastic-table.md": elastic_table,  # trainkit.bench.chaos.TABLE_FILE
     "docs/generated/published-scaling.md": published_scaling,
+    "docs/generated/scaling-examples.md": scaling_examples,
+    "docs/generated/disk-examples.md": disk_examples,
+    "docs/generated/run-resnet-tiny.md": lambda: measured_run("resnet-tiny"),
+    "docs/generated/run-llama2-7b-2-layers.md": lambda: measured_run("llama2-7b-2-layers"),
     "docs/generated/suite.md": suite,
     "docs/generated/local-runs.md": local_runs,
+    "docs/generated/bench-llm.md": lambda: bench_results("tokens"),
+    "docs/generated/bench-vision.md": lambda: bench_results("images"),
 }
 
 

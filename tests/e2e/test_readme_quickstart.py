@@ -7,9 +7,9 @@ tests/e2e/test_user_script.py and tests/e2e/test_elastic_local.py."""
 from __future__ import annotations
 
 import re
-import subprocess
 
-from tests.helpers.paths import BIN, REPO
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke_in
 
 SECTION = "## Five minutes on this machine"
 PLACEHOLDER = re.compile(r"<(hash|first|last|n)>")
@@ -56,13 +56,7 @@ def test_the_commands_after_it_run_as_written(tiny_run, tmp_path):
         if line.startswith(TRAINS):
             continue
         assert words[0] == "invoke", line
-        done = subprocess.run(
-            [str(BIN / "invoke"), "--search-root", str(REPO), *words[1:]],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = invoke_in(tmp_path, *words[1:])
         ran.append((line, done.returncode, done.stdout + done.stderr))
     assert [line for line, _, _ in ran] == [
         "invoke status",

@@ -26,6 +26,17 @@ def invoke(
     )
 
 
+def invoke_in(folder: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`invoke ARGS` as a user types it in `folder` (the README's commands): the tasks come from the checkout."""
+    return subprocess.run(
+        [str(BIN / "invoke"), "--search-root", str(REPO), *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 _STARTED: list[subprocess.Popen] = []
 
 

@@ -24,6 +24,7 @@ def test_the_checks_find_a_planted_wrong_path_module_and_flag(tmp_path):
         "See trainkit/backends/base.py and trainkit/render.py (moved).\n"
         "`trainkit.backends.base.LIMIT`, `trainkit.backends.Backend`, `trainkit.backends.base.GONE`, `trainkit.spec`\n"
         "Runs land in runs/<id>/ and labels under trainkit/pool; see trainkit/backends/ and run-<id>.\n"
+        "An absence: no trainkit/bench.json, said so; but trainkit/bench.json named as if present.\n"
         "    invoke train --model x --no-such-flag   # a comment --ignored\n"
         "    invoke run --script a.py -- --epochs 3\n"
         "    invoke data.nothing --dest d\n"
@@ -33,9 +34,10 @@ def test_the_checks_find_a_planted_wrong_path_module_and_flag(tmp_path):
         "README.md:1: trainkit/render.py",
         "README.md:2: trainkit.backends.base.GONE",
         "README.md:2: trainkit.spec",
+        "README.md:4: trainkit/bench.json",
     ]
     tasks = {"train": {"model", "dry-run"}, "run": {"script"}, "data.imagenet": {"dest"}}
     assert unknown_flags(tmp_path, files, tasks) == [
-        "README.md:4: invoke train --no-such-flag",
-        "README.md:6: invoke data.nothing (no such task)",
+        "README.md:5: invoke train --no-such-flag",
+        "README.md:7: invoke data.nothing (no such task)",
     ]
