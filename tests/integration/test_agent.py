@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tests.helpers.paths import REPO
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV, SEND_TIMEOUT_S, cause_line
-from trainkit.backends.eks.pod import EXIT_REPLACE, pod_exit_code
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, wait_for_records
+from trainkit.run.node import EXIT_REPLACE, node_exit_code
 
 WORKER = """
 import errno, os, signal, sys, time
@@ -149,7 +149,7 @@ def test_a_rendezvous_that_cannot_be_reached_is_one_line_and_its_own_code(tmp_pa
         (record,) = channel.records
         assert cause_line(record).startswith("torchrun on node-1: rendezvous failed: RendezvousConnectionError: ")
         assert done.stderr.strip().splitlines()[-1] == record["cause"] and not record["permanent"]
-    assert pod_exit_code(done.returncode, record, None) == EXIT_REPLACE
+    assert node_exit_code(done.returncode, record, None) == EXIT_REPLACE
 
 
 def test_a_stopped_agent_says_so_in_one_line_and_exits_128_plus_the_signal(tmp_path):

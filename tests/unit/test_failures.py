@@ -26,7 +26,6 @@ from training.common.failure import (
 )
 from training.common.run import Diverged
 from trainkit.backends import RunRef
-from trainkit.backends.eks.pod import pod_exit_code
 from trainkit.backends.local.runs import status
 from trainkit.run.failures import (
     FailureChannel,
@@ -36,6 +35,7 @@ from trainkit.run.failures import (
     recorded_failure,
     wait_for_records,
 )
+from trainkit.run.node import node_exit_code
 from trainkit.run.prepare import write_spec
 
 
@@ -189,8 +189,8 @@ def test_a_long_record_is_cut_field_by_field_and_still_parses(monkeypatch):
         (EXIT_NO_RETRY, {"permanent": True}, 15, EXIT_NO_RETRY),  # a stop after a permanent failure changes nothing
     ],
 )
-def test_the_pod_exit_code_tells_the_operator_whether_to_replace_the_pod(torchrun, cause, received, code):
-    assert pod_exit_code(torchrun, cause, received) == code
+def test_the_node_exit_code_tells_the_operator_whether_to_replace_the_pod(torchrun, cause, received, code):
+    assert node_exit_code(torchrun, cause, received) == code
 
 
 def test_a_cause_the_full_run_folder_cannot_take_goes_to_the_state_dir(tmp_path, monkeypatch):
@@ -262,6 +262,5 @@ def test_a_closed_rendezvous_is_permanent_and_a_lost_store_is_not():
     closed = rendezvous_record(RendezvousClosedError(), closed=True)
     assert closed["exit_code"] == EXIT_NO_RETRY and closed["permanent"]
     assert ": rendezvous closed: RendezvousClosedError" in closed["cause"]
-    assert (
-        pod_exit_code(EXIT_NO_RETRY, closed, None) == EXIT_NO_RETRY and pod_exit_code(EXIT_RENDEZVOUS, lost, None) > 128
-    )
+    assert node_exit_code(EXIT_NO_RETRY, closed, None) == EXIT_NO_RETRY
+    assert node_exit_code(EXIT_RENDEZVOUS, lost, None) > 128

@@ -1,0 +1,110 @@
+"""One node of a job on a cluster target, as each target's entry point on the node runs it (the EKS pod's,
+trainkit/backends/eks/pod.py; a SageMaker host's, trainkit/backends/sagemaker/host.py): prepare the run where its
+folder lives, start torchrun with a failure channel its ranks report to, pass a stop on to it, and end with an exit
+code and one line that say why. The entry point puts that line where its scheduler shows it (a pod's termination
+message, SageMaker's failure file).
+
+The exit code is what the training operator's `ExitCode` restart policy decides on (training-operator v1.9.4,
+pkg/controller.v1/common/pod.go ReconcilePods; pkg/util/train/train_util.go: 128 and above retryable, 1-127
+permanent); SageMaker fails a job on any code but 0, so the same codes serve it:
+
+    0                 torchrun finished
+    2                 the job cannot start here (its preparation refused it): permanent
+    EXIT_NO_RETRY (3) a rank's failure no restart mends (a full volume, bad data, ...): permanent
+    1                 torchrun spent its own restarts (--max-restarts): permanent
+    128 + signal      torchrun or this process was killed or stopped (a node's fault, an eviction): the operator
+                      replaces the pod
+    EXIT_REPLACE (192) torchrun could not meet its peers (EXIT_RENDEZVOUS: the store's node was lost, the store
+                      unreachable, a store call failed): retryable, the operator replaces the pod, which then meets
+                      the others again. A closed rendezvous (the job ended on another node, or a rendezvous timed
+                      out, which closes it) would meet every new pod closed: the agent calls that permanent
+                      (EXIT_NO_RETRY), so it cannot loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+from training.common.failure import EXIT_NO_RETRY, redact
+from training.common.job import Job
+from trainkit.backends.base import Workload, ready
+from trainkit.errors import SpecError
+from trainkit.run.agent import EXIT_RENDEZVOUS
+from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
+from trainkit.run.torchrun import torchrun_command
+
+# 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
+EXIT_REPLACE = 192
+EXIT_CANNOT_START = 2
+
+
+def node_exit_code(torchrun_code: int, cause: dict | None, received: int | None) -> int:
+    """The node's exit code (see the module's docstring)."""
+    if torchrun_code == EXIT_NO_RETRY or (cause is not None and cause.get("permanent")):
+        return EXIT_NO_RETRY  # even when a stop came after: what ended the run would end a new node too
+    if received is not None:
+        return 128 + received
+    if torchrun_code == 0:
+        return 0
+    if torchrun_code == EXIT_RENDEZVOUS:
+        return EXIT_REPLACE
+    if torchrun_code < 0:  # killed by a signal
+        return 128 - torchrun_code
+    return torchrun_code
+
+
+def run_node(
+    job: Job,
+    workload: Workload,
+    endpoint: str,
+    rdzv_id: str,
+    name: str,
+    report: Callable[[str], None],
+) -> int:
+    """Prepare the run, run torchrun (rendezvous `endpoint`, `rdzv_id`), and return the node's exit code; the
+    cause of a failure goes to stderr and to `report` as one line naming the node."""
+    # From the start: a SIGTERM (the node being stopped) before torchrun runs ends this process with 128 + signal
+    # at once; after, it is passed on to torchrun, which stops its workers at a step boundary.
+    received: list[int] = []
+    agent: subprocess.Popen | None = None
+
+    def forward(signum, _frame):
+        received.append(signum)
+        if agent is None:
+            sys.exit(128 + signum)
+        with contextlib.suppress(ProcessLookupError):
+            agent.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    try:
+        run = ready(job, workload)
+    except SpecError as error:
+        line = redact(f"{name}: run {job.run.run_id} cannot start: {error}")
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        report(line)
+        return EXIT_CANNOT_START
+    forget_failure(job.run_dir, submission=rdzv_id)  # an earlier job's cause no longer says why this one stops
+    log_dir = job.run_dir / "logs" / name
+    command = torchrun_command(run, endpoint, rdzv_id, log_dir)
+    print(f"{name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
+    with FailureChannel() as channel:
+        agent = subprocess.Popen(command, env={**os.environ, **run.env, **channel.env})
+        code = agent.wait()
+        if code:
+            wait_for_records(channel)
+        cause = channel.cause()
+    exit_code = node_exit_code(code, cause, received[0] if received else None)
+    if exit_code and cause is not None:
+        line = f"{name}: {failure_summary(cause)}"
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        report(line)
+        record_failure(job.run_dir, cause, exit_code, rdzv_id)  # beside the run too, when its volume takes it
+    elif exit_code:
+        report(f"{name}: torchrun exited with code {code}; every rank's log: {log_dir}")
+    return exit_code
