@@ -103,4 +103,13 @@ WALKS = {
         "run_id": "walk-eks",
         "runs_dir": "walk-runs",  # on FSx: relative to the mount
     },
+    "llama-sagemaker": {
+        "model": "llama2-tiny",
+        "target": "sagemaker",
+        "spot": True,
+        "max_runtime": 3600,
+        "max_wait": 7200,
+        "run_id": "walk-sagemaker",
+        "runs_dir": "/opt/ml/checkpoints",  # where SageMaker syncs the run folder; the only one it takes
+    },
 }

@@ -16,6 +16,7 @@ from trainkit.cli.train import PLAN_FLAGS
 
 VISION = ("--model", "resnet-tiny")
 EKS = ("--target", "eks")
+SAGEMAKER = ("--target", "sagemaker")
 
 # option -> (extra flags that put the bad value in context, the bad flag and value, text the message names)
 TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
@@ -74,6 +75,9 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "image": ((), ("--image", "example/train:1"), "--image"),
     "namespace": (EKS, ("--namespace", "Not_A_Label"), "--namespace"),
     "hf_token_file": ((), ("--hf-token-file", "{missing}"), "--hf-token-file"),
+    "max_runtime": (SAGEMAKER, ("--max-runtime", "3 days"), "--max-runtime"),
+    "spot": ((), ("--spot",), "--spot"),  # on the local target
+    "max_wait": (SAGEMAKER, ("--max-wait", "1h"), "--max-wait"),  # without --spot
 }
 
 # Values each valid alone that the job cannot use: per rank or per node, past the model, off the volume the pods

@@ -29,10 +29,14 @@ def _command_line(values: dict) -> list[str]:
 
 
 def _printed_job(result) -> dict:
-    """The job a dry run printed: spec.json itself (local) or the pods' TRAINKIT_SPEC (EKS)."""
+    """The job a dry run printed: spec.json itself (local), the pods' TRAINKIT_SPEC (EKS) or the spec.json the
+    launch channel uploads (SageMaker)."""
     assert result.returncode == 0, result.stderr
     if result.stdout.lstrip().startswith("{"):
-        return json.loads(result.stdout)
+        printed = json.loads(result.stdout)
+        if "request" in printed:
+            return next(body for path, body in printed["uploads"].items() if path.endswith("/spec.json"))
+        return printed
     manifest = yaml.safe_load(result.stdout)
     container = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     return json.loads(next(e["value"] for e in container["env"] if e["name"] == "TRAINKIT_SPEC"))

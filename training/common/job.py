@@ -48,6 +48,7 @@ def option(
     family: str | None = None,
     cli: bool = True,
     switch: bool = False,
+    duration: bool = False,
 ) -> Any:
     """One field of the job.
 
@@ -59,6 +60,7 @@ def option(
     family    `llama` or `vision` when only that kind of model uses the field
     cli       False for values the launcher sets itself (they are still in spec.json)
     switch    a boolean given as a bare flag (`--synthetic`) rather than with a value
+    duration  seconds, also given as `90m`, `4h`, `2d` (see duration_seconds)
     """
     meta = {
         "help": help,
@@ -73,6 +75,7 @@ def option(
         "family": family,
         "cli": cli,
         "switch": switch,
+        "duration": duration,
     }
     if isinstance(default, list):
         return field(default_factory=list, metadata=meta)
@@ -421,7 +424,7 @@ class PlacementOptions:
     target: str = option(
         "local",
         "Where the job runs: `local` (processes on this machine) or `eks` (a PyTorchJob on the cluster).",
-        choices=("local", "eks"),
+        choices=("local", "eks", "sagemaker"),
         trains=False,
     )
     instance_type: str | None = option(
@@ -439,6 +442,29 @@ class PlacementOptions:
     )
     hf_token_file: str | None = option(
         None, "File holding a Hugging Face token (the token itself is never part of the job).", trains=False
+    )
+    max_runtime: int | None = option(
+        None,
+        "The job's deadline in seconds (or 90m, 4h, 2d), after which its target stops it; sagemaker: the "
+        "stopping condition, default SageMaker's own 1 day.",
+        minimum=1,
+        trains=False,
+        duration=True,
+    )
+    spot: bool | None = option(
+        None,
+        "SageMaker: managed spot training; an interrupted job restarts from its last checkpoint, which SageMaker "
+        "restores from S3.",
+        trains=False,
+        switch=True,
+    )
+    max_wait: int | None = option(
+        None,
+        "SageMaker with --spot: how long the job may wait for spot capacity and run, in all (seconds, or 90m, 4h, "
+        "2d); at least --max-runtime; default twice it.",
+        minimum=1,
+        trains=False,
+        duration=True,
     )
 
 
@@ -569,6 +595,18 @@ BY_KEY: dict[str, FieldSpec] = {spec.key: spec for spec in FIELDS}
 def fields_of(cli: bool) -> Iterator[FieldSpec]:
     """The fields that are (or are not) command-line options."""
     return (spec for spec in FIELDS if spec.cli == cli)
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(text: str, flag: str) -> int:
+    """`3600`, `90m`, `4h`, `2d` as seconds; anything else is refused naming the flag."""
+    value = text.strip().lower()
+    number, unit = (value[:-1], value[-1]) if value[-1:] in DURATION_UNITS else (value, "s")
+    if not number.isdigit() or int(number) == 0:
+        raise ValueError(f"{flag} {text!r}: give a whole number of seconds, or minutes, hours or days (90m, 4h, 2d)")
+    return int(number) * DURATION_UNITS[unit]
 
 
 def range_problem(spec: FieldSpec, value: Any) -> str | None:

@@ -18,7 +18,11 @@ from trainkit.errors import SpecError
 from trainkit.job import Machine, build, derive, validate
 
 # target -> "module:class"; a new backend is one module and one line here.
-BACKENDS = {"local": "trainkit.backends.local.backend:LocalBackend", "eks": "trainkit.backends.eks.backend:EksBackend"}
+BACKENDS = {
+    "local": "trainkit.backends.local.backend:LocalBackend",
+    "eks": "trainkit.backends.eks.backend:EksBackend",
+    "sagemaker": "trainkit.backends.sagemaker.backend:SageMakerBackend",
+}
 
 
 def get_backend(target: str) -> Backend:

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 from training.common.files import publish_text
 from training.common.job import RUN_DIR_ENV, Job
+from trainkit import hardware
+from trainkit.errors import SpecError
 from trainkit.job.build import Machine
 from trainkit.run.torchrun import PreparedRun
 
@@ -106,6 +108,23 @@ def ready(job: Job, workload: Workload) -> PreparedRun:
     publish_text(job.run_dir / WORKLOAD_FILE, workload.to_json() + "\n")
     env = {**workload.env, RUN_DIR_ENV: str(job.run_dir), **secrets}
     return PreparedRun(job, workload.entry(), env, workload.restarts)
+
+
+def cloud_machine(job: Job, default_image: str, prefix: str = "") -> Machine:
+    """A cloud target's node: its instance type from the instance table (named with the target's `prefix`, as
+    SageMaker's `ml.`), one process per GPU unless --nproc says otherwise, and the image unless --image gives one."""
+    placement, known = job.placement, hardware.INSTANCE_TYPES
+    if placement.instance_type not in known:
+        raise SpecError(
+            f"--instance-type {prefix + placement.instance_type!r} is not in the instance table; choose one of: "
+            f"{', '.join(prefix + name for name in known)}"
+        )
+    gpus = known[placement.instance_type].gpus
+    if job.parallelism.nproc is None:
+        job.parallelism.nproc = gpus
+    if placement.image is None:
+        placement.image = default_image
+    return Machine(gpus)
 
 
 class Backend(abc.ABC):

@@ -57,6 +57,7 @@ class InfraOutputs:
     pushed_image: str | None = None
     data_buckets: tuple[str, ...] = ()  # what the data-preparation job may read (data_source_buckets)
     fsx_zone: str | None = None  # the GPU nodes' and FSx's availability zone
+    sagemaker: dict | None = None  # the infra stack's `sagemaker` output (trainkit/backends/sagemaker/stack.py)
 
     @property
     def default_image(self) -> str:
@@ -82,6 +83,7 @@ def load_outputs() -> InfraOutputs:
         fsx_capacity_gib=data.get("fsx_storage_capacity_gib"),
         data_buckets=tuple((data.get("data_reader") or {}).get("buckets") or ()),
         fsx_zone=data.get("gpu_availability_zone"),
+        sagemaker=data.get("sagemaker"),
         # a record from an earlier stack's repository is not this stack's image
         pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,
     )

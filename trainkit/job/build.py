@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from training.common.job import BY_KEY, FIELDS, FieldSpec, Job, range_problem
+from training.common.job import BY_KEY, FIELDS, FieldSpec, Job, duration_seconds, range_problem
 from trainkit import hardware
 from trainkit.errors import SpecError
 
@@ -73,6 +73,11 @@ def parse_value(spec: FieldSpec, value: Any) -> Any:
         return value
     if spec.kind is bool:
         return parse_bool(spec.flag, value)
+    if spec.duration:
+        try:
+            return duration_seconds(value, spec.flag)
+        except ValueError as error:
+            raise SpecError(str(error)) from None
     try:
         return spec.kind(value)
     except ValueError:

@@ -72,6 +72,7 @@ def validate(job: Job, machine: Machine) -> None:
         "(it names a folder, a Kubernetes job and label values)",
     )
     _validate_names(job)
+    _validate_deadline(job)
     if job.placement.target == "local":
         _validate_local(job)
 
@@ -119,6 +120,31 @@ SYSTEM_TREES = ("/proc", "/sys", "/dev")
 SPLIT = re.compile(r"[A-Za-z0-9_.+%:\[\]-]+")  # datasets' split syntax: train, train[:10%], train+validation
 EKS_ONLY = ("instance_type", "image", "namespace")
 MAX_PORT = 65535
+DEADLINE_TARGETS = ("sagemaker",)
+"""The targets that map --max-runtime onto their own limit so far (SageMaker's stopping condition)."""
+
+
+def _validate_deadline(job: Job) -> None:
+    """--max-runtime where the target applies it; --spot and --max-wait on SageMaker only, the wait covering the run."""
+    placement = job.placement
+    require(
+        placement.max_runtime is None or placement.target in DEADLINE_TARGETS,
+        f"--max-runtime is applied on --target {' or '.join(DEADLINE_TARGETS)} only so far; drop it for --target "
+        f"{placement.target}",
+    )
+    for key in ("spot", "max_wait"):
+        value = BY_KEY[key].get(job)
+        require(
+            value in (None, False) or placement.target == "sagemaker",
+            f"{BY_KEY[key].flag} is for --target sagemaker (managed spot training); drop it",
+        )
+    require(placement.max_wait is None or bool(placement.spot), "--max-wait bounds a spot job's wait: add --spot")
+    if placement.max_wait is not None and placement.max_runtime is not None:
+        require(
+            placement.max_wait >= placement.max_runtime,
+            f"--max-wait {placement.max_wait} s is shorter than --max-runtime {placement.max_runtime} s; the wait "
+            "includes the run, so give at least the runtime",
+        )
 
 
 def _validate_local(job: Job) -> None:
@@ -126,7 +152,8 @@ def _validate_local(job: Job) -> None:
     for key in EKS_ONLY:
         field = BY_KEY[key]
         value = field.get(job)
-        require(value is None, f"{field.flag} {value} is for --target eks; drop it (or add --target eks)")
+        target = "eks" if key == "namespace" else "eks or sagemaker"
+        require(value is None, f"{field.flag} {value} is for --target {target}; drop it (or add --target)")
     runs = Path(job.run.runs_dir).expanduser().absolute()
     require(
         not any(runs == Path(tree) or runs.is_relative_to(tree) for tree in SYSTEM_TREES),

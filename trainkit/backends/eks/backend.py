@@ -16,8 +16,7 @@ from pathlib import Path
 import yaml
 
 from training.common.job import Job
-from trainkit import hardware
-from trainkit.backends.base import Backend, RunRef, Workload
+from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine
 from trainkit.backends.eks import cluster, preflight, render, rules, task
 from trainkit.backends.eks.kube import (
     GROUP,
@@ -49,17 +48,7 @@ def resolve(job: Job) -> Machine:
                 f"no infra outputs recorded yet (`make up PROFILE=aws` records them): assuming "
                 f"{placement.instance_type} nodes; --instance-type sets it"
             )
-    known = hardware.INSTANCE_TYPES
-    if placement.instance_type not in known:
-        raise SpecError(
-            f"--instance-type {placement.instance_type!r} is not in the instance table; choose one of: "
-            f"{', '.join(known)}"
-        )
-    gpus = known[placement.instance_type].gpus
-    if job.parallelism.nproc is None:
-        job.parallelism.nproc = gpus
-    if placement.image is None:
-        placement.image = infra.default_image
+    machine = cloud_machine(job, infra.default_image)
     if placement.namespace is None:
         placement.namespace = cluster.JOBS_NAMESPACE
     if elastic.rdzv is None:
@@ -70,7 +59,7 @@ def resolve(job: Job) -> Machine:
         )
     if elastic.rdzv == "etcd" and not elastic.rdzv_endpoint:
         elastic.rdzv_endpoint = cluster.etcd_endpoint()
-    return Machine(gpus)
+    return machine
 
 
 def code_of(workload: Workload) -> dict[str, bytes] | None:

@@ -1,0 +1,82 @@
+"""`--target sagemaker --dry-run`: the CreateTrainingJob request for every model and for a user's script, as a user
+types it, accepted by botocore's SageMaker service model (tests/helpers/aws_model.py), with the job's shape in it
+and no secret anywhere in what is printed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers.aws_model import problems
+from tests.helpers.paths import REPO
+from tests.helpers.product import invoke_in
+from training.registry import REGISTRY
+
+TOKEN = "hf_sagemakerDryRunTokenThatMustNeverBePrinted"
+
+
+def dry_run(folder, *args: str, script_args: tuple[str, ...] = ()) -> tuple[dict, str]:
+    """(the request, all that was printed); the launch channel's files are checked beside it."""
+    done = invoke_in(folder, *args, "--target", "sagemaker", "--nodes", "2", "--dry-run", "--", *script_args)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    launch = printed["request"]["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"]
+    assert all(path.startswith(launch) for path in printed["uploads"]), (launch, list(printed["uploads"]))
+    return printed["request"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("model", list(REGISTRY))
+def test_every_model_makes_a_request_the_service_model_accepts(model, tmp_path):
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    body, printed = dry_run(tmp_path, "train", "--model", model, "--hf-token-file", str(token))
+    assert problems("sagemaker", "CreateTrainingJob", body) == []
+    resources = body["ResourceConfig"]
+    assert resources["InstanceType"] == "ml.p5.48xlarge" and resources["InstanceCount"] == 2
+    assert body["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert body["CheckpointConfig"]["S3Uri"].endswith("/checkpoints")
+    assert body["OutputDataConfig"]["S3OutputPath"].startswith("s3://")
+    assert body["VpcConfig"]["Subnets"] and body["VpcConfig"]["SecurityGroupIds"]
+    assert TOKEN not in printed
+    assert "HF_TOKEN" not in body["Environment"]  # the secret's ARN travels; the instances read the value
+    assert "HyperParameters" not in body  # shown to anyone who may describe the job: nothing travels there
+
+
+def test_a_users_script_makes_a_request_the_service_model_accepts(tmp_path):
+    script = REPO / "examples" / "lightning_ddp.py"
+    body, printed = dry_run(tmp_path, "run", "--script", str(script), script_args=("--steps", "3"))
+    assert problems("sagemaker", "CreateTrainingJob", body) == []
+    assert body["ResourceConfig"]["InstanceCount"] == 2
+    assert "/code/" in printed and "lightning_ddp.py" in printed  # the script's folder travels in the launch channel
+
+
+def test_spot_and_deadlines_reach_the_stopping_condition(tmp_path):
+    body, _ = dry_run(tmp_path, "train", "--model", "llama2-tiny", "--spot", "--max-runtime", "4h")
+    assert body["EnableManagedSpotTraining"] is True
+    assert body["StoppingCondition"] == {"MaxRuntimeInSeconds": 14400, "MaxWaitTimeInSeconds": 28800}
+    assert problems("sagemaker", "CreateTrainingJob", body) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--nodes", "1:2"), "SageMaker runs a job on a fixed number of instances"),
+        (("--rdzv", "etcd"), "a SageMaker job meets on its first host"),
+        (("--instance-type", "ml.g5.48xlarge"), "is not in the instance table; choose one of: ml.p4d.24xlarge"),
+        (("--max-wait", "1h"), "--max-wait bounds a spot job's wait: add --spot"),
+        (("--spot", "--max-runtime", "2h", "--max-wait", "1h"), "is shorter than --max-runtime"),
+        (("--max-runtime", "soon"), "--max-runtime 'soon': give a whole number of seconds"),
+    ],
+)
+def test_what_sagemaker_cannot_do_is_refused_before_anything(flags, said, tmp_path):
+    done = invoke_in(tmp_path, "train", "--model", "llama2-tiny", "--target", "sagemaker", *flags, "--dry-run")
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert done.stdout == ""
+
+
+def test_other_targets_refuse_the_sagemaker_only_flags(tmp_path):
+    spot = invoke_in(tmp_path, "train", "--model", "llama2-tiny", "--spot", "--dry-run")
+    assert spot.returncode == 2 and "--spot is for --target sagemaker" in spot.stderr
+    deadline = invoke_in(tmp_path, "train", "--model", "llama2-tiny", "--max-runtime", "1h", "--dry-run")
+    assert deadline.returncode == 2 and "--max-runtime is applied on --target sagemaker only so far" in deadline.stderr

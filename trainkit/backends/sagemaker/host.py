@@ -1,0 +1,94 @@
+"""Entry point on every instance ("host") of a SageMaker training job: find this host's place in the job, run the
+workload through torchrun (trainkit/run/node.py, as an EKS pod does), put the exported model where SageMaker packs
+it, and leave a failure's cause where SageMaker shows it.
+
+What SageMaker gives the container (Developer Guide, "Containers with custom training algorithms": "How Amazon
+SageMaker AI Provides Training Information" and "How Amazon SageMaker AI Processes Training Output"):
+
+    /opt/ml/input/config/resourceconfig.json   current_host ("algo-2"), hosts (["algo-1", "algo-2"]) ...
+    /opt/ml/input/data/<channel>/              each input channel; `trainkit` holds spec.json, workload.json and
+                                               a script's code (trainkit/backends/sagemaker/request.py)
+    /opt/ml/checkpoints                        synced with the job's checkpoint S3 prefix (the run folder)
+    /opt/ml/model                              packed into model.tar.gz under the output path when the job ends;
+                                               containers must not write clashing names there, so host 1 alone
+                                               writes the model
+    /opt/ml/output/failure                     its text becomes the job's FailureReason
+
+The hosts meet on the first host of `hosts` (a c10d store there; the job name is the rendezvous id, so a spot
+restart, which restarts the same job on fresh instances, meets afresh). The Hugging Face token is read from
+Secrets Manager by the ARN in the environment and handed to this host's processes only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from training.common.job import SPEC_FILE, read_job
+from trainkit.backends.base import WORKLOAD_FILE, Workload
+from trainkit.run.node import run_node
+
+ROOT_ENV = "TRAINKIT_SAGEMAKER_ROOT"
+"""Where /opt/ml is when not there (the tests' stand-in gives every host a tree of its own)."""
+RDZV_PORT = 29400
+FAILURE_LIMIT = 1024  # SageMaker shows the failure file's first 1,024 characters
+
+
+def root() -> Path:
+    return Path(os.environ.get(ROOT_ENV, "/opt/ml"))
+
+
+def placement(resource_config: dict) -> tuple[str, int, str]:
+    """(this host's name, its index, the rendezvous endpoint on the first host) from resourceconfig.json."""
+    hosts, current = resource_config["hosts"], resource_config["current_host"]
+    if current not in hosts:
+        raise ValueError(f"resourceconfig.json: current_host {current!r} is not among hosts {hosts}")
+    return current, hosts.index(current), f"{hosts[0]}:{RDZV_PORT}"
+
+
+def report_failure(line: str) -> None:
+    path = root() / "output" / "failure"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(line[:FAILURE_LIMIT])
+
+
+def hf_token(arn: str | None) -> dict[str, str]:
+    """HF_TOKEN for this host's processes, from Secrets Manager (nothing when the job names no secret)."""
+    if not arn:
+        return {}
+    import boto3
+
+    return {"HF_TOKEN": boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].strip()}
+
+
+def publish_model(run_dir: Path, index: int) -> None:
+    """The run's exported model into /opt/ml/model, from the first host only (the hosts' files are merged)."""
+    exported = run_dir / "model"
+    if index == 0 and exported.is_dir():
+        shutil.copytree(exported, root() / "model", dirs_exist_ok=True)
+
+
+def main() -> int:
+    base = root()
+    host, index, endpoint = placement(json.loads((base / "input" / "config" / "resourceconfig.json").read_text()))
+    launch = base / "input" / "data" / os.environ.get("TRAINKIT_LAUNCH_CHANNEL", "trainkit")
+    job = read_job(launch / SPEC_FILE)
+    workload = Workload.from_json((launch / WORKLOAD_FILE).read_text())
+    if workload.code is not None:
+        workload = replace(workload, code=str(launch / "code"))
+    job.run.runs_dir = str(base / "checkpoints")
+    secret = os.environ.get("TRAINKIT_HF_TOKEN_SECRET_ARN") if workload.token else None
+    rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)
+    os.environ.update(hf_token(secret))  # this host's processes only, as the Secret is a pod's environment on EKS
+    code = run_node(job, workload, endpoint, rdzv_id, host, report_failure)
+    if code == 0:
+        publish_model(job.run_dir, index)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""A job as the CreateTrainingJob request SageMaker Training runs (API 2017-07-24; the tests validate every request
+against botocore's service model, tests/helpers/aws_model.py).
+
+What goes where, and why:
+
+- The spec, the workload and a script's code travel in the `trainkit` input channel (File mode): the launcher
+  uploads them under the run's S3 prefix. Environment values stop at 512 characters and hyperparameters at 2,500,
+  and DescribeTrainingJob shows both to anyone who may describe jobs, so neither carries the spec, and no request
+  field carries a secret: the Hugging Face token stays in Secrets Manager and the request names its ARN only.
+- Checkpoints: `CheckpointConfig` syncs `/opt/ml/checkpoints` with `<prefix>/checkpoints` while the job runs and
+  restores it onto every instance when a job (or a spot restart) starts (SageMaker Developer Guide, "Use
+  checkpoints in Amazon SageMaker AI"); the run folder lives there, so the same run id resumes across jobs.
+- Data: an `s3://` dataset is the `data` channel in FastFile mode (streamed on first read, no copy before the
+  first step; Developer Guide, "Setting up training jobs to access datasets": FastFile suits sequential reads of
+  large files); the generated data of the recipes is made on the instances.
+- The instance count is fixed: SageMaker runs a job on exactly `InstanceCount` instances (no elastic range).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from training.common.job import Job
+from trainkit.backends.base import Workload
+from trainkit.backends.sagemaker.stack import SageMakerStack
+from trainkit.job.models import get_model
+from trainkit.run.storage import GB, storage_need
+
+ENTRY = ("python3", "-m", "trainkit.backends.sagemaker.host")
+"""The container's entry point (AlgorithmSpecification.ContainerEntrypoint): torchrun on every host."""
+CHECKPOINTS = "/opt/ml/checkpoints"
+"""CheckpointConfig.LocalPath (SageMaker's default); the run folder lives under it."""
+LAUNCH_CHANNEL = "trainkit"
+DATA_CHANNEL = "data"
+DEFAULT_MAX_RUNTIME_S = 86_400
+"""StoppingCondition.MaxRuntimeInSeconds when --max-runtime is not given: SageMaker's own default, one day (API
+reference, StoppingCondition)."""
+SPOT_WAIT_FACTOR = 2
+"""--max-wait's default with --spot: twice the runtime, so a job may wait as long for capacity as it runs."""
+INSTANCE_PREFIX = "ml."
+SPARE_GB = 50
+"""Beyond what the run writes: the image's layers, the data the instance stages, logs (an EBS volume; instances
+with local NVMe use that instead and ignore a larger figure: API reference, ResourceConfig.VolumeSizeInGB)."""
+NAME_LIMIT = 63
+TAG_RUN = "trainkit:run-id"
+TAG_MODEL = "trainkit:model"
+# SageMaker reads metrics from the leader's log with these (the progress lines of training/common/run.py:
+# `<run> step 12/60 (20%) loss=2.3102 tok_s=4301 [8 s]`); the first group is the value.
+METRICS = {
+    "loss": r"step \d+/\d+ \(\d+%\) loss=([0-9.eE+-]+)",
+    "tokens_per_s": r"step \d+/\d+ \(\d+%\) .*tok_s=([0-9.]+)",
+    "images_per_s": r"step \d+/\d+ \(\d+%\) .*img_s=([0-9.]+)",
+}
+
+
+def instance_key(instance_type: str) -> str:
+    """`ml.p5.48xlarge` (SageMaker's name) or `p5.48xlarge` -> the instance table's key."""
+    return instance_type.removeprefix(INSTANCE_PREFIX)
+
+
+def job_name(run_id: str, stamp: str) -> str:
+    """A training job name is unique in the account and region for good (even after the job ends), so every
+    submission of a run gets its own: the run id made to fit [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}, then a stamp."""
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", run_id).strip("-")
+    return f"{slug[: NAME_LIMIT - len(stamp) - 1].rstrip('-')}-{stamp}"
+
+
+def run_prefix(stack: SageMakerStack, run_id: str) -> str:
+    return f"s3://{stack.bucket}/runs/{run_id}"
+
+
+def launch_prefix(stack: SageMakerStack, run_id: str, name: str) -> str:
+    """Where the launcher uploads what the instances start from (one folder per submission)."""
+    return f"{run_prefix(stack, run_id)}/launch/{name}/"
+
+
+def volume_gb(job: Job) -> int:
+    """The instance volume: what the run writes at its peak (trainkit/run/storage.py) with a quarter to spare, plus
+    SPARE_GB for the image and the data."""
+    if job.run.workload != "recipe":
+        return 2 * SPARE_GB
+    need = storage_need(job, get_model(job.model.name))
+    return math.ceil(need.total * 1.25 / GB) + SPARE_GB
+
+
+def metric_definitions(job: Job) -> list[dict]:
+    if job.run.workload != "recipe":
+        return []
+    rate = "tokens_per_s" if get_model(job.model.name).family == "llama" else "images_per_s"
+    return [{"Name": name, "Regex": METRICS[name]} for name in ("loss", rate)]
+
+
+def channels(job: Job, stack: SageMakerStack, name: str) -> list[dict]:
+    def channel(channel_name: str, uri: str, mode: str) -> dict:
+        source = {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+        return {"ChannelName": channel_name, "DataSource": {"S3DataSource": source}, "InputMode": mode}
+
+    found = [channel(LAUNCH_CHANNEL, launch_prefix(stack, job.run.run_id, name), "File")]
+    if job.run.workload == "recipe" and job.data.dataset.startswith("s3://"):
+        found.append(channel(DATA_CHANNEL, job.data.dataset, "FastFile"))
+    return found
+
+
+def stopping_condition(job: Job) -> dict:
+    runtime = job.placement.max_runtime or DEFAULT_MAX_RUNTIME_S
+    condition = {"MaxRuntimeInSeconds": runtime}
+    if job.placement.spot:
+        condition["MaxWaitTimeInSeconds"] = job.placement.max_wait or SPOT_WAIT_FACTOR * runtime
+    return condition
+
+
+def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> dict:
+    """The CreateTrainingJob request: everything in it may be shown to anyone who can describe the job."""
+    run_id, p = job.run.run_id, job.parallelism
+    prefix = run_prefix(stack, run_id)
+    environment = {"TRAINKIT_LAUNCH_CHANNEL": LAUNCH_CHANNEL}
+    if workload.token and stack.hf_token_secret_arn:
+        environment["TRAINKIT_HF_TOKEN_SECRET_ARN"] = stack.hf_token_secret_arn  # the secret's name, not its value
+    algorithm = {
+        "TrainingImage": job.placement.image,
+        "TrainingInputMode": "File",
+        "ContainerEntrypoint": list(ENTRY),
+        "EnableSageMakerMetricsTimeSeries": True,
+    }
+    metrics = metric_definitions(job)
+    if metrics:
+        algorithm["MetricDefinitions"] = metrics
+    return {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": algorithm,
+        "RoleArn": stack.role_arn,
+        "InputDataConfig": channels(job, stack, name),
+        "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
+        "ResourceConfig": {
+            "InstanceType": INSTANCE_PREFIX + str(job.placement.instance_type),
+            "InstanceCount": p.nodes,
+            "VolumeSizeInGB": volume_gb(job),
+        },
+        "VpcConfig": {"SecurityGroupIds": list(stack.security_group_ids), "Subnets": list(stack.subnets)},
+        "StoppingCondition": stopping_condition(job),
+        "EnableManagedSpotTraining": bool(job.placement.spot),
+        "CheckpointConfig": {"S3Uri": f"{prefix}/checkpoints", "LocalPath": CHECKPOINTS},
+        "Environment": environment,
+        "Tags": [{"Key": TAG_RUN, "Value": run_id}, {"Key": TAG_MODEL, "Value": workload.label[:256]}],
+    }

@@ -1,0 +1,58 @@
+"""What the SageMaker part of the infra stack gives a job: the execution role, the runs bucket, the VPC settings
+that let a job's instances reach each other, and the Hugging Face token's secret, from the `sagemaker` output that
+`make up PROFILE=aws` records. Without that record (a dry run on a laptop) placeholders stand in, and say so; a
+submission needs the real ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainkit.errors import SpecError
+from trainkit.infra.outputs import InfraOutputs
+
+
+@dataclass(frozen=True)
+class SageMakerStack:
+    role_arn: str
+    bucket: str
+    subnets: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
+    hf_token_secret_arn: str | None
+    recorded: bool
+
+
+PLACEHOLDER = SageMakerStack(
+    role_arn="arn:aws:iam::000000000000:role/trainkit-sagemaker",
+    bucket="trainkit-runs-000000000000",
+    subnets=("subnet-00000000000000000",),
+    security_group_ids=("sg-00000000000000000",),
+    hf_token_secret_arn="arn:aws:secretsmanager:us-east-1:000000000000:secret:trainkit-hf-token",
+    recorded=False,
+)
+NOT_RECORDED = (
+    "no SageMaker stack recorded (`make up PROFILE=aws` with sagemaker_enabled = true records it): the role, "
+    "bucket, subnets, security group and secret in this request are placeholders"
+)
+
+
+def load_stack(infra: InfraOutputs) -> SageMakerStack:
+    data = infra.sagemaker
+    if not data:
+        return PLACEHOLDER
+    return SageMakerStack(
+        role_arn=data["role_arn"],
+        bucket=data["bucket"],
+        subnets=tuple(data["subnet_ids"]),
+        security_group_ids=tuple(data["security_group_ids"]),
+        hf_token_secret_arn=data.get("hf_token_secret_arn"),
+        recorded=True,
+    )
+
+
+def require_recorded(stack: SageMakerStack) -> None:
+    if not stack.recorded:
+        raise SpecError(
+            "--target sagemaker needs the SageMaker part of the infra stack: set sagemaker_enabled = true in "
+            "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws` (--dry-run shows the request "
+            "without it)"
+        )
