@@ -183,8 +183,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     registry, found = build_registry(sysfs=args.sysfs)
+    log.info("found %s", "; ".join(found))  # before the port opens: whoever scrapes it can read this line already
     start_http_server(args.port, addr=args.address, registry=registry)
-    log.info("serving on %s:%d: %s", args.address, args.port, "; ".join(found))
+    log.info("serving on %s:%d", args.address, args.port)
     threading.Event().wait()
 
 
