@@ -175,6 +175,19 @@ module "ecr" {
   kms_key_arn = aws_kms_key.this.arn
 }
 
+module "sagemaker" {
+  source = "../../modules/sagemaker"
+
+  create                    = var.sagemaker_enabled
+  name                      = var.name
+  vpc_id                    = module.network.vpc_id
+  subnet_ids                = [module.network.gpu_subnet_id] # the GPU subnet: one AZ, where the capacity is
+  kms_key_arn               = aws_kms_key.this.arn
+  image_repository_arns     = values(module.ecr.repository_arns)
+  data_source_buckets       = var.data_source_buckets
+  checkpoint_retention_days = var.sagemaker_checkpoint_retention_days
+}
+
 # A plan-time error, not a warning: an AZ name the region does not have (us-east-1z, us-east-12a) would
 # otherwise fail halfway through an apply, with part of the stack created.
 resource "terraform_data" "availability_zones_exist" {

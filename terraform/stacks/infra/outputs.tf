@@ -81,3 +81,8 @@ output "data_reader" {
   description = "The data-preparation job's namespace, service account and readable buckets (invoke data.imagenet --target eks)."
   value       = { for key in ["namespace", "service_account", "buckets"] : key => module.eks.data_reader[key] }
 }
+
+output "sagemaker" {
+  description = "The SageMaker part (role, bucket, subnets, security group, token secret); null unless sagemaker_enabled."
+  value       = module.sagemaker.sagemaker
+}

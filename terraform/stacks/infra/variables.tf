@@ -245,3 +245,15 @@ variable "data_source_buckets" {
     error_message = "data_source_buckets: bucket names only (e.g. [\"my-datasets\"]), not s3:// URLs or ARNs."
   }
 }
+
+variable "sagemaker_enabled" {
+  description = "Create what `--target sagemaker` jobs need: an execution role, an encrypted runs bucket, a security group, the Hugging Face token's secret (docs/sagemaker.md)."
+  type        = bool
+  default     = false
+}
+
+variable "sagemaker_checkpoint_retention_days" {
+  description = "Days after which SageMaker checkpoints in the runs bucket expire."
+  type        = number
+  default     = 30
+}

@@ -60,7 +60,16 @@ mock_resource "aws_fsx_lustre_file_system" {
   }
 }
 mock_resource "aws_ecr_repository" {
-  defaults = { repository_url = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train" }
+  defaults = {
+    repository_url = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"
+    arn            = "arn:aws:ecr:us-east-1:123456789012:repository/trainkit/train"
+  }
+}
+mock_resource "aws_s3_bucket" {
+  defaults = { arn = "arn:aws:s3:::trainkit-runs-123456789012" }
+}
+mock_resource "aws_secretsmanager_secret" {
+  defaults = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-hf-token-AbCdEf" }
 }
 mock_resource "aws_placement_group" {
   defaults = { id = "trainkit-gpu", placement_group_id = "pg-0a1b2c3d4e5f60718" }

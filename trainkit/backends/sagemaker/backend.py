@@ -27,7 +27,7 @@ from trainkit.run.code import read_code
 
 NOT_YET = (
     "--target sagemaker submits nothing yet: --dry-run prints the request; submitting, `invoke status`, `logs` and "
-    "`stop` come with the SageMaker infra and the container entry point (docs/sagemaker.md)"
+    "`stop` are being built (docs/sagemaker.md)"
 )
 
 

@@ -70,6 +70,12 @@ def run_prefix(stack: SageMakerStack, run_id: str) -> str:
     return f"s3://{stack.bucket}/runs/{run_id}"
 
 
+def checkpoint_prefix(stack: SageMakerStack, run_id: str) -> str:
+    """Apart from the run's other files, so the bucket's lifecycle rule can expire old checkpoints by prefix
+    (terraform/modules/sagemaker)."""
+    return f"s3://{stack.bucket}/checkpoints/{run_id}"
+
+
 def launch_prefix(stack: SageMakerStack, run_id: str, name: str) -> str:
     """Where the launcher uploads what the instances start from (one folder per submission)."""
     return f"{run_prefix(stack, run_id)}/launch/{name}/"
@@ -140,7 +146,7 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> di
         "VpcConfig": {"SecurityGroupIds": list(stack.security_group_ids), "Subnets": list(stack.subnets)},
         "StoppingCondition": stopping_condition(job),
         "EnableManagedSpotTraining": bool(job.placement.spot),
-        "CheckpointConfig": {"S3Uri": f"{prefix}/checkpoints", "LocalPath": CHECKPOINTS},
+        "CheckpointConfig": {"S3Uri": checkpoint_prefix(stack, run_id), "LocalPath": CHECKPOINTS},
         "Environment": environment,
         "Tags": [{"Key": TAG_RUN, "Value": run_id}, {"Key": TAG_MODEL, "Value": workload.label[:256]}],
     }

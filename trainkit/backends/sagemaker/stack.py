@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainkit.errors import SpecError
 from trainkit.infra.outputs import InfraOutputs
 
 
@@ -47,12 +46,3 @@ def load_stack(infra: InfraOutputs) -> SageMakerStack:
         hf_token_secret_arn=data.get("hf_token_secret_arn"),
         recorded=True,
     )
-
-
-def require_recorded(stack: SageMakerStack) -> None:
-    if not stack.recorded:
-        raise SpecError(
-            "--target sagemaker needs the SageMaker part of the infra stack: set sagemaker_enabled = true in "
-            "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws` (--dry-run shows the request "
-            "without it)"
-        )

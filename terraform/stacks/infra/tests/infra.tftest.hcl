@@ -207,3 +207,63 @@ run "a_bucket_url_is_refused" {
 
   expect_failures = [var.data_source_buckets]
 }
+
+run "sagemaker_is_off_by_default_and_creates_nothing" {
+  command = plan
+
+  assert {
+    condition     = output.sagemaker == null && module.sagemaker.self_traffic == null
+    error_message = "Without sagemaker_enabled the stack has no SageMaker part."
+  }
+}
+
+run "sagemaker_part_is_private_encrypted_and_least_privilege" {
+  command = apply
+
+  variables {
+    sagemaker_enabled   = true
+    data_source_buckets = ["datasets"]
+  }
+
+  assert {
+    condition     = jsonencode(output.sagemaker.subnet_ids) == jsonencode([module.network.gpu_subnet_id]) && length(output.sagemaker.security_group_ids) == 1
+    error_message = "The jobs run in the GPU subnet with the SageMaker security group."
+  }
+  assert {
+    condition     = startswith(output.sagemaker.role_arn, "arn:aws:iam::") && startswith(output.sagemaker.hf_token_secret_arn, "arn:aws:secretsmanager:")
+    error_message = "The role and the token's secret are exported for the launcher."
+  }
+  assert {
+    condition = alltrue([
+      module.sagemaker.public_access_blocked,
+      module.sagemaker.encryption.sse_algorithm == "aws:kms",
+      module.sagemaker.encryption.kms_master_key_id == aws_kms_key.this.arn,
+    ])
+    error_message = "The runs bucket blocks public access and is encrypted with the stack's key."
+  }
+  assert {
+    condition     = module.sagemaker.tls_only.effect == "Deny" && jsonencode(module.sagemaker.tls_only.values) == jsonencode(["false"])
+    error_message = "The bucket policy denies requests without TLS."
+  }
+  assert {
+    condition     = jsonencode(module.sagemaker.checkpoint_expiry) == jsonencode({ days = 30, prefix = "checkpoints/" })
+    error_message = "Old checkpoints expire by the checkpoints/ prefix."
+  }
+  assert {
+    condition     = module.sagemaker.self_traffic.ingress == module.sagemaker.self_traffic.group && module.sagemaker.self_traffic.egress == module.sagemaker.self_traffic.group
+    error_message = "The instances of a job admit all traffic from their own security group (EFA)."
+  }
+  assert {
+    condition     = jsonencode(module.sagemaker.trust) == jsonencode({ service = ["sagemaker.amazonaws.com"], source_account = ["123456789012"] })
+    error_message = "Only SageMaker, acting for this account, assumes the role."
+  }
+  assert {
+    condition = alltrue([
+      jsonencode(module.sagemaker.grants.WriteOutputsAndCheckpoints) == jsonencode(["arn:aws:s3:::trainkit-runs-123456789012/checkpoints/*", "arn:aws:s3:::trainkit-runs-123456789012/runs/*/output/*"]),
+      jsonencode(module.sagemaker.grants.ReadDatasets) == jsonencode(["arn:aws:s3:::datasets", "arn:aws:s3:::datasets/*"]),
+      jsonencode(module.sagemaker.grants.ReadTheToken) == jsonencode([output.sagemaker.hf_token_secret_arn]),
+      jsonencode(module.sagemaker.grants.PullTheImage) == jsonencode(sort(distinct(values(module.ecr.repository_arns)))),
+    ])
+    error_message = "The role writes only outputs and checkpoints, reads only the named datasets, the token's secret and this stack's images."
+  }
+}

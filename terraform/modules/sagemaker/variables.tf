@@ -1,0 +1,58 @@
+################################################################################
+# SageMaker Training: what a `--target sagemaker` job needs from the account
+################################################################################
+
+variable "create" {
+  description = "Create the SageMaker part (role, runs bucket, security group, the token's secret). false creates nothing."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
+variable "name" {
+  description = "Name prefix of the stack's resources."
+  type        = string
+}
+
+variable "vpc_id" {
+  description = "VPC the training instances join (VpcConfig)."
+  type        = string
+}
+
+variable "subnet_ids" {
+  description = "Subnets of the training instances (VpcConfig.Subnets): private, with a route to S3 and ECR."
+  type        = list(string)
+}
+
+variable "kms_key_arn" {
+  description = "The stack's KMS key: the bucket, the secret and the role's decrypts."
+  type        = string
+}
+
+variable "image_repository_arns" {
+  description = "ECR repositories the role may pull training images from (this stack's)."
+  type        = list(string)
+}
+
+variable "data_source_buckets" {
+  description = "Buckets the jobs may read datasets from (read only), besides the runs bucket."
+  type        = list(string)
+  default     = []
+}
+
+variable "checkpoint_retention_days" {
+  description = "Days after which checkpoint objects (checkpoints/ in the runs bucket) expire; a run resumed later than that starts over."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = var.checkpoint_retention_days >= 1
+    error_message = "checkpoint_retention_days must be at least 1."
+  }
+}
+
+variable "force_destroy" {
+  description = "Let `make down` delete the runs bucket with its objects (runs, checkpoints, models): back to nothing."
+  type        = bool
+  default     = true
+}
