@@ -12,6 +12,7 @@ from tests.helpers.aws_model import problems
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke_in
 from training.registry import REGISTRY
+from trainkit.infra.outputs import save_outputs
 
 TOKEN = "hf_sagemakerDryRunTokenThatMustNeverBePrinted"
 
@@ -80,3 +81,25 @@ def test_other_targets_refuse_the_sagemaker_only_flags(tmp_path):
     assert spot.returncode == 2 and "--spot is for --target sagemaker" in spot.stderr
     deadline = invoke_in(tmp_path, "train", "--model", "llama2-tiny", "--max-runtime", "1h", "--dry-run")
     assert deadline.returncode == 2 and "--max-runtime is applied on --target sagemaker only so far" in deadline.stderr
+
+
+def test_the_recorded_stack_fills_the_request(tmp_path, monkeypatch):
+    """What `make up PROFILE=aws` recorded with sagemaker_enabled: the role, bucket, subnets, security group and
+    secret of the stack's `sagemaker` output, and the stack's tag, so `infra.audit` finds a job still running."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    stack = {
+        "role_arn": "arn:aws:iam::123456789012:role/trainkit-sagemaker-20261125",
+        "bucket": "trainkit-runs-123456789012",
+        "subnet_ids": ["subnet-0fffffffffffffff1"],
+        "security_group_ids": ["sg-0c1a2b3c4d5e6f708"],
+        "hf_token_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-hf-token-AbCdEf",
+    }
+    save_outputs(
+        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "stack_id": "trainkit-x", "sagemaker": stack}
+    )
+    body, printed = dry_run(tmp_path, "train", "--model", "llama2-tiny")
+    assert problems("sagemaker", "CreateTrainingJob", body) == []
+    assert "placeholders" not in printed
+    assert body["RoleArn"] == stack["role_arn"] and body["VpcConfig"]["Subnets"] == stack["subnet_ids"]
+    assert body["CheckpointConfig"]["S3Uri"].startswith("s3://trainkit-runs-123456789012/checkpoints/")
+    assert {"Key": "trainkit:stack-id", "Value": "trainkit-x"} in body["Tags"]

@@ -17,13 +17,12 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from trainkit.errors import SpecError
 from trainkit.hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
-from trainkit.infra.outputs import aws_state_dir
+from trainkit.infra.outputs import STACK_TAG, aws_state_dir
 from trainkit.infra.terraform import PlanSummary, TerraformStack
 from trainkit.paths import terraform_dir
 
 # Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
 STACK_ORDER = ("infra", "platform")
-STACK_TAG = "trainkit:stack-id"
 
 
 def stacks_dir() -> Path:
@@ -175,6 +174,15 @@ def write_kubeconfig(outputs: dict, path: Path) -> Path:
     return path
 
 
+RUNNING_TRAINING = ("InProgress", "Stopping")
+"""The SageMaker training job states that bill instances (DescribeTrainingJob's TrainingJobStatus)."""
+
+
+def training_job_running(session, arn: str) -> bool:
+    described = session.client("sagemaker").describe_training_job(TrainingJobName=arn.rsplit("/", 1)[1])
+    return described["TrainingJobStatus"] in RUNNING_TRAINING
+
+
 def audit(stack_id: str, region: str, name: str) -> list[str]:
     """Everything still tagged with this stack id (or named after it), by ARN or id."""
     session = boto3.session.Session(region_name=region)
@@ -188,6 +196,8 @@ def audit(stack_id: str, region: str, name: str) -> list[str]:
         # The tagging API still lists resources that are gone but not yet forgotten; they cost nothing.
         if ":kms:" in arn and kms.describe_key(KeyId=arn)["KeyMetadata"]["KeyState"] == "PendingDeletion":
             left.discard(arn)  # a key scheduled for deletion is not billed
+        elif ":training-job/" in arn and not training_job_running(session, arn):
+            left.discard(arn)  # an ended SageMaker job stays listed for good and bills nothing
         elif ":natgateway/" in arn:
             gateways = ec2.describe_nat_gateways(NatGatewayIds=[arn.rsplit("/", 1)[1]])["NatGateways"]
             if all(g["State"] in ("deleted", "deleting") for g in gateways):

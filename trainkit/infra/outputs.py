@@ -13,6 +13,8 @@ from pathlib import Path
 
 from trainkit.paths import state_dir
 
+STACK_TAG = "trainkit:stack-id"
+"""The tag on everything a stack made, and on the jobs it runs (`infra.audit` lists what still carries it)."""
 DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
 IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
 NOT_PUSHED_TAG = "not-pushed"
@@ -58,6 +60,7 @@ class InfraOutputs:
     data_buckets: tuple[str, ...] = ()  # what the data-preparation job may read (data_source_buckets)
     fsx_zone: str | None = None  # the GPU nodes' and FSx's availability zone
     sagemaker: dict | None = None  # the infra stack's `sagemaker` output (trainkit/backends/sagemaker/stack.py)
+    stack_id: str | None = None  # the value of STACK_TAG on everything the stack made (the audit's key)
 
     @property
     def default_image(self) -> str:
@@ -84,6 +87,7 @@ def load_outputs() -> InfraOutputs:
         data_buckets=tuple((data.get("data_reader") or {}).get("buckets") or ()),
         fsx_zone=data.get("gpu_availability_zone"),
         sagemaker=data.get("sagemaker"),
+        stack_id=data.get("stack_id"),
         # a record from an earlier stack's repository is not this stack's image
         pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,
     )

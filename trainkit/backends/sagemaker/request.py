@@ -24,6 +24,7 @@ import re
 from training.common.job import Job
 from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker.stack import SageMakerStack
+from trainkit.infra.outputs import STACK_TAG
 from trainkit.job.models import get_model
 from trainkit.run.storage import GB, storage_need
 
@@ -148,5 +149,9 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> di
         "EnableManagedSpotTraining": bool(job.placement.spot),
         "CheckpointConfig": {"S3Uri": checkpoint_prefix(stack, run_id), "LocalPath": CHECKPOINTS},
         "Environment": environment,
-        "Tags": [{"Key": TAG_RUN, "Value": run_id}, {"Key": TAG_MODEL, "Value": workload.label[:256]}],
+        "Tags": [
+            {"Key": TAG_RUN, "Value": run_id},
+            {"Key": TAG_MODEL, "Value": workload.label[:256]},
+            *([{"Key": STACK_TAG, "Value": stack.stack_id}] if stack.stack_id else []),
+        ],
     }

@@ -18,6 +18,7 @@ class SageMakerStack:
     security_group_ids: tuple[str, ...]
     hf_token_secret_arn: str | None
     recorded: bool
+    stack_id: str | None = None  # tags the jobs, so `infra.audit` finds one still running
 
 
 PLACEHOLDER = SageMakerStack(
@@ -45,4 +46,5 @@ def load_stack(infra: InfraOutputs) -> SageMakerStack:
         security_group_ids=tuple(data["security_group_ids"]),
         hf_token_secret_arn=data.get("hf_token_secret_arn"),
         recorded=True,
+        stack_id=infra.stack_id,
     )
