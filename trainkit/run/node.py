@@ -100,11 +100,15 @@ def run_node(
             wait_for_records(channel)
         cause = channel.cause()
     exit_code = node_exit_code(code, cause, received[0] if received else None)
-    if exit_code and cause is not None:
+    if exit_code == 0:
+        # The training finished: what this job recorded on the way (a node replaced after a retryable failure, whose
+        # record its replacement kept as its peers' news) is history now, not why the run stands where it is.
+        forget_failure(job.run_dir)
+    elif cause is not None:
         line = f"{name}: {failure_summary(cause)}"
         print(f"error: {line}", file=sys.stderr, flush=True)
         report(line)
         record_failure(job.run_dir, cause, exit_code, rdzv_id)  # beside the run too, when its volume takes it
-    elif exit_code:
+    else:
         report(f"{name}: torchrun exited with code {code}; every rank's log: {log_dir}")
     return exit_code
