@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from training.common.job import FIELDS, Job
 from trainkit.backends import job_from_flags
+from trainkit.backends.sagemaker.request import CHECKPOINTS
 
 
 def flat(job: Job) -> SimpleNamespace:
@@ -110,6 +111,6 @@ WALKS = {
         "max_runtime": 3600,
         "max_wait": 7200,
         "run_id": "walk-sagemaker",
-        "runs_dir": "/opt/ml/checkpoints",  # where SageMaker syncs the run folder; the only one it takes
+        "runs_dir": CHECKPOINTS,  # where SageMaker syncs the run folder; the only one it takes
     },
 }

@@ -12,6 +12,7 @@ from tests.helpers.aws_model import problems
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke_in
 from training.registry import REGISTRY
+from trainkit.backends.sagemaker.request import CHECKPOINTS
 from trainkit.infra.outputs import save_outputs
 
 TOKEN = "hf_sagemakerDryRunTokenThatMustNeverBePrinted"
@@ -35,7 +36,7 @@ def test_every_model_makes_a_request_the_service_model_accepts(model, tmp_path):
     assert problems("sagemaker", "CreateTrainingJob", body) == []
     resources = body["ResourceConfig"]
     assert resources["InstanceType"] == "ml.p5.48xlarge" and resources["InstanceCount"] == 2
-    assert body["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert body["CheckpointConfig"]["LocalPath"] == CHECKPOINTS
     assert body["CheckpointConfig"]["S3Uri"].endswith(f"/checkpoints/{body['Tags'][0]['Value']}")
     assert body["OutputDataConfig"]["S3OutputPath"].startswith("s3://")
     assert body["VpcConfig"]["Subnets"] and body["VpcConfig"]["SecurityGroupIds"]
