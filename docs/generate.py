@@ -385,6 +385,38 @@ SUITE = ROOT / "benchmarks" / "suite.json"
 SLOWEST = 12
 
 
+def gpu_sweeps() -> str:
+    """The fast-path sweeps (`python -m trainkit.bench.sweep`) in benchmarks/*-sweep-*.json: one row a variant."""
+    out = [NOTICE.format(source="benchmarks/*-sweep-*.json (`python -m trainkit.bench.sweep`)")]
+    for path in sorted((ROOT / "benchmarks").glob("*-sweep-*.json")):
+        data = json.loads(path.read_text())
+        for record in data.get("sweeps", [data]):
+            v, peak = record["versions"], record["peak_tflops"]["measured_bf16_matmul"]
+            out += [
+                f"`{record['command']}`: {record['device']['name']}, torch {v['torch']}, CUDA {v['cuda']}, "
+                f"transformers {v['transformers']}, measured bf16 matmul peak {peak:,.0f} TFLOP/s (`{path.name}`, "
+                f"{record['measured']})",
+                "",
+                "| variant | flags added | tokens/s | MFU (datasheet) | MFU (measured peak) | input wait | "
+                "forward + backward | peak memory |",
+                "|---|---|---:|---:|---:|---:|---:|---:|",
+            ]
+            for name, run in record["variants"].items():
+                if "tokens_per_s" not in run:
+                    out.append(f"| {name} | `{' '.join(run['flags'])}` | failed: {_cell(run['error'])} | | | | | |")
+                    continue
+                parts = run["breakdown_s"]
+                out.append(
+                    f"| {name} | `{' '.join(run['flags']) or '-'}` | {run['tokens_per_s']:,.0f} | "
+                    f"{run['mfu_datasheet']:.1%} | {run['mfu_measured']:.1%} | {parts['input_wait'] * 1e3:.0f} ms | "
+                    f"{parts['forward_backward']:.2f} s | {run['peak_memory_bytes'] / 2**30:.1f} GiB |"
+                )
+            if record.get("not_measured"):
+                out += ["", f"Not measured: {record['not_measured']}"]
+            out.append("")
+    return "\n".join(out)
+
+
 def record_suite(log: Path) -> dict:
     """benchmarks/suite.json from a passing fresh-clone CI log: its commit, machine, tests and times."""
     text = log.read_text(errors="replace")
@@ -480,6 +512,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/generated/local-runs.md": local_runs,
     "docs/generated/bench-llm.md": lambda: bench_results("tokens"),
     "docs/generated/bench-vision.md": lambda: bench_results("images"),
+    "docs/generated/gpu-sweep.md": gpu_sweeps,
 }
 
 

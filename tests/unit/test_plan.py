@@ -24,8 +24,17 @@ def test_llama2_7b_on_2_p5_full_shard():
     # largest FSDP unit = one decoder layer, 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202,383,360
     # parameters (more than the 131,072,000 of the embedding), in bf16, x2 for prefetch
     assert m.gathered_parameters == 2 * 202_383_360 * 2
-    # activation checkpointing on: 32 layers x 2sbh + one layer 34sbh; s=4096, b=4, h=4096
-    assert m.activations == 32 * 2 * 4096 * 4 * 4096 + 34 * 4096 * 4 * 4096
+    # the recipe's GPU default recomputes every 2nd layer: 16 layers x 2sbh (their inputs), the other 16 x 34sbh,
+    # plus one 34sbh while a layer is recomputed; s=4096, b=4, h=4096
+    sbh = 4096 * 4 * 4096
+    assert plan.job.parallelism.ac_every == 2
+    assert m.activations == 16 * 2 * sbh + 16 * 34 * sbh + 34 * sbh
+    every_layer = plan_of(model="llama2-7b", nodes=2, ac_every=1).memory_per_gpu["FULL_SHARD"]
+    assert every_layer.activations == 32 * 2 * sbh + 34 * sbh
+    assert (
+        plan_of(model="llama2-7b", nodes=2, activation_checkpointing=False).memory_per_gpu["FULL_SHARD"].activations
+        == 32 * 34 * sbh
+    )
     assert m.logits == 8 * 4096 * 4 * 32000
     assert plan.fits["FULL_SHARD"] and not plan.fits["NO_SHARD"]
     # NO_SHARD: 16 bytes per parameter replicated = 100.4 GiB > 80 GiB

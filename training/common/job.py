@@ -318,7 +318,8 @@ class ParallelismOptions:
     )
     ac_every: int | None = option(
         None,
-        "With activation checkpointing on: recompute every K-th decoder layer only (selective); default 1: all.",
+        "With activation checkpointing on: recompute every K-th decoder layer only (selective); default: the "
+        "recipe's on GPUs (2 for llama2-7b and 13b), else 1: all.",
         minimum=1,
         trains=False,
         family="llama",
@@ -355,7 +356,8 @@ class ParallelismOptions:
     compile: bool | None = option(
         None,
         "true: torch.compile each decoder layer in place, before checkpoint wrappers and FSDP2 (regional "
-        "compilation: identical layers share one graph; the first step pays the compile); default false.",
+        "compilation: identical layers share one graph; the first step pays the compile); default: the recipe's on "
+        "GPUs (true for llama2-7b/13b/70b), else false.",
         trains=False,  # rounding only: a run may resume with another
         family="llama",
     )

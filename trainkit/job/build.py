@@ -7,6 +7,8 @@ is refused with the flag's name before anything else looks at it.
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -27,6 +29,21 @@ class Machine:
     """Training processes one machine can host when every node shares it (local), else None."""
     described: str = ""
     """The machine in words, for errors ("2 CPU core(s) and no GPU")."""
+
+
+def compiler_missing(machine: Machine) -> str | None:
+    """Why torch.compile cannot build kernels here, or None: inductor's CPU kernels need a C++ compiler ($CXX,
+    else g++), on GPUs Triton's launcher a C compiler ($CC, else gcc, cc or clang)."""
+    language, variable, names = (
+        ("C", "CC", ("gcc", "cc", "clang")) if machine.gpus_per_node else ("C++", "CXX", ("g++",))
+    )
+    candidates = [os.environ[variable]] if os.environ.get(variable) else names
+    if any(shutil.which(name) for name in candidates):
+        return None
+    return (
+        f"torch.compile builds its kernels with a {language} compiler and this machine has none "
+        f"(${variable}, {', '.join(names)})"
+    )
 
 
 def local_machine() -> Machine:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from training.common.job import BY_KEY, Job
-from trainkit.job.build import Machine
+from training.registry import GPU_ONLY
+from trainkit.job.build import Machine, compiler_missing
 from trainkit.job.models import get_model
 
 SYNTHETIC_STEPS = 50
@@ -50,6 +51,8 @@ def derive(job: Job, machine: Machine) -> None:
         pair = ALTERNATIVES.get(key)
         if value is None or key in given or (pair and pair in given):
             continue
+        if key in GPU_ONLY and not _gpu_default_applies(job, machine, key):
+            continue
         BY_KEY[key].set(job, value)
     if not batch_given:
         choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family == "llama")
@@ -68,6 +71,21 @@ def derive(job: Job, machine: Machine) -> None:
         job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
     if job.run.run_id is None:
         job.run.run_id = f"{job.model.name}-{job.fingerprint()}"
+
+
+def _gpu_default_applies(job: Job, machine: Machine, key: str) -> bool:
+    """A recipe's GPU fast path (training/registry.py GPU_ONLY) is taken on GPUs only, and only where it can
+    run: the layer selection with checkpointing on, compiling where a compiler is (a note says when it is not)."""
+    if machine.gpus_per_node == 0:
+        return False
+    if key == "ac_every":
+        return bool(job.parallelism.activation_checkpointing)
+    if key == "compile" and job.placement.target == "local":
+        missing = compiler_missing(machine)
+        if missing:
+            job.run.notes.append(f"not compiling the layers (the recipe's GPU default): {missing}")
+        return not missing
+    return True
 
 
 def _apply_cpu_recipe(job: Job, cpu: dict) -> None:

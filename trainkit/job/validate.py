@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 from training.common.job import BY_KEY, FIELDS, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
 from trainkit.errors import SpecError
-from trainkit.job.build import Machine, check_fields
+from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.models import ModelEntry, get_model
 
 FAMILY_KIND = {"llama": "language", "vision": "vision"}
@@ -201,17 +200,11 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
 
 
 def _require_compiler(machine: Machine) -> None:
-    """torch.compile builds kernels at run time: inductor's CPU kernels with a C++ compiler ($CXX, else g++), on
-    GPUs Triton's launcher with a C compiler ($CC, else gcc, cc or clang)."""
-    language, variable, names = (
-        ("C", "CC", ("gcc", "cc", "clang")) if machine.gpus_per_node else ("C++", "CXX", ("g++",))
-    )
-    candidates = [os.environ[variable]] if os.environ.get(variable) else names
+    missing = compiler_missing(machine)
     require(
-        any(shutil.which(name) for name in candidates),
-        f"--compile true: torch.compile builds its kernels with a {language} compiler and this machine has none "
-        f"(${variable}, {', '.join(names)}); install one (Debian/Ubuntu: apt-get install {names[0]} python3-dev) or "
-        "drop --compile",
+        not missing,
+        f"--compile true: {missing}; install one (Debian/Ubuntu: apt-get install "
+        f"{'gcc' if machine.gpus_per_node else 'g++'} python3-dev) or drop --compile",
     )
 
 

@@ -12,8 +12,9 @@ master parameters, fp32 gradients and fp32 AdamW moments, and all-gathers bf16 c
     activations      per layer 34*s*b*h bytes without recomputation (Korthikanti et al. 2022,
                      "Reducing Activation Recomputation in Large Transformer Models", eq. 1, with the
                      5*a*s/h attention-score term removed because SDPA/flash attention does not store
-                     scores); with activation checkpointing, 2*s*b*h per layer (the saved layer input)
-                     plus one layer's 34*s*b*h while it is recomputed
+                     scores); with activation checkpointing, 2*s*b*h per recomputed layer (the saved
+                     layer input; every layer, or every K-th with --ac-every K) plus one layer's 34*s*b*h
+                     while it is recomputed
     logits           8*s*b*V: fp32 logits and their gradient
 
 A GPU "fits" when the total is at most 90% of its memory (the rest: CUDA context, NCCL buffers,
@@ -96,6 +97,13 @@ def shard_group_size(sharding: str, world: int, gpus_per_node: int) -> int:
     return {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": gpus_per_node, "NO_SHARD": 1}[sharding]
 
 
+def checkpointed_layers(job: Job, layers: int) -> int:
+    """Layers whose activations are recomputed: every `ac_every`-th one (0, K, 2K, ...) with checkpointing on."""
+    if not job.parallelism.activation_checkpointing:
+        return 0
+    return math.ceil(layers / (job.parallelism.ac_every or 1))
+
+
 def memory_per_gpu(job: Job, sharding: str, world: int) -> MemoryBreakdown:
     entry = get_model(job.model.name)
     arch = entry.arch.truncated(job.model.layers)
@@ -112,10 +120,10 @@ def memory_per_gpu(job: Job, sharding: str, world: int) -> MemoryBreakdown:
         "NO_SHARD": 0,
     }[sharding]
     per_layer_full = 34 * s * b * h
-    if job.parallelism.activation_checkpointing:
-        activations = layers * 2 * s * b * h + per_layer_full
-    else:
-        activations = layers * per_layer_full
+    recomputed = checkpointed_layers(job, layers)
+    activations = recomputed * 2 * s * b * h + (layers - recomputed) * per_layer_full
+    if recomputed:
+        activations += per_layer_full  # the layer being recomputed
     return MemoryBreakdown(
         parameters=4 * n / group,
         gradients=4 * n / group,
@@ -177,6 +185,8 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     o.micro_batch_size = o.micro_batch_size or recipe.micro_batch_size
     if p.activation_checkpointing is None:
         p.activation_checkpointing = recipe.activation_checkpointing
+    if p.ac_every is None and p.activation_checkpointing:
+        p.ac_every = recipe.ac_every  # the recipe's GPU default (training/registry.py)
     world = p.nodes * p.nproc
     per_step = o.micro_batch_size * world
     global_batch = o.global_batch_size or max(recipe.global_batch_size, per_step)
@@ -248,7 +258,8 @@ def render_plan(plan: Plan) -> str:
     job, options = plan.job, plan.options
     layers, sharding = job.model.layers, job.parallelism.sharding
     label = f" (truncated to {layers} layers)" if layers else ""
-    checkpointing = "on" if job.parallelism.activation_checkpointing else "off"
+    every = job.parallelism.ac_every or 1
+    checkpointing = "off" if not job.parallelism.activation_checkpointing else "on" if every == 1 else f"every {every}"
     columns = [("params", 9), ("grads", 9), ("optim", 9), ("gathered", 10), ("activ", 9), ("logits", 9), ("total", 9)]
     header = "".join(f"{title:>{width}}" for title, width in columns)
     lines = [
