@@ -5,11 +5,15 @@ an agent's start and no training."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from tests.helpers.paths import REPO
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV, SEND_TIMEOUT_S, cause_line
@@ -20,6 +24,9 @@ from trainkit.run.node import EXIT_REPLACE, node_exit_code
 WORKER = """
 import errno, os, signal, sys, time
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 from training.common.failure import doing, reported, send
 
 Path(sys.argv[1], f"attempt-{os.environ['TORCHELASTIC_RESTART_COUNT']}").touch()
@@ -168,3 +175,43 @@ def test_a_stopped_agent_says_so_in_one_line_and_exits_128_plus_the_signal(tmp_p
         stderr = agent.communicate(timeout=60)[1]
     assert agent.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "torchrun: stopped by SIGTERM"
+
+
+STOPPED_NODE = """
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from training.common.failure import send, worker_record
+
+if sys.argv[1] == "finished":  # the run's last act, as training/common/run.py does it
+    Path(sys.argv[2], "summary.json").write_text("{}")
+send(worker_record(RuntimeError("stopped by SIGTERM at step 3")))
+sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_node_stopped_after_the_run_finished_records_no_failure(tmp_path, monkeypatch, finished):
+    """The operator ends a PyTorchJob once a worker succeeds and stops the others (a SageMaker job ending does the
+    same): a node whose workers report "stopped" after the run published its summary exits 0 and leaves no
+    failure.json; the same stop before the summary is a failure, recorded."""
+    from trainkit.job import build
+    from trainkit.run import node
+
+    monkeypatch.setattr(node.signal, "signal", lambda signum, handler: None)  # pytest keeps its own handlers
+    job = build({"model": "llama2-tiny", "run_id": "done", "runs_dir": str(tmp_path)})
+    job.run_dir.mkdir(parents=True)
+    script = tmp_path / "stopped_node.py"
+    script.write_text(STOPPED_NODE)
+    monkeypatch.setattr(node, "ready", lambda job, workload: SimpleNamespace(env={"PYTHONPATH": str(REPO)}))
+    word = "finished" if finished else "running"
+    monkeypatch.setattr(node, "torchrun_command", lambda *a: [sys.executable, str(script), word, str(job.run_dir)])
+    reports = []
+    code = node.run_node(job, None, "localhost:0", "submission-1", "node-1", reports.append)
+    if finished:
+        assert (code, reports, (job.run_dir / "failure.json").exists()) == (0, [], False)
+    else:
+        assert code == 143 and len(reports) == 1 and "stopped by SIGTERM at step 3" in reports[0]
+        assert json.loads((job.run_dir / "failure.json").read_text())["exit_code"] == 143

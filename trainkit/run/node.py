@@ -28,7 +28,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, redact
 from training.common.job import Job
@@ -37,6 +39,8 @@ from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.torchrun import torchrun_command
+
+SUMMARY_FILE = "summary.json"  # training/common/metrics.py publishes it when the training ends
 
 # 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
 EXIT_REPLACE = 192
@@ -93,6 +97,7 @@ def run_node(
     log_dir = job.run_dir / "logs" / name
     command = torchrun_command(run, endpoint, rdzv_id, log_dir)
     print(f"{name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
+    started = time.time()
     with FailureChannel() as channel:
         agent = subprocess.Popen(command, env={**os.environ, **run.env, **channel.env})
         code = agent.wait()
@@ -100,6 +105,12 @@ def run_node(
             wait_for_records(channel)
         cause = channel.cause()
     exit_code = node_exit_code(code, cause, received[0] if received else None)
+    if exit_code and finished_since(job.run_dir, started):
+        # The run published its summary in this launch, so the training finished (on this node or another); this
+        # node was stopped after that (an operator that ends a job once one worker succeeds stops the rest, a
+        # scheduler ending the job): its workers' "stopped" is no failure of the run, and the node's work is done.
+        print(f"{name}: stopped after run {job.run.run_id} finished (torchrun exit {code})", flush=True)
+        exit_code = 0
     if exit_code == 0:
         # The training finished: what this job recorded on the way (a node replaced after a retryable failure, whose
         # record its replacement kept as its peers' news) is history now, not why the run stands where it is.
@@ -112,3 +123,11 @@ def run_node(
     else:
         report(f"{name}: torchrun exited with code {code}; every rank's log: {log_dir}")
     return exit_code
+
+
+def finished_since(run_dir: Path, started: float) -> bool:
+    """Whether the run published its summary.json (its last act, training/common/run.py) at or after `started`."""
+    try:
+        return (run_dir / SUMMARY_FILE).stat().st_mtime >= started
+    except OSError:
+        return False
