@@ -8,13 +8,14 @@ import argparse
 import json
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 
-from training.common.distributed import resolve_precision
+from training.common.distributed import DEFAULT_COLLECTIVE_TIMEOUT_S, resolve_precision
 from training.common.files import publish_text
 from training.common.job import read_job
 from training.common.run import peak_memory_bytes, synchronize
@@ -33,7 +34,10 @@ def setup(argv: list[str] | None, description: str) -> SimpleNamespace:
     if gpu:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
-    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None)
+    # Every collective bounded, as trainkit's own (training/common/distributed.py): a peer that stops answering
+    # fails the loop instead of hanging it.
+    timeout = timedelta(seconds=DEFAULT_COLLECTIVE_TIMEOUT_S)
+    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None, timeout=timeout)
     bf16 = resolve_precision(job.parallelism.precision) == "bf16"
     return SimpleNamespace(
         job=job, run_dir=args.spec.parent, out=args.out, gpu=gpu, local_rank=local_rank, device=device, bf16=bf16

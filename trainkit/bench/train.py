@@ -18,6 +18,7 @@ benchmarks/<model>-<device>.json.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,18 +45,41 @@ from trainkit.bench.record import (
 from trainkit.errors import SpecError
 
 TIMEOUT_S = 3600
+STOP_GRACE_S = 10  # an interrupted run's torchrun gets this long after SIGTERM to stop its workers
+
+
+def _end_group(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the run's process group (torchrun passes it to its workers), then after `grace_s` SIGKILL to
+    whatever of the group is left (a group outlives its leader while a member runs)."""
+    if grace_s:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def stop_on_sigterm() -> None:
+    """A SIGTERM to the bench ends it as Ctrl-C does, through its cleanup (Python's default would not run it)."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def _run(command: list[str], log: Path, env: dict | None = None, timeout_s: float = TIMEOUT_S) -> None:
-    """Run to the end; on a timeout the whole process group goes (torchrun's workers hold the GPUs)."""
+    """Run to the end; on a timeout the whole process group goes (torchrun's workers hold the GPUs), and so it does
+    when the bench itself is interrupted (Ctrl-C, or a SIGTERM, which `stop_on_sigterm` turns into SystemExit): the
+    run has its own session, so nothing else would reach its workers."""
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             code = process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            _end_group(process, grace_s=0)
             code = None
+        except BaseException:
+            _end_group(process, grace_s=STOP_GRACE_S)
+            raise
     if code:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
         raise SpecError(f"`{' '.join(command[:6])} ...` failed (exit {code}); end of {log}:\n{tail}")

@@ -119,12 +119,15 @@ def bench(
         flags = []
         for key, value in given.items():
             flags += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+        benchtrain.stop_on_sigterm()
         _path, lines = benchtrain.bench(flags, int(repeats), output, workdir)
         print("\n".join(lines))
         return
     if what == "runs":
         from trainkit.bench import runs as benchruns
+        from trainkit.bench.train import stop_on_sigterm
 
+        stop_on_sigterm()
         path, _record = benchruns.bench(output, only.split(",") if only else None, workdir)
         print(f"wrote {path}; `make docs` renders the pages' figures from it")
         return
