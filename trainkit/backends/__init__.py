@@ -53,9 +53,11 @@ __all__ = ["BACKENDS", "Backend", "RunRef", "backend_of", "get_backend", "job_fr
 
 def backend_of(run_id: str | None, target: str | None, runs_dir: str) -> Backend:
     """The backend that holds a run: `target`, else local when the run (or, without a run id, any run)
-    is in the local runs folder, else EKS."""
+    is in the local runs folder, else SageMaker when this machine submitted it there, else EKS."""
     if target is None:
+        from trainkit.backends.sagemaker.api import remembered
+
         runs = Path(runs_dir)
         local = (runs / run_id / SPEC_FILE).is_file() if run_id else any(runs.glob(f"*/{SPEC_FILE}"))
-        target = "local" if local else "eks"
+        target = "local" if local else "sagemaker" if remembered(run_id) else "eks"
     return get_backend(target)

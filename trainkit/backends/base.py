@@ -162,3 +162,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def stop(self, ref: RunRef) -> str:
         """Stop a run (its outputs stay; the same command resumes it); says what was done."""
+
+    def put_hf_token(self, token: str, ref: RunRef) -> str:
+        """Keep the Hugging Face token where this target's jobs read it (`invoke secrets.hf-token`); says where."""
+        raise SpecError(f"--target {self.name} keeps no token: its runs read HF_TOKEN or the Hugging Face CLI's file")

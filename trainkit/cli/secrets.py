@@ -13,15 +13,18 @@ from trainkit.cli.options import user_errors
     help={
         "file": "File holding the token (default: HF_TOKEN, the Hugging Face CLI's token file, else a hidden prompt).",
         "namespace": f"EKS: namespace of the jobs (default {JOBS_NAMESPACE}).",
+        "target": "eks (default: the cluster Secret) or sagemaker (the stack's Secrets Manager secret).",
     },
 )
 @user_errors
-def hf_token(c, file=None, namespace=JOBS_NAMESPACE):
-    """Store your Hugging Face token as the cluster Secret the training pods read (never on a command line)."""
-    from trainkit.backends.eks import backend as eks
+def hf_token(c, file=None, namespace=JOBS_NAMESPACE, target="eks"):
+    """Store your Hugging Face token where the training jobs read it (never on a command line): the cluster Secret
+    of the pods, or with --target sagemaker the stack's Secrets Manager secret."""
+    from trainkit.backends import RunRef, get_backend
     from trainkit.run.secrets import hf_token_to_store
 
-    print(eks.put_hf_token(hf_token_to_store(file), namespace))
+    backend = get_backend(target)  # refuses an unknown target before the token is asked for
+    print(backend.put_hf_token(hf_token_to_store(file), RunRef(namespace=namespace)))
 
 
 collection = Collection("secrets", hf_token)

@@ -138,7 +138,8 @@ plan = task(
 
 RUN_HELP = {
     "run-id": "The run to act on (default: the newest run: local, else the newest trainkit job on the cluster).",
-    "target": "local or eks (default: local when the run is in --runs-dir, else eks).",
+    "target": "local, eks or sagemaker (default: local when the run is in --runs-dir, else sagemaker when it was "
+    "submitted there from this machine, else eks).",
     "runs-dir": "Local runs folder (default runs).",
     "namespace": f"EKS: namespace of the jobs (default {JOBS_NAMESPACE}).",
 }
@@ -147,7 +148,8 @@ RUN_HELP = {
 @task(help=RUN_HELP)
 @user_errors
 def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
-    """A run's state: local (its processes, last step, restarts) or on EKS (conditions and pods)."""
+    """A run's state: local (its processes, last step, restarts), on EKS (conditions and pods) or on SageMaker
+    (status transitions, failure reason, billable time)."""
     print(backend_of(run_id, target, runs_dir).status(RunRef(run_id, runs_dir, namespace)))
 
 
@@ -160,7 +162,7 @@ def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
 )
 @user_errors
 def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None, follow=False):
-    """The leader's log (rank 0), or one rank's lines, of a local run or an EKS job."""
+    """The leader's log (rank 0), or one rank's lines, of a local run, an EKS job or a SageMaker job."""
     run = RunRef(run_id, runs_dir, namespace)
     for line in backend_of(run_id, target, runs_dir).logs(run, None if rank is None else int(rank), follow):
         print(line, flush=True)
@@ -169,7 +171,8 @@ def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None
 @task(help=RUN_HELP)
 @user_errors
 def stop(c, run_id=None, target=None, runs_dir="runs", namespace=None):
-    """Stop a run at a step boundary (local: its processes; EKS: its job); outputs stay, re-running resumes."""
+    """Stop a run at a step boundary (local: its processes; EKS, SageMaker: its job); outputs stay, re-running
+    resumes."""
     print(backend_of(run_id, target, runs_dir).stop(RunRef(run_id, runs_dir, namespace)))
 
 

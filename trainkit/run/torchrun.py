@@ -7,6 +7,7 @@ dropped in seconds; the `trainkit-etcd` rendezvous, which waits out an etcd rest
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -25,6 +26,14 @@ KEEP_ALIVE_MAX_ATTEMPT = 3
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 # torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
 AGENT = "trainkit.run.agent"
+GROUP_RANK = re.compile(r"group_rank=(\d+)")
+"""A node's place in the latest rendezvous round, as its agent logs it (LOGLEVEL=INFO): which node's log holds a
+global rank's lines (rank // processes per node), on EKS and SageMaker alike."""
+
+
+def rank_prefix(rank: int, nproc: int) -> str:
+    """How torchrun prefixes a worker's lines in its node's output (`--tee 3`): by local rank."""
+    return f"[default{rank % nproc}]:"
 
 
 @dataclass

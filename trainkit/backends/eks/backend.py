@@ -8,7 +8,6 @@ run id again resumes from the last checkpoint.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,9 +31,7 @@ from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
-from trainkit.run.torchrun import rendezvous_id
-
-GROUP_RANK = re.compile(r"group_rank=(\d+)")
+from trainkit.run.torchrun import GROUP_RANK, rank_prefix, rendezvous_id
 
 
 def resolve(job: Job) -> Machine:
@@ -259,7 +256,7 @@ def logs(
         if rank // nproc not in by_node:
             known = f"0..{len(by_node) * nproc - 1}" if by_node else "none yet"
             raise SpecError(f"--rank {rank} is not running (ranks now: {known}); see `invoke status`")
-        pod, prefix = by_node[rank // nproc], f"[default{rank % nproc}]:"
+        pod, prefix = by_node[rank // nproc], rank_prefix(rank, nproc)
     role = f" (rank {rank})" if rank is not None else (" (leader)" if 0 in by_node else "")
     yield f"==> {pod.metadata.name}{role}"
     response = kube.core.read_namespaced_pod_log(
@@ -336,6 +333,9 @@ class EksBackend(Backend):
 
     def stop(self, ref: RunRef) -> str:
         return stop(_namespace(ref), ref.run_id)
+
+    def put_hf_token(self, token: str, ref: RunRef) -> str:
+        return put_hf_token(token, _namespace(ref))
 
 
 def _namespace(ref: RunRef) -> str:

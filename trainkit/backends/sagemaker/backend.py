@@ -18,17 +18,13 @@ from pathlib import Path
 
 from training.common.job import SPEC_FILE, Job
 from trainkit.backends.base import WORKLOAD_FILE, Backend, RunRef, Workload, cloud_machine
-from trainkit.backends.sagemaker import request
-from trainkit.backends.sagemaker.stack import NOT_RECORDED, load_stack
+from trainkit.backends.sagemaker import api, request
+from trainkit.backends.sagemaker.stack import NOT_RECORDED, SageMakerStack, load_stack
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
-
-NOT_YET = (
-    "--target sagemaker submits nothing yet: --dry-run prints the request; submitting, `invoke status`, `logs` and "
-    "`stop` are being built (docs/sagemaker.md)"
-)
+from trainkit.run.torchrun import rank_prefix
 
 
 def resolve(job: Job) -> Machine:
@@ -78,24 +74,48 @@ def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
-def uploads(job: Job, workload: Workload, prefix: str) -> dict:
-    """What the launcher puts under the submission's launch prefix before CreateTrainingJob: the launch channel."""
-    found = {prefix + SPEC_FILE: job.to_dict(), prefix + WORKLOAD_FILE: json.loads(workload.to_json())}
+def launch_files(job: Job, workload: Workload) -> dict[str, bytes]:
+    """The launch channel (request.LAUNCH_CHANNEL), by name inside it: the spec, the workload, a script's code."""
+    files = {
+        SPEC_FILE: (json.dumps(job.to_dict(), indent=2) + "\n").encode(),
+        WORKLOAD_FILE: workload.to_json().encode(),
+    }
     if workload.code is not None:
-        files = sorted(str(path) for path in read_code(Path(workload.code)))
-        found[prefix + "code/"] = f"{len(files)} file(s) of {workload.code}: {', '.join(files)}"
-    return found
+        files |= {f"code/{name}": data for name, data in read_code(Path(workload.code)).items()}
+    return files
 
 
-def dry_run_text(job: Job, workload: Workload) -> str:
+def shown_uploads(files: dict[str, bytes], prefix: str) -> dict:
+    """The dry run's view of the upload: the spec and workload as JSON, a script's code as its file names."""
+    code = sorted(name.removeprefix("code/") for name in files if name.startswith("code/"))
+    shown = {prefix + name: json.loads(files[name]) for name in (SPEC_FILE, WORKLOAD_FILE)}
+    if code:
+        shown[prefix + "code/"] = f"{len(code)} file(s): {', '.join(code)}"
+    return shown
+
+
+def dry_run_text(job: Job, workload: Workload, stack: SageMakerStack) -> str:
     """The request (`request`, as CreateTrainingJob takes it) and the launch channel's files (`uploads`)."""
-    stack = load_stack(outputs.load_outputs())
-    if not stack.recorded:
-        print(f"note: {NOT_RECORDED}", file=sys.stderr, flush=True)
     name = request.job_name(job.run.run_id, stamp())
     body = request.render(job, workload, stack, name)
     prefix = request.launch_prefix(stack, job.run.run_id, name)
-    return json.dumps({"request": body, "uploads": uploads(job, workload, prefix)}, indent=2)
+    return json.dumps({"request": body, "uploads": shown_uploads(launch_files(job, workload), prefix)}, indent=2)
+
+
+def submit_job(job: Job, workload: Workload, stack: SageMakerStack, clients: api.Clients) -> str:
+    """Preflight, upload the launch channel, CreateTrainingJob; the job's name."""
+    if not stack.recorded:
+        raise SpecError(f"{NOT_RECORDED}; a submission needs the real ones")
+    problems = api.preflight(clients, job, workload, stack)
+    if problems:
+        raise SpecError("cannot submit to SageMaker:\n  - " + "\n  - ".join(problems))
+    api.keep_image(clients, job)
+    name = request.job_name(job.run.run_id, stamp())
+    prefix = request.launch_prefix(stack, job.run.run_id, name)
+    api.upload(clients, {prefix + rel: data for rel, data in launch_files(job, workload).items()})
+    api.create(clients, request.render(job, workload, stack, name))
+    api.remember(job.run.run_id, name, clients.region)
+    return name
 
 
 class SageMakerBackend(Backend):
@@ -109,21 +129,59 @@ class SageMakerBackend(Backend):
     def check(self, job: Job) -> None:
         check(job)
 
+    def __init__(self, clients: api.Clients | None = None):
+        self._clients = clients
+
+    def clients(self) -> api.Clients:
+        if self._clients is None:
+            self._clients = api.Clients(outputs.load_outputs().region)
+        return self._clients
+
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the request
             print(f"note: {note}", file=sys.stderr, flush=True)
         if not workload.distributed:
             raise SpecError("--target sagemaker runs training jobs; run data tasks with --target local or eks")
-        if not dry_run:
-            raise SpecError(NOT_YET)
-        print(dry_run_text(job, workload), flush=True)
+        stack = load_stack(outputs.load_outputs())
+        if dry_run:
+            if not stack.recorded:
+                print(f"note: {NOT_RECORDED}", file=sys.stderr, flush=True)
+            print(dry_run_text(job, workload, stack), flush=True)
+            return 0
+        name = submit_job(job, workload, stack, self.clients())
+        run_id = job.run.run_id
+        print(
+            f"submitted SageMaker job {name} (run {run_id}): `invoke status --run-id {run_id}`, "
+            f"`invoke logs --run-id {run_id} -f`, `invoke stop --run-id {run_id}`",
+            flush=True,
+        )
         return 0
 
     def status(self, ref: RunRef) -> str:
-        raise SpecError(NOT_YET)
+        clients = self.clients()
+        return api.status_text(clients, *api.newest_job(clients, ref.run_id))
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
-        raise SpecError(NOT_YET)
+        """The leader's output (group rank 0's host), or one global rank's lines, from CloudWatch Logs."""
+        clients = self.clients()
+        _run_id, name = api.newest_job(clients, ref.run_id)
+        described = clients("sagemaker").describe_training_job(TrainingJobName=name)
+        nproc = api.launch_spec(clients, described).parallelism.nproc
+        hosts = described["ResourceConfig"]["InstanceCount"]
+        if rank is not None and not 0 <= rank < hosts * nproc:
+            raise SpecError(f"--rank {rank}: job {name} has ranks 0-{hosts * nproc - 1} ({hosts} x {nproc})")
+        by_rank = api.hosts_by_group_rank(clients, name, hosts)
+        group = 0 if rank is None else rank // nproc
+        if group not in by_rank:
+            state = described["TrainingJobStatus"]
+            raise SpecError(f"no host of job {name} has logged group rank {group} yet ({state}): see `invoke status`")
+        prefix = "" if rank is None else rank_prefix(rank, nproc)
+        yield f"==> {name}/{by_rank[group]}" + (" (leader)" if rank is None else f" (rank {rank})")
+        yield from (line for line in api.log_lines(clients, name, by_rank[group], follow) if line.startswith(prefix))
 
     def stop(self, ref: RunRef) -> str:
-        raise SpecError(NOT_YET)
+        clients = self.clients()
+        return api.stop(clients, api.newest_job(clients, ref.run_id)[1])
+
+    def put_hf_token(self, token: str, ref: RunRef) -> str:
+        return api.put_hf_token(self.clients(), token)

@@ -62,7 +62,12 @@ def hf_token(arn: str | None) -> dict[str, str]:
         return {}
     import boto3
 
-    return {"HF_TOKEN": boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"].strip()}
+    client = boto3.client("secretsmanager")
+    try:
+        value = client.get_secret_value(SecretId=arn)["SecretString"].strip()
+    except client.exceptions.ResourceNotFoundException:  # no value stored: the run does without (the launcher's
+        return {}  # preflight refused --init pretrained in that case)
+    return {"HF_TOKEN": value} if value else {}
 
 
 def publish_model(run_dir: Path, index: int) -> None:

@@ -1,0 +1,338 @@
+"""The SageMaker backend's calls to AWS (boto3): the preflight before anything is created, the launch channel's
+upload, CreateTrainingJob, and what `invoke status / logs / stop` read and do with a submitted job.
+
+Preflight, in one pass so the user sees every problem at once, before anything is uploaded or created:
+- the execution role exists (IAM GetRole), the runs bucket answers (S3 HeadBucket);
+- the image is in this stack's ECR and holds trainkit (trainkit/backends/eks/image.py, as for EKS pods);
+- `--init pretrained` (a workload that needs the token): the secret exists and holds a value (Secrets Manager
+  DescribeSecret: a version staged AWSCURRENT; the value itself is never read here);
+- no job of the same run is still InProgress or Stopping (ListTrainingJobs by the run's name prefix): two jobs
+  would write one checkpoint prefix;
+- the account's quota for the instance type covers `--nodes` instances: "<type> for training job usage", with
+  `--spot` "<type> for spot training job usage" (Service Quotas; the names follow SageMaker's own
+  ResourceLimitExceeded messages, "The account-level service limit 'ml.g4dn.xlarge for endpoint usage' is 0
+  Instances"). Both are 0 by default for p4d/p5 accounts. The quota's code comes from ListAWSDefaultServiceQuotas,
+  the account's value from GetServiceQuota (a quota never changed may have only its default).
+
+Which job is a run's: job names are `<run id as a name>-<UTC stamp>` (request.job_name), and each submission's
+name is also kept in the state folder (`.trainkit/sagemaker/<run id>.json`), so `invoke status --run-id` finds a
+SageMaker run without `--target`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from training.common.job import SPEC_FILE, Job
+from trainkit.backends.base import Workload
+from trainkit.backends.sagemaker import request
+from trainkit.backends.sagemaker.stack import SageMakerStack
+from trainkit.errors import SpecError
+from trainkit.paths import state_dir
+from trainkit.run.torchrun import GROUP_RANK
+
+ACTIVE = ("InProgress", "Stopping")
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+"""Where SageMaker writes a training job's container output: one stream per host, `<job>/algo-<n>-<epoch s>`
+(Developer Guide, "Log Amazon SageMaker AI Events with Amazon CloudWatch")."""
+FOLLOW_POLL_S = 5.0
+
+
+@dataclass
+class Clients:
+    """boto3 clients for one region, made on first use (tests hand in their own)."""
+
+    region: str | None = None
+    made: dict = field(default_factory=dict)
+
+    def __call__(self, service: str):
+        if service not in self.made:
+            import boto3
+
+            self.made[service] = boto3.client(service, region_name=self.region)
+        return self.made[service]
+
+
+def _error_code(error: Exception) -> str | None:
+    return getattr(error, "response", {}).get("Error", {}).get("Code")
+
+
+def submissions_file(run_id: str) -> Path:
+    return state_dir() / "sagemaker" / f"{run_id}.json"
+
+
+def remember(run_id: str, name: str, region: str | None) -> None:
+    path = submissions_file(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    known = json.loads(path.read_text()) if path.is_file() else {"jobs": []}
+    known["jobs"].append({"name": name, "region": region, "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    path.write_text(json.dumps(known, indent=2) + "\n")
+
+
+def remembered(run_id: str | None) -> bool:
+    """Whether this machine submitted the run to SageMaker (any run, without a run id)."""
+    folder = state_dir() / "sagemaker"
+    return (submissions_file(run_id).is_file()) if run_id else any(folder.glob("*.json"))
+
+
+# --- preflight ---------------------------------------------------------------------------------------------------
+
+
+def quota(clients: Clients, name: str) -> float | None:
+    """The account's value of the SageMaker quota called `name`: its code from the quotas' defaults
+    (ListAWSDefaultServiceQuotas), then the applied value (GetServiceQuota), which a quota nobody changed may not
+    have: then its default. None: no quota of that name in this region."""
+    client = clients("service-quotas")
+    pages = client.get_paginator("list_aws_default_service_quotas").paginate(ServiceCode="sagemaker")
+    found = next((q for page in pages for q in page.get("Quotas", []) if q.get("QuotaName") == name), None)
+    if found is None:
+        return None
+    try:
+        return client.get_service_quota(ServiceCode="sagemaker", QuotaCode=found["QuotaCode"])["Quota"]["Value"]
+    except client.exceptions.NoSuchResourceException:
+        return found.get("Value")
+
+
+def running_jobs(clients: Clients, run_id: str) -> list[str]:
+    """The run's jobs still InProgress or Stopping."""
+    prefix = request.job_name(run_id, "")[:-1]
+    found = []
+    paginator = clients("sagemaker").get_paginator("list_training_jobs")
+    for status in ACTIVE:
+        for page in paginator.paginate(NameContains=prefix[:63], StatusEquals=status):
+            found += [
+                j["TrainingJobName"] for j in page["TrainingJobSummaries"] if _of_run(j["TrainingJobName"], prefix)
+            ]
+    return found
+
+
+def _of_run(name: str, prefix: str) -> bool:
+    """A job name is the run's prefix, a dash and a stamp (request.job_name): not another run's that shares it."""
+    rest = name[len(prefix) :] if name.startswith(prefix) else None
+    return rest is not None and rest[:1] == "-" and rest[1:].replace("-", "").isdigit()
+
+
+def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerStack) -> list[str]:
+    """Every reason the job cannot be submitted, each saying what to change (empty: go)."""
+    from botocore.exceptions import ClientError
+
+    from trainkit.backends.eks.image import check_image
+
+    problems: list[str] = []
+    role = stack.role_arn.rsplit("/", 1)[-1]
+    try:
+        clients("iam").get_role(RoleName=role)
+    except ClientError as error:
+        problems.append(
+            f"execution role {stack.role_arn}: {_error_code(error)}; `make up PROFILE=aws` with "
+            "sagemaker_enabled = true creates it"
+        )
+    try:
+        clients("s3").head_bucket(Bucket=stack.bucket)
+    except ClientError as error:
+        problems.append(f"runs bucket {stack.bucket}: {_error_code(error)}; `make up PROFILE=aws` creates it")
+    try:
+        note = check_image(job, clients("ecr"), tag_run=False)
+    except SpecError as error:
+        problems.append(str(error))
+    else:
+        if note:
+            print(f"note: {note}", file=sys.stderr, flush=True)
+    if job.run.workload == "recipe" and job.model.init == "pretrained":  # other runs may do without the token
+        problems += _secret_problems(clients, stack)
+    running = running_jobs(clients, job.run.run_id)
+    if running:
+        problems.append(
+            f"run {job.run.run_id} is still running as SageMaker job {running[0]} (two jobs would write one "
+            f"checkpoint prefix): wait for it, or `invoke stop --run-id {job.run.run_id}`"
+        )
+    problems += _quota_problems(clients, job)
+    return problems
+
+
+def _secret_problems(clients: Clients, stack: SageMakerStack) -> list[str]:
+    from botocore.exceptions import ClientError
+
+    store = "`invoke secrets.hf-token --target sagemaker` stores it (from a prompt or a file, never a flag)"
+    if not stack.hf_token_secret_arn:
+        return [f"--init pretrained needs the Hugging Face token and the stack records no secret for it; {store}"]
+    try:
+        described = clients("secretsmanager").describe_secret(SecretId=stack.hf_token_secret_arn)
+    except ClientError as error:
+        return [f"Hugging Face token secret {stack.hf_token_secret_arn}: {_error_code(error)}; {store}"]
+    stages = [stage for stages in described.get("VersionIdsToStages", {}).values() for stage in stages]
+    if "AWSCURRENT" not in stages:
+        return [f"Hugging Face token secret {stack.hf_token_secret_arn} holds no value yet; {store}"]
+    return []
+
+
+def _quota_problems(clients: Clients, job: Job) -> list[str]:
+    instance = request.INSTANCE_PREFIX + str(job.placement.instance_type)
+    names = [f"{instance} for training job usage"]
+    if job.placement.spot:
+        names.append(f"{instance} for spot training job usage")
+    problems = []
+    for name in names:
+        value = quota(clients, name)
+        if value is None:
+            problems.append(f"no SageMaker quota named {name!r} in this region: is {instance} offered here?")
+        elif value < job.parallelism.nodes:
+            problems.append(
+                f"the account's quota {name!r} is {value:g} instance(s) and the job needs {job.parallelism.nodes}: "
+                "request an increase in the Service Quotas console (SageMaker), or lower --nodes"
+            )
+    return problems
+
+
+def put_hf_token(clients: Clients, token: str) -> str:
+    """The token as the stack's secret's new value (PutSecretValue: the value travels in the request body only)."""
+    from trainkit.backends.sagemaker.stack import load_stack
+    from trainkit.infra import outputs
+
+    infra = outputs.load_outputs()
+    stack = load_stack(infra)
+    if not stack.recorded or not stack.hf_token_secret_arn:
+        raise SpecError(
+            "no SageMaker stack recorded: `make up PROFILE=aws` with sagemaker_enabled = true creates the secret"
+        )
+    clients("secretsmanager").put_secret_value(SecretId=stack.hf_token_secret_arn, SecretString=token)
+    return f"stored the Hugging Face token in {stack.hf_token_secret_arn} (jobs with --init pretrained read it)"
+
+
+# --- submit ------------------------------------------------------------------------------------------------------
+
+
+def keep_image(clients: Clients, job: Job) -> None:
+    """Tag the image run-<run id> (the repository's lifecycle rule keeps it while the run may resume on it)."""
+    from trainkit.backends.eks.image import check_image
+
+    check_image(job, clients("ecr"))  # its note, if any, the preflight printed
+
+
+def upload(clients: Clients, files: dict[str, bytes]) -> None:
+    """The launch channel's files, each to its s3:// URI (the bucket encrypts with its own key)."""
+    s3 = clients("s3")
+    for uri, data in files.items():
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def create(clients: Clients, body: dict) -> str:
+    return clients("sagemaker").create_training_job(**body)["TrainingJobArn"]
+
+
+# --- status, logs, stop ------------------------------------------------------------------------------------------
+
+
+def newest_job(clients: Clients, run_id: str | None) -> tuple[str, str]:
+    """(run id, the name of its newest job); without a run id, the run this machine submitted last."""
+    if run_id is None:
+        files = sorted((state_dir() / "sagemaker").glob("*.json"), key=lambda p: p.stat().st_mtime)
+        if not files:
+            raise SpecError("no SageMaker run submitted from here: give --run-id")
+        run_id = files[-1].stem
+    path = submissions_file(run_id)
+    if path.is_file():
+        return run_id, json.loads(path.read_text())["jobs"][-1]["name"]
+    prefix = request.job_name(run_id, "")[:-1]
+    pages = clients("sagemaker").get_paginator("list_training_jobs").paginate(NameContains=prefix[:63])
+    jobs = [j for page in pages for j in page["TrainingJobSummaries"] if _of_run(j["TrainingJobName"], prefix)]
+    if not jobs:
+        raise SpecError(f"no SageMaker training job of run {run_id} in this region (names start {prefix}-)")
+    return run_id, max(jobs, key=lambda j: j["CreationTime"])["TrainingJobName"]
+
+
+def _clock(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else str(value)
+
+
+def status_text(clients: Clients, run_id: str, name: str) -> str:
+    """Status, the secondary status transitions with their times, the failure reason, billable and spot-saved
+    seconds (DescribeTrainingJob)."""
+    job = clients("sagemaker").describe_training_job(TrainingJobName=name)
+    resources = job.get("ResourceConfig", {})
+    lines = [
+        f"SageMaker job {name} (run {run_id})",
+        f"  status {job['TrainingJobStatus']} / {job.get('SecondaryStatus', '-')}, "
+        f"{resources.get('InstanceCount', '?')} x {resources.get('InstanceType', '?')}"
+        + (", managed spot" if job.get("EnableManagedSpotTraining") else ""),
+    ]
+    if job.get("FailureReason"):
+        lines.append(f"  failed: {job['FailureReason']}")
+    training, billable = job.get("TrainingTimeInSeconds"), job.get("BillableTimeInSeconds")
+    if training is not None:
+        saved = f", spot saved {1 - billable / training:.0%}" if billable is not None and training else ""
+        lines.append(f"  training {training} s, billable {billable if billable is not None else '-'} s{saved}")
+    for step in job.get("SecondaryStatusTransitions", []):
+        end = f" -> {_clock(step['EndTime'])}" if step.get("EndTime") else ""
+        message = f": {step['StatusMessage']}" if step.get("StatusMessage") else ""
+        lines.append(f"  {_clock(step['StartTime'])}{end}  {step['Status']}{message}")
+    checkpoint = job.get("CheckpointConfig", {}).get("S3Uri")
+    if checkpoint:
+        lines.append(f"  checkpoints {checkpoint}")
+    return "\n".join(lines)
+
+
+def launch_spec(clients: Clients, described: dict) -> Job:
+    """The job as submitted: spec.json in the job's launch channel (its processes per host, its run id)."""
+    channel = next(c for c in described["InputDataConfig"] if c["ChannelName"] == request.LAUNCH_CHANNEL)
+    bucket, _, key = channel["DataSource"]["S3DataSource"]["S3Uri"].removeprefix("s3://").partition("/")
+    body = clients("s3").get_object(Bucket=bucket, Key=key.rstrip("/") + "/" + SPEC_FILE)["Body"].read()
+    return Job.from_dict(json.loads(body))
+
+
+def hosts_by_group_rank(clients: Clients, name: str, count: int) -> dict[int, str]:
+    """{group rank: host} from the latest rendezvous round each host's agent logged (torchrun assigns group
+    ranks at the rendezvous, not by host name)."""
+    found = {}
+    for index in range(1, count + 1):
+        host = f"algo-{index}"
+        ranks = [rank for line in log_lines(clients, name, host) for rank in GROUP_RANK.findall(line)]
+        if ranks:
+            found[int(ranks[-1])] = host
+    return found
+
+
+def log_lines(clients: Clients, name: str, host: str, follow: bool = False) -> Iterator[str]:
+    """One host's container output from CloudWatch Logs; `follow`: until the job ends."""
+    logs = clients("logs")
+    streams: dict[str, str | None] = {}
+    while True:
+        found = logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix=f"{name}/{host}-")
+        for stream in found.get("logStreams", []):
+            streams.setdefault(stream["logStreamName"], None)
+        for stream, token in streams.items():
+            while True:
+                kwargs = {"nextToken": token} if token else {"startFromHead": True}
+                page = logs.get_log_events(logGroupName=LOG_GROUP, logStreamName=stream, **kwargs)
+                for event in page["events"]:
+                    yield event["message"]
+                if page.get("nextForwardToken") in (None, token):
+                    break
+                token = streams[stream] = page["nextForwardToken"]
+        if not follow:
+            return
+        state = clients("sagemaker").describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+        if state not in ACTIVE:
+            follow = False  # one more pass picks up what the last moments wrote
+        else:
+            time.sleep(FOLLOW_POLL_S)
+
+
+def stop(clients: Clients, name: str) -> str:
+    client = clients("sagemaker")
+    state = client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    if state not in ACTIVE:
+        return f"SageMaker job {name} is {state}; nothing to stop"
+    if state == "InProgress":
+        client.stop_training_job(TrainingJobName=name)
+    return (
+        f"stopping SageMaker job {name}: its containers get SIGTERM, the run saves a checkpoint at the step boundary "
+        "and SageMaker uploads it; the same `invoke train ... --target sagemaker` resumes it"
+    )
