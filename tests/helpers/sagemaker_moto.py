@@ -20,7 +20,10 @@ What is added to moto, each from the service's own reference:
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,6 +45,18 @@ class Account:
     stack: dict
     image: str
     quotas: dict = field(default_factory=dict)  # quota name -> applied value (absent: the default, 0)
+    runners: dict = field(default_factory=dict)  # job name -> the stand-in's run of it (run_jobs)
+
+    def wait(self, name: str, timeout: float = 600) -> dict:
+        """DescribeTrainingJob once the job has ended (Completed, Failed, Stopped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            described = self.client("sagemaker").describe_training_job(TrainingJobName=name)
+            if described["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
+                return described
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} still {described['TrainingJobStatus']} after {timeout:.0f} s")
+            time.sleep(0.5)
 
     def client(self, service: str):
         import boto3
@@ -83,7 +98,7 @@ def _default_quotas() -> list[dict]:
 
 
 @contextlib.contextmanager
-def patched_moto(account_quotas: dict) -> Iterator[None]:
+def patched_moto(account_quotas: dict, run_jobs: dict | None = None, runners: dict | None = None) -> Iterator[None]:
     from moto.sagemaker.models import sagemaker_backends
     from moto.sagemaker.responses import SageMakerResponse
     from moto.servicequotas.exceptions import NoSuchResource
@@ -115,15 +130,37 @@ def patched_moto(account_quotas: dict) -> Iterator[None]:
         if job is None or job.training_job_status != "InProgress":
             state = job.training_job_status if job else "unknown"
             raise ValidationError(message=f"The request was rejected because the training job is in status {state}.")
-        job.training_job_status, job.secondary_status = "Stopping", "Stopping"
+        if name in runners:
+            runners[name].stop()
+        else:
+            job.training_job_status, job.secondary_status = "Stopping", "Stopping"
         return ActionResult({})
+
+    create = SageMakerResponse.create_training_job
+
+    def create_training_job(self):
+        result = create(self)
+        if run_jobs is not None:  # the stand-in runs it (tests/helpers/sagemaker_standin.py)
+            from tests.helpers.sagemaker_standin import Job
+
+            name = self._get_param("TrainingJobName")
+            fake = sagemaker_backends[self.current_account][self.region].training_jobs[name]
+            job = Job(fake, json.loads(self.body), run_jobs["folder"], run_jobs["clients"])
+            runners[name] = job
+            threading.Thread(target=job.run, name=f"sagemaker-{name}", daemon=True).start()
+        return result
 
     ServiceQuotasBackend.list_aws_default_service_quotas = list_aws_default_service_quotas
     ServiceQuotasBackend.get_service_quota = get_service_quota
+    runners = {} if runners is None else runners
     SageMakerResponse.stop_training_job = stop_training_job
+    SageMakerResponse.create_training_job = create_training_job
     try:
         yield
     finally:
+        SageMakerResponse.create_training_job = create
+        for job in runners.values():
+            job.kill()
         ServiceQuotasBackend.list_aws_default_service_quotas = list_defaults
         ServiceQuotasBackend.get_service_quota = get_quota
         del SageMakerResponse.stop_training_job
@@ -134,9 +171,10 @@ def _reset(endpoint: str) -> None:
 
 
 @contextlib.contextmanager
-def sagemaker_account(folder: Path, quotas: dict | None = None) -> Iterator[Account]:
+def sagemaker_account(folder: Path, quotas: dict | None = None, run_jobs: bool = False) -> Iterator[Account]:
     """The account, with the stack's outputs recorded in this test's state folder (TRAINKIT_STATE_DIR); the
-    commands reach it with `account.env`. `quotas`: applied quota values by name (the rest stay at 0)."""
+    commands reach it with `account.env`. `quotas`: applied quota values by name (the rest stay at 0).
+    `run_jobs`: a created job runs on the stand-in (tests/helpers/sagemaker_standin.py) instead of ending at once."""
     import boto3
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
@@ -147,10 +185,16 @@ def sagemaker_account(folder: Path, quotas: dict | None = None) -> Iterator[Acco
         port = sock.getsockname()[1]
     applied = dict(quotas or {})
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    with patched_moto(applied), EcrBlobs(folder / "blobs") as blobs:
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def client(service: str):
+        return boto3.client(service, region_name=REGION, endpoint_url=endpoint, **_keys())
+
+    runners: dict = {}
+    jobs = {"folder": folder / "jobs", "clients": client} if run_jobs else None
+    with patched_moto(applied, jobs, runners), EcrBlobs(folder / "blobs") as blobs:
         server.start()
         try:
-            endpoint = f"http://127.0.0.1:{port}"
             _reset(endpoint)  # moto's backends live in this process: start from an empty account
             session = {"region_name": REGION, "endpoint_url": endpoint, **_keys()}
             iam = boto3.client("iam", **session)
@@ -171,7 +215,7 @@ def sagemaker_account(folder: Path, quotas: dict | None = None) -> Iterator[Acco
             save_outputs(
                 {"gpu_instance_type": "p5.48xlarge", "region": REGION, "stack_id": STACK_ID, "sagemaker": stack}
             )
-            yield Account(endpoint, {**FAKE_AWS, "AWS_ENDPOINT_URL": endpoint}, stack, f"{url}:v1", applied)
+            yield Account(endpoint, {**FAKE_AWS, "AWS_ENDPOINT_URL": endpoint}, stack, f"{url}:v1", applied, runners)
         finally:
             _reset(endpoint)
             server.stop()

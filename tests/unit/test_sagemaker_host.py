@@ -27,14 +27,15 @@ def test_the_failure_file_holds_the_cause_cut_to_what_sagemaker_shows(tmp_path, 
     assert written.startswith("algo-1: rank 0: no space left") and len(written) == host.FAILURE_LIMIT
 
 
-def test_only_the_first_host_publishes_the_model(tmp_path, monkeypatch):
+def test_the_host_that_holds_the_export_publishes_the_model(tmp_path, monkeypatch):
     monkeypatch.setenv(host.ROOT_ENV, str(tmp_path / "ml"))
     run = tmp_path / "run"
-    (run / "model").mkdir(parents=True)
-    (run / "model" / "config.json").write_text("{}")
-    host.publish_model(run, index=1)
+    run.mkdir()
+    host.publish_model(run)  # a host whose ranks did not export (rank 0 ran elsewhere)
     assert not (tmp_path / "ml" / "model").exists()
-    host.publish_model(run, index=0)
+    (run / "model").mkdir()
+    (run / "model" / "config.json").write_text("{}")
+    host.publish_model(run)
     assert (tmp_path / "ml" / "model" / "config.json").read_text() == "{}"
 
 

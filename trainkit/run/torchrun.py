@@ -26,6 +26,11 @@ KEEP_ALIVE_MAX_ATTEMPT = 3
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
 # torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
 AGENT = "trainkit.run.agent"
+# The environment of a cluster node's torchrun (an EKS pod's, a SageMaker host's). A killed worker must not leave
+# the next rendezvous round waiting on its store (docs/elastic.md). LOGLEVEL=INFO makes torchrun log each
+# rendezvous round (group_rank, world size), which is how `invoke logs` finds the leader and how a reader sees a
+# node leave or join.
+TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1", "LOGLEVEL": "INFO"}
 GROUP_RANK = re.compile(r"group_rank=(\d+)")
 """A node's place in the latest rendezvous round, as its agent logs it (LOGLEVEL=INFO): which node's log holds a
 global rank's lines (rank // processes per node), on EKS and SageMaker alike."""

@@ -20,6 +20,7 @@ from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster
+from trainkit.run.torchrun import TORCH_ENV
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator looks for this container name
@@ -42,10 +43,6 @@ NCCL_EFA_ENV = {
     "NCCL_DEBUG": "INFO",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 }
-# A killed worker must not leave the next rendezvous round waiting on its store (docs/elastic.md).
-# LOGLEVEL=INFO makes torchrun log each rendezvous round (group_rank, world size), which is how
-# `invoke logs` finds the leader and how a reader sees a node leave or join.
-TORCH_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1", "LOGLEVEL": "INFO"}
 POD_ENTRY = ["python", "-m", "trainkit.backends.eks.pod"]
 # Where a user's code (a script's folder) is mounted in the pods from its ConfigMap, read-only.
 CODE_MOUNT = "/trainkit/code"

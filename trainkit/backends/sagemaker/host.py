@@ -34,6 +34,9 @@ from trainkit.run.node import run_node
 
 ROOT_ENV = "TRAINKIT_SAGEMAKER_ROOT"
 """Where /opt/ml is when not there (the tests' stand-in gives every host a tree of its own)."""
+LEADER_ENV = "TRAINKIT_SAGEMAKER_LEADER"
+"""host:port the hosts meet at when the first host's name does not resolve (the stand-in's hosts share one
+machine); on SageMaker, `algo-1:RDZV_PORT`."""
 RDZV_PORT = 29400
 FAILURE_LIMIT = 1024  # SageMaker shows the failure file's first 1,024 characters
 
@@ -70,28 +73,44 @@ def hf_token(arn: str | None) -> dict[str, str]:
     return {"HF_TOKEN": value} if value else {}
 
 
-def publish_model(run_dir: Path, index: int) -> None:
-    """The run's exported model into /opt/ml/model, from the first host only (the hosts' files are merged)."""
+def publish_model(run_dir: Path) -> None:
+    """The run's exported model into /opt/ml/model (SageMaker merges the hosts' folders into model.tar.gz). Only
+    the host of global rank 0 has it, as the rank that exports: the rendezvous, not the host's name, decides which
+    host that is, so every host looks (the stand-in found the leader on algo-2)."""
     exported = run_dir / "model"
-    if index == 0 and exported.is_dir():
+    if exported.is_dir():
         shutil.copytree(exported, root() / "model", dirs_exist_ok=True)
+
+
+def relocated(workload: Workload, submitted: str, here: str) -> Workload:
+    """The workload's arguments with the run folder the launcher wrote into them (the spec's path, an output
+    folder) pointing at this host's: the same path on SageMaker (/opt/ml/checkpoints/<run-id>), another one where
+    /opt/ml is elsewhere (ROOT_ENV)."""
+
+    def moved(arg: str) -> str:
+        return here + arg[len(submitted) :] if arg == submitted or arg.startswith(submitted + "/") else arg
+
+    return replace(workload, args=tuple(moved(arg) for arg in workload.args))
 
 
 def main() -> int:
     base = root()
-    host, index, endpoint = placement(json.loads((base / "input" / "config" / "resourceconfig.json").read_text()))
+    host, _index, endpoint = placement(json.loads((base / "input" / "config" / "resourceconfig.json").read_text()))
     launch = base / "input" / "data" / os.environ.get("TRAINKIT_LAUNCH_CHANNEL", "trainkit")
     job = read_job(launch / SPEC_FILE)
     workload = Workload.from_json((launch / WORKLOAD_FILE).read_text())
     if workload.code is not None:
         workload = replace(workload, code=str(launch / "code"))
+    submitted = str(job.run_dir)
     job.run.runs_dir = str(base / "checkpoints")
+    workload = relocated(workload, submitted, str(job.run_dir))
     secret = os.environ.get("TRAINKIT_HF_TOKEN_SECRET_ARN") if workload.token else None
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)
     os.environ.update(hf_token(secret))  # this host's processes only, as the Secret is a pod's environment on EKS
+    endpoint = os.environ.get(LEADER_ENV) or endpoint
     code = run_node(job, workload, endpoint, rdzv_id, host, report_failure)
     if code == 0:
-        publish_model(job.run_dir, index)
+        publish_model(job.run_dir)
     return code
 
 

@@ -27,6 +27,7 @@ from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.infra.outputs import STACK_TAG
 from trainkit.job.models import get_model
 from trainkit.run.storage import GB, storage_need
+from trainkit.run.torchrun import TORCH_ENV
 
 ENTRY = ("python3", "-m", "trainkit.backends.sagemaker.host")
 """The container's entry point (AlgorithmSpecification.ContainerEntrypoint): torchrun on every host."""
@@ -121,7 +122,7 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> di
     """The CreateTrainingJob request: everything in it may be shown to anyone who can describe the job."""
     run_id, p = job.run.run_id, job.parallelism
     prefix = run_prefix(stack, run_id)
-    environment = {"TRAINKIT_LAUNCH_CHANNEL": LAUNCH_CHANNEL}
+    environment = {**TORCH_ENV, "TRAINKIT_LAUNCH_CHANNEL": LAUNCH_CHANNEL}
     if workload.token and stack.hf_token_secret_arn:
         environment["TRAINKIT_HF_TOKEN_SECRET_ARN"] = stack.hf_token_secret_arn  # the secret's name, not its value
     algorithm = {

@@ -1,0 +1,255 @@
+"""A SageMaker training job run here: CreateTrainingJob in the emulated account (tests/helpers/sagemaker_moto.py)
+starts the job's container entry point once per host, as local processes with their own `/opt/ml` trees, and the
+job moves through SageMaker's states while they run. Each rule is SageMaker's, from the page named beside it:
+
+- The container contract (Developer Guide, "Containers with custom training algorithms"; trainkit/backends/
+  sagemaker/host.py reads it): `/opt/ml/input/config/resourceconfig.json` with `current_host`, `hosts` (algo-1 ..
+  algo-N) and `network_interface_name`; each input channel's S3 objects under `/opt/ml/input/data/<channel>/`
+  (File mode downloads before the container starts; FastFile streams on first read, which a copy stands for here);
+  the request's `Environment` and `TRAINING_JOB_NAME`; `ContainerEntrypoint` run as the container's process.
+- Checkpoints ("Use checkpoints in Amazon SageMaker AI"): at start the checkpoint prefix is copied into every
+  host's `CheckpointConfig.LocalPath`; while the job runs, what each host writes there is uploaded to the same
+  prefix (here: every SYNC_S, and once more at the end), every host to the same keys.
+- Output ("How Amazon SageMaker AI Processes Training Output"): when every host exited 0, `/opt/ml/model` of all
+  hosts is packed into `<S3OutputPath>/<job>/output/model.tar.gz`; a host that exits non-zero fails the job with
+  its `/opt/ml/output/failure` text as the FailureReason (the other hosts are stopped).
+- States (API reference, DescribeTrainingJob: TrainingJobStatus InProgress | Completed | Failed | Stopping |
+  Stopped; SecondaryStatus Starting, Downloading, Training, Uploading, Completed, Failed, Stopping, Stopped ...),
+  each secondary status a transition with its start and end time; TrainingTimeInSeconds and, as nothing here is
+  spot, BillableTimeInSeconds the same.
+- Logs ("Log Amazon SageMaker AI Events with Amazon CloudWatch"): each host's output to the log group
+  `/aws/sagemaker/TrainingJobs`, stream `<job>/algo-<n>-<epoch seconds>`.
+- StopTrainingJob (API reference: "sends the algorithm the SIGTERM signal, which delays job termination for 120
+  seconds"): SIGTERM to every host, SIGKILL after the grace (GRACE_S here, shorter than 120 s so tests stay short),
+  the checkpoints uploaded, then Stopped.
+
+The hosts share this machine, so `algo-1` does not resolve: the first host's address is handed to them as
+TRAINKIT_SAGEMAKER_LEADER (host.py), a port of its own per job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+from tests.helpers.paths import REPO
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+SYNC_S = 1.0
+GRACE_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Job:
+    """One training job's run: its hosts' processes, the S3 sync, the states."""
+
+    def __init__(self, fake, request: dict, folder: Path, clients):
+        self.fake, self.request, self.clients = fake, request, clients
+        self.name = request["TrainingJobName"]
+        self.count = request["ResourceConfig"]["InstanceCount"]
+        self.hosts = [f"algo-{i + 1}" for i in range(self.count)]
+        self.folder = folder / self.name
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.stopping = threading.Event()
+        self.started = time.time()
+        self.lock = threading.Lock()
+        self.fake.secondary_status_transitions = []
+        self._state("InProgress", "Starting", "Preparing the instances for training")
+
+    # ---------------------------------------------------------------- states
+
+    def _state(self, status: str, secondary: str, message: str) -> None:
+        now = time.time()
+        with self.lock:
+            transitions = self.fake.secondary_status_transitions
+            if transitions and "EndTime" not in transitions[-1]:
+                transitions[-1]["EndTime"] = now
+            transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": message})
+            if secondary in ("Completed", "Failed", "Stopped"):
+                transitions[-1]["EndTime"] = now
+                seconds = int(now - self.started)
+                self.fake.training_time_in_seconds = self.fake.billable_time_in_seconds = seconds
+            self.fake.training_job_status, self.fake.secondary_status = status, secondary
+
+    # ---------------------------------------------------------------- S3
+
+    def _s3_parts(self, uri: str) -> tuple[str, str]:
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        return bucket, key
+
+    def _download(self, uri: str, target: Path) -> None:
+        s3 = self.clients("s3")
+        bucket, prefix = self._s3_parts(uri)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                path = target / item["Key"][len(prefix) :]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+
+    def _sync_up(self, host_root: Path, uploaded: dict) -> None:
+        """New or changed files of the host's checkpoint folder to the checkpoint prefix (same keys for all)."""
+        config = self.request.get("CheckpointConfig")
+        if not config:
+            return
+        local = host_root / "checkpoints"
+        bucket, prefix = self._s3_parts(config["S3Uri"])
+        s3 = self.clients("s3")
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            try:
+                stat = path.stat()
+                data = path.read_bytes()
+            except OSError:  # renamed or removed while we looked: the next pass sees its new name
+                continue
+            relative = str(path.relative_to(local))
+            if uploaded.get(relative) == (stat.st_mtime_ns, stat.st_size):
+                continue
+            s3.put_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{relative}", Body=data)
+            uploaded[relative] = (stat.st_mtime_ns, stat.st_size)
+
+    # ---------------------------------------------------------------- hosts
+
+    def _prepare(self, index: int, host: str) -> Path:
+        root = self.folder / host / "opt" / "ml"
+        config = root / "input" / "config"
+        config.mkdir(parents=True)
+        resource = {"current_host": host, "hosts": self.hosts, "network_interface_name": "eth0"}
+        (config / "resourceconfig.json").write_text(json.dumps(resource))
+        (config / "hyperparameters.json").write_text(json.dumps(self.request.get("HyperParameters", {})))
+        for channel in self.request.get("InputDataConfig", []):
+            uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
+            self._download(uri, root / "input" / "data" / channel["ChannelName"])
+        (root / "checkpoints").mkdir()
+        if self.request.get("CheckpointConfig"):
+            self._download(self.request["CheckpointConfig"]["S3Uri"], root / "checkpoints")
+        (root / "model").mkdir()
+        (root / "output").mkdir()
+        return root
+
+    def _pump(self, host: str, process: subprocess.Popen) -> None:
+        """The host's output to its CloudWatch stream, a line at a time."""
+        logs = self.clients("logs")
+        stream = f"{self.name}/{host}-{int(self.started)}"
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+        for line in process.stdout:
+            event = {"timestamp": int(time.time() * 1000), "message": line.rstrip("\n")}
+            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[event])
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as error:  # the stand-in's own fault: the job fails saying so
+            self.fake.failure_reason = f"stand-in error: {type(error).__name__}: {error}"
+            self._state("Failed", "Failed", "Training job failed")
+
+    def _run(self) -> None:
+        self._state("InProgress", "Downloading", "Downloading input data")
+        roots = {host: self._prepare(i, host) for i, host in enumerate(self.hosts)}
+        self._state("InProgress", "Training", "Training image download completed. Training in progress.")
+        leader = f"127.0.0.1:{_free_port()}"
+        entry = self.request["AlgorithmSpecification"]["ContainerEntrypoint"]
+        with contextlib.suppress(Exception):
+            self.clients("logs").create_log_group(logGroupName=LOG_GROUP)
+        pumps = []
+        for host, root in roots.items():
+            env = {
+                **os.environ,
+                **self.request.get("Environment", {}),
+                "TRAINING_JOB_NAME": self.name,
+                "TRAINKIT_SAGEMAKER_ROOT": str(root),
+                "TRAINKIT_SAGEMAKER_LEADER": leader,
+                "PYTHONPATH": str(REPO),
+                "PYTHONUNBUFFERED": "1",
+            }
+            command = [sys.executable, *entry[1:]] if entry[0].startswith("python") else entry
+            process = subprocess.Popen(
+                command,
+                cwd=root,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            self.processes[host] = process
+            pump = threading.Thread(target=self._pump, args=(host, process), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        uploaded = {host: {} for host in roots}
+        failed: tuple[str, int] | None = None
+        while any(p.poll() is None for p in self.processes.values()):
+            for host, root in roots.items():
+                self._sync_up(root, uploaded[host])
+            for host, process in self.processes.items():
+                if process.poll() not in (None, 0) and failed is None and not self.stopping.is_set():
+                    failed = (host, process.returncode)
+                    self._signal_all(signal.SIGTERM)  # the job ends: the other hosts are stopped
+            time.sleep(SYNC_S if not self.stopping.is_set() else 0.2)
+        for pump in pumps:
+            pump.join(timeout=30)
+        for host, root in roots.items():
+            self._sync_up(root, uploaded[host])
+        codes = {host: process.returncode for host, process in self.processes.items()}
+        if self.stopping.is_set():
+            self._state("Stopped", "Stopped", "The job was stopped")
+        elif failed is not None or any(codes.values()):
+            host, code = failed or next((h, c) for h, c in codes.items() if c)
+            reason_file = roots[host] / "output" / "failure"
+            reason = reason_file.read_text()[:1024] if reason_file.is_file() else f"exit code {code}"
+            self.fake.failure_reason = f"AlgorithmError: {reason}"
+            self._state("Failed", "Failed", "Training job failed")
+        else:
+            self._state("InProgress", "Uploading", "Uploading generated training model")
+            self._upload_model(roots)
+            self._state("Completed", "Completed", "Training job completed")
+
+    def _upload_model(self, roots: dict) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+            for root in roots.values():
+                for path in sorted((root / "model").rglob("*")):
+                    if path.is_file():
+                        archive.add(path, arcname=str(path.relative_to(root / "model")))
+        bucket, prefix = self._s3_parts(self.request["OutputDataConfig"]["S3OutputPath"])
+        key = f"{prefix.rstrip('/')}/{self.name}/output/model.tar.gz"
+        self.clients("s3").put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
+
+    def _signal_all(self, sig: int) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+
+    def kill(self) -> None:
+        """The account goes away: nothing of the job may outlive the test."""
+        self.stopping.set()
+        self._signal_all(signal.SIGKILL)
+
+    def stop(self) -> None:
+        """StopTrainingJob: SIGTERM, the grace, then SIGKILL (the run loop records Stopped)."""
+        self.stopping.set()
+        self._state("Stopping", "Stopping", "Stopping the training job")
+        self._signal_all(signal.SIGTERM)
+
+        def kill_after_grace() -> None:
+            deadline = time.monotonic() + GRACE_S
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.processes.values()):
+                time.sleep(0.2)
+            self._signal_all(signal.SIGKILL)
+
+        threading.Thread(target=kill_after_grace, daemon=True).start()
