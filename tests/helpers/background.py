@@ -10,6 +10,7 @@ each piece keeps its own timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -55,14 +56,19 @@ class Background:
         )
 
     def stop(self) -> None:
-        """Interrupt it if still running (Ctrl-C first: the commands stop their own jobs), then kill."""
+        """Interrupt it if still running (Ctrl-C first: the commands stop their own jobs; then SIGTERM, as a
+        suite run in the background of a script has SIGINT ignored, and `invoke bench` ends its runs on either),
+        then kill."""
+        for sig, wait_s in ((signal.SIGINT, 5), (signal.SIGTERM, 55)):
+            if self.process.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=wait_s)
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGINT)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
 
     def remove(self) -> None:
         self.stop()

@@ -16,10 +16,13 @@ import pytest
 from tests.helpers.paths import REPO
 
 BENCH = """
-import sys
+import signal, sys
 from pathlib import Path
 from trainkit.bench.train import _run, stop_on_sigterm
 
+# Ctrl-C as a terminal delivers it: a process started in the background of a script (as CI runs the suite)
+# inherits SIGINT ignored, and Python then raises no KeyboardInterrupt for it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 stop_on_sigterm()
 # the "run": a shell that starts a child and waits, as torchrun starts its workers
 _run(["bash", "-c", f"sleep {sys.argv[1]} & wait"], Path(sys.argv[2]))
