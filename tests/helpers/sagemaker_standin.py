@@ -66,6 +66,9 @@ class Job:
         self.folder = folder / self.name
         self.processes: dict[str, subprocess.Popen] = {}
         self.stopping = threading.Event()
+        self.no_sync = threading.Event()  # set: the instances are gone at once, nothing more is uploaded
+        self.interrupted: str | None = None
+        self.attempt = 0
         self.started = time.time()
         self.lock = threading.Lock()
         self.fake.secondary_status_transitions = []
@@ -124,8 +127,9 @@ class Job:
 
     # ---------------------------------------------------------------- hosts
 
-    def _prepare(self, index: int, host: str) -> Path:
-        root = self.folder / host / "opt" / "ml"
+    def _prepare(self, host: str) -> Path:
+        """A fresh instance's /opt/ml: nothing of an earlier attempt's disk survives."""
+        root = self.folder / f"attempt-{self.attempt}" / host / "opt" / "ml"
         config = root / "input" / "config"
         config.mkdir(parents=True)
         resource = {"current_host": host, "hosts": self.hosts, "network_interface_name": "eth0"}
@@ -158,14 +162,38 @@ class Job:
             self._state("Failed", "Failed", "Training job failed")
 
     def _run(self) -> None:
-        self._state("InProgress", "Downloading", "Downloading input data")
-        roots = {host: self._prepare(i, host) for i, host in enumerate(self.hosts)}
-        self._state("InProgress", "Training", "Training image download completed. Training in progress.")
-        leader = f"127.0.0.1:{_free_port()}"
-        entry = self.request["AlgorithmSpecification"]["ContainerEntrypoint"]
         with contextlib.suppress(Exception):
             self.clients("logs").create_log_group(logGroupName=LOG_GROUP)
-        pumps = []
+        self._state("InProgress", "Downloading", "Downloading input data")
+        while True:
+            roots = {host: self._prepare(host) for host in self.hosts}
+            self._state("InProgress", "Training", "Training image download completed. Training in progress.")
+            codes, failed = self._run_hosts(roots)
+            if self.interrupted is None:
+                break
+            # A spot interruption: the job restarts on fresh instances with the checkpoint prefix restored
+            # (Developer Guide, "Managed Spot Training": "the training job is restarted ... from the checkpoint").
+            self.interrupted = None
+            self.attempt += 1
+            self._state("InProgress", "Starting", "Restarting training on new spot capacity after an interruption")
+        if self.stopping.is_set():
+            self._state("Stopped", "Stopped", "The job was stopped")
+        elif failed is not None or any(codes.values()):
+            host, code = failed or next((h, c) for h, c in codes.items() if c)
+            reason_file = roots[host] / "output" / "failure"
+            reason = reason_file.read_text()[:1024] if reason_file.is_file() else f"exit code {code}"
+            self.fake.failure_reason = f"AlgorithmError: {reason}"
+            self._state("Failed", "Failed", "Training job failed")
+        else:
+            self._state("InProgress", "Uploading", "Uploading generated training model")
+            self._upload_model(roots)
+            self._state("Completed", "Completed", "Training job completed")
+
+    def _run_hosts(self, roots: dict) -> tuple[dict, tuple | None]:
+        """One attempt: every host's entry point until all have exited; (exit codes, the first host that failed)."""
+        leader = f"127.0.0.1:{_free_port()}"
+        entry = self.request["AlgorithmSpecification"]["ContainerEntrypoint"]
+        self.processes, pumps = {}, []
         for host, root in roots.items():
             env = {
                 **os.environ,
@@ -190,33 +218,25 @@ class Job:
             pump = threading.Thread(target=self._pump, args=(host, process), daemon=True)
             pump.start()
             pumps.append(pump)
-        uploaded = {host: {} for host in roots}
-        failed: tuple[str, int] | None = None
+        uploaded: dict = {host: {} for host in roots}
+        failed = None
         while any(p.poll() is None for p in self.processes.values()):
-            for host, root in roots.items():
-                self._sync_up(root, uploaded[host])
+            if not self.no_sync.is_set():
+                for host, root in roots.items():
+                    self._sync_up(root, uploaded[host])
             for host, process in self.processes.items():
-                if process.poll() not in (None, 0) and failed is None and not self.stopping.is_set():
+                ended = process.poll() not in (None, 0)
+                if ended and failed is None and not self.stopping.is_set() and self.interrupted is None:
                     failed = (host, process.returncode)
                     self._signal_all(signal.SIGTERM)  # the job ends: the other hosts are stopped
-            time.sleep(SYNC_S if not self.stopping.is_set() else 0.2)
+            time.sleep(SYNC_S if not (self.stopping.is_set() or self.interrupted) else 0.2)
         for pump in pumps:
             pump.join(timeout=30)
-        for host, root in roots.items():
-            self._sync_up(root, uploaded[host])
-        codes = {host: process.returncode for host, process in self.processes.items()}
-        if self.stopping.is_set():
-            self._state("Stopped", "Stopped", "The job was stopped")
-        elif failed is not None or any(codes.values()):
-            host, code = failed or next((h, c) for h, c in codes.items() if c)
-            reason_file = roots[host] / "output" / "failure"
-            reason = reason_file.read_text()[:1024] if reason_file.is_file() else f"exit code {code}"
-            self.fake.failure_reason = f"AlgorithmError: {reason}"
-            self._state("Failed", "Failed", "Training job failed")
-        else:
-            self._state("InProgress", "Uploading", "Uploading generated training model")
-            self._upload_model(roots)
-            self._state("Completed", "Completed", "Training job completed")
+        if not self.no_sync.is_set():  # an abrupt loss of the instances uploads nothing more
+            for host, root in roots.items():
+                self._sync_up(root, uploaded[host])
+        self.no_sync.clear()
+        return {host: process.returncode for host, process in self.processes.items()}, failed
 
     def _upload_model(self, roots: dict) -> None:
         buffer = io.BytesIO()
@@ -235,6 +255,36 @@ class Job:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, sig)
 
+    def interrupt(self, grace: bool) -> None:
+        """A spot interruption (Developer Guide, "Managed Spot Training"): with `grace`, SIGTERM and the grace
+        period before the instances go (what the hosts have synced by then is kept); without, the instances are
+        gone at once (SIGKILL, no further upload). Then the job restarts on fresh instances."""
+        with self.lock:
+            if self.fake.secondary_status != "Training":  # only running instances can be reclaimed
+                raise RuntimeError(f"{self.name} is {self.fake.secondary_status}, not Training: nothing to interrupt")
+            self.interrupted = "grace" if grace else "abrupt"
+        self._state("InProgress", "Interrupted", "The spot capacity was reclaimed")
+        if not grace:
+            self.no_sync.set()
+            self._signal_all(signal.SIGKILL)
+            return
+        self._signal_all(signal.SIGTERM)
+        self._kill_after_grace()
+
+    def _kill_after_grace(self) -> None:
+        processes = list(self.processes.values())
+
+        def kill() -> None:
+            deadline = time.monotonic() + GRACE_S
+            while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+                time.sleep(0.2)
+            for process in processes:
+                if process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+
+        threading.Thread(target=kill, daemon=True).start()
+
     def kill(self) -> None:
         """The account goes away: nothing of the job may outlive the test."""
         self.stopping.set()
@@ -245,11 +295,4 @@ class Job:
         self.stopping.set()
         self._state("Stopping", "Stopping", "Stopping the training job")
         self._signal_all(signal.SIGTERM)
-
-        def kill_after_grace() -> None:
-            deadline = time.monotonic() + GRACE_S
-            while time.monotonic() < deadline and any(p.poll() is None for p in self.processes.values()):
-                time.sleep(0.2)
-            self._signal_all(signal.SIGKILL)
-
-        threading.Thread(target=kill_after_grace, daemon=True).start()
+        self._kill_after_grace()

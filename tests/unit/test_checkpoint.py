@@ -1,12 +1,20 @@
-"""Checkpoint publishing: atomic, `latest` moves only after a complete write, keep the last K."""
+"""Checkpoint publishing: atomic, `latest` moves only after a complete write, keep the last K; hosts without a
+shared disk publish parts that make a checkpoint together (the union a SageMaker job's start restores)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from training.common.checkpoint import COMPLETE_MARKER, CheckpointManager, remove_partial
+from training.common.checkpoint import (
+    COMPLETE_MARKER,
+    CheckpointManager,
+    check_manifest,
+    complete_steps,
+    remove_partial,
+)
 
 
 def manager(root: Path, keep: int = 2) -> CheckpointManager:
@@ -62,3 +70,70 @@ def test_latest_pointing_at_an_incomplete_directory_falls_back(tmp_path):
     assert ckpt.latest().name == "step-00000010"
     (tmp_path / "latest").write_text("step-00000099\n")  # pointer to something missing
     assert ckpt.latest().name == "step-00000010"
+
+
+def _host(root: Path, host: str, main: bool) -> CheckpointManager:
+    return CheckpointManager(
+        root, keep=2, is_main=main, barrier=lambda: None, is_local_main=True, host=host, hosts=("algo-1", "algo-2")
+    )
+
+
+def _save_on_two_hosts(a: Path, b: Path, step: int) -> None:
+    """Both hosts' local main ranks, one after the other (the barriers are each other's order here)."""
+    for root, host, main in ((a, "algo-1", True), (b, "algo-2", False)):
+        _host(root, host, main).save(step, lambda tmp, h=host: (tmp / f"shard-{h}.bin").write_bytes(b"x" * 8), {})
+
+
+def _union(target: Path, *roots: Path) -> Path:
+    """What a job's start restores onto every host: every host's uploads under one prefix."""
+    for root in roots:
+        shutil.copytree(root, target, dirs_exist_ok=True)
+    return target
+
+
+def test_hosts_without_a_shared_disk_publish_parts_that_are_whole_only_together(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    _save_on_two_hosts(a, b, 20)
+    step = "step-00000020"
+    # each disk holds its own part, under names only it writes; neither alone is a checkpoint
+    assert sorted(p.name for p in (a / step).iterdir()) == [
+        "COMPLETE.algo-1",
+        "HOSTS",
+        "MANIFEST.algo-1.json",
+        "shard-algo-1.bin",
+        "trainer_state.json",
+    ]
+    assert sorted(p.name for p in (b / step).iterdir()) == [
+        "COMPLETE.algo-2",
+        "MANIFEST.algo-2.json",
+        "shard-algo-2.bin",
+    ]
+    assert complete_steps(a) == [] and complete_steps(b) == []
+    restored = _union(tmp_path / "restored", a, b)
+    assert [p.name for p in complete_steps(restored)] == [step]
+    assert check_manifest(restored / step) is None
+    assert _host(restored, "algo-2", False).latest() == restored / step  # main's `latest` came with the union
+
+
+def test_a_part_cut_short_by_an_interruption_is_not_resumed(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    _save_on_two_hosts(a, b, 20)
+    step = "step-00000020"
+    shard = b / step / "shard-algo-2.bin"
+    shard.write_bytes(b"x" * 3)  # the upload stopped part-way
+    restored = _union(tmp_path / "cut", a, b)
+    assert check_manifest(restored / step) == (
+        "1 file(s) of the wrong size, e.g. shard-algo-2.bin (3 bytes, written 8)"
+    )
+    (restored / step / "MANIFEST.algo-2.json").unlink()  # host 2 never got its manifest out
+    assert check_manifest(restored / step) == "host algo-2's part never arrived (no MANIFEST.algo-2.json)"
+    (restored / step / "COMPLETE.algo-2").unlink()
+    assert complete_steps(restored) == []
+
+
+def test_each_host_keeps_its_newest_parts(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    for step in (10, 20, 30):
+        _save_on_two_hosts(a, b, step)
+    assert sorted(p.name for p in b.glob("step-*")) == ["step-00000020", "step-00000030"]
+    assert (a / "latest").read_text().strip() == "step-00000030" and not (b / "latest").exists()

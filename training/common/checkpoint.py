@@ -17,6 +17,16 @@ evidence, never read again) and the next older one is tried (training/common/run
 
 Works for any writer: `save(step, write_fn, state)` calls `write_fn(tmp_dir)` on every rank (e.g.
 Accelerate's sharded `save_state`), with barriers around it supplied by the caller.
+
+Hosts that share no filesystem (a SageMaker job: each host syncs its own checkpoint folder to one S3 prefix, and
+a job's start restores the union onto every host; trainkit/backends/sagemaker/README.md) publish per host: HOST_ENV
+names this host and HOSTS_ENV all of them. Each host's local main rank renames its own `.tmp-step-N/` to
+`step-N/` with its marker `COMPLETE.<host>` and its manifest `MANIFEST.<host>.json` (names no other host writes,
+so the union keeps every host's); the main rank adds `trainer_state.json` and `HOSTS`, and after a barrier that
+every host has published, `latest`. A step is complete where `HOSTS` is and every host it names has its marker
+and a manifest that matches the files: that is, in the union a job's start restores. Within one job no host holds
+the others' parts, so a SageMaker job does not restart its workers (trainkit/backends/sagemaker/host.py): the next
+job, or a spot restart, resumes from the union.
 """
 
 from __future__ import annotations
@@ -37,6 +47,10 @@ STATE_FILE = "trainer_state.json"
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
 SET_ASIDE_PREFIX = "corrupt-"
+HOSTS_FILE = "HOSTS"
+HOST_ENV = "TRAINKIT_CHECKPOINT_HOST"
+HOSTS_ENV = "TRAINKIT_CHECKPOINT_HOSTS"
+"""This host's name and all the job's hosts (comma-separated), where the hosts share no filesystem."""
 # Fault injection for tests and `invoke chaos`: seconds to pause after the shards are written and
 # before the checkpoint is published, so a kill can land inside the write.
 STALL_ENV = "TRAINKIT_CHECKPOINT_STALL_S"
@@ -53,23 +67,62 @@ def _fsync_tree(root: Path) -> None:
         fsync_dir(folder)
 
 
+def host_marker(host: str) -> str:
+    return f"{COMPLETE_MARKER}.{host}"
+
+
+def host_manifest(host: str) -> str:
+    return f"MANIFEST.{host}.json"
+
+
+def _bookkeeping(name: str) -> bool:
+    return name in (COMPLETE_MARKER, STATE_FILE, MANIFEST, HOSTS_FILE) or (
+        name.startswith(f"{COMPLETE_MARKER}.") or (name.startswith("MANIFEST.") and name.endswith(".json"))
+    )
+
+
 def manifest_of(directory: Path) -> dict[str, int]:
     """{relative path: size} of every file of a checkpoint but its own bookkeeping files."""
-    skip = {COMPLETE_MARKER, STATE_FILE, MANIFEST}
     return {
         str(p.relative_to(directory)): p.stat().st_size
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name not in skip
+        if p.is_file() and not _bookkeeping(p.name)
     }
+
+
+def step_hosts(directory: Path) -> list[str] | None:
+    """The hosts a per-host checkpoint was written by (its HOSTS file), or None for one written on one filesystem."""
+    path = directory / HOSTS_FILE
+    return path.read_text().split() if path.is_file() else None
+
+
+def is_complete(directory: Path) -> bool:
+    """Published: its marker, or (per host) every host's marker."""
+    hosts = step_hosts(directory)
+    if hosts is None:
+        return (directory / COMPLETE_MARKER).is_file()
+    return all((directory / host_marker(host)).is_file() for host in hosts)
 
 
 def check_manifest(directory: Path) -> str | None:
     """Why the files of a published checkpoint differ from what was written (None: they match, or a
-    checkpoint from before manifests)."""
+    checkpoint from before manifests). Per host: every host's manifest against the files of the union."""
+    hosts = step_hosts(directory)
+    if hosts is not None:
+        missing = [host for host in hosts if not (directory / host_manifest(host)).is_file()]
+        if missing:
+            return f"host {missing[0]}'s part never arrived (no {host_manifest(missing[0])})"
+        recorded = {}
+        for host in hosts:
+            recorded |= json.loads((directory / host_manifest(host)).read_text())
+        return _compare(recorded, manifest_of(directory))
     recorded_file = directory / MANIFEST
     if not recorded_file.is_file():
         return None
-    recorded, found = json.loads(recorded_file.read_text()), manifest_of(directory)
+    return _compare(json.loads(recorded_file.read_text()), manifest_of(directory))
+
+
+def _compare(recorded: dict[str, int], found: dict[str, int]) -> str | None:
     missing = sorted(set(recorded) - set(found))
     if missing:
         return f"{len(missing)} file(s) missing, e.g. {missing[0]}"
@@ -84,7 +137,7 @@ def complete_steps(root: Path) -> list[Path]:
     """The published checkpoints under `root`, oldest first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.glob("step-*") if p.is_dir() and (p / COMPLETE_MARKER).is_file()]
+    found = [p for p in root.glob("step-*") if p.is_dir() and is_complete(p)]
     return sorted(found, key=lambda p: p.name)
 
 
@@ -106,15 +159,28 @@ def remove_partial(root: Path) -> list[Path]:
 
 class CheckpointManager:
     def __init__(
-        self, root: Path, keep: int, is_main: bool, barrier: Callable[[], None], is_local_main: bool | None = None
+        self,
+        root: Path,
+        keep: int,
+        is_main: bool,
+        barrier: Callable[[], None],
+        is_local_main: bool | None = None,
+        host: str | None = None,
+        hosts: tuple[str, ...] = (),
     ):
         """`is_local_main`: this rank syncs the node's writes to disk (one rank per machine; the page cache is
-        the machine's); defaults to `is_main` (one machine)."""
+        the machine's); defaults to `is_main` (one machine). `host`, `hosts`: this host and all of them, where
+        the hosts share no filesystem (per-host publishing, see the module's docstring); default from HOST_ENV and
+        HOSTS_ENV."""
         self.root = Path(root)
         self.keep = keep
         self.is_main = is_main
         self.is_local_main = is_main if is_local_main is None else is_local_main
         self.barrier = barrier
+        self.host = host if host is not None else os.environ.get(HOST_ENV) or None
+        self.hosts = hosts or tuple(h for h in os.environ.get(HOSTS_ENV, "").split(",") if h)
+        # Who does what on a disk: each host's local main where each host has its own, else the main rank.
+        self.disk_owner = self.is_local_main if self.host else self.is_main
 
     # ------------------------------------------------------------------ reading
 
@@ -126,7 +192,7 @@ class CheckpointManager:
         pointer = self.root / LATEST
         if pointer.is_file():
             candidate = self.root / pointer.read_text().strip()
-            if (candidate / COMPLETE_MARKER).is_file():
+            if is_complete(candidate):
                 return candidate
         complete = self._complete_steps()
         return complete[-1] if complete else None
@@ -139,7 +205,7 @@ class CheckpointManager:
 
     def clean_partial(self) -> None:
         """Remove directories left by a save that never published (call once at start, all ranks)."""
-        if self.is_main:
+        if self.disk_owner:
             remove_partial(self.root)
         self.barrier()
 
@@ -147,7 +213,7 @@ class CheckpointManager:
         """Write on every rank into a temporary directory, then publish from the main rank."""
         tmp = self.root / f".tmp-{step_dir_name(step)}"
         final = self.root / step_dir_name(step)
-        if self.is_main:
+        if self.disk_owner:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self.barrier()
@@ -159,6 +225,9 @@ class CheckpointManager:
         stall = float(os.environ.get(STALL_ENV, "0") or 0)
         if stall > 0:
             time.sleep(stall)
+        if self.host:
+            self._publish_per_host(step, tmp, final, state)
+            return final
         if self.is_main:
             publish_text(tmp / MANIFEST, json.dumps(manifest_of(tmp), indent=1) + "\n")
             publish_text(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
@@ -172,24 +241,50 @@ class CheckpointManager:
         self.barrier()
         return final
 
+    def _publish_per_host(self, step: int, tmp: Path, final: Path, state: dict) -> None:
+        """Each host publishes its own part under names only it writes; `latest` once every host has."""
+        if self.is_local_main:
+            publish_text(tmp / host_manifest(self.host), json.dumps(manifest_of(tmp), indent=1) + "\n")
+            if self.is_main:
+                publish_text(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
+                publish_text(tmp / HOSTS_FILE, "\n".join(self.hosts) + "\n")
+            publish_text(tmp / host_marker(self.host), f"{step}\n")
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+            fsync_dir(self.root)
+        self.barrier()
+        if self.is_main:
+            publish_text(self.root / LATEST, final.name + "\n")
+        if self.is_local_main:
+            self._prune()
+        self.barrier()
+
     def set_aside(self, checkpoint: Path, reason: str) -> Path:
         """Rename a published checkpoint that cannot be used to `corrupt-<name>` (main rank), with why, and point
         `latest` at the newest one left. Nothing is deleted: it is evidence."""
         target = self.root / f"{SET_ASIDE_PREFIX}{checkpoint.name}"
-        if self.is_main:
+        if self.disk_owner:  # per host: every host holds the union it was restored from
             if target.exists():
                 shutil.rmtree(target)
             checkpoint.rename(target)
             publish_text(target / "REJECTED", reason + "\n")
             remaining = self._complete_steps()
-            if remaining:
-                publish_text(self.root / LATEST, remaining[-1].name + "\n")
-            else:
+            if not remaining:
                 (self.root / LATEST).unlink(missing_ok=True)
+            elif self.is_main or not self.host:
+                publish_text(self.root / LATEST, remaining[-1].name + "\n")
             fsync_dir(self.root)
         self.barrier()
         return target
 
     def _prune(self) -> None:
-        for old in self._complete_steps()[: -self.keep]:
+        """Keep the newest `keep` published steps on this disk (per host: those this host published; an older
+        one restored from S3 stays there until its lifecycle rule expires it, and costs disk, not correctness)."""
+        if self.host:
+            mine = [p for p in self.root.glob("step-*") if (p / host_marker(self.host)).is_file()]
+            published = sorted(mine, key=lambda p: p.name)
+        else:
+            published = self._complete_steps()
+        for old in published[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)

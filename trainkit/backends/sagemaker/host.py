@@ -28,6 +28,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from training.common.checkpoint import HOST_ENV, HOSTS_ENV
 from training.common.job import SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, Workload
 from trainkit.run.node import run_node
@@ -95,7 +96,9 @@ def relocated(workload: Workload, submitted: str, here: str) -> Workload:
 
 def main() -> int:
     base = root()
-    host, _index, endpoint = placement(json.loads((base / "input" / "config" / "resourceconfig.json").read_text()))
+    resources = json.loads((base / "input" / "config" / "resourceconfig.json").read_text())
+    host, _index, endpoint = placement(resources)
+    hosts = resources["hosts"]
     launch = base / "input" / "data" / os.environ.get("TRAINKIT_LAUNCH_CHANNEL", "trainkit")
     job = read_job(launch / SPEC_FILE)
     workload = Workload.from_json((launch / WORKLOAD_FILE).read_text())
@@ -108,6 +111,11 @@ def main() -> int:
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)
     os.environ.update(hf_token(secret))  # this host's processes only, as the Secret is a pod's environment on EKS
     endpoint = os.environ.get(LEADER_ENV) or endpoint
+    # The hosts share no filesystem: checkpoints publish per host (training/common/checkpoint.py), and as no host
+    # holds the others' parts until the next job restores the union from S3, a failure ends the job instead of
+    # restarting the workers here.
+    os.environ.update({HOST_ENV: host, HOSTS_ENV: ",".join(hosts)})
+    workload = replace(workload, restarts=False)
     code = run_node(job, workload, endpoint, rdzv_id, host, report_failure)
     if code == 0:
         publish_model(job.run_dir)
