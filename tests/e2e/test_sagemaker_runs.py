@@ -84,6 +84,10 @@ def test_a_two_host_job_stopped_and_submitted_again_completes_with_summary_metri
     lines = rank1.stdout.splitlines()
     assert lines[0].startswith(f"==> {name}/algo-") and lines[0].endswith("(rank 1)")
     assert len(lines) > 1 and all(line.startswith("[default0]:") for line in lines[1:])
+    # the report reads the run's files from its checkpoint prefix
+    report = invoke_in(tmp_path, "obs.report", "--run", "sm2")
+    assert report.returncode == 0 and "copied to runs/sm2" in report.stdout, report.stderr
+    assert (tmp_path / "runs" / "sm2" / "report.png").stat().st_size > 10_000
 
 
 def losses(account, run_id: str) -> list[str]:

@@ -8,6 +8,7 @@ import importlib
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from training.common.files import publish_text
 from training.common.job import RUN_DIR_ENV, Job
@@ -162,6 +163,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def stop(self, ref: RunRef) -> str:
         """Stop a run (its outputs stay; the same command resumes it); says what was done."""
+
+    def fetch_run_files(self, run_id: str, into: Path) -> bool:
+        """Copy a run's small files (spec, metrics, summary, events) from where this target keeps them into
+        `into`, for `invoke obs.report`; False: this target keeps none apart from the local runs folder."""
+        return False
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         """Keep the Hugging Face token where this target's jobs read it (`invoke secrets.hf-token`); says where."""

@@ -19,7 +19,7 @@ def generate(c, check=False):
 
 @task(
     help={
-        "run": "The run id (its folder under --runs-dir).",
+        "run": "The run id (its folder under --runs-dir; a SageMaker run's files are copied there from S3).",
         "runs-dir": "Where runs live (default runs); other runs of the model there give the scaling panel.",
         "output": "PNG to write (default <runs-dir>/<run>/report.png).",
     }

@@ -177,6 +177,12 @@ def _empty(axis) -> None:
 def report_run(run_id: str, runs_dir: str, output: str | None) -> str:
     run_dir = Path(runs_dir) / run_id
     if not run_dir.is_dir():
+        from trainkit.backends import backend_of
+
+        backend = backend_of(run_id, None, runs_dir)  # a run on a target that keeps its files elsewhere (S3)
+        if backend.fetch_run_files(run_id, run_dir):
+            written = write_report(run_dir, Path(output) if output else None)
+            return f"report written: {written.resolve()} (files of {backend.name} run {run_id} copied to {run_dir})"
         known = sorted(p.parent.name for p in Path(runs_dir).glob("*/metrics.jsonl"))
         hint = f"runs there: {', '.join(known)}" if known else "no runs there"
         raise SpecError(f"--run {run_id!r}: no folder {run_dir} ({hint}); check --run and --runs-dir")

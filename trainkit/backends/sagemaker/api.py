@@ -325,6 +325,27 @@ def log_lines(clients: Clients, name: str, host: str, follow: bool = False) -> I
             time.sleep(FOLLOW_POLL_S)
 
 
+RUN_FILES = ("spec.json", "metrics.jsonl", "summary.json", "events.jsonl")
+"""What `invoke obs.report` reads of a run (trainkit/plan/report.py)."""
+
+
+def fetch_run_files(clients: Clients, name: str, run_id: str, into: Path) -> list[str]:
+    """The run's small files from its checkpoint prefix, where the hosts' run folder is synced (the run folder is
+    <LocalPath>/<run id>); the names fetched."""
+    described = clients("sagemaker").describe_training_job(TrainingJobName=name)
+    bucket, _, prefix = described["CheckpointConfig"]["S3Uri"].removeprefix("s3://").partition("/")
+    s3, fetched = clients("s3"), []
+    into.mkdir(parents=True, exist_ok=True)
+    for file in RUN_FILES:
+        try:
+            body = s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{run_id}/{file}")["Body"].read()
+        except s3.exceptions.NoSuchKey:
+            continue
+        (into / file).write_bytes(body)
+        fetched.append(file)
+    return fetched
+
+
 def stop(clients: Clients, name: str) -> str:
     client = clients("sagemaker")
     state = client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]

@@ -185,3 +185,8 @@ class SageMakerBackend(Backend):
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         return api.put_hf_token(self.clients(), token)
+
+    def fetch_run_files(self, run_id: str, into: Path) -> bool:
+        clients = self.clients()
+        _run_id, name = api.newest_job(clients, run_id)
+        return bool(api.fetch_run_files(clients, name, run_id, into))
