@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 import textwrap
 from collections.abc import Callable
@@ -215,8 +216,6 @@ def scaling_examples() -> str:
 
 def local_runs() -> str:
     """The first-contact path's measured figures: the CPU bench record and the lent GPU's check."""
-    import statistics
-
     cpu = json.loads((ROOT / "benchmarks" / "llama2-tiny-cpu.json").read_text())
     gpu = json.loads((ROOT / "benchmarks" / "gpu-local-h100.json").read_text())
     runs = cpu["trainkit"]
@@ -312,8 +311,6 @@ def _rates(side, unit: str) -> str:
 
 
 def _median(values: list) -> float | None:
-    import statistics
-
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
