@@ -114,13 +114,13 @@ class Job:
         bucket, prefix = self._s3_parts(config["S3Uri"])
         s3 = self.clients("s3")
         for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            relative = str(path.relative_to(local))
             try:
                 stat = path.stat()
+                if uploaded.get(relative) == (stat.st_mtime_ns, stat.st_size):
+                    continue  # unchanged since its upload: not read again
                 data = path.read_bytes()
             except OSError:  # renamed or removed while we looked: the next pass sees its new name
-                continue
-            relative = str(path.relative_to(local))
-            if uploaded.get(relative) == (stat.st_mtime_ns, stat.st_size):
                 continue
             s3.put_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{relative}", Body=data)
             uploaded[relative] = (stat.st_mtime_ns, stat.st_size)

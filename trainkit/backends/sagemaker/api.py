@@ -84,32 +84,38 @@ def remembered(run_id: str | None) -> bool:
 # --- preflight ---------------------------------------------------------------------------------------------------
 
 
-def quota(clients: Clients, name: str) -> float | None:
-    """The account's value of the SageMaker quota called `name`: its code from the quotas' defaults
-    (ListAWSDefaultServiceQuotas), then the applied value (GetServiceQuota), which a quota nobody changed may not
-    have: then its default. None: no quota of that name in this region."""
+def quotas(clients: Clients, names: list[str]) -> dict[str, float | None]:
+    """The account's value of each SageMaker quota named: its code from the quotas' defaults
+    (ListAWSDefaultServiceQuotas, read once), then the applied value (GetServiceQuota), which a quota nobody changed
+    may not have: then its default. None: no quota of that name in this region."""
     client = clients("service-quotas")
     pages = client.get_paginator("list_aws_default_service_quotas").paginate(ServiceCode="sagemaker")
-    found = next((q for page in pages for q in page.get("Quotas", []) if q.get("QuotaName") == name), None)
-    if found is None:
-        return None
-    try:
-        return client.get_service_quota(ServiceCode="sagemaker", QuotaCode=found["QuotaCode"])["Quota"]["Value"]
-    except client.exceptions.NoSuchResourceException:
-        return found.get("Value")
+    defaults = {q.get("QuotaName"): q for page in pages for q in page.get("Quotas", [])}
+    values: dict[str, float | None] = {}
+    for name in names:
+        found = defaults.get(name)
+        if found is None:
+            values[name] = None
+            continue
+        try:
+            quota = client.get_service_quota(ServiceCode="sagemaker", QuotaCode=found["QuotaCode"])
+            values[name] = quota["Quota"]["Value"]
+        except client.exceptions.NoSuchResourceException:
+            values[name] = found.get("Value")
+    return values
+
+
+def run_jobs(clients: Clients, run_id: str, status: str | None = None) -> list[dict]:
+    """The run's training jobs (ListTrainingJobs by its name prefix), in one status or any."""
+    prefix = request.job_name(run_id, "")[:-1]
+    filters = {"NameContains": prefix[:63], **({"StatusEquals": status} if status else {})}
+    pages = clients("sagemaker").get_paginator("list_training_jobs").paginate(**filters)
+    return [job for page in pages for job in page["TrainingJobSummaries"] if _of_run(job["TrainingJobName"], prefix)]
 
 
 def running_jobs(clients: Clients, run_id: str) -> list[str]:
     """The run's jobs still InProgress or Stopping."""
-    prefix = request.job_name(run_id, "")[:-1]
-    found = []
-    paginator = clients("sagemaker").get_paginator("list_training_jobs")
-    for status in ACTIVE:
-        for page in paginator.paginate(NameContains=prefix[:63], StatusEquals=status):
-            found += [
-                j["TrainingJobName"] for j in page["TrainingJobSummaries"] if _of_run(j["TrainingJobName"], prefix)
-            ]
-    return found
+    return [job["TrainingJobName"] for status in ACTIVE for job in run_jobs(clients, run_id, status)]
 
 
 def _of_run(name: str, prefix: str) -> bool:
@@ -178,8 +184,7 @@ def _quota_problems(clients: Clients, job: Job) -> list[str]:
     if job.placement.spot:
         names.append(f"{instance} for spot training job usage")
     problems = []
-    for name in names:
-        value = quota(clients, name)
+    for name, value in quotas(clients, names).items():
         if value is None:
             problems.append(f"no SageMaker quota named {name!r} in this region: is {instance} offered here?")
         elif value < job.parallelism.nodes:
@@ -240,10 +245,9 @@ def newest_job(clients: Clients, run_id: str | None) -> tuple[str, str]:
     path = submissions_file(run_id)
     if path.is_file():
         return run_id, json.loads(path.read_text())["jobs"][-1]["name"]
-    prefix = request.job_name(run_id, "")[:-1]
-    pages = clients("sagemaker").get_paginator("list_training_jobs").paginate(NameContains=prefix[:63])
-    jobs = [j for page in pages for j in page["TrainingJobSummaries"] if _of_run(j["TrainingJobName"], prefix)]
+    jobs = run_jobs(clients, run_id)
     if not jobs:
+        prefix = request.job_name(run_id, "")[:-1]
         raise SpecError(f"no SageMaker training job of run {run_id} in this region (names start {prefix}-)")
     return run_id, max(jobs, key=lambda j: j["CreationTime"])["TrainingJobName"]
 
