@@ -14,11 +14,20 @@ reason). Not the fork server either: its workers' parent is the server, which ou
 so torch's parent-death check in the worker never fires and the workers are left behind. A spawned
 worker's parent is the trainer; it exits within seconds of the trainer's death. Cost: each worker
 imports torch once at start (~4 s more for the two-process resnet-tiny run on two cores).
+
+Each loader worker leaves its trainer's process group at start: a stop is the trainer's to handle (at a step
+boundary, with a checkpoint), and torchrun ends a worker by signalling its whole group (torch.distributed.elastic
+SubprocessHandler.close: os.killpg), as does a terminal's Ctrl-C. A loader worker killed by that signal failed the
+trainer's next batch ("DataLoader worker ... is killed by signal: Terminated", seen on the SageMaker stand-in)
+before the step where it checkpoints. Outside the group, a worker still ends with its trainer: the loader shuts it
+down on a normal exit, and the kernel kills it when the trainer dies (PR_SET_PDEATHSIG, as torchrun's workers do).
+Ignoring the signal instead would not do: Python's exit then terminates and joins the workers, and waits forever.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -27,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision import datasets, transforms
 
 from training.common.failure import DataError
+from training.common.lifecycle import die_with_parent
 from training.common.sampling import StepSampler
 
 from .layout import CROP_RATIO
@@ -118,6 +128,13 @@ class StepBatches(Sampler[list[tuple[int, int]]]):
         return (self.end - self.start) * self.sampler.micro_steps
 
 
+def leave_trainer_group(_worker_id: int) -> None:
+    """Each loader worker's start: a process group of its own, and death with its trainer (the module's docstring
+    says why)."""
+    os.setpgid(0, 0)
+    die_with_parent()
+
+
 def worker_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")  # not fork, not forkserver: see the module's docstring
 
@@ -149,6 +166,7 @@ class LoaderSettings:
                 prefetch_factor=self.prefetch_factor,
                 persistent_workers=self.persistent_workers,
                 multiprocessing_context=worker_context(),
+                worker_init_fn=leave_trainer_group,
             )
         return options
 
