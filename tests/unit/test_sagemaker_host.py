@@ -41,3 +41,45 @@ def test_the_host_that_holds_the_export_publishes_the_model(tmp_path, monkeypatc
 
 def test_no_secret_named_means_no_token_and_no_call():
     assert host.hf_token(None) == {}
+
+
+def test_the_launchers_run_folder_becomes_this_hosts_in_arguments_script_and_environment():
+    from trainkit.backends.base import Workload
+
+    submitted, here = "/opt/ml/checkpoints/lit", "/tmp/job/algo-2/opt/ml/checkpoints/lit"
+    workload = Workload(
+        label="lightning_ddp.py",
+        script=f"{submitted}/code/4186/lightning_ddp.py",
+        args=("--out", f"{submitted}/out", "--steps", "20", f"{submitted}-other"),
+        env={"TRAINKIT_CHECKPOINT_DIR": f"{submitted}/checkpoints", "TRAINKIT_SCRIPT": "lightning_ddp.py"},
+    )
+    moved = host.relocated(workload, submitted, here)
+    assert moved.script == f"{here}/code/4186/lightning_ddp.py"
+    assert moved.args == ("--out", f"{here}/out", "--steps", "20", f"{submitted}-other")  # only the folder itself
+    assert moved.env == {"TRAINKIT_CHECKPOINT_DIR": f"{here}/checkpoints", "TRAINKIT_SCRIPT": "lightning_ddp.py"}
+    recipe = Workload(label="llama2-tiny", module="training", args=("--spec", f"{submitted}/spec.json"))
+    assert host.relocated(recipe, submitted, here).script is None
+
+
+@pytest.mark.parametrize(
+    ("dataset", "lands", "reads"),
+    [
+        ("s3://data/imagenet/", "train", "mount"),  # a prefix: its objects under the channel
+        ("s3://data/imagenet", "imagenet/train", "mount/imagenet"),  # if the last part lands as a folder
+        ("s3://data/imagenet", "train", "mount"),  # if it does not
+        ("s3://data/chat/train.jsonl", "train.jsonl", "mount/train.jsonl"),  # one object, under its own name
+        ("/fsx/imagenet", "train", "/fsx/imagenet"),  # not from S3: as given
+    ],
+)
+def test_an_s3_dataset_is_read_where_the_target_mounted_it(tmp_path, monkeypatch, dataset, lands, reads):
+    from training.common.job import DATA_MOUNT_ENV, Job, dataset_path
+
+    mount = tmp_path / "mount"
+    (mount / lands).parent.mkdir(parents=True, exist_ok=True)
+    (mount / lands).write_text("") if lands.endswith(".jsonl") else (mount / lands).mkdir()
+    monkeypatch.setenv(DATA_MOUNT_ENV, str(mount))
+    job = Job()
+    job.data.dataset = dataset
+    assert dataset_path(job) == (reads if reads.startswith("/") else str(tmp_path / reads))
+    monkeypatch.delenv(DATA_MOUNT_ENV)
+    assert dataset_path(job) == dataset  # elsewhere (no mount) the spec's value is the path

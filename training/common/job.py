@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -666,13 +667,30 @@ SYNTHETIC_DIALOGUES = Path("data") / "dialogues.jsonl"
 SYNTHETIC_IMAGES = Path("data") / "imagenet"
 
 
+DATA_MOUNT_ENV = "TRAINKIT_DATA_MOUNT"
+"""The folder where the target mounted an s3:// dataset (SageMaker: the job's `data` channel). The run's spec keeps
+the URL as given, so a run resubmitted with other data is still refused as another run."""
+
+
+def dataset_path(job: Job) -> str:
+    """The dataset as this machine reads it: an s3:// URL where the target mounted it (DATA_MOUNT_ENV), anything
+    else as given. A URL that does not end in `/` may name one object, or a prefix whose last part SageMaker keeps
+    as a folder: what the mount holds under that name is the dataset, else the mount itself."""
+    dataset, mount = job.data.dataset, os.environ.get(DATA_MOUNT_ENV)
+    if not (mount and dataset.startswith("s3://")):
+        return dataset
+    named = Path(mount) / dataset.rsplit("/", 1)[-1]
+    return str(named) if not dataset.endswith("/") and named.exists() else mount
+
+
 def data_source(job: Job, run_dir: Path) -> str:
     """Where the workers read the dataset: the data the launcher generated into the run folder for
-    `synthetic`, else the user's path (home expanded, as the launcher checked it) or a hub name."""
+    `synthetic`, else the user's path (home expanded, as the launcher checked it; where the target mounted an
+    s3:// one) or a hub name."""
     if job.data.dataset == SYNTHETIC:
         generated = SYNTHETIC_IMAGES if job.model.family == "vision" else SYNTHETIC_DIALOGUES
         return str(run_dir / generated)
-    path = Path(job.data.dataset).expanduser()
+    path = Path(dataset_path(job)).expanduser()
     return str(path) if path.exists() else job.data.dataset
 
 

@@ -19,6 +19,7 @@ from training.common.job import (
     SYNTHETIC_DIALOGUES,
     SYNTHETIC_IMAGES,
     Job,
+    dataset_path,
 )
 from training.llm.dialogues import write_dialogues
 from trainkit.errors import SpecError
@@ -31,7 +32,7 @@ SYNTHETIC_CLASSES = 10
 
 def _local_dataset(job: Job) -> Path | None:
     """The dataset as a local path, None for a hub name; a local-looking path that is missing is an error."""
-    dataset = job.data.dataset
+    dataset = dataset_path(job)
     path = Path(dataset).expanduser()
     if path.exists():
         return path
@@ -57,7 +58,7 @@ def _check_image_folder(job: Job) -> None:
     from training.vision.layout import LayoutError, check_image_folder
 
     try:
-        check_image_folder(job.data.dataset, flag="--data")
+        check_image_folder(dataset_path(job), flag="--data")
     except LayoutError as error:
         raise SpecError(str(error)) from None
 

@@ -158,8 +158,25 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerSt
             f"run {job.run.run_id} is still running as SageMaker job {running[0]} (two jobs would write one "
             f"checkpoint prefix): wait for it, or `invoke stop --run-id {job.run.run_id}`"
         )
+    problems += _data_problems(job, stack)
     problems += _quota_problems(clients, job)
     return problems
+
+
+def _data_problems(job: Job, stack: SageMakerStack) -> list[str]:
+    """An s3:// dataset must be in a bucket the execution role may read (terraform/modules/sagemaker: the runs bucket
+    and data_source_buckets); else the job would start, pay for its instances and fail downloading its channel."""
+    data = job.data.dataset
+    if job.run.workload != "recipe" or not data.startswith("s3://"):
+        return []
+    bucket = data.removeprefix("s3://").split("/", 1)[0]
+    if bucket == stack.bucket or bucket in stack.data_buckets:
+        return []
+    readable = ", ".join((stack.bucket, *stack.data_buckets))
+    return [
+        f'--data {data}: the execution role may read only {readable}, not {bucket}: add "{bucket}" to '
+        "data_source_buckets in terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
+    ]
 
 
 def _secret_problems(clients: Clients, stack: SageMakerStack) -> list[str]:

@@ -7,7 +7,8 @@ SageMaker AI Provides Training Information" and "How Amazon SageMaker AI Process
 
     /opt/ml/input/config/resourceconfig.json   current_host ("algo-2"), hosts (["algo-1", "algo-2"]) ...
     /opt/ml/input/data/<channel>/              each input channel; `trainkit` holds spec.json, workload.json and
-                                               a script's code (trainkit/backends/sagemaker/request.py)
+                                               a script's code, `data` the s3:// dataset the job named
+                                               (trainkit/backends/sagemaker/request.py)
     /opt/ml/checkpoints                        synced with the job's checkpoint S3 prefix (the run folder)
     /opt/ml/model                              packed into model.tar.gz under the output path when the job ends;
                                                containers must not write clashing names there, so host 1 alone
@@ -29,8 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV, HOSTS_ENV
-from training.common.job import SPEC_FILE, read_job
+from training.common.job import DATA_MOUNT_ENV, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, Workload
+from trainkit.backends.sagemaker.request import DATA_CHANNEL
 from trainkit.run.node import run_node
 
 ROOT_ENV = "TRAINKIT_SAGEMAKER_ROOT"
@@ -84,14 +86,19 @@ def publish_model(run_dir: Path) -> None:
 
 
 def relocated(workload: Workload, submitted: str, here: str) -> Workload:
-    """The workload's arguments with the run folder the launcher wrote into them (the spec's path, an output
-    folder) pointing at this host's: the same path on SageMaker (/opt/ml/checkpoints/<run-id>), another one where
-    /opt/ml is elsewhere (ROOT_ENV)."""
+    """The workload with the run folder the launcher wrote into it (the spec's path and an output folder in its
+    arguments, a script's copied file, the checkpoint folder in its environment) pointing at this host's: the same
+    path on SageMaker (/opt/ml/checkpoints/<run-id>), another one where /opt/ml is elsewhere (ROOT_ENV)."""
 
-    def moved(arg: str) -> str:
-        return here + arg[len(submitted) :] if arg == submitted or arg.startswith(submitted + "/") else arg
+    def moved(value: str) -> str:
+        return here + value[len(submitted) :] if value == submitted or value.startswith(submitted + "/") else value
 
-    return replace(workload, args=tuple(moved(arg) for arg in workload.args))
+    return replace(
+        workload,
+        args=tuple(moved(arg) for arg in workload.args),
+        script=moved(workload.script) if workload.script else None,
+        env={name: moved(value) for name, value in workload.env.items()},
+    )
 
 
 def main() -> int:
@@ -106,6 +113,9 @@ def main() -> int:
         workload = replace(workload, code=str(launch / "code"))
     submitted = str(job.run_dir)
     job.run.runs_dir = str(base / "checkpoints")
+    channel = base / "input" / "data" / DATA_CHANNEL
+    if channel.is_dir():  # the s3:// dataset the job named, as SageMaker mounts it (FastFile)
+        os.environ[DATA_MOUNT_ENV] = str(channel)
     workload = relocated(workload, submitted, str(job.run_dir))
     secret = os.environ.get("TRAINKIT_HF_TOKEN_SECRET_ARN") if workload.token else None
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)

@@ -19,6 +19,7 @@ class SageMakerStack:
     hf_token_secret_arn: str | None
     recorded: bool
     stack_id: str | None = None  # tags the jobs, so `infra.audit` finds one still running
+    data_buckets: tuple[str, ...] = ()  # the role reads datasets from these besides the runs bucket
 
 
 PLACEHOLDER = SageMakerStack(
@@ -47,4 +48,5 @@ def load_stack(infra: InfraOutputs) -> SageMakerStack:
         hf_token_secret_arn=data.get("hf_token_secret_arn"),
         recorded=True,
         stack_id=infra.stack_id,
+        data_buckets=infra.data_buckets,  # the infra stack's data_source_buckets, which the role may read
     )
