@@ -105,8 +105,15 @@ def main() -> None:
     trainer.fit(
         Regression(args.lr), SyntheticData(args.samples, args.batch_size), ckpt_path=last if last.exists() else None
     )
+    if torch.distributed.is_initialized():
+        # Lightning leaves its process group open; a rank that exits while its peer is still closing the group's
+        # connections can abort in gloo's teardown (seen on two hosts). Leave together, then close it.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     if trainer.is_global_zero:
-        print(f"finished: step {trainer.global_step}, loss {float(trainer.callback_metrics['train_loss']):.4f}")
+        loss = trainer.callback_metrics.get("train_loss")  # none when a finished run is started again: no step ran
+        shown = f"{float(loss):.4f}" if loss is not None else "-"
+        print(f"finished: step {trainer.global_step}, loss {shown}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """SageMaker jobs run on the stand-in (tests/helpers/sagemaker_standin.py): the job as `invoke train --target
 sagemaker` submits it, each host's entry point as a local process with its own /opt/ml tree, the states, the
-CloudWatch streams and the S3 uploads as SageMaker makes them."""
+CloudWatch streams and the S3 uploads as SageMaker makes them.
+
+Each test runs two jobs at once: most of a job's time here is processes starting and files moving, which the two
+share, so the file stays inside the SageMaker work's two minutes of CI."""
 
 from __future__ import annotations
 
@@ -12,8 +15,10 @@ import time
 
 import pytest
 
+from tests.helpers.paths import REPO
 from tests.helpers.product import invoke_in
 from tests.helpers.sagemaker_moto import sagemaker_account
+from training.vision.synthetic import SyntheticTree, write_tree
 
 P5 = "ml.p5.48xlarge for training job usage"
 P5_SPOT = "ml.p5.48xlarge for spot training job usage"
@@ -27,10 +32,10 @@ def account(tmp_path, monkeypatch):
         yield found
 
 
-def submit(folder, account, run_id: str, *flags: str) -> str:
+def submit(folder, account, run_id: str, *flags: str, command: str = "train", script_args: tuple = ()) -> str:
     done = invoke_in(
         folder,
-        "train",
+        command,
         "--target",
         "sagemaker",
         "--image",
@@ -40,6 +45,7 @@ def submit(folder, account, run_id: str, *flags: str) -> str:
         "--metrics-port",
         "0",
         *flags,
+        *(("--", *script_args) if script_args else ()),
     )
     assert done.returncode == 0, done.stderr
     return re.search(r"submitted SageMaker job (\S+) ", done.stdout)[1]
@@ -49,47 +55,6 @@ def s3_object(account, key: str) -> bytes:
     return account.client("s3").get_object(Bucket=account.stack["bucket"], Key=key)["Body"].read()
 
 
-def test_a_two_host_job_stopped_and_submitted_again_completes_with_summary_metrics_and_model(tmp_path, account):
-    name = submit(tmp_path, account, "sm2", *JOB)
-    for host in ("algo-1", "algo-2"):
-        wait_for_key(account, f"checkpoints/sm2/sm2/checkpoints/step-00000004/COMPLETE.{host}")
-    stopped = invoke_in(tmp_path, "stop", "--run-id", "sm2")
-    assert stopped.returncode == 0 and f"stopping SageMaker job {name}" in stopped.stdout, stopped.stderr
-    assert account.wait(name, timeout=240)["TrainingJobStatus"] == "Stopped"
-    events = [json.loads(e) for e in s3_object(account, "checkpoints/sm2/sm2/events.jsonl").decode().splitlines()]
-    assert [e for e in events if e["event"] == "stop"], events  # SIGTERM reached the ranks: a stop at a step
-
-    name = submit(tmp_path, account, "sm2", *JOB)  # the same command resumes it
-    described = account.wait(name, timeout=240)
-    assert described["TrainingJobStatus"] == "Completed", (described.get("FailureReason"), described)
-    statuses = [t["Status"] for t in described["SecondaryStatusTransitions"]]
-    assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
-    # the run folder reached the checkpoint prefix: its summary and metrics, resumed from the first job's
-    summary = json.loads(s3_object(account, "checkpoints/sm2/sm2/summary.json"))
-    assert summary["steps"] == 24
-    events = [json.loads(e) for e in s3_object(account, "checkpoints/sm2/sm2/events.jsonl").decode().splitlines()]
-    assert [e for e in events if e["event"] == "resume" and e["step"] >= 4], events
-    metrics = s3_object(account, "checkpoints/sm2/sm2/metrics.jsonl").decode().splitlines()
-    assert json.loads(metrics[-1])["step"] == 24
-    # the exported model, packed from the /opt/ml/model of the host that exported it
-    packed = s3_object(account, f"runs/sm2/output/{name}/output/model.tar.gz")
-    with tarfile.open(fileobj=io.BytesIO(packed)) as archive:
-        names = archive.getnames()
-    assert "config.json" in names and any(n.endswith(".safetensors") for n in names), names
-
-    status = invoke_in(tmp_path, "status", "--run-id", "sm2")
-    assert f"SageMaker job {name} (run sm2)" in status.stdout and "status Completed / Completed" in status.stdout
-    rank1 = invoke_in(tmp_path, "logs", "--run-id", "sm2", "--rank", "1")
-    assert rank1.returncode == 0, rank1.stderr
-    lines = rank1.stdout.splitlines()
-    assert lines[0].startswith(f"==> {name}/algo-") and lines[0].endswith("(rank 1)")
-    assert len(lines) > 1 and all(line.startswith("[default0]:") for line in lines[1:])
-    # the report reads the run's files from its checkpoint prefix
-    report = invoke_in(tmp_path, "obs.report", "--run", "sm2")
-    assert report.returncode == 0 and "copied to runs/sm2" in report.stdout, report.stderr
-    assert (tmp_path / "runs" / "sm2" / "report.png").stat().st_size > 10_000
-
-
 def losses(account, run_id: str) -> list[str]:
     """The run's loss per step as the progress line prints it (4 decimals), from its metrics in S3."""
     lines = s3_object(account, f"checkpoints/{run_id}/{run_id}/metrics.jsonl").decode().splitlines()
@@ -97,30 +62,121 @@ def losses(account, run_id: str) -> list[str]:
     return [f"{r['loss']:.4f}" for r in records if "loss" in r]
 
 
-def wait_for_key(account, key: str, timeout: float = 300) -> None:
-    s3, deadline = account.client("s3"), time.monotonic() + timeout
+def wait_for_key(account, name: str, key: str, timeout: float = 300) -> None:
+    """Until `key` is in the bucket; a job `name` that ends first fails the test with its reason."""
+    s3, sagemaker, deadline = account.client("s3"), account.client("sagemaker"), time.monotonic() + timeout
     while s3.list_objects_v2(Bucket=account.stack["bucket"], Prefix=key).get("KeyCount", 0) == 0:
+        described = sagemaker.describe_training_job(TrainingJobName=name)
+        assert described["TrainingJobStatus"] == "InProgress", (key, described.get("FailureReason"))
         assert time.monotonic() < deadline, f"{key} never reached S3"
         time.sleep(0.5)
 
 
-# long enough that the interruption lands while it trains (about 1 s a step on two CPU cores)
+def upload_tree(account, tree, prefix: str) -> str:
+    """Every file under `tree` to the runs bucket under `prefix`: the s3:// URL a user gives as --data."""
+    s3, bucket = account.client("s3"), account.stack["bucket"]
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/{path.relative_to(tree)}", Body=path.read_bytes())
+    return f"s3://{bucket}/{prefix}/"
+
+
+def events(account, run_id: str) -> list[dict]:
+    lines = s3_object(account, f"checkpoints/{run_id}/{run_id}/events.jsonl").decode().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+# long enough that the interruption lands while it trains (about 1 s a step on two CPU cores, slower with two jobs)
 JOB = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "24", "--checkpoint-interval", "4")
 
 
-def test_a_spot_interruption_resumes_from_the_restored_checkpoint_with_the_same_losses(tmp_path, account):
-    reference = account.wait(submit(tmp_path, account, "ref", *JOB), timeout=240)
-    assert reference["TrainingJobStatus"] == "Completed", reference.get("FailureReason")
-    name = submit(tmp_path, account, "spot", *JOB, "--spot")
+def test_a_two_host_job_completes_and_a_spot_interrupted_copy_resumes_with_the_same_losses(tmp_path, account):
+    reference = submit(tmp_path, account, "ref", *JOB)
+    spot = submit(tmp_path, account, "spot", *JOB, "--spot")
     # the first checkpoint, whole: both hosts' markers are in the prefix
     for host in ("algo-1", "algo-2"):
-        wait_for_key(account, f"checkpoints/spot/spot/checkpoints/step-00000004/COMPLETE.{host}")
-    account.runners[name].interrupt(grace=False)  # the instances are gone at once: no upload after this
-    described = account.wait(name, timeout=240)
+        wait_for_key(account, spot, f"checkpoints/spot/spot/checkpoints/step-00000004/COMPLETE.{host}")
+    account.runners[spot].interrupt(grace=False)  # the instances are gone at once: no upload after this
+
+    described = account.wait(reference, timeout=240)
+    assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
+    statuses = [t["Status"] for t in described["SecondaryStatusTransitions"]]
+    assert statuses == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
+    # the run folder reached the checkpoint prefix: its summary and metrics
+    summary = json.loads(s3_object(account, "checkpoints/ref/ref/summary.json"))
+    assert summary["steps"] == 24 and summary["world_size"] == 2, summary
+    metrics = s3_object(account, "checkpoints/ref/ref/metrics.jsonl").decode().splitlines()
+    assert json.loads(metrics[-1])["step"] == 24
+    # the exported model, packed from the /opt/ml/model of the host that exported it
+    packed = s3_object(account, f"runs/ref/output/{reference}/output/model.tar.gz")
+    with tarfile.open(fileobj=io.BytesIO(packed)) as archive:
+        names = archive.getnames()
+    assert "config.json" in names and any(n.endswith(".safetensors") for n in names), names
+
+    status = invoke_in(tmp_path, "status", "--run-id", "ref")
+    assert f"SageMaker job {reference} (run ref)" in status.stdout and "status Completed / Completed" in status.stdout
+    rank1 = invoke_in(tmp_path, "logs", "--run-id", "ref", "--rank", "1")
+    assert rank1.returncode == 0, rank1.stderr
+    lines = rank1.stdout.splitlines()
+    assert lines[0].startswith(f"==> {reference}/algo-") and lines[0].endswith("(rank 1)")
+    assert len(lines) > 1 and all(line.startswith("[default0]:") for line in lines[1:])
+    # the report reads the run's files from its checkpoint prefix
+    report = invoke_in(tmp_path, "obs.report", "--run", "ref")
+    assert report.returncode == 0 and "copied to runs/ref" in report.stdout, report.stderr
+    assert (tmp_path / "runs" / "ref" / "report.png").stat().st_size > 10_000
+
+    # the interrupted job restarted on fresh instances, resumed from the restored checkpoint, and computed the same
+    described = account.wait(spot, timeout=240)
     assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
     statuses = [t["Status"] for t in described["SecondaryStatusTransitions"]]
     assert "Interrupted" in statuses and statuses.count("Training") == 2, statuses
-    events = s3_object(account, "checkpoints/spot/spot/events.jsonl").decode().splitlines()
-    resumed = [json.loads(e) for e in events if json.loads(e)["event"] == "resume"]
-    assert resumed and resumed[-1]["step"] >= 4, events
+    resumed = [e for e in events(account, "spot") if e["event"] == "resume"]
+    assert resumed and resumed[-1]["step"] >= 4, resumed
     assert losses(account, "spot") == losses(account, "ref")
+
+
+def test_a_users_lightning_script_stopped_and_resubmitted_and_the_vision_recipe_complete_on_two_hosts(
+    tmp_path, account
+):
+    """The vision recipe reads its images from the data channel and loses its spot instances with a grace after its
+    first checkpoint; the Lightning script is stopped with `invoke stop`, and the same command resumes it."""
+    tree = write_tree(tmp_path / "images", SyntheticTree(classes=10, per_class=8, val_per_class=2))
+    data = upload_tree(account, tree, "datasets/synthetic")
+    two_hosts = ("--nodes", "2", "--nproc", "1")
+    vision = submit(
+        tmp_path, account, "vis", "--model", "resnet-tiny", "--data", data, "--epochs", "6", *two_hosts, "--spot"
+    )  # 80 images, a global batch of 40: 2 steps an epoch, a checkpoint at each epoch's end
+    script = ("--script", str(REPO / "examples" / "lightning_ddp.py"), *two_hosts)
+    script_args = ("--steps", "20", "--save-every", "5", "--step-sleep", "0.4")
+    lightning = submit(tmp_path, account, "lit", *script, command="run", script_args=script_args)
+
+    for host in ("algo-1", "algo-2"):
+        wait_for_key(account, vision, f"checkpoints/vis/vis/checkpoints/step-00000004/COMPLETE.{host}")
+    account.runners[vision].interrupt(grace=True)
+    wait_for_key(account, lightning, "checkpoints/lit/lit/checkpoints/last.ckpt")
+    stopped = invoke_in(tmp_path, "stop", "--run-id", "lit")
+    assert stopped.returncode == 0 and f"stopping SageMaker job {lightning}" in stopped.stdout, stopped.stderr
+    assert account.wait(lightning, timeout=240)["TrainingJobStatus"] == "Stopped"
+    lightning = submit(tmp_path, account, "lit", *script, command="run", script_args=script_args)
+
+    # Within the grace the ranks stopped at a step and checkpointed it (unless an epoch's end just had), the hosts
+    # uploaded it, and the job, restarted on fresh instances, resumed from that step.
+    described = account.wait(vision, timeout=240)
+    assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
+    statuses = [t["Status"] for t in described["SecondaryStatusTransitions"]]
+    assert "Interrupted" in statuses and statuses.count("Training") == 2, statuses
+    found = events(account, "vis")
+    at = next(i for i, e in enumerate(found) if e["event"] == "stop")
+    stop, resume = found[at], [e for e in found if e["event"] == "resume"]
+    assert stop["step"] > 4 and stop["checkpoint"] in (stop["step"], None), stop
+    assert [e["step"] for e in found[:at] if e["event"] == "checkpoint"][-1] == stop["step"], found
+    assert resume and resume[-1]["step"] == stop["step"], found
+    summary = json.loads(s3_object(account, "checkpoints/vis/vis/summary.json"))
+    assert summary["steps"] == 12 and summary["world_size"] == 2, summary
+
+    # the script went on from Lightning's last.ckpt, restored from S3: every step reported once
+    described = account.wait(lightning, timeout=240)
+    assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
+    lines = s3_object(account, "checkpoints/lit/lit/metrics.jsonl").decode().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 21)), lines
+    logs = invoke_in(tmp_path, "logs", "--run-id", "lit")
+    assert "resuming from" in logs.stdout, logs.stdout[-2000:]

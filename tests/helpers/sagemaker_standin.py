@@ -20,7 +20,8 @@ job moves through SageMaker's states while they run. Each rule is SageMaker's, f
 - Logs ("Log Amazon SageMaker AI Events with Amazon CloudWatch"): each host's output to the log group
   `/aws/sagemaker/TrainingJobs`, stream `<job>/algo-<n>-<epoch seconds>`.
 - StopTrainingJob (API reference: "sends the algorithm the SIGTERM signal, which delays job termination for 120
-  seconds"): SIGTERM to every host, SIGKILL after the grace (GRACE_S here, shorter than 120 s so tests stay short),
+  seconds"): SIGTERM to every host's entry point (a container's first process), SIGKILL to all its processes after
+  the grace (GRACE_S here, shorter than 120 s so tests stay short),
   the checkpoints uploaded, then Stopped.
 
 The hosts share this machine, so `algo-1` does not resolve: the first host's address is handed to them as
@@ -70,6 +71,7 @@ class Job:
         self.interrupted: str | None = None
         self.attempt = 0
         self.started = time.time()
+        self.stamp = 0  # the epoch seconds in the log streams' names of the latest start of the instances
         self.lock = threading.Lock()
         self.fake.secondary_status_transitions = []
         self._state("InProgress", "Starting", "Preparing the instances for training")
@@ -95,13 +97,20 @@ class Job:
         bucket, _, key = uri.removeprefix("s3://").partition("/")
         return bucket, key
 
-    def _download(self, uri: str, target: Path) -> None:
+    def _download(self, uri: str, target: Path, folder: bool = True) -> None:
+        """The objects under `uri` into `target`. `folder` (the checkpoint prefix, synced with its local path): the
+        URI is a folder. Otherwise (a channel's S3Prefix: "all objects that match the specified key name prefix",
+        API reference, S3DataSource) the key's part after the prefix's last `/` is the local path, so one object
+        lands under its own name; that landing is this stand-in's reading, not a documented rule (docs/sagemaker.md
+        lists it as cloud-only)."""
         s3 = self.clients("s3")
         bucket, prefix = self._s3_parts(uri)
-        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        if folder:
+            prefix = prefix.rstrip("/") + "/" if prefix else ""
+        kept = prefix[: prefix.rfind("/") + 1]
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for item in page.get("Contents", []):
-                path = target / item["Key"][len(prefix) :]
+                path = target / item["Key"][len(kept) :]
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
 
@@ -137,7 +146,7 @@ class Job:
         (config / "hyperparameters.json").write_text(json.dumps(self.request.get("HyperParameters", {})))
         for channel in self.request.get("InputDataConfig", []):
             uri = channel["DataSource"]["S3DataSource"]["S3Uri"]
-            self._download(uri, root / "input" / "data" / channel["ChannelName"])
+            self._download(uri, root / "input" / "data" / channel["ChannelName"], folder=False)
         (root / "checkpoints").mkdir()
         if self.request.get("CheckpointConfig"):
             self._download(self.request["CheckpointConfig"]["S3Uri"], root / "checkpoints")
@@ -145,14 +154,18 @@ class Job:
         (root / "output").mkdir()
         return root
 
-    def _pump(self, host: str, process: subprocess.Popen) -> None:
-        """The host's output to its CloudWatch stream, a line at a time."""
+    def _pump(self, host: str, process: subprocess.Popen, stamp: int) -> None:
+        """The host's output to its CloudWatch stream, a line at a time. Each start of an instance has its own
+        stream (`<job>/algo-<n>-<epoch seconds>`), so a spot restart writes a new one; CloudWatch takes no empty
+        message (PutLogEvents: InputLogEvent.message, minimum length 1), so blank lines are left out."""
         logs = self.clients("logs")
-        stream = f"{self.name}/{host}-{int(self.started)}"
+        stream = f"{self.name}/{host}-{stamp}"
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
         for line in process.stdout:
-            event = {"timestamp": int(time.time() * 1000), "message": line.rstrip("\n")}
-            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[event])
+            message = line.rstrip("\n")
+            if message:
+                event = {"timestamp": int(time.time() * 1000), "message": message}
+                logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[event])
 
     def run(self) -> None:
         try:
@@ -192,6 +205,7 @@ class Job:
     def _run_hosts(self, roots: dict) -> tuple[dict, tuple | None]:
         """One attempt: every host's entry point until all have exited; (exit codes, the first host that failed)."""
         leader = f"127.0.0.1:{_free_port()}"
+        self.stamp = max(int(time.time()), self.stamp + 1)
         entry = self.request["AlgorithmSpecification"]["ContainerEntrypoint"]
         self.processes, pumps = {}, []
         for host, root in roots.items():
@@ -215,7 +229,7 @@ class Job:
                 start_new_session=True,
             )
             self.processes[host] = process
-            pump = threading.Thread(target=self._pump, args=(host, process), daemon=True)
+            pump = threading.Thread(target=self._pump, args=(host, process, self.stamp), daemon=True)
             pump.start()
             pumps.append(pump)
         uploaded: dict = {host: {} for host in roots}
@@ -250,10 +264,16 @@ class Job:
         self.clients("s3").put_object(Bucket=bucket, Key=key, Body=buffer.getvalue())
 
     def _signal_all(self, sig: int) -> None:
+        """As a container runtime stops a container (Docker CLI reference, `docker stop`: the container's main
+        process gets SIGTERM, then SIGKILL after a grace period): SIGTERM reaches each host's entry point only, which
+        passes it on; SIGKILL ends every process of the host."""
         for process in self.processes.values():
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, sig)
+                    if sig == signal.SIGKILL:
+                        os.killpg(process.pid, sig)
+                    else:
+                        process.send_signal(sig)
 
     def interrupt(self, grace: bool) -> None:
         """A spot interruption (Developer Guide, "Managed Spot Training"): with `grace`, SIGTERM and the grace
