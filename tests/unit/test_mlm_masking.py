@@ -8,8 +8,6 @@ import torch
 
 from training.encoder.masking import IGNORE_INDEX, MaskingRule, mask_tokens
 
-pytestmark = pytest.mark.unit
-
 VOCAB, MASK, CLS, SEP, PAD = 1000, 4, 2, 3, 0
 
 
