@@ -7,6 +7,9 @@ Llama 2 shapes are the published ones (Touvron et al. 2023, table 1 and the Hugg
 `config.json` of each `meta-llama/Llama-2-*-hf` repository): vocabulary 32,000, context 4,096,
 grouped-query attention with 8 KV heads for 70B only.
 
+BERT shapes are the published ones (Devlin et al. 2019, BERT-Large; the 1.5B of the reference setup, cited at
+its entry): vocabulary 30,522 (bert-large-uncased), 512 positions, two token types.
+
 Vision models are torchvision's (`training/vision/models.py` builds them); parameter counts are
 those of the 1000-class models and are checked against the built model in the tests. Training crops
 are the ones torchvision publishes with its ImageNet weights (`ResNet50_Weights.IMAGENET1K_V1`: 224,
@@ -65,6 +68,57 @@ class LlamaArch:
 
 
 @dataclass(frozen=True)
+class BertArch:
+    """A BERT encoder, in the field names of `transformers.BertConfig`, trained as `BertForMaskedLM`."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int = 30522
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+
+    def truncated(self, layers: int | None) -> BertArch:
+        return self if layers is None else replace(self, num_hidden_layers=layers)
+
+    def shape(self) -> TransformerShape:
+        """For the FLOPs formula: multi-head attention (no grouped KV), an ungated GELU MLP."""
+        h = self.hidden_size
+        heads = self.num_attention_heads
+        return TransformerShape(self.num_hidden_layers, h, heads, heads, self.intermediate_size, self.vocab_size, False)
+
+    def parameters(self) -> int:
+        """BertForMaskedLM's exact count: embeddings (word, position, type, LayerNorm), each layer (q, k, v, o,
+        the MLP's two matrices, their biases, two LayerNorms), the MLM head's transform (dense and LayerNorm) and
+        output bias; the head's output matrix is the word embedding, tied."""
+        h, i, layers = self.hidden_size, self.intermediate_size, self.num_hidden_layers
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
+        layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+        head = h * h + h + 2 * h + self.vocab_size
+        return embeddings + layers * layer + head
+
+    def hf_config(self) -> dict:
+        """A `config.json` body that `transformers.BertConfig` / `AutoConfig` accept."""
+        return {
+            "model_type": "bert",
+            "architectures": ["BertForMaskedLM"],
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "hidden_act": "gelu",
+            "layer_norm_eps": 1e-12,
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+            "pad_token_id": 0,
+        }
+
+
+@dataclass(frozen=True)
 class VisionArch:
     """An image classifier from torchvision, at ImageNet's 1000 classes."""
 
@@ -117,7 +171,11 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "llama": Family("llama", trainer="training.llm.trainer:LlamaTrainer"),
     "vision": Family("vision", trainer="training.vision.trainer:VisionTrainer"),
+    "bert": Family("bert", trainer="training.encoder.trainer:BertTrainer"),
 }
+
+BERT_BUILDER = "training.encoder.model:build_model"
+"""Every BERT is built from its `config.json`, randomly initialised: (model_config, seed) -> BertForMaskedLM."""
 
 LLAMA_BUILDER = "training.llm.model:build_model"
 """Every Llama is built from its `config.json` (random init) or its weights: (model_config, weights, seed,
@@ -128,7 +186,7 @@ materialize) -> LlamaForCausalLM."""
 class ModelEntry:
     name: str
     family: str
-    arch: LlamaArch | VisionArch
+    arch: LlamaArch | VisionArch | BertArch
     recipe: Recipe
     builder: str
     """"module:function" that builds the model (vision: num_classes -> torch.nn.Module; llama: `LLAMA_BUILDER`)."""
@@ -211,6 +269,48 @@ def _resnet_tiny_recipe() -> Recipe:
     )
 
 
+def _bert_recipe(micro_batch_size: int) -> Recipe:
+    """Phase-1 masked-language-model pretraining as the reference ran it on Gaudi (HabanaAI/Model-References,
+    PyTorch/nlp/DeepSpeedExamples/deepspeed-bert at 06bfc5e: scripts/run_bert_1.5b_8x.sh and
+    deepspeed_config_bert_1.5b.json; release 1.7.0's scripts/run_bert_1.5b_32x.sh at 9390986): a global batch of
+    12,288 sequences of 128 tokens (16 per card x 24 accumulation steps on 32 cards in 1.7.0, 32 x 48 on 8 at
+    06bfc5e), learning rate 0.0015 in both, 5% warmup, weight decay 0.01, gradient clipping 1.0, 155,000 steps, a
+    checkpoint every 200. Their scripts use one learning rate at every card count: none of them shows the 0.003
+    at 16 nodes that issue 31 quotes. Their optimizer was LANS (NVLAMB in release 1.5.0); trainkit trains with
+    LAMB (training/vision/lamb.py), the NVLAMB family, and its own cosine schedule instead of their polynomial
+    one. Masks are drawn per batch (training/encoder/masking.py), not ahead of time as their hdf5 files hold
+    them."""
+    return Recipe(
+        steps=155_000,
+        global_batch_size=12_288,
+        micro_batch_size=micro_batch_size,
+        sharding="NO_SHARD",
+        weight_decay=0.01,
+        grad_clip=1.0,
+        checkpoint_interval=200,
+        lr=0.0015,
+        warmup_steps=7_750,
+        seq_len=128,
+        optimizer="lamb",
+        # A CPU smoke run of a large shape: a few small steps.
+        cpu={"global_batch_size": 4, "micro_batch_size": 2, "steps": 10, "warmup_steps": 2},
+    )
+
+
+def _bert_tiny_recipe() -> Recipe:
+    """Local demo and tests on the generated corpus: two CPU processes, about a minute."""
+    return replace(
+        _bert_recipe(micro_batch_size=8),
+        steps=60,
+        global_batch_size=32,
+        seq_len=64,
+        lr=0.01,
+        warmup_steps=6,
+        checkpoint_interval=20,
+        cpu={},
+    )
+
+
 ENTRIES = (
     ModelEntry(
         name="llama2-7b",
@@ -247,6 +347,32 @@ ENTRIES = (
         arch=LlamaArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),
         recipe=_tiny_recipe(),
         notes="debug model; random init only unless --weights points at a local checkpoint",
+    ),
+    ModelEntry(
+        name="bert-large",
+        builder=BERT_BUILDER,
+        family="bert",
+        arch=BertArch(1024, 24, 16, 4096),  # Devlin et al. 2019, BERT-Large: L=24, H=1024, A=16
+        recipe=_bert_recipe(micro_batch_size=16),
+        notes="BERT-Large, pretrained from scratch (masked LM); the reference setup's baseline",
+    ),
+    ModelEntry(
+        name="bert-1.5b",
+        builder=BERT_BUILDER,
+        family="bert",
+        # The reference's scripts/bert_1.5b_config.json: 48 layers, hidden 1600, 25 heads, intermediate 6400.
+        arch=BertArch(1600, 48, 25, 6400),
+        recipe=_bert_recipe(micro_batch_size=16),
+        notes="the reference setup's 1.5B BERT, pretrained from scratch (masked LM)",
+    ),
+    ModelEntry(
+        name="bert-tiny",
+        builder=BERT_BUILDER,
+        family="bert",
+        # BERT's architecture at ~0.5M parameters, with a vocabulary that fits the byte tokenizer (5 + 256 ids).
+        arch=BertArch(128, 2, 2, 512, vocab_size=264),
+        recipe=_bert_tiny_recipe(),
+        notes="debug model; random init",
     ),
     ModelEntry(
         name="resnet50",

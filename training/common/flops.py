@@ -35,6 +35,8 @@ class TransformerShape:
     kv_heads: int
     ffn: int
     vocab: int
+    gated: bool = True
+    """A gated MLP (SwiGLU: gate, up, down) as in Llama; False: BERT's two matrices (up, down) around GELU."""
 
     @classmethod
     def from_hf_config(cls, config) -> TransformerShape:
@@ -55,7 +57,7 @@ class TransformerShape:
     def params_per_layer(self) -> int:
         kv = self.kv_heads * self.head_dim
         attention = 2 * self.hidden * self.hidden + 2 * self.hidden * kv  # q, o, k, v (no biases)
-        mlp = 3 * self.hidden * self.ffn  # gate, up, down (SwiGLU)
+        mlp = (3 if self.gated else 2) * self.hidden * self.ffn  # gate, up, down (SwiGLU); or up, down
         norms = 2 * self.hidden  # RMSNorm before attention and before MLP
         return attention + mlp + norms
 

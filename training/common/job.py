@@ -31,7 +31,9 @@ SPEC_VERSION = 2  # spec.json before it (one flat object) is read too: see from_
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 SYNTHETIC = "synthetic"
-FAMILIES = ("llama", "vision")
+FAMILIES = ("llama", "vision", "bert")
+LANGUAGE = ("llama", "bert")
+"""The families that read text (a decoder fine-tuned on records, an encoder pretrained on a corpus)."""
 
 
 def option(
@@ -46,7 +48,7 @@ def option(
     flag: str | None = None,
     alias: str | None = None,
     trains: bool = True,
-    family: str | None = None,
+    family: str | tuple[str, ...] | None = None,
     cli: bool = True,
     switch: bool = False,
     duration: bool = False,
@@ -58,7 +60,7 @@ def option(
     flag      the command-line name when it is not the field's name; alias: a second name for it
     trains    whether the value changes what is trained (the run id hashes these; a run can be resumed
               with other values of the rest)
-    family    `llama` or `vision` when only that kind of model uses the field
+    family    the family (`llama`, `vision`, `bert`), or families, whose models alone use the field
     cli       False for values the launcher sets itself (they are still in spec.json)
     switch    a boolean given as a bare flag (`--synthetic`) rather than with a value
     duration  seconds, also given as `90m`, `4h`, `2d` (see duration_seconds)
@@ -144,7 +146,7 @@ class ModelOptions:
     name: str = option("llama2-tiny", "Registry name of the model (training/registry.py).", flag="model")
     family: str | None = option(
         None,
-        "`llama` or `vision`: which trainer runs the job (set from the model registry).",
+        "`llama`, `vision` or `bert`: which trainer runs the job (set from the model registry).",
         choices=FAMILIES,
         trains=False,
         cli=False,
@@ -163,7 +165,7 @@ class ModelOptions:
         None,
         "Truncate the model to this many layers (benchmarks and tests; labelled in every output).",
         minimum=1,
-        family="llama",
+        family=LANGUAGE,
     )
     truncated_label: str | None = option(
         None, "Set when --layers truncates the model, so every output says so.", cli=False
@@ -176,13 +178,14 @@ class DataOptions:
 
     dataset: str = option(
         SYNTHETIC,
-        "`synthetic` (generated: dialogues for language models, a 10-class JPEG tree for vision), a local "
-        "`.jsonl` file or ImageFolder root (train/<class>/, val/<class>/), or a Hugging Face dataset name.",
+        "`synthetic` (generated: dialogues for Llama, a text corpus for BERT, a 10-class JPEG tree for vision), a "
+        "local `.jsonl` file (BERT: also `.txt`) or ImageFolder root (train/<class>/, val/<class>/), or a Hugging "
+        "Face dataset name.",
         alias="data",
     )
     dataset_split: str = option("train", "Split to read from a Hugging Face dataset.")
     seq_len: int | None = option(
-        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family="llama"
+        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family=LANGUAGE
     )
     image_size: int | None = option(
         None,
@@ -270,9 +273,10 @@ class OptimisationOptions:
     )
     optimizer: str | None = option(
         None,
-        "Vision: `sgd` (Nesterov momentum 0.9) or `lamb` (layer-wise adaptive, for large batches). LLMs use AdamW.",
-        choices=("sgd", "lamb"),
-        family="vision",
+        "Vision: `sgd` (Nesterov momentum 0.9) or `lamb` (layer-wise adaptive, for large batches). BERT: `lamb` "
+        "(the recipe's) or `adamw`. Llama fine-tuning uses AdamW.",
+        choices=("sgd", "lamb", "adamw"),
+        family=("vision", "bert"),
     )
     label_smoothing: float | None = option(
         None, "Vision: label smoothing of the cross-entropy loss (recipe: 0.1).", minimum=0, below=1, family="vision"
@@ -665,6 +669,7 @@ PROGRESS_ENV = "TRAINKIT_PROGRESS"
 by default, `lines` (one plain line per tenth of the run: logs, pipes and `kubectl logs`)."""
 SYNTHETIC_DIALOGUES = Path("data") / "dialogues.jsonl"
 SYNTHETIC_IMAGES = Path("data") / "imagenet"
+SYNTHETIC_CORPUS = Path("data") / "corpus.jsonl"
 
 
 DATA_MOUNT_ENV = "TRAINKIT_DATA_MOUNT"
@@ -688,7 +693,7 @@ def data_source(job: Job, run_dir: Path) -> str:
     `synthetic`, else the user's path (home expanded, as the launcher checked it; where the target mounted an
     s3:// one) or a hub name."""
     if job.data.dataset == SYNTHETIC:
-        generated = SYNTHETIC_IMAGES if job.model.family == "vision" else SYNTHETIC_DIALOGUES
+        generated = {"vision": SYNTHETIC_IMAGES, "bert": SYNTHETIC_CORPUS}.get(job.model.family, SYNTHETIC_DIALOGUES)
         return str(run_dir / generated)
     path = Path(dataset_path(job)).expanduser()
     return str(path) if path.exists() else job.data.dataset

@@ -6,13 +6,17 @@ file, the final save and the report) happens here, in one order for every model.
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from accelerate import Accelerator
 
+from training.common.flops import mfu
 from training.common.job import Job
 from training.common.run import RunContext, peak_memory_bytes, synchronize
 from training.common.schedule import lr_multiplier
@@ -76,6 +80,47 @@ class Trainer(abc.ABC):
         return {}
 
     # ------------------------------------------------------------------ shared stages
+
+    def token_mean_step(
+        self,
+        batches: list[tuple[torch.Tensor, torch.Tensor]],
+        weights: list[float],
+        targets: Callable[[torch.Tensor], int],
+        summed_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        around: Callable[[bool], contextlib.AbstractContextManager],
+        data_wait: float,
+    ) -> Step:
+        """One optimizer step of a text model over its micro batches (inputs, labels): the loss is the mean over
+        the global batch's target tokens (`targets(labels)` counts a micro batch's, `summed_loss` sums its token
+        losses), so neither the loss nor the gradient depends on how the batch is split over ranks and
+        accumulation steps. A micro batch of weight 0 (a rank's empty share, run on a stand-in so every rank
+        takes part in the collectives) counts nothing. `around(last)` is the context of each forward and
+        backward: gradient sync on the last micro batch only."""
+        device = self.accelerator.device
+        counted = torch.tensor(
+            sum(targets(labels) for (_, labels), weight in zip(batches, weights, strict=True) if weight),
+            device=device,
+        )
+        dist.all_reduce(counted)
+        scale = self.accelerator.num_processes / counted.clamp(min=1)
+        loss_sum = torch.zeros((), device=device)
+        for index, (inputs, labels) in enumerate(batches):
+            with around(index == len(batches) - 1):
+                token_loss = summed_loss(inputs, labels)
+                self.accelerator.backward(token_loss * (scale * weights[index]))
+            loss_sum += token_loss.detach() * weights[index]
+        grad_norm, optimizer_s = self.optimizer_tail()
+        dist.all_reduce(loss_sum)
+        return Step((loss_sum / counted.clamp(min=1)).item(), grad_norm, data_wait, optimizer_s)
+
+    def token_record(self, step_time: float, flops_per_token: float, peak_tflops: float | None) -> dict:
+        """A text model's throughput fields: tokens/s of the global batch and, where a peak is known, MFU."""
+        tokens_per_s = self.job.optimisation.global_batch_size * self.job.data.seq_len / step_time
+        world = self.accelerator.num_processes
+        return {
+            "tokens_per_s": tokens_per_s,
+            "mfu": mfu(tokens_per_s, flops_per_token, world, peak_tflops) if peak_tflops else None,
+        }
 
     def schedule(self, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
         """The learning-rate schedule over `total_steps`, saved with every checkpoint."""

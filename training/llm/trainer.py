@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
@@ -18,7 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.failure import doing
-from training.common.flops import TransformerShape, mfu, peak_tflops_for_device
+from training.common.flops import TransformerShape, peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
@@ -136,41 +135,32 @@ class LlamaTrainer(Trainer):
         micro = [indices if len(indices) else torch.zeros(1, dtype=torch.long) for indices in micro]
         batches = [(self.dataset.input_ids[i].to(device), self.dataset.labels[i].to(device)) for i in micro]
         data_wait = time.perf_counter() - waited
-        # Normalise by the loss tokens of the whole global batch, so the loss and the gradient do
-        # not depend on how the batch is split over ranks and accumulation steps.
-        counted = torch.tensor(
-            sum(int((y[:, 1:] != IGNORE_INDEX).sum()) for (_, y), w in zip(batches, weights, strict=True) if w),
-            device=device,
-        )
-        dist.all_reduce(counted)
-        scale = self.world / counted.clamp(min=1)
-        loss_sum = torch.zeros((), device=device)
         # The attention kernel is pinned over forward and backward: a checkpointed layer recomputes its forward
         # in backward, and must pick the kernel it saved tensors for.
         kernel = self.job.parallelism.attention or "sdpa"
-        for index, (inputs, labels) in enumerate(batches):
-            with self._gradient_sync_only_if(index == len(batches) - 1), fast_paths.attention(kernel):
-                logits = self.model(input_ids=inputs).logits
-                token_loss = F.cross_entropy(
-                    logits[:, :-1].flatten(0, 1).float(),
-                    labels[:, 1:].flatten(),
-                    ignore_index=IGNORE_INDEX,
-                    reduction="sum",
-                )
-                self.accelerator.backward(token_loss * (scale * weights[index]))
-            loss_sum += token_loss.detach() * weights[index]
-        grad_norm, optimizer_s = self.optimizer_tail()
-        dist.all_reduce(loss_sum)
-        return Step((loss_sum / counted.clamp(min=1)).item(), grad_norm, data_wait, optimizer_s)
+
+        def summed_loss(inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            logits = self.model(input_ids=inputs).logits  # each position predicts the next token
+            return F.cross_entropy(
+                logits[:, :-1].flatten(0, 1).float(),
+                labels[:, 1:].flatten(),
+                ignore_index=IGNORE_INDEX,
+                reduction="sum",
+            )
+
+        @contextlib.contextmanager
+        def around(last: bool):
+            with self._gradient_sync_only_if(last), fast_paths.attention(kernel):
+                yield
+
+        def targets(labels: torch.Tensor) -> int:
+            return int((labels[:, 1:] != IGNORE_INDEX).sum())
+
+        return self.token_mean_step(batches, weights, targets, summed_loss, around, data_wait)
 
     def record(self, step: int, step_time: float) -> dict:
-        tokens = self.job.optimisation.global_batch_size * self.job.data.seq_len
-        tokens_per_s = tokens / step_time
-        return {
-            "tokens_per_s": tokens_per_s,
-            "mfu": mfu(tokens_per_s, self.flops_per_token, self.world, self.peak_tflops) if self.peak_tflops else None,
-            "tokens_seen": step * tokens,
-        }
+        fields = self.token_record(step_time, self.flops_per_token, self.peak_tflops)
+        return fields | {"tokens_seen": step * self.job.optimisation.global_batch_size * self.job.data.seq_len}
 
     def export(self) -> Path | None:
         """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory."""

@@ -13,6 +13,10 @@ from torchvision.models.resnet import BasicBlock, ResNet
 
 from training.registry import load, model_entry
 
+from .lamb import parameter_groups
+
+__all__ = ["build_model", "efficientnet_b7", "parameter_groups", "resnet50", "resnet_tiny"]
+
 
 def resnet50(num_classes: int) -> torch.nn.Module:
     return models.resnet50(weights=None, num_classes=num_classes)
@@ -32,16 +36,3 @@ def build_model(name: str, num_classes: int) -> torch.nn.Module:
     if entry.family != "vision":
         raise ValueError(f"--model {name!r} is a {entry.family} model, not a vision model")
     return load(entry.builder)(num_classes)
-
-
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on conv and linear weights only; biases and normalisation parameters are exempt
-    (their `adapt` flag also keeps them out of LAMB's layer-wise trust ratio)."""
-    decay, exempt = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.ndim > 1 else exempt).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "adapt": True},
-        {"params": exempt, "weight_decay": 0.0, "adapt": False},
-    ]

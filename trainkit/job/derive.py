@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from training.common.job import BY_KEY, Job
+from training.common.job import BY_KEY, LANGUAGE, Job
 from training.registry import GPU_ONLY
 from trainkit.job.build import Machine, compiler_missing
 from trainkit.job.models import get_model
@@ -66,7 +66,7 @@ def derive(job: Job, machine: Machine) -> None:
         )
     if job.model.init == "pretrained" and job.model.weights is None:
         job.model.weights = entry.hub_id
-    if job.model.layers is not None and entry.family == "llama" and job.model.layers <= entry.arch.num_hidden_layers:
+    if job.model.layers is not None and entry.family in LANGUAGE and job.model.layers <= entry.arch.num_hidden_layers:
         full = entry.arch.num_hidden_layers
         job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
     if job.run.run_id is None:

@@ -3,10 +3,10 @@ plans and checks a job without PyTorch, and the workers read the same table)."""
 
 from __future__ import annotations
 
-from training.registry import REGISTRY, LlamaArch, ModelEntry, Recipe, VisionArch, model_entry
+from training.registry import REGISTRY, BertArch, LlamaArch, ModelEntry, Recipe, VisionArch, model_entry
 from trainkit.errors import SpecError
 
-__all__ = ["REGISTRY", "LlamaArch", "ModelEntry", "Recipe", "VisionArch", "get_model"]
+__all__ = ["REGISTRY", "BertArch", "LlamaArch", "ModelEntry", "Recipe", "VisionArch", "get_model"]
 
 
 def get_model(name: str) -> ModelEntry:

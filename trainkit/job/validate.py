@@ -8,13 +8,20 @@ import os
 import re
 from pathlib import Path
 
-from training.common.job import BY_KEY, FIELDS, Job, micro_steps
+from training.common.job import BY_KEY, FIELDS, LANGUAGE, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.models import ModelEntry, get_model
 
-FAMILY_KIND = {"llama": "language", "vision": "vision"}
+FAMILY_KIND = {"llama": "Llama", "vision": "vision", "bert": "BERT"}
+
+
+def family_kind(families: tuple[str, ...]) -> str:
+    """How a refusal names the models a field is for: "language" for both text families."""
+    if set(families) == set(LANGUAGE):
+        return "language"
+    return " and ".join(FAMILY_KIND[family] for family in families)
 
 
 def require(condition: bool, message: str) -> None:
@@ -184,10 +191,11 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
     """A flag of the other workload is a mistake worth stopping for, not something to ignore silently.
     The recipes fill only their own family's fields, so any other family's value was given."""
     for spec in FIELDS:
-        if spec.family and spec.family != entry.family and spec.get(job) is not None:
-            kind = FAMILY_KIND[spec.family]
+        families = (spec.family,) if isinstance(spec.family, str) else spec.family
+        if families and entry.family not in families and spec.get(job) is not None:
+            kind = family_kind(families)
             raise SpecError(f"{spec.flag} applies to {kind} models, not to {job.model.name}; drop it")
-    if entry.family == "vision":
+    if entry.family in ("vision", "bert"):  # BERT: ZeRO-1 (issue 31) is to come as its other sharding choice
         sharding = job.parallelism.sharding
         require(
             sharding == "NO_SHARD",
@@ -196,6 +204,13 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
         require(
             job.model.init == "random",
             f"--init {job.model.init}: {job.model.name} trains from random weights; use --init random",
+        )
+    optimizer = job.optimisation.optimizer
+    allowed = {"vision": ("sgd", "lamb"), "bert": ("lamb", "adamw")}.get(entry.family)
+    if optimizer is not None and allowed:
+        require(
+            optimizer in allowed,
+            f"--optimizer {optimizer}: {job.model.name} trains with {' or '.join(allowed)}; choose one of them",
         )
 
 

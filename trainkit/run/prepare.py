@@ -16,6 +16,7 @@ from training.common.job import (
     MODEL_CONFIG,
     SPEC_FILE,
     SYNTHETIC,
+    SYNTHETIC_CORPUS,
     SYNTHETIC_DIALOGUES,
     SYNTHETIC_IMAGES,
     Job,
@@ -73,8 +74,19 @@ def _check_inputs(job: Job) -> dict[str, str]:
     elif job.data.dataset != SYNTHETIC:
         path = _local_dataset(job)
         if path is not None and path.is_file():
-            _check_records(path)
+            (_check_corpus if job.model.family == "bert" else _check_records)(path)
     return env
+
+
+def _check_corpus(path: Path) -> None:
+    """A local text or JSONL corpus, read through before anything starts (as _check_records does for records)."""
+    from training.common.failure import DataError
+    from training.encoder.corpus import read_documents
+
+    try:
+        read_documents(str(path))
+    except DataError as error:
+        raise SpecError(f"--dataset {path} {error}; fix it or remove it") from None
 
 
 def write_spec(job: Job) -> Path:
@@ -101,6 +113,17 @@ def _prepare_llama(job: Job, entry: ModelEntry) -> None:
         publish_text(job.run_dir / MODEL_CONFIG, json.dumps(config, indent=2) + "\n")
 
 
+def _prepare_bert(job: Job, entry: ModelEntry) -> None:
+    from training.encoder.corpus import write_corpus
+
+    if job.data.dataset == SYNTHETIC:
+        corpus = job.run_dir / SYNTHETIC_CORPUS
+        if not corpus.exists():
+            write_corpus(corpus, seed=job.run.seed)
+    config = entry.arch.truncated(job.model.layers).hf_config()
+    publish_text(job.run_dir / MODEL_CONFIG, json.dumps(config, indent=2) + "\n")
+
+
 def _prepare_vision(job: Job, entry: ModelEntry) -> None:
     from training.vision.layout import CROP_RATIO
     from training.vision.synthetic import SyntheticTree, write_tree
@@ -118,7 +141,7 @@ def prepare_run(job: Job, workload=None) -> dict[str, str]:
     env = _check_inputs(job)
     check_free_space(job, entry)
     write_spec(job)
-    (_prepare_vision if entry.family == "vision" else _prepare_llama)(job, entry)
+    {"vision": _prepare_vision, "bert": _prepare_bert, "llama": _prepare_llama}[entry.family](job, entry)
     return env
 
 

@@ -64,6 +64,9 @@ def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
     if entry.family == "llama":
         parameters = entry.arch.truncated(job.model.layers).shape().param_count()
         optimizer, export = "adamw", PARAM_BYTES * parameters
+    elif entry.family == "bert":  # nothing exported: the checkpoint is the result
+        parameters = entry.arch.truncated(job.model.layers).parameters()
+        optimizer, export = job.optimisation.optimizer or "lamb", 0
     else:
         parameters, optimizer, export = entry.arch.parameters, job.optimisation.optimizer or "sgd", 0
     checkpoint = (PARAM_BYTES + OPTIMIZER_BYTES[optimizer]) * parameters

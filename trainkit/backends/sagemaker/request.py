@@ -53,7 +53,10 @@ METRICS = {
     "loss": r"step \d+/\d+ \(\d+%\) loss=([0-9.eE+-]+)",
     "tokens_per_s": r"step \d+/\d+ \(\d+%\) .*tok_s=([0-9.]+)",
     "images_per_s": r"step \d+/\d+ \(\d+%\) .*img_s=([0-9.]+)",
+    "sequences_per_s": r"step \d+/\d+ \(\d+%\) .*seq_s=([0-9.]+)",
 }
+RATE_METRIC = {"llama": "tokens_per_s", "vision": "images_per_s", "bert": "sequences_per_s"}
+"""Each family's throughput in its progress line (the trainers' `rate`)."""
 
 
 def instance_key(instance_type: str) -> str:
@@ -95,7 +98,7 @@ def volume_gb(job: Job) -> int:
 def metric_definitions(job: Job) -> list[dict]:
     if job.run.workload != "recipe":
         return []
-    rate = "tokens_per_s" if get_model(job.model.name).family == "llama" else "images_per_s"
+    rate = RATE_METRIC[get_model(job.model.name).family]
     return [{"Name": name, "Regex": METRICS[name]} for name in ("loss", rate)]
 
 

@@ -1,0 +1,130 @@
+"""BERT pretraining (masked language model) with DDP through Accelerate: the model from config, the corpus packed
+once, masks drawn per step (training/encoder/masking.py), LAMB or AdamW; the loop around them is
+`training.common.trainer.Trainer`'s."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from accelerate.utils import set_seed
+
+from training.common.distributed import make_accelerator, verify_sharding
+from training.common.failure import doing
+from training.common.flops import peak_tflops_for_device
+from training.common.job import MODEL_CONFIG, Job, data_source
+from training.common.run import RunContext, current_nodes
+from training.common.sampling import StepSampler
+from training.common.trainer import Step, Trainer
+from training.registry import load, model_entry
+from training.vision.lamb import Lamb, parameter_groups
+
+from .corpus import byte_tokenizer, pack, read_documents
+from .masking import IGNORE_INDEX, mask_tokens
+
+
+class BertTrainer(Trainer):
+    rate = ("samples_per_s", "seq_s")
+
+    def __init__(self, job: Job, run_dir: Path):
+        super().__init__(job, run_dir)
+        set_seed(job.run.seed)
+        self.nodes = current_nodes(job.parallelism.nodes)
+        parallel, o = job.parallelism, job.optimisation
+        self.accelerator = acc = make_accelerator(
+            "NO_SHARD", parallel.precision, nodes=self.nodes, collective_timeout_s=job.elastic.collective_timeout
+        )
+        self.rank, self.world = acc.process_index, acc.num_processes
+        self.tokenizer = byte_tokenizer()
+        self.special = torch.zeros(max(len(self.tokenizer), 1), dtype=torch.bool)
+        self.special[self.tokenizer.all_special_ids] = True
+        self.sequences, self.sampler = self._build_data()
+        self.steps_per_epoch = self.sampler.steps_per_epoch
+        self.total_steps = o.steps or o.epochs * self.steps_per_epoch
+
+        model = load(model_entry(job.model.name).builder)(str(run_dir / MODEL_CONFIG), job.run.seed)
+        self.config = model.config
+        if self.config.vocab_size < len(self.tokenizer):
+            raise ValueError(
+                f"{job.model.name}'s vocabulary ({self.config.vocab_size}) is smaller than the tokenizer's "
+                f"({len(self.tokenizer)})"
+            )
+        groups = parameter_groups(model, o.weight_decay)
+        if o.optimizer == "adamw":
+            optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=(0.9, 0.999), eps=1e-6)
+        else:
+            optimizer = Lamb(groups, lr=o.lr, betas=(0.9, 0.999), eps=1e-6)
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        self.scheduler = self.schedule(min(o.warmup_steps or 0, self.total_steps))
+        self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
+        self.run = RunContext(acc, job, run_dir, self.nodes)
+        shape = model_entry(job.model.name).arch.truncated(job.model.layers).shape()
+        self.flops_per_token = shape.flops_per_token(job.data.seq_len)
+        on_gpu = torch.cuda.is_available()
+        device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
+        self.peak_tflops = job.run.peak_tflops or device_peak
+
+    # ------------------------------------------------------------------ data
+
+    def _build_data(self) -> tuple[torch.Tensor, StepSampler]:
+        job = self.job
+        source = data_source(job, self.run_dir)
+        with doing(f"reading corpus {source}"):
+            documents = read_documents(source, job.data.dataset_split)
+            ids = self.tokenizer(documents, add_special_tokens=False)["input_ids"]
+            sequences = pack(ids, job.data.seq_len, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+        sampler = StepSampler(
+            len(sequences),
+            job.optimisation.global_batch_size,
+            job.optimisation.micro_batch_size,
+            self.rank,
+            self.world,
+            job.run.seed,
+            hint="use more text, a smaller --global-batch-size or a shorter --seq-len",
+        )
+        return sequences, sampler
+
+    # ------------------------------------------------------------------ stages
+
+    def train_step(self, step: int) -> Step:
+        device = self.accelerator.device
+        waited = time.perf_counter()
+        micro = self.sampler.micro_batches(step)
+        weights = [1.0 if len(indices) else 0.0 for indices in micro]
+        micro = [indices if len(indices) else torch.zeros(1, dtype=torch.long) for indices in micro]
+        tokenizer = self.tokenizer
+        batches = []
+        for indices in micro:
+            inputs, labels = mask_tokens(
+                self.sequences[indices],
+                indices,
+                seed=self.job.run.seed,
+                step=step,
+                special=self.special,
+                mask_id=tokenizer.mask_token_id,
+                vocab_size=len(tokenizer),
+            )
+            batches.append((inputs.to(device), labels.to(device)))
+        data_wait = time.perf_counter() - waited
+
+        def summed_loss(inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            logits = self.model(input_ids=inputs).logits
+            return F.cross_entropy(
+                logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+            )
+
+        def around(last: bool):
+            return contextlib.nullcontext() if last else self.accelerator.no_sync(self.model)
+
+        return self.token_mean_step(
+            batches, weights, lambda labels: int((labels != IGNORE_INDEX).sum()), summed_loss, around, data_wait
+        )
+
+    def record(self, step: int, step_time: float) -> dict:
+        return self.token_record(step_time, self.flops_per_token, self.peak_tflops)
+
+    def report(self) -> dict:
+        return {"samples": "sequences", "replication": self.replication, "peak_tflops": self.peak_tflops}
