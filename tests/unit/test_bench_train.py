@@ -117,6 +117,7 @@ def test_the_ratio_is_trainkit_over_reference_per_pair():
         (["--model", "resnet-tiny", "--sharding", "FULL_SHARD"], "trains data-parallel (NO_SHARD)"),
         (["--model", "resnet-tiny", "--synthetic"], "runs both inputs itself"),
         (["--activation-checkpointing", "--sharding", "NO_SHARD"], "FSDP2 (FULL_SHARD or SHARD_GRAD_OP)"),
+        (["--model", "bert-tiny"], "has references for Llama and vision models, none yet for BERT"),
     ],
 )
 def test_what_the_reference_cannot_run_is_refused_before_any_run(flags, message):

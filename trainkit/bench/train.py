@@ -137,14 +137,17 @@ def flag_values(flags: list[str]) -> dict[str, str]:
 
 
 def precheck(flags: list[str]) -> str:
-    """The model's family; what the references cannot run is refused before the first run: a strategy other than
-    FSDP2's for a language model, a sharded vision model (vision trains data-parallel)."""
+    """The model's family; what the references cannot run is refused before the first run: a model without a
+    reference (BERT), a strategy other than FSDP2's for a Llama model, a sharded vision model (vision trains
+    data-parallel)."""
     from trainkit.job.models import get_model
 
     given = flag_values(flags)
     model = given.get("--model", "llama2-tiny")
     family = get_model(model).family
     sharding = given.get("--sharding")
+    if family == "bert":
+        raise SpecError(f"{model}: `invoke bench train` has references for Llama and vision models, none yet for BERT")
     if family == "vision":
         if sharding not in (None, "NO_SHARD"):
             raise SpecError(f"--sharding {sharding}: {model} trains data-parallel (NO_SHARD) and the reference is DDP")
