@@ -16,12 +16,24 @@ def published_tables() -> dict:
     return json.loads(files("trainkit").joinpath("tables", "published_scaling.json").read_text())
 
 
+def resolved(workload: dict) -> dict:
+    """A table's workload with a registry model's figures filled in: a workload that names `model` (the BERT
+    rows) takes its parameter count and tokens per sequence from the registry entry (training/registry.py), not
+    from numbers of its own."""
+    if "model" not in workload:
+        return workload
+    from trainkit.job.models import get_model
+
+    entry = get_model(workload["model"])
+    return {"params": entry.arch.parameters(), "tokens_per_item": entry.recipe.seq_len, **workload}
+
+
 def _workload_of(name: str, tables: dict) -> StepCost:
     """A published table's workload from its stated parameters. Compute per step: from the table's own one-node
     throughput (what that row measured, its own exposed communication taken out), from the FLOP rate another
     table's accelerator reached, or calibrated on one row (which is then a fit, not a prediction)."""
     entry = tables[name]
-    w, fabric = entry["workload"], FABRICS[entry["family"]]
+    w, fabric = resolved(entry["workload"]), FABRICS[entry["family"]]
     items = w["per_device_batch"] * w.get("micro_batches", 1)  # per accelerator and optimizer step
     workload = StepCost(
         params=w["params"],
@@ -75,7 +87,7 @@ def fit_inter_efficiency(name: str, nodes: int) -> float:
 def achieved_flops_per_device(name: str, tables: dict) -> float:
     """FLOP/s one accelerator reached in a published table's one-node row (6 FLOPs per parameter per token)."""
     entry = tables[name]
-    w, fabric = entry["workload"], FABRICS[entry["family"]]
+    w, fabric = resolved(entry["workload"]), FABRICS[entry["family"]]
     tokens_per_s = entry["published"]["throughput"][0] / fabric.per_node * w.get("tokens_per_item", 128)
     return tokens_per_s * 6 * w["params"]
 

@@ -56,7 +56,7 @@ NVLINK_LATENCY_S = 20e-6  # one node's collective start-up; assumed (NCCL's intr
 # dl1 has no published collective table: its inter-node efficiency is fitted to the BERT-Large table's 8-node row
 # (`fit_inter_efficiency("bert-large-dl1", 8)`), and the BERT 1.5B table is then predicted. It is an eighth of
 # p5's; the likely cause: on DL1 the Gaudis reach other nodes through the host's EFA devices, not their own ports.
-DL1_INTER_EFFICIENCY = 0.0795
+DL1_INTER_EFFICIENCY = 0.0784
 
 
 @dataclass(frozen=True)
