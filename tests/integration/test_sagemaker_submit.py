@@ -50,7 +50,8 @@ def test_the_preflight_names_every_problem_before_anything_is_created(tmp_path, 
     assert done.returncode == 2, done.stderr
     error = done.stderr
     bucket = account.stack["bucket"]
-    assert f"--data {data}: the execution role may read only {bucket}, not someone-elses-data: add" in error
+    assert f"--data {data}: the execution role may read datasets only under s3://{bucket}/datasets/" in error
+    assert 'or add "someone-elses-data" to data_source_buckets' in error
     assert "execution role arn:aws:iam::123456789012:role/trainkit-sagemaker: NoSuchEntity" in error
     assert "holds no value yet; `invoke secrets.hf-token --target sagemaker` stores it" in error
     assert f"the account's quota {P5_SPOT!r} is 0 instance(s) and the job needs 2" in error

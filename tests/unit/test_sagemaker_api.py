@@ -52,3 +52,27 @@ def test_a_runs_jobs_are_its_name_a_dash_and_a_stamp():
     assert api._of_run(request.job_name("llama2-7b-abc", "20261126-030000"), prefix)
     assert not api._of_run("llama2-7b-abc-extra-20261126-030000", prefix)  # another run's that shares the start
     assert not api._of_run("llama2-7b-abcd-20261126-030000", prefix)
+
+
+def test_a_dataset_must_be_where_the_execution_role_reads():
+    from dataclasses import replace
+
+    from training.common.job import Job
+    from trainkit.backends.sagemaker.stack import PLACEHOLDER
+
+    stack = replace(PLACEHOLDER, bucket="runs-bucket", data_buckets=("corpora",))
+    job = Job()
+    job.run.workload = "recipe"
+
+    def problems(dataset: str) -> list[str]:
+        job.data.dataset = dataset
+        return api._data_problems(job, stack)
+
+    assert problems("s3://runs-bucket/datasets/wiki/") == []  # the runs bucket's datasets/ prefix
+    assert problems("s3://corpora/wiki/train.jsonl") == []  # a bucket in data_source_buckets
+    assert problems("synthetic") == [] and problems("/fsx/imagenet") == []  # not S3: the backend's other checks
+    (said,) = problems("s3://runs-bucket/my-data/")  # the runs bucket elsewhere: the role cannot read it
+    assert "may read datasets only under s3://runs-bucket/datasets/, s3://corpora/" in said
+    assert "upload it under s3://runs-bucket/datasets/" in said
+    job.run.workload = "script"
+    assert problems("s3://anywhere/x") == []  # a script reads what it reads; no channel is made for it

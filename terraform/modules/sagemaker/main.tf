@@ -211,7 +211,8 @@ resource "aws_iam_role" "training" {
 }
 
 data "aws_iam_policy_document" "training" {
-  # The run's files: list and read runs/ and checkpoints/, write outputs and checkpoints.
+  # The run's files: list and read runs/ and checkpoints/, write outputs and checkpoints. datasets/ is where a
+  # job's data may live in this bucket without naming another one (read only).
   statement {
     sid       = "ListRuns"
     actions   = ["s3:ListBucket"]
@@ -219,13 +220,13 @@ data "aws_iam_policy_document" "training" {
     condition {
       test     = "StringLike"
       variable = "s3:prefix"
-      values   = ["runs/*", "checkpoints/*"]
+      values   = ["runs/*", "checkpoints/*", "datasets/*"]
     }
   }
   statement {
     sid       = "ReadRuns"
     actions   = ["s3:GetObject"]
-    resources = ["${local.bucket_arn}/runs/*", "${local.bucket_arn}/checkpoints/*"]
+    resources = ["${local.bucket_arn}/runs/*", "${local.bucket_arn}/checkpoints/*", "${local.bucket_arn}/datasets/*"]
   }
   statement {
     sid       = "WriteOutputsAndCheckpoints"

@@ -124,6 +124,10 @@ def _of_run(name: str, prefix: str) -> bool:
     return rest is not None and rest[:1] == "-" and rest[1:].replace("-", "").isdigit()
 
 
+DATASETS_PREFIX = "datasets/"
+"""Where a dataset may live in the runs bucket (the execution role reads it there, terraform/modules/sagemaker)."""
+
+
 def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerStack) -> list[str]:
     """Every reason the job cannot be submitted, each saying what to change (empty: go)."""
     from botocore.exceptions import ClientError
@@ -164,18 +168,20 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerSt
 
 
 def _data_problems(job: Job, stack: SageMakerStack) -> list[str]:
-    """An s3:// dataset must be in a bucket the execution role may read (terraform/modules/sagemaker: the runs bucket
-    and data_source_buckets); else the job would start, pay for its instances and fail downloading its channel."""
+    """An s3:// dataset must be where the execution role may read it (terraform/modules/sagemaker: the runs
+    bucket's datasets/ prefix and the data_source_buckets); else the job would start, pay for its instances and fail
+    downloading its channel."""
     data = job.data.dataset
     if job.run.workload != "recipe" or not data.startswith("s3://"):
         return []
-    bucket = data.removeprefix("s3://").split("/", 1)[0]
-    if bucket == stack.bucket or bucket in stack.data_buckets:
+    bucket, _, key = data.removeprefix("s3://").partition("/")
+    if (bucket == stack.bucket and key.startswith(DATASETS_PREFIX)) or bucket in stack.data_buckets:
         return []
-    readable = ", ".join((stack.bucket, *stack.data_buckets))
+    readable = ", ".join((f"s3://{stack.bucket}/{DATASETS_PREFIX}", *(f"s3://{b}/" for b in stack.data_buckets)))
     return [
-        f'--data {data}: the execution role may read only {readable}, not {bucket}: add "{bucket}" to '
-        "data_source_buckets in terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
+        f"--data {data}: the execution role may read datasets only under {readable}: upload it under "
+        f's3://{stack.bucket}/{DATASETS_PREFIX}, or add "{bucket}" to data_source_buckets in '
+        "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
     ]
 
 

@@ -259,6 +259,7 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
   }
   assert {
     condition = alltrue([
+      jsonencode(module.sagemaker.grants.ReadRuns) == jsonencode(["arn:aws:s3:::trainkit-runs-123456789012/checkpoints/*", "arn:aws:s3:::trainkit-runs-123456789012/datasets/*", "arn:aws:s3:::trainkit-runs-123456789012/runs/*"]),
       jsonencode(module.sagemaker.grants.WriteOutputsAndCheckpoints) == jsonencode(["arn:aws:s3:::trainkit-runs-123456789012/checkpoints/*", "arn:aws:s3:::trainkit-runs-123456789012/runs/*/output/*"]),
       jsonencode(module.sagemaker.grants.ReadDatasets) == jsonencode(["arn:aws:s3:::datasets", "arn:aws:s3:::datasets/*"]),
       jsonencode(module.sagemaker.grants.ReadTheToken) == jsonencode([output.sagemaker.hf_token_secret_arn]),
