@@ -277,11 +277,12 @@ def _bert_recipe(micro_batch_size: int) -> Recipe:
     does not depend on how many nodes train it); the reference doubled batch and rate at 16 nodes: give
     `--global-batch-size 49152 --lr 0.003` for that. The rest is the reference's model repository
     (HabanaAI/Model-References, PyTorch/nlp/DeepSpeedExamples/deepspeed-bert at 06bfc5e, scripts/
-    run_bert_1.5b_8x.sh and deepspeed_config_bert_1.5b.json; release 1.7.0 at 9390986): 5% warmup, weight decay
-    0.01 (none on biases and LayerNorm), gradient clipping 1.0, 155,000 steps, a checkpoint every 200, ZeRO stage 1
-    in bf16. Their optimizer was LANS (NVLAMB in release 1.5.0); trainkit trains with LAMB
-    (training/vision/lamb.py), the NVLAMB family, and its own cosine schedule instead of their polynomial one.
-    Masks are drawn per batch (training/encoder/masking.py), not ahead of time as their hdf5 files hold them."""
+    run_bert_1.5b_8x.sh and deepspeed_config_bert_1.5b.json; release 1.7.0 at 9390986): 5% warmup (7,750 of the
+    155,000 steps: a count, so a shorter --steps wants its own --warmup-steps), weight decay 0.01 (none on biases
+    and LayerNorm), gradient clipping 1.0, 155,000 steps, a checkpoint every 200, ZeRO stage 1 in bf16. Their
+    optimizer was LANS (NVLAMB in release 1.5.0); trainkit trains with LAMB (training/vision/lamb.py), the NVLAMB
+    family, and its own cosine schedule instead of their polynomial one. Masks are drawn per batch
+    (training/encoder/masking.py), not ahead of time as their hdf5 files hold them."""
     return Recipe(
         steps=155_000,
         global_batch_size=24_576,

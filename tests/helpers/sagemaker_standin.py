@@ -266,7 +266,9 @@ class Job:
     def _signal_all(self, sig: int) -> None:
         """As a container runtime stops a container (Docker CLI reference, `docker stop`: the container's main
         process gets SIGTERM, then SIGKILL after a grace period): SIGTERM reaches each host's entry point only, which
-        passes it on; SIGKILL ends every process of the host."""
+        passes it on; SIGKILL goes to the entry point's process group, and what runs in sessions of its own
+        (torchrun's workers, their loader workers) dies with its parent (PR_SET_PDEATHSIG), as in a container
+        whose first process is gone."""
         for process in self.processes.values():
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

@@ -170,6 +170,7 @@ def test_synthetic_input_runs_steps_without_warmup_epochs(tmp_path):
         ({"model": "bert-tiny", "ac_every": "2"}, "--ac-every applies to Llama models, not to bert-tiny"),
         ({"model": "bert-tiny", "sharding": "FULL_SHARD"}, "trains data-parallel (NO_SHARD, DDP)"),
         ({"model": "bert-tiny", "seq_len": "1024"}, "--seq-len 1024 exceeds bert-tiny's context of 512 tokens"),
+        ({"model": "bert-tiny", "seq_len": "2"}, "a bert-tiny row holds [CLS], at least one token and [SEP]"),
         ({"model": "resnet-tiny", "label_smoothing": "1.5"}, "--label-smoothing must be in [0, 1)"),
         ({"model": "resnet-tiny", "image_size": "0"}, "--image-size must be a positive integer"),
         ({"model": "resnet-tiny", "synthetic": True, "epochs": "2"}, "--synthetic has no dataset to count epochs"),

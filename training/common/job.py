@@ -263,7 +263,8 @@ class OptimisationOptions:
     )
     weight_decay: float | None = option(
         None,
-        "Weight decay (language models: AdamW, 0; vision: conv/linear weights, 1e-4); default from the recipe.",
+        "Weight decay (Llama: AdamW, 0; BERT: LAMB, 0.01; vision: 1e-4; on matrices only for BERT and vision); "
+        "default from the recipe.",
         minimum=0,
     )
     grad_clip: float | None = option(

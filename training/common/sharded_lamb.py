@@ -83,7 +83,7 @@ def lamb_slice_step(
             (weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, torch.ones_like(weight_norm)
         )
         for piece in fragments:
-            scale[piece.offset : piece.offset + piece.length] = float(trust[piece.param])
+            scale[piece.offset : piece.offset + piece.length] = trust[piece.param]  # no host sync per piece
     weights.sub_(update * scale * lr)
 
 

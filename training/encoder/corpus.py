@@ -68,7 +68,10 @@ def read_documents(dataset: str, split: str = "train") -> list[str]:
         documents = [_record_text(row, f"row {index}") for index, row in enumerate(rows)]
     documents = [document for document in documents if document.strip()]
     if not documents:
-        raise DataError(f"--dataset {dataset} holds no text; give documents with a {TEXT_FIELD!r} field")
+        raise DataError(
+            f"--dataset {dataset} holds no text; give documents (blank-line separated in a .txt file, or records with "
+            f"a {TEXT_FIELD!r} field)"
+        )
     return documents
 
 

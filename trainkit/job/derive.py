@@ -55,7 +55,7 @@ def derive(job: Job, machine: Machine) -> None:
             continue
         BY_KEY[key].set(job, value)
     if not batch_given:
-        choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family == "llama")
+        choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family in LANGUAGE)
     elif fit_micro_batch:
         o.micro_batch_size = fitted_micro_batch(o.global_batch_size, o.micro_batch_size, job.world_size)
     if entry.family == "vision" and o.lr is None:

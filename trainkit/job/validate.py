@@ -304,6 +304,11 @@ def check_language_model(job: Job, entry: ModelEntry) -> None:
         f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
         f"use --seq-len <= {context}",
     )
+    require(
+        entry.family != "bert" or job.data.seq_len >= 3,
+        f"--seq-len {job.data.seq_len}: a {job.model.name} row holds [CLS], at least one token and [SEP]; use 3 "
+        "or more",
+    )
     model = job.model
     if model.layers is not None:
         full = entry.arch.num_hidden_layers

@@ -37,8 +37,9 @@ def _local_dataset(job: Job) -> Path | None:
     path = Path(dataset).expanduser()
     if path.exists():
         return path
-    if dataset.endswith((".jsonl", ".json")) or dataset.startswith((".", "/", "~")):
-        raise SpecError(f"--dataset {dataset} does not exist; give a JSONL file, a dataset name or 'synthetic'")
+    if dataset.endswith((".jsonl", ".json", ".txt")) or dataset.startswith((".", "/", "~")):
+        kinds = "a JSONL or text file" if job.model.family == "bert" else "a JSONL file"
+        raise SpecError(f"--dataset {dataset} does not exist; give {kinds}, a dataset name or 'synthetic'")
     return None
 
 
@@ -85,8 +86,11 @@ def _check_corpus(path: Path) -> None:
 
     try:
         read_documents(str(path))
-    except DataError as error:
-        raise SpecError(f"--dataset {path} {error}; fix it or remove it") from None
+    except DataError as error:  # it names the dataset, or the line and what it holds
+        said = str(error)
+        raise SpecError(said if said.startswith("--dataset") else f"--dataset {path} {said}; fix that record") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(f"--dataset {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def write_spec(job: Job) -> Path:
