@@ -64,3 +64,22 @@ def test_documents_are_packed_end_to_end_into_framed_sequences():
         pack([[10, 11]], seq_len=128, cls_id=2, sep_id=3)
     with pytest.raises(DataError, match="needs at least"):
         pack([[10, 11]], seq_len=2, cls_id=2, sep_id=3)
+
+
+def test_the_launcher_refuses_a_bad_or_missing_local_corpus_in_one_line(tmp_path):
+    from training.common.job import Job
+    from trainkit.errors import SpecError
+    from trainkit.run.prepare import _check_corpus, _local_dataset
+
+    binary = tmp_path / "corpus.txt"
+    binary.write_bytes(b"caf\xe9 au lait\n")
+    with pytest.raises(SpecError, match=r"corpus.txt is not UTF-8 text \(invalid continuation byte at byte 3\)"):
+        _check_corpus(binary)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(SpecError, match=r"^--dataset .*empty.txt holds no text; give documents \(blank-line"):
+        _check_corpus(empty)
+    job = Job()
+    job.model.family, job.data.dataset = "bert", "data/corpus.txt"  # looks like owner/name, but is a file's name
+    with pytest.raises(SpecError, match="does not exist; give a JSONL or text file, a dataset name or 'synthetic'"):
+        _local_dataset(job)
