@@ -98,25 +98,12 @@ def write_corpus(path: Path, documents: int = 2000, seed: int = 0) -> Path:
 
 
 def byte_tokenizer():
-    """BERT's special tokens, then one token per UTF-8 byte: a real `PreTrainedTokenizerFast` (saved with an
-    exported model and loaded back by `AutoTokenizer`) that needs no download."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """BERT's special tokens, then one token per UTF-8 byte (training/llm/tokenizer.py builds it): saved with a
+    model and loaded back by `AutoTokenizer`, no download."""
+    from training.llm.tokenizer import byte_tokenizer as bytes_after
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    vocab.update({char: len(SPECIAL_TOKENS) + i for i, char in enumerate(alphabet)})
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    core.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    )
+    roles = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+    return bytes_after(SPECIAL_TOKENS, **dict(zip(roles, SPECIAL_TOKENS, strict=True)))
 
 
 def pack(documents: Iterable[list[int]], seq_len: int, cls_id: int, sep_id: int):

@@ -16,16 +16,17 @@ BYTE_TOKENIZER = "byte"
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
+def byte_tokenizer(specials: list[str] = SPECIAL_TOKENS, **roles: str) -> PreTrainedTokenizerFast:
+    """`specials` first (ids 0..), then one token per byte. `roles` name the special tokens' parts (unk_token,
+    pad_token, ...); by default Llama 2's. The BERT corpus builds its own with [PAD], [UNK], [CLS], [SEP], [MASK]."""
+    roles = roles or {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "</s>"}
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    vocab.update({char: len(SPECIAL_TOKENS) + i for i, char in enumerate(alphabet)})
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    vocab = {token: i for i, token in enumerate(specials)}
+    vocab.update({char: len(specials) + i for i, char in enumerate(alphabet)})
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=roles["unk_token"]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=core, **roles)
 
 
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
