@@ -30,6 +30,11 @@ SPEC_FILE = "spec.json"
 SPEC_VERSION = 2  # spec.json before it (one flat object) is read too: see from_dict
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+"""FSDP2's strategies (NO_SHARD: DDP)."""
+ZERO_1 = "ZERO_1"
+"""DeepSpeed ZeRO stage 1: parameters and gradients replicated, the optimizer state partitioned over the ranks."""
+SHARDING_CHOICES = (*SHARDING_STRATEGIES, ZERO_1)
+TARGETS = ("local", "eks", "sagemaker", "batch")
 SYNTHETIC = "synthetic"
 FAMILIES = ("llama", "vision", "bert")
 LANGUAGE = ("llama", "bert")
@@ -309,8 +314,9 @@ class ParallelismOptions:
     sharding: str | None = option(
         None,
         "FSDP strategy: FULL_SHARD, HYBRID_SHARD (shard in a node, replicate across), SHARD_GRAD_OP, "
-        "NO_SHARD (DDP). Language models default to FULL_SHARD; vision models always train NO_SHARD.",
-        choices=SHARDING_STRATEGIES,
+        "NO_SHARD (DDP); or ZERO_1 (DeepSpeed ZeRO stage 1: the optimizer state partitioned over the ranks). "
+        "Llama models default to FULL_SHARD, BERT to ZERO_1 (or NO_SHARD); vision models always train NO_SHARD.",
+        choices=SHARDING_CHOICES,
     )
     precision: str = option(
         "auto",
@@ -431,8 +437,9 @@ class PlacementOptions:
 
     target: str = option(
         "local",
-        "Where the job runs: `local` (processes on this machine) or `eks` (a PyTorchJob on the cluster).",
-        choices=("local", "eks", "sagemaker"),
+        "Where the job runs: `local` (processes on this machine), `eks` (a PyTorchJob on the cluster), "
+        "`sagemaker` (a SageMaker training job) or `batch` (an AWS Batch multi-node parallel job).",
+        choices=TARGETS,
         trains=False,
     )
     instance_type: str | None = option(

@@ -8,13 +8,16 @@ import os
 import re
 from pathlib import Path
 
-from training.common.job import BY_KEY, FIELDS, LANGUAGE, Job, micro_steps
+from training.common.job import BY_KEY, FIELDS, LANGUAGE, SHARDING_STRATEGIES, ZERO_1, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.models import ModelEntry, get_model
 
 FAMILY_KIND = {"llama": "Llama", "vision": "vision", "bert": "BERT"}
+FAMILY_SHARDING = {"vision": ("NO_SHARD",), "bert": (ZERO_1, "NO_SHARD")}
+"""The data-parallel families' sharding choices (the others shard with FSDP2)."""
+FAMILY_SHARDING_SAID = {"vision": ("NO_SHARD (DDP)",), "bert": (f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD (DDP)")}
 
 
 def family_kind(families: tuple[str, ...]) -> str:
@@ -195,12 +198,21 @@ def _check_family(job: Job, entry: ModelEntry) -> None:
         if families and entry.family not in families and spec.get(job) is not None:
             kind = family_kind(families)
             raise SpecError(f"{spec.flag} applies to {kind} models, not to {job.model.name}; drop it")
-    if entry.family in ("vision", "bert"):  # BERT: ZeRO-1 (issue 31) is to come as its other sharding choice
-        sharding = job.parallelism.sharding
+    sharding = job.parallelism.sharding
+    allowed_sharding = FAMILY_SHARDING.get(entry.family)
+    if allowed_sharding is not None:
         require(
-            sharding == "NO_SHARD",
-            f"--sharding {sharding}: {job.model.name} trains data-parallel (NO_SHARD, DDP); drop --sharding",
+            sharding in allowed_sharding,
+            f"--sharding {sharding}: {job.model.name} trains data-parallel: "
+            f"{' or '.join(FAMILY_SHARDING_SAID[entry.family])}; choose one of them or drop --sharding",
         )
+    else:
+        require(
+            sharding != ZERO_1,
+            f"--sharding {ZERO_1}: DeepSpeed ZeRO-1 is BERT's; {job.model.name} shards with FSDP2 "
+            f"({', '.join(SHARDING_STRATEGIES)})",
+        )
+    if entry.family in ("vision", "bert"):
         require(
             job.model.init == "random",
             f"--init {job.model.init}: {job.model.name} trains from random weights; use --init random",
