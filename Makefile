@@ -14,6 +14,10 @@ TORCH_PIP_ARGS ?=
 ARGS ?=
 PYTEST_ARGS ?=
 
+# The one dependency built from source at set-up (pyproject.toml says why), and what its build needs.
+DEEPSPEED_VERSION = 0.19.8
+WHEEL_VERSION = 0.48.0
+
 BIN = $(VENV)/bin
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP = $(VENV)/.trainkit-installed
@@ -38,6 +42,11 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 torchvision==0.28.0 $(TORCH_PIP_ARGS)
+	# DeepSpeed builds against that torch (no build isolation). Without a GPU, with the CPU communication op its
+	# CPU backend loads at every start compiled in now, once, inside the venv (else each HOME compiles it again).
+	$(BIN)/pip install --quiet wheel==$(WHEEL_VERSION)
+	DS_BUILD_SHM_COMM=$$(command -v nvidia-smi >/dev/null && echo 0 || echo 1) \
+	  $(BIN)/pip install --quiet --no-build-isolation deepspeed==$(DEEPSPEED_VERSION)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -m trainkit.devenv.torchvision_cpu
 	touch $@

@@ -287,7 +287,7 @@ def _bert_recipe(micro_batch_size: int) -> Recipe:
         steps=155_000,
         global_batch_size=24_576,
         micro_batch_size=micro_batch_size,
-        sharding="NO_SHARD",
+        sharding="ZERO_1",
         weight_decay=0.01,
         grad_clip=1.0,
         checkpoint_interval=200,

@@ -1,5 +1,7 @@
-"""BERT masked-language-model pretraining (issue 31's encoder workload): 2 processes on CPU, DDP, the generated
-corpus, masks drawn per step; resumed after SIGKILL with the losses of an uninterrupted run."""
+"""BERT masked-language-model pretraining (issue 31's encoder workload): 2 processes on CPU, DeepSpeed ZeRO stage 1
+(the recipe's sharding), the generated corpus, masks drawn per step; each rank's checkpoint holds half of the
+optimizer state, LAMB on ZeRO-1's slices takes DDP's steps, and a SIGKILL after a checkpoint resumes with the losses
+of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import os
 import signal
 
 import pytest
+import torch
 
-from tests.helpers.product import invoke, only_run_dir, read_jsonl, start_invoke
+from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke
 from tests.helpers.waiting import latest_step, wait_for
 
 STEPS = 60
@@ -33,14 +36,17 @@ def args(runs, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def bert_run(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("bert-runs")
+    """The recipe's run (ZERO_1) and, at the same time, the same job under DDP (NO_SHARD)."""
+    runs, ddp_runs = tmp_path_factory.mktemp("bert-runs"), tmp_path_factory.mktemp("bert-ddp")
+    ddp = start_invoke(*args(ddp_runs, "--sharding", "NO_SHARD"))
     result = invoke(*args(runs))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return only_run_dir(runs), result.stdout
+    assert ddp.wait(timeout=600) == 0, output(ddp)[-3000:]
+    return only_run_dir(runs), result.stdout, only_run_dir(ddp_runs)
 
 
 def test_two_processes_learn_the_corpus_and_report_sequences_and_mfu(bert_run):
-    run_dir, printed = bert_run
+    run_dir, printed, _ = bert_run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == STEPS and summary["world_size"] == 2 and summary["samples"] == "sequences"
     assert summary["last_loss"] < 0.7 * summary["first_loss"], summary  # ln(261) = 5.56 at the start
@@ -74,3 +80,31 @@ def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(ber
     assert [f"{resumed[s]:.4f}" for s in range(resumed_from + 1, STEPS + 1)] == [
         f"{reference[s]:.4f}" for s in range(resumed_from + 1, STEPS + 1)
     ]
+
+
+def test_each_rank_checkpoints_half_of_the_optimizer_state(bert_run):
+    run_dir = bert_run[0]
+    assert json.loads((run_dir / "summary.json").read_text())["replication"]["strategy"] == "ZERO_1"
+    zero = run_dir / "checkpoints" / "step-00000060" / "zero"
+    held = []
+    for rank in (0, 1):
+        saved = torch.load(zero / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt", weights_only=False)
+        state = saved["optimizer_state_dict"]
+        masters = sum(t.numel() for t in state["single_partition_of_fp32_groups"])
+        moments = [
+            s[k].numel() for s in state["base_optimizer_state"]["state"].values() for k in ("exp_avg", "exp_avg_sq")
+        ]
+        assert sum(moments) == 2 * masters  # LAMB's two moments, of this rank's slice only
+        held.append(masters)
+    total = 513_416  # BertArch.parameters() for bert-tiny
+    assert all(0.49 * total <= h <= 0.51 * total for h in held), held
+    assert total <= sum(held) <= total + 64  # the slices cover the model once (DeepSpeed pads to the world size)
+
+
+def test_lamb_on_zero_1_slices_takes_the_steps_of_lamb_under_ddp(bert_run):
+    """Trust ratios from whole-parameter norms: ZeRO-1's sliced LAMB and DDP's LAMB on whole parameters (fp32 on CPU)
+    give the same losses, up to the order in which the reductions add."""
+    zero_losses = [r["loss"] for r in read_jsonl(bert_run[0] / "metrics.jsonl")]
+    ddp_losses = [r["loss"] for r in read_jsonl(bert_run[2] / "metrics.jsonl")]
+    assert json.loads((bert_run[2] / "summary.json").read_text())["replication"]["strategy"] == "NO_SHARD"
+    assert zero_losses == pytest.approx(ddp_losses, rel=1e-4)

@@ -37,6 +37,15 @@ def test_the_peak_is_keep_plus_the_one_being_written_less_what_is_already_there(
     assert (sgd.export_bytes, sgd.checkpoint_bytes, lamb.checkpoint_bytes) == (0, 8 * 25_557_032, 12 * 25_557_032)
 
 
+def test_zero_1_checkpoints_also_hold_the_fp32_master_weights():
+    """DeepSpeed ZeRO-1 saves the module's weights, its fp32 master copy and the moments (training/common/zero.py):
+    16 bytes a parameter under LAMB, where DDP's checkpoint holds 12."""
+    bert = get_model("bert-tiny")
+    zero = storage_need(build_spec({"model": "bert-tiny"}), bert)  # the recipe's sharding: ZERO_1
+    ddp = storage_need(build_spec({"model": "bert-tiny", "sharding": "NO_SHARD"}), bert)
+    assert (zero.checkpoint_bytes, ddp.checkpoint_bytes) == (16 * 513_416, 12 * 513_416)
+
+
 def test_fsx_capacity_is_rounded_to_what_the_infra_stack_accepts():
     wanted = {10: 1200, 1200: 1200, 1201: 2400, 2400: 2400, 2401: 4800, 5000: 7200}
     assert {gib: fsx_capacity_for(gib * GIB) for gib in wanted} == wanted

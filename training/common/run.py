@@ -15,7 +15,9 @@ import math
 import os
 import resource
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -103,10 +105,36 @@ class Diverged(NoRetry):
     resume, see RunContext.refuse_if_diverged), so every rank ends with EXIT_NO_RETRY."""
 
 
+class TrainingState(Protocol):
+    """What a checkpoint holds of the training (model, optimizer, schedule, RNG), written into and read from one
+    checkpoint folder by every rank."""
+
+    def save(self, directory: Path) -> None: ...
+
+    def load(self, directory: Path) -> None: ...
+
+
+@dataclass(frozen=True)
+class AcceleratorState:
+    """Accelerate's own: `save_state` / `load_state` over what the Accelerator prepared and registered."""
+
+    accelerator: Accelerator
+
+    def save(self, directory: Path) -> None:
+        self.accelerator.save_state(str(directory))
+
+    def load(self, directory: Path) -> None:
+        self.accelerator.load_state(str(directory))
+
+
 class RunContext:
-    def __init__(self, accelerator: Accelerator, job: Job, run_dir: Path, nodes: int):
-        """`nodes`: in this round of the job (current_nodes), which may be fewer than the job's."""
+    def __init__(
+        self, accelerator: Accelerator, job: Job, run_dir: Path, nodes: int, state: TrainingState | None = None
+    ):
+        """`nodes`: in this round of the job (current_nodes), which may be fewer than the job's. `state`: what a
+        checkpoint holds; default: everything the Accelerator prepared (a DeepSpeed engine brings its own)."""
         self.accelerator = acc = accelerator
+        self.state = state or AcceleratorState(accelerator)
         self.run_dir = run_dir
         self.run_id, self.model_name = run_id, model_name = job.run.run_id, job.model.name
         keep_checkpoints, metrics_port = job.checkpointing.keep_checkpoints, job.run.metrics_port
@@ -206,7 +234,9 @@ class RunContext:
         reason = check_manifest(checkpoint)
         if reason is None:
             try:
-                self.accelerator.load_state(str(checkpoint))
+                self.state.load(checkpoint)
+            except NoRetry:  # the checkpoint is sound and this job cannot take it (it says why): not set aside
+                raise
             except Exception as error:  # a shard that does not parse, whatever the reader raises
                 first = (str(error).strip().splitlines() or [""])[0][:200]
                 reason = f"it does not load: {type(error).__name__}: {first}"
@@ -275,7 +305,7 @@ class RunContext:
         with doing(f"writing checkpoint {step_dir_name(step)}"):
             self.checkpoints.save(
                 step,
-                lambda directory: self.accelerator.save_state(str(directory)),
+                self.state.save,
                 {"restarts": self.restarts, "total_steps": total_steps, "model": self.model_name},
             )
         self.save_seconds = time.perf_counter() - started

@@ -89,10 +89,66 @@ def lamb_slice_step(
 
 def slice_fragments(sizes: list[int], start: int, length: int) -> list[Fragment]:
     """What the slice [start, start + length) of a group flattened from parameters of `sizes` holds."""
-    found, position = [], 0
-    for index, size in enumerate(sizes):
-        low, high = max(position, start), min(position + size, start + length)
+    offsets = [sum(sizes[:index]) for index in range(len(sizes))]
+    return partition_fragments(offsets, sizes, start, length)
+
+
+def partition_fragments(offsets: list[int], sizes: list[int], start: int, length: int) -> list[Fragment]:
+    """What the slice [start, start + length) of a flat buffer holds, parameter i lying at [offsets[i], offsets[i] +
+    sizes[i]) (DeepSpeed may pad between parameters for alignment: padding belongs to no parameter)."""
+    found = []
+    for index, (offset, size) in enumerate(zip(offsets, sizes, strict=True)):
+        low, high = max(offset, start), min(offset + size, start + length)
         if low < high:
             found.append(Fragment(index, low - start, high - low))
-        position += size
     return found
+
+
+class PartitionLamb(torch.optim.Optimizer):
+    """LAMB as ZeRO-1's basic optimizer. Built on the model's parameter groups (their `weight_decay` and `adapt`, as
+    training/vision/lamb.py's `parameter_groups` gives them); DeepSpeed then replaces each group's parameters by this
+    rank's flat fp32 partition, and `bind` says what each partition holds (training/common/zero.py reads it from
+    DeepSpeed's optimizer). Its state per partition is `step`, `exp_avg`, `exp_avg_sq`: Adam's names, which
+    DeepSpeed's checkpoint tools know."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
+        if lr <= 0:
+            raise ValueError(f"lr must be positive (got {lr})")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "adapt": True}
+        super().__init__(params, defaults)
+        self.layout: dict[torch.Tensor, tuple[list[Fragment], int]] = {}
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] = all_reduce_sum
+
+    def bind(self, layout: list[tuple[list[Fragment], int]], reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """Per group, in order: the fragments of this rank's partition and how many parameters the group has;
+        `reduce` adds the ranks' per-parameter sums (an all-reduce over the group's data-parallel ranks). Kept by
+        partition, not by position: DeepSpeed steps one group at a time (it sets `param_groups` to that group)."""
+        if len(layout) != len(self.param_groups):
+            raise ValueError(f"{len(layout)} partition layouts for {len(self.param_groups)} parameter groups")
+        for group, held in zip(self.param_groups, layout, strict=True):
+            if len(group["params"]) != 1:
+                raise ValueError("PartitionLamb.bind: each group must hold one flat partition (DeepSpeed ZeRO-1's)")
+            self.layout[group["params"][0]] = held
+        self.reduce = reduce
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            (flat,) = group["params"]
+            if flat not in self.layout:
+                raise RuntimeError("PartitionLamb steps a partition it was not bound to (training/common/zero.py)")
+            fragments, params = self.layout[flat]
+            grad = flat.grad if flat.grad is not None else torch.zeros_like(flat)
+            lamb_slice_step(
+                flat,
+                grad,
+                self.state[flat],
+                fragments,
+                params,
+                lr=group["lr"],
+                betas=group["betas"],
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                adapt=group["adapt"],
+                reduce=self.reduce,
+            )

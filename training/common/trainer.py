@@ -107,7 +107,7 @@ class Trainer(abc.ABC):
         for index, (inputs, labels) in enumerate(batches):
             with around(index == len(batches) - 1):
                 token_loss = summed_loss(inputs, labels)
-                self.accelerator.backward(token_loss * (scale * weights[index]))
+                self.backward(token_loss * (scale * weights[index]))
             loss_sum += token_loss.detach() * weights[index]
         grad_norm, optimizer_s = self.optimizer_tail()
         dist.all_reduce(loss_sum)
@@ -121,6 +121,10 @@ class Trainer(abc.ABC):
             "tokens_per_s": tokens_per_s,
             "mfu": mfu(tokens_per_s, flops_per_token, world, peak_tflops) if peak_tflops else None,
         }
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """One micro batch's backward (a DeepSpeed engine runs its own)."""
+        self.accelerator.backward(loss)
 
     def schedule(self, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
         """The learning-rate schedule over `total_steps`, saved with every checkpoint."""

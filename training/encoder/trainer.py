@@ -1,4 +1,5 @@
-"""BERT pretraining (masked language model) with DDP through Accelerate: the model from config, the corpus packed
+"""BERT pretraining (masked language model), data-parallel: DeepSpeed ZeRO stage 1 (`--sharding ZERO_1`, the
+reference's; training/common/zero.py) or DDP through Accelerate (NO_SHARD). The model from config, the corpus packed
 once, masks drawn per step (training/encoder/masking.py), LAMB or AdamW; the loop around them is
 `training.common.trainer.Trainer`'s."""
 
@@ -12,12 +13,14 @@ import torch
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 
-from training.common.distributed import make_accelerator, verify_sharding
+from training.common import zero
+from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.failure import doing
 from training.common.flops import peak_tflops_for_device
-from training.common.job import MODEL_CONFIG, Job, data_source
-from training.common.run import RunContext, current_nodes
+from training.common.job import MODEL_CONFIG, ZERO_1, Job, data_source
+from training.common.run import RunContext, current_nodes, synchronize
 from training.common.sampling import StepSampler
+from training.common.sharded_lamb import PartitionLamb
 from training.common.trainer import Step, Trainer
 from training.registry import load, model_entry
 from training.vision.lamb import Lamb, parameter_groups
@@ -34,8 +37,13 @@ class BertTrainer(Trainer):
         set_seed(job.run.seed)
         self.nodes = current_nodes(job.parallelism.nodes)
         parallel, o = job.parallelism, job.optimisation
+        self.zero = parallel.sharding == ZERO_1
+        # Under ZeRO-1 the Accelerator only sets up the processes and the device: DeepSpeed owns the precision.
         self.accelerator = acc = make_accelerator(
-            "NO_SHARD", parallel.precision, nodes=self.nodes, collective_timeout_s=job.elastic.collective_timeout
+            "NO_SHARD",
+            "fp32" if self.zero else parallel.precision,
+            nodes=self.nodes,
+            collective_timeout_s=job.elastic.collective_timeout,
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         self.tokenizer = byte_tokenizer()
@@ -53,14 +61,25 @@ class BertTrainer(Trainer):
                 f"({len(self.tokenizer)})"
             )
         groups = parameter_groups(model, o.weight_decay)
+        lamb = PartitionLamb if self.zero else Lamb  # ZeRO-1 hands LAMB slices: trust ratios over whole norms
         if o.optimizer == "adamw":
             optimizer = torch.optim.AdamW(groups, lr=o.lr, betas=(0.9, 0.999), eps=1e-6)
         else:
-            optimizer = Lamb(groups, lr=o.lr, betas=(0.9, 0.999), eps=1e-6)
-        self.model, self.optimizer = acc.prepare(model, optimizer)
-        self.scheduler = self.schedule(min(o.warmup_steps or 0, self.total_steps))
-        self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
-        self.run = RunContext(acc, job, run_dir, self.nodes)
+            optimizer = lamb(groups, lr=o.lr, betas=(0.9, 0.999), eps=1e-6)
+        state = None
+        if self.zero:
+            bf16 = resolve_precision(parallel.precision) == "bf16"
+            config = zero.engine_config(o.micro_batch_size, self.sampler.micro_steps, o.grad_clip, bf16)
+            self.model = self.engine = zero.initialize(model, optimizer, config)
+            self.optimizer = self.engine.optimizer
+            self.scheduler = self.schedule(min(o.warmup_steps or 0, self.total_steps))
+            self.replication = zero.verify_partitioned(self.engine, self.world)
+            state = zero.ZeroCheckpoint(self.engine, self.scheduler, self.world, self.rank)
+        else:
+            self.model, self.optimizer = acc.prepare(model, optimizer)
+            self.scheduler = self.schedule(min(o.warmup_steps or 0, self.total_steps))
+            self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
+        self.run = RunContext(acc, job, run_dir, self.nodes, state)
         shape = model_entry(job.model.name).arch.truncated(job.model.layers).shape()
         self.flops_per_token = shape.flops_per_token(job.data.seq_len)
         on_gpu = torch.cuda.is_available()
@@ -117,11 +136,31 @@ class BertTrainer(Trainer):
             )
 
         def around(last: bool):
-            return contextlib.nullcontext() if last else self.accelerator.no_sync(self.model)
+            # DeepSpeed reduces at engine.step() only (managed_gradient_accumulation off); DDP at the last backward.
+            return contextlib.nullcontext() if last or self.zero else self.accelerator.no_sync(self.model)
 
         return self.token_mean_step(
             batches, weights, lambda labels: int((labels != IGNORE_INDEX).sum()), summed_loss, around, data_wait
         )
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self.zero:
+            self.engine.backward(loss, scale_wrt_gas=False)  # the loss is already the global batch's token mean
+        else:
+            super().backward(loss)
+
+    def optimizer_tail(self) -> tuple[float, float]:
+        """ZeRO-1: the engine reduces the gradients, clips them (its `gradient_clipping`), steps this rank's partition
+        and gathers the weights; then the schedule steps."""
+        if not self.zero:
+            return super().optimizer_tail()
+        synchronize()
+        started = time.perf_counter()
+        self.engine.step()
+        self.scheduler.step()
+        norm = self.engine.get_global_grad_norm() if self.job.optimisation.grad_clip > 0 else 0.0
+        synchronize()
+        return float(norm or 0.0), time.perf_counter() - started
 
     def record(self, step: int, step_time: float) -> dict:
         return self.token_record(step_time, self.flops_per_token, self.peak_tflops)

@@ -6,7 +6,9 @@ What a run writes, per the trainers:
 
     checkpoint   every parameter in fp32 (4 bytes) plus the optimizer's fp32 state: AdamW keeps two
                  moments (8 bytes), SGD with momentum one (4), LAMB two (8). FSDP shards it across
-                 ranks; the shards add up to the same total on the shared disk.
+                 ranks; the shards add up to the same total on the shared disk. DeepSpeed ZeRO-1 also
+                 saves its fp32 master weights (4); its module weights are counted as fp32 (bf16 jobs
+                 write 2 bytes of them: a little to spare).
     in flight    a new checkpoint is written in full before the oldest is pruned, so the disk holds
                  `keep + 1` of them at the peak -- or fewer when the run saves fewer times than that.
     export       the LLM's consolidated weights at the end, fp32 safetensors (4 bytes a parameter).
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
+from training.common.job import ZERO_1
 from trainkit.errors import SpecError
 from trainkit.job.models import ModelEntry
 
@@ -30,6 +33,8 @@ GB = 1e9
 GIB = 2**30
 PARAM_BYTES = 4
 OPTIMIZER_BYTES = {"adamw": 8, "sgd": 4, "lamb": 8}
+MASTER_BYTES = 4
+"""DeepSpeed ZeRO-1 saves the module's weights and, with the optimizer's slices, its fp32 master copy of them."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
         optimizer, export = job.optimisation.optimizer or "lamb", 0
     else:
         parameters, optimizer, export = entry.arch.parameters, job.optimisation.optimizer or "sgd", 0
-    checkpoint = (PARAM_BYTES + OPTIMIZER_BYTES[optimizer]) * parameters
+    master = MASTER_BYTES if job.parallelism.sharding == ZERO_1 else 0
+    checkpoint = (PARAM_BYTES + master + OPTIMIZER_BYTES[optimizer]) * parameters
     peak = job.checkpointing.keep_checkpoints + 1
     written = saves(job.optimisation.steps, job.checkpointing.checkpoint_interval)
     if written is not None:

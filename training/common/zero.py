@@ -1,0 +1,187 @@
+"""DeepSpeed ZeRO stage 1 for the data-parallel recipes (BERT's `--sharding ZERO_1`): the engine, the optimizer it
+partitions, its checkpoint inside trainkit's atomic publish, and the check that the optimizer state really is
+partitioned.
+
+One path on CPUs and GPUs: DeepSpeed's own engine (`deepspeed.initialize`) under torchrun, over the process group
+the Accelerator already made. Accelerate's DeepSpeed integration is gated off on CPU (accelerate/state.py: under
+`cpu=True` the DeepSpeed plugin is not used), so the CPU tests could not run the path a GPU job would take; and its
+`backward` also steps the engine, where the trainers here step once per global batch (training/common/trainer.py).
+With `managed_gradient_accumulation: false` DeepSpeed leaves the boundary to the caller: each micro batch's
+backward accumulates locally, `engine.step()` reduces the gradients, clips, steps the optimizer on this rank's
+partition and copies the updated weights back to every rank (DeepSpeed 0.19.8, runtime/engine.py `step`).
+
+ZeRO-1 (Rajbhandari et al. 2020, arXiv:1910.02054, section 5.1): each parameter group is flattened into one buffer,
+and each data-parallel rank keeps the fp32 master weights and optimizer moments of one contiguous slice of it. LAMB
+then needs each parameter's whole norm, not its slice's: `PartitionLamb` (training/common/sharded_lamb.py) gets the
+layout of each rank's slice from DeepSpeed's optimizer here.
+
+Checkpoints: `engine.save_checkpoint` writes DeepSpeed's own files (`zero/mp_rank_00_model_states.pt` by the first
+rank, `zero/*zero_pp_rank_<r>_mp_rank_00_optim_states.pt` by every rank) into the checkpoint's temporary folder;
+trainkit's CheckpointManager publishes it (manifest, marker, rename, `latest`), so a kill at any moment leaves the
+previous checkpoint. The schedule's state travels as DeepSpeed's client state, each rank's RNG states beside.
+A checkpoint holds one optimizer file per rank of the world that wrote it: DeepSpeed refuses to load ZeRO-1's
+optimizer state at another world size (runtime/engine.py `_get_all_zero_checkpoints`: "Automatic adjustment of
+ZeRO's optimizer state partitioning with a new world size is not currently supported"), and so does this module,
+before reading anything, with what to do instead (WorldSizeChanged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .failure import NoRetry
+from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
+
+TAG = "zero"
+"""The folder DeepSpeed writes inside a checkpoint (its `tag`)."""
+OPTIMIZER_FILES = "*zero_pp_rank_*_mp_rank_00_optim_states.pt"
+"""One per data-parallel rank (bf16 runs prefix them `bf16_`)."""
+PRINT_NEVER = 1 << 30
+
+
+class WorldSizeChanged(NoRetry):
+    """A ZeRO-1 checkpoint written by another number of ranks: its optimizer partitions do not fit this world."""
+
+
+def engine_config(micro_batch_size: int, micro_steps: int, grad_clip: float, bf16: bool) -> dict:
+    """DeepSpeed's configuration for a ZeRO-1 job (keys: DeepSpeed's config-json documentation)."""
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": micro_steps,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": grad_clip,
+        "bf16": {"enabled": bf16},
+        "zero_optimization": {"stage": 1},
+        # Our optimizers (LAMB on partitions, torch's AdamW) are not DeepSpeed's own: it asks for this to take them.
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": PRINT_NEVER,
+        "wall_clock_breakdown": False,
+    }
+
+
+def _import_deepspeed():
+    """deepspeed, told the accelerator (its own detection logs a warning on every CPU rank) and kept quiet."""
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+    import deepspeed
+    from deepspeed.utils import logger
+
+    logger.setLevel(logging.WARNING)
+    return deepspeed
+
+
+def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: dict):
+    """The DeepSpeed engine over `model` (moved to this rank's device) with `optimizer` partitioned by ZeRO-1,
+    joining the process group that already exists."""
+    deepspeed = _import_deepspeed()
+    engine, _optimizer, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=config, dist_init_required=False
+    )
+    if isinstance(optimizer, PartitionLamb):
+        zero = engine.optimizer
+        group = zero.dp_process_group
+        optimizer.bind(partition_layout(zero), lambda sums: _all_reduce(sums, group))
+    return engine
+
+
+def _all_reduce(values: torch.Tensor, group) -> torch.Tensor:
+    dist.all_reduce(values, group=group)
+    return values
+
+
+def partition_layout(zero) -> list[tuple[list[Fragment], int]]:
+    """Per parameter group of DeepSpeed's ZeRO-1 optimizer (DeepSpeedZeroOptimizer, runtime/zero/stage_1_and_2.py):
+    what this rank's slice of the flat buffer holds, and how many parameters the group has. The buffer lays the
+    parameters out in `round_robin_bit16_groups` order at `round_robin_bit16_offsets` (with alignment padding
+    between them), and rank r owns [r * partition_size, (r + 1) * partition_size)."""
+    layout = []
+    for index, metas in enumerate(zero.round_robin_bit16_meta):
+        rank = dist.get_rank(group=zero.real_dp_process_group[index])
+        size = int(zero.partition_size[index])
+        held = zero.single_partition_of_fp32_groups[index].numel()
+        if held != size:
+            raise RuntimeError(f"DeepSpeed's partition {index} holds {held} elements, its layout says {size}")
+        sizes = [meta.numel() for meta in metas]
+        fragments = partition_fragments(list(zero.round_robin_bit16_offsets[index]), sizes, rank * size, size)
+        layout.append((fragments, len(sizes)))
+    return layout
+
+
+def optimizer_share(engine) -> tuple[int, int]:
+    """(fp32 master elements this rank keeps, the model's parameter elements): ZeRO-1's optimizer share."""
+    local = sum(flat.numel() for flat in engine.optimizer.single_partition_of_fp32_groups)
+    total = sum(param.numel() for param in engine.module.parameters())
+    return local, total
+
+
+def verify_partitioned(engine, world: int) -> dict:
+    """Stop the job unless this rank keeps about 1/world of the optimizer's master weights (DeepSpeed pads each group
+    to a multiple of the world, so a little more); what was found, for the run's report."""
+    from .distributed import ShardingError
+
+    local, total = optimizer_share(engine)
+    found = {"strategy": "ZERO_1", "local_optimizer_elements": local, "total_params": total, "world_size": world}
+    expected = total / world
+    if world > 1 and not 0.9 * expected <= local <= 1.1 * expected + 64 * len(engine.optimizer.partition_size):
+        raise ShardingError(
+            f"ZERO_1: this rank keeps {local} of {total} optimizer elements, expected about {expected:.0f} (1/{world})"
+        )
+    return found
+
+
+def saved_world_size(checkpoint: Path) -> int:
+    """How many data-parallel ranks wrote a ZeRO-1 checkpoint: its optimizer files, one per rank."""
+    return len(list((checkpoint / TAG).glob(OPTIMIZER_FILES)))
+
+
+class ZeroCheckpoint:
+    """What RunContext saves and loads for a DeepSpeed engine (see the module's docstring)."""
+
+    def __init__(self, engine, scheduler: torch.optim.lr_scheduler.LRScheduler, world: int, rank: int):
+        self.engine, self.scheduler, self.world, self.rank = engine, scheduler, world, rank
+
+    def save(self, directory: Path) -> None:
+        self.engine.save_checkpoint(
+            str(directory), tag=TAG, client_state={"scheduler": self.scheduler.state_dict()}, save_latest=False
+        )
+        torch.save(_rng_state(), directory / TAG / f"rng_state_{self.rank}.pt")
+
+    def load(self, directory: Path) -> None:
+        saved = saved_world_size(directory)
+        if saved != self.world:
+            raise WorldSizeChanged(
+                f"checkpoint {directory.name} holds DeepSpeed ZeRO-1 optimizer state partitioned over {saved} ranks "
+                f"and this job has {self.world}; DeepSpeed cannot repartition it: resume with {saved} processes in "
+                "all (--nodes x --nproc), or start a new run (--run-id) at this size"
+            )
+        path, client = self.engine.load_checkpoint(
+            str(directory), tag=TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
+        if path is None:
+            raise FileNotFoundError(f"DeepSpeed found no checkpoint under {directory / TAG}")
+        self.scheduler.load_state_dict(client["scheduler"])
+        _set_rng_state(torch.load(directory / TAG / f"rng_state_{self.rank}.pt", weights_only=False))
+
+
+def _rng_state() -> dict:
+    import numpy
+
+    state = {"python": random.getstate(), "numpy": numpy.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    import numpy
+
+    random.setstate(state["python"])
+    numpy.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
