@@ -1,17 +1,21 @@
 """BERT masked-language-model pretraining (issue 31's encoder workload): 2 processes on CPU, DeepSpeed ZeRO stage 1
 (the recipe's sharding), the generated corpus, masks drawn per step; each rank's checkpoint holds half of the
 optimizer state, LAMB on ZeRO-1's slices takes DDP's steps, and a SIGKILL after a checkpoint resumes with the losses
-of an uninterrupted run."""
+of an uninterrupted run; a ZeRO-1 checkpoint resumes at another world size through DeepSpeed's universal checkpoint."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from tests.helpers.paths import REPO
 from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke
 from tests.helpers.waiting import latest_step, wait_for
 
@@ -108,3 +112,23 @@ def test_lamb_on_zero_1_slices_takes_the_steps_of_lamb_under_ddp(bert_run):
     ddp_losses = [r["loss"] for r in read_jsonl(bert_run[2] / "metrics.jsonl")]
     assert json.loads((bert_run[2] / "summary.json").read_text())["replication"]["strategy"] == "NO_SHARD"
     assert zero_losses == pytest.approx(ddp_losses, rel=1e-4)
+
+
+def test_a_zero_1_checkpoint_resumes_at_another_world_size(bert_run, tmp_path):
+    """An elastic job that comes back with another number of ranks: the checkpoint of 2 is converted to DeepSpeed's
+    universal form and 3 ranks take their new slices of it, every master weight and moment the same as saved
+    (tests/helpers/zero_reload.py compares them); the conversion is removed once loaded."""
+    run_dir = shutil.copytree(bert_run[0], tmp_path / "run")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
+    done = subprocess.run(
+        [*command, str(REPO / "tests/helpers/zero_reload.py"), str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert report == {"step": STEPS, "writers": 2, "world": 3, "compared": 513_416}
+    assert "converting it to DeepSpeed's universal checkpoint" in done.stdout
+    assert not (run_dir / "checkpoints" / ".universal").exists()

@@ -170,10 +170,6 @@ def test_synthetic_input_runs_steps_without_warmup_epochs(tmp_path):
         ({"model": "bert-tiny", "ac_every": "2"}, "--ac-every applies to Llama models, not to bert-tiny"),
         ({"model": "bert-tiny", "sharding": "FULL_SHARD"}, "ZERO_1 (DeepSpeed ZeRO stage 1) or NO_SHARD (DDP)"),
         ({"model": "llama2-tiny", "sharding": "ZERO_1"}, "DeepSpeed ZeRO-1 is BERT's; llama2-tiny shards with FSDP2"),
-        (
-            {"model": "bert-tiny", "nodes": "1:2", "nproc": "1"},
-            "--nodes 1:2 with --sharding ZERO_1: each rank's checkpoint holds its slice of the optimizer state",
-        ),
         ({"model": "bert-tiny", "seq_len": "1024"}, "--seq-len 1024 exceeds bert-tiny's context of 512 tokens"),
         ({"model": "bert-tiny", "seq_len": "2"}, "a bert-tiny row holds [CLS], at least one token and [SEP]"),
         ({"model": "resnet-tiny", "label_smoothing": "1.5"}, "--label-smoothing must be in [0, 1)"),

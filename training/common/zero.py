@@ -19,23 +19,31 @@ Checkpoints: `engine.save_checkpoint` writes DeepSpeed's own files (`zero/mp_ran
 rank, `zero/*zero_pp_rank_<r>_mp_rank_00_optim_states.pt` by every rank) into the checkpoint's temporary folder;
 trainkit's CheckpointManager publishes it (manifest, marker, rename, `latest`), so a kill at any moment leaves the
 previous checkpoint. The schedule's state travels as DeepSpeed's client state, each rank's RNG states beside.
-A checkpoint holds one optimizer file per rank of the world that wrote it: DeepSpeed refuses to load ZeRO-1's
+A checkpoint holds one optimizer file per rank of the world that wrote it, and DeepSpeed refuses to load ZeRO-1's
 optimizer state at another world size (runtime/engine.py `_get_all_zero_checkpoints`: "Automatic adjustment of
-ZeRO's optimizer state partitioning with a new world size is not currently supported"), and so does this module,
-before reading anything, with what to do instead (WorldSizeChanged).
+ZeRO's optimizer state partitioning with a new world size is not currently supported"). An elastic job that
+resumes with another number of ranks therefore goes through DeepSpeed's universal checkpoint (DeepSpeed's
+"Universal Checkpointing" tutorial; deepspeed/checkpoint/ds_to_universal.py): the checkpoint is converted once into
+one file per parameter and state (`fp32`, `exp_avg`, `exp_avg_sq`, `step`: PartitionLamb keeps Adam's names for
+this), under `checkpoints/.universal/<step>/`, by the rank that owns the disk (the main rank on a shared file
+system, each host's first rank where hosts have their own), and every rank loads its new slice from it with the
+engine's `load_universal` switched on for that load. The published checkpoint stays as it was.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
 import os
 import random
+import shutil
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from .failure import NoRetry
+from .checkpoint import HOST_ENV
 from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
 
 TAG = "zero"
@@ -43,10 +51,6 @@ TAG = "zero"
 OPTIMIZER_FILES = "*zero_pp_rank_*_mp_rank_00_optim_states.pt"
 """One per data-parallel rank (bf16 runs prefix them `bf16_`)."""
 PRINT_NEVER = 1 << 30
-
-
-class WorldSizeChanged(NoRetry):
-    """A ZeRO-1 checkpoint written by another number of ranks: its optimizer partitions do not fit this world."""
 
 
 def engine_config(micro_batch_size: int, micro_steps: int, grad_clip: float, bf16: bool) -> dict:
@@ -153,19 +157,72 @@ class ZeroCheckpoint:
 
     def load(self, directory: Path) -> None:
         saved = saved_world_size(directory)
-        if saved != self.world:
-            raise WorldSizeChanged(
-                f"checkpoint {directory.name} holds DeepSpeed ZeRO-1 optimizer state partitioned over {saved} ranks "
-                f"and this job has {self.world}; DeepSpeed cannot repartition it: resume with {saved} processes in "
-                "all (--nodes x --nproc), or start a new run (--run-id) at this size"
+        source, universal = directory, saved != self.world
+        if universal:
+            source = universal_copy(directory, saved, self.world, self.rank)
+        with _universal_load(self.engine, universal):
+            path, client = self.engine.load_checkpoint(
+                str(source), tag=TAG, load_optimizer_states=True, load_lr_scheduler_states=False
             )
-        path, client = self.engine.load_checkpoint(
-            str(directory), tag=TAG, load_optimizer_states=True, load_lr_scheduler_states=False
-        )
         if path is None:
-            raise FileNotFoundError(f"DeepSpeed found no checkpoint under {directory / TAG}")
+            raise FileNotFoundError(f"DeepSpeed found no checkpoint under {source / TAG}")
+        if universal:  # every rank has its slice: the conversion has served (a later failure converts again)
+            dist.barrier()
+            if _disk_owner(self.rank):
+                shutil.rmtree(source.parent, ignore_errors=True)
         self.scheduler.load_state_dict(client["scheduler"])
-        _set_rng_state(torch.load(directory / TAG / f"rng_state_{self.rank}.pt", weights_only=False))
+        rng = directory / TAG / f"rng_state_{self.rank}.pt"
+        if rng.is_file():  # a rank the writing world did not have keeps the seed it started from
+            _set_rng_state(torch.load(rng, weights_only=False))
+
+
+UNIVERSAL_DIR = ".universal"
+
+
+def _disk_owner(rank: int) -> bool:
+    """The rank that writes to this disk for all: the main one on a shared file system, each host's first where the
+    hosts have their own (training/common/checkpoint.py, per-host publishing)."""
+    return int(os.environ.get("LOCAL_RANK", rank)) == 0 if os.environ.get(HOST_ENV) else rank == 0
+
+
+def universal_copy(checkpoint: Path, saved: int, world: int, rank: int) -> Path:
+    """DeepSpeed's universal form of `checkpoint` (written by `saved` ranks), made once by the rank that owns this
+    disk and read by every rank after a barrier: its folder (DeepSpeed's `save_dir`, holding `<TAG>/`)."""
+    folder = checkpoint.parent / UNIVERSAL_DIR / checkpoint.name
+    if _disk_owner(rank):
+        print(
+            f"checkpoint {checkpoint.name} was written by {saved} ranks and this job has {world}: converting it to "
+            f"DeepSpeed's universal checkpoint ({folder})",
+            flush=True,
+        )
+        shutil.rmtree(folder.parent, ignore_errors=True)  # an older step's conversion: no longer wanted
+        convert_to_universal(checkpoint / TAG, folder / TAG)
+    dist.barrier()
+    return folder
+
+
+def convert_to_universal(zero_folder: Path, output: Path) -> None:
+    """ds_to_universal.py's conversion in this process (one worker: no child processes inside a training rank)."""
+    _import_deepspeed()
+    from deepspeed.checkpoint import ds_to_universal
+
+    options = {"num_extract_workers": 1, "num_merge_workers": 1, "keep_temp_folder": False, "strict": True}
+    arguments = argparse.Namespace(input_folder=str(zero_folder), output_folder=str(output), **options)
+    arguments.inject_missing_state = True  # our checkpoints carry no Megatron-style universal info of their own
+    ds_to_universal.main(arguments)
+
+
+@contextlib.contextmanager
+def _universal_load(engine, universal: bool):
+    """The engine's `checkpoint.load_universal` for one load: DeepSpeed reads it from its config when it loads
+    (runtime/engine.py `load_universal_checkpoint`), and the job's next save and load are ordinary ones."""
+    config = engine._config
+    before = config.load_universal_checkpoint
+    config.load_universal_checkpoint = universal
+    try:
+        yield
+    finally:
+        config.load_universal_checkpoint = before
 
 
 def _rng_state() -> dict:

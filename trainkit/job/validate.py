@@ -89,12 +89,6 @@ def validate(job: Job, machine: Machine) -> None:
 def _validate_sharding(job: Job, machine: Machine) -> None:
     p = job.parallelism
     require(
-        not (p.sharding == ZERO_1 and p.min_nodes != p.nodes),
-        f"--nodes {p.min_nodes}:{p.nodes} with --sharding {ZERO_1}: each rank's checkpoint holds its slice of the "
-        "optimizer state and DeepSpeed cannot repartition it for another number of ranks, so the job cannot resume "
-        f"at another size; give a fixed --nodes, or --sharding NO_SHARD for an elastic range",
-    )
-    require(
         not (p.sharding == "HYBRID_SHARD" and (p.nodes < 2 or p.nproc < 2)),
         "--sharding HYBRID_SHARD shards within a node and replicates across nodes, so it needs --nodes >= 2 "
         f"and --nproc >= 2 (got {p.nodes} node(s) x {p.nproc}); on one node use FULL_SHARD or SHARD_GRAD_OP",
@@ -135,8 +129,8 @@ SYSTEM_TREES = ("/proc", "/sys", "/dev")
 SPLIT = re.compile(r"[A-Za-z0-9_.+%:\[\]-]+")  # datasets' split syntax: train, train[:10%], train+validation
 EKS_ONLY = ("instance_type", "image", "namespace")
 MAX_PORT = 65535
-DEADLINE_TARGETS = ("sagemaker",)
-"""The targets that map --max-runtime onto their own limit so far (SageMaker's stopping condition)."""
+DEADLINE_TARGETS = ("sagemaker", "batch")
+"""The targets that map --max-runtime onto their own limit so far (SageMaker's stopping condition, Batch's timeout)."""
 
 
 def _validate_deadline(job: Job) -> None:
