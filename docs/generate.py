@@ -117,10 +117,10 @@ def elastic_table() -> str:
 
 
 def published_scaling() -> str:
-    from trainkit.plan import published
-    from trainkit.plan.scaling import published_llm_curves
+    from trainkit.plan.published import published_report
+    from trainkit.plan.scaling import published_job_on, published_llm_curves
 
-    shown = published.render_comparison(published.compare_published(published_llm_curves))
+    shown = published_report(published_llm_curves, published_job_on)
     return NOTICE.format(source="`invoke plan --published`") + "\n" + textwrap.indent(shown, "    ") + "\n"
 
 

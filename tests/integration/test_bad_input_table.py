@@ -115,6 +115,8 @@ PLAN_OWN = ("gpus_per_node", "mfu", "price_per_hour", "epoch_tokens", "output") 
 PLAN_JOINT: dict[str, tuple[tuple[str, ...], str]] = {
     "sequence past the model's context": (("--model", "llama2-7b", "--seq-len", "999999"), "--seq-len"),
     "more layers than the model has": (("--model", "llama2-7b", "--layers", "33"), "--layers"),
+    "ZeRO-1 for a Llama model": (("--model", "llama2-7b", "--sharding", "ZERO_1"), "--sharding ZERO_1"),
+    "an FSDP strategy for BERT": (("--model", "bert-1.5b", "--sharding", "FULL_SHARD"), "--sharding FULL_SHARD"),
 }
 VALUELESS = {"json", "scaling", "published"}  # `invoke plan --json` and the like take no value
 

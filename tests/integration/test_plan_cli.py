@@ -8,6 +8,7 @@ from PIL import Image
 
 from tests.helpers.product import invoke
 from tests.helpers.published import N7
+from training.registry import REGISTRY
 
 
 def test_invoke_plan_prints_the_table_and_json():
@@ -51,3 +52,27 @@ def test_invoke_plan_published_prints_each_table_beside_the_model():
     for name in ("nccl-allreduce-2xp5", "bert-large-dl1", "bert-1.5b-dl1", "mlp-sagemaker-p3", "llama2-fsdp-p5"):
         assert name in result.stdout
     assert "+15.9%" in result.stdout and "pt" in result.stdout
+    # the DL1 BERT 1.5B anchor, then the same job predicted on p4d and p5
+    rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] and "xlarge" in line.split()[0]]
+    assert [(row[0], row[1], row[-1]) for row in rows] == [
+        *(("dl1.24xlarge", n, "published") for n in ("1", "8", "16")),
+        *((kind, n, "predicted") for kind in ("p4d.24xlarge", "p5.48xlarge") for n in ("1", "8", "16")),
+    ]
+    assert rows[0][2:4] == ["276.7", "100.0%"] and rows[2][3] == "82.7%"
+
+
+def test_invoke_plan_sizes_zero1s_optimizer_share_from_the_registry_entry():
+    n = REGISTRY["bert-1.5b"].arch.parameters()
+    result = invoke("plan", "--model", "bert-1.5b", "--nodes", "16", "--sharding", "ZERO_1", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["param_count"] == n and data["world_size"] == 128
+    assert data["memory_per_gpu"]["ZERO_1"]["optimizer"] == 12 * n / 128
+    assert data["communication"]["exposed_s"] == data["communication"]["communication_s"] > 0
+    text = invoke("plan", "--model", "bert-1.5b", "--nodes", "16", "--sharding", "ZERO_1").stdout
+    assert "*ZERO_1" in text and "over the 128 ranks" in text and "tokens/s" in text and "$ per epoch" in text
+    compared = invoke("plan", "--model", "bert-1.5b", "--nodes", "16", "--sharding", "NO_SHARD")
+    assert compared.returncode == 0 and "*NO_SHARD" in compared.stdout and "  ZERO_1 " in compared.stdout
+    refused = invoke("plan", "--model", "llama2-7b", "--sharding", "ZERO_1")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "--sharding ZERO_1: DeepSpeed ZeRO-1 is BERT's; llama2-7b shards with FSDP2" in refused.stderr

@@ -67,3 +67,57 @@ def test_price_override_and_bad_input():
         plan_of(model="llama2-7b", instance_type="p9.huge")
     with pytest.raises(SpecError, match="--mfu must be in"):
         plan_of(model="llama2-7b", mfu=1.5)
+
+
+# BertForMaskedLM built from bert-1.5b's config on the meta device has this many parameters (tests/unit/
+# test_bert_models.py holds the registry's BertArch.parameters() to the built model).
+BERT_15B = 1_527_814_522
+
+
+def test_zero1_partitions_only_the_optimizer_state_of_the_registrys_exact_parameter_count():
+    """ZeRO stage 1 (Rajbhandari et al. 2020, section 5.1): 2Ψ + 2Ψ + 12Ψ/N_d, Ψ the registry's BertForMaskedLM
+    count (not the FLOPs shape's 1,572,385,600 with an untied head), N_d = 16 nodes x 8 GPUs."""
+    plan = plan_of(model="bert-1.5b", nodes=16, sharding="ZERO_1")
+    assert plan.param_count == BERT_15B and plan.world_size == 128 and plan.shard_group == 128
+    zero = plan.memory_per_gpu["ZERO_1"]
+    assert zero.optimizer == 12 * BERT_15B / 128  # fp32 master weights + LAMB's two fp32 moments, partitioned
+    assert zero.parameters == 2 * BERT_15B  # bf16, on every GPU
+    assert zero.gradients == 2 * BERT_15B + 4 * BERT_15B / 128  # bf16, and the step's fp32 copy of this partition
+    assert zero.buckets == 2 * 500_000_000  # DeepSpeed 0.19.8's reduce_bucket_size, one bf16 buffer
+    assert zero.gathered_parameters == 0
+    # the recipe: micro batch 16 of 128 tokens; 48 layers x 34sbh (h = 1600, no recomputation), fp32 logits + grad
+    assert zero.activations == 48 * 34 * 128 * 16 * 1600 and zero.logits == 8 * 128 * 16 * 30522
+    two_nodes = plan_of(model="bert-1.5b", nodes=2, sharding="ZERO_1").memory_per_gpu["ZERO_1"]
+    assert two_nodes.optimizer == 8 * zero.optimizer  # a share of the world: an eighth of the GPUs, 8 times each
+    ddp = plan.memory_per_gpu["NO_SHARD"]
+    assert (ddp.parameters, ddp.gradients, ddp.optimizer, ddp.buckets) == tuple(
+        k * BERT_15B for k in (4, 4, 8, 4)
+    )  # fp32 replica, its gradients, two moments, DDP's bucket copy of the gradients
+    assert list(plan.memory_per_gpu) == ["ZERO_1", "NO_SHARD"] and all(plan.fits.values())
+
+
+def test_bert_plans_the_recipes_strategy_and_refuses_what_invoke_train_refuses():
+    from trainkit.job.models import get_model
+
+    assert plan_of(model="bert-1.5b").job.parallelism.sharding == get_model("bert-1.5b").recipe.sharding
+    assert plan_of(model="bert-large", sharding="NO_SHARD").job.parallelism.sharding == "NO_SHARD"
+    with pytest.raises(SpecError, match=r"--sharding ZERO_1: DeepSpeed ZeRO-1 is BERT's; llama2-7b shards with FSDP2"):
+        plan_of(model="llama2-7b", sharding="ZERO_1")
+    with pytest.raises(SpecError, match=r"--sharding FULL_SHARD: bert-1.5b trains data-parallel: ZERO_1"):
+        plan_of(model="bert-1.5b", sharding="FULL_SHARD")
+    with pytest.raises(SpecError, match=r"--activation-checkpointing applies to Llama models, not to bert-1.5b"):
+        plan_of(model="bert-1.5b", activation_checkpointing=True)
+    with pytest.raises(SpecError, match=r"resnet50 is a vision model: measure it with `invoke train"):
+        plan_of(model="resnet50")
+
+
+def test_the_bert_plan_prints_zero1s_share_throughput_and_cost():
+    from trainkit.plan.memory import render_plan
+
+    text = render_plan(plan_of(model="bert-1.5b", nodes=16, sharding="ZERO_1"))
+    header = next(line for line in text.splitlines() if line.strip().startswith("strategy"))
+    assert header.split() == ["strategy", "params", "grads", "optim", "buckets", "activ", "logits", "total", "fits"]
+    row = next(line for line in text.splitlines() if line.startswith(" *ZERO_1"))
+    assert row.split()[3] == f"{12 * BERT_15B / 128 / GIB:.1f}"  # the optimizer share, GiB
+    assert "1,527,814,522" in text and "over the 128 ranks" in text and "$ per epoch" in text
+    assert "with the communication" in text

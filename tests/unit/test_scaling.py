@@ -7,16 +7,18 @@ import json
 import math
 import re
 import textwrap
+from dataclasses import replace
 
 import pytest
 
 from tests.helpers.paths import REPO
+from training.registry import REGISTRY
 from trainkit.errors import SpecError
 from trainkit.job import build
 from trainkit.plan import published
 from trainkit.plan import scaling_model as scaling
 from trainkit.plan.memory import PlanOptions, bench_mfu, make_plan
-from trainkit.plan.scaling import make_scaling, published_llm_curves, render_scaling
+from trainkit.plan.scaling import make_scaling, published_job_on, published_llm_curves, render_scaling
 
 GIB, MIB = 1024**3, 1024**2
 P5, P4D = scaling.FABRICS["p5"], scaling.FABRICS["p4d"]
@@ -155,9 +157,11 @@ def test_held_against_the_published_tables(comparison):
     # What the model claims (docs/scaling-model.md): the 2 x p5 all-reduce within 20% where not fitted ...
     for row in by_table["nccl-allreduce-2xp5"]:
         assert abs(row["error"]) <= (0.005 if row["fit"] else 0.20), row
-    # ... the DL1 BERT rows within 8 points of efficiency, predicted with one dl1 constant ...
+    # ... the DL1 BERT rows within 8 points of efficiency, predicted with one dl1 constant, and BERT 1.5B's one-node
+    # throughput within 10% from the FLOP rate of BERT-Large's one-node row ...
     for row in by_table["bert-large-dl1"] + by_table["bert-1.5b-dl1"]:
-        assert abs(row["error"]) <= (0.005 if row["fit"] else 0.08), row
+        assert abs(row["error"]) <= (0.005 if row["fit"] else 0.10 if row["unit"] == "items/s" else 0.08), row
+    assert [row["at"] for row in by_table["bert-1.5b-dl1"] if row["unit"] == "items/s"] == ["1 node"]
     # ... FSDP Llama 2 on p5 near-linear (at least 90%) from 1 to 16 nodes for all three sizes ...
     assert {row["table"] for row in by_table["llama2-fsdp-p5"]} == {
         f"llama2-fsdp-p5:llama2-{size}" for size in ("7b", "13b", "70b")
@@ -174,6 +178,101 @@ def test_the_docs_show_the_comparison_as_the_model_prints_it(comparison):
     page = (REPO / "docs" / "generated" / "published-scaling.md").read_text()
     shown = textwrap.indent(published.render_comparison(comparison), "    ")
     assert shown in page, "docs/generated/published-scaling.md is stale: run `make docs`"
+    beside = textwrap.indent(published.render_beside_anchor(published.beside_anchor(published_job_on)), "    ")
+    assert beside in page, "docs/generated/published-scaling.md is stale: run `make docs`"
+
+
+def test_zero1_all_reduces_gradients_by_bucket_then_gathers_the_weights_and_hides_nothing():
+    """DeepSpeed 0.19.8's ZeRO-1: one all-reduce per 5e8-element reduce bucket of bf16 gradients, then the updated
+    bf16 weights all-gathered, both after the backward (trainkit/plan/data_parallel.py, scaling_model.py)."""
+    w = scaling.StepCost(params=1.5e9, compute_s=1.0, micro_batches=24, largest_unit=1e8)
+    communication, gradients, tail = scaling.strategy_communication(w, "ZERO_1", 16, P5)
+    reduced = 3 * scaling.collective_time("all_reduce", 2 * 1.5e9 / 3, 16, P5)  # 1.5e9 / 5e8 = 3 buckets
+    assert gradients == pytest.approx(reduced)
+    assert communication == pytest.approx(reduced + scaling.collective_time("all_gather", 3e9, 16, P5))
+    assert tail == communication  # nothing overlaps: the whole of it is exposed whatever the compute
+    assert scaling.predict(replace(w, compute_s=100.0), "ZERO_1", 16, P5).exposed_s == pytest.approx(communication)
+    # the same bytes under DDP hide partly under the last micro batch's backward
+    ddp = replace(w, micro_batches=1, ddp_grad_bytes=2)
+    assert scaling.predict(ddp, "NO_SHARD", 16, P5).exposed_s < scaling.collective_time("all_reduce", 3e9, 16, P5)
+
+
+def test_the_plan_adds_the_communication_the_scaling_model_exposes_at_the_jobs_node_count():
+    plan = make_plan(build({"model": "bert-1.5b", "nodes": 16, "sharding": "ZERO_1"}), PlanOptions(mfu=0.4))
+    n = REGISTRY["bert-1.5b"].arch.parameters()
+    by_hand = scaling.StepCost(params=n, compute_s=plan.step_time_s, micro_batches=12, largest_unit=0)
+    assert plan.grad_accum_steps == 12  # the recipe's 24,576 sequences over 128 GPUs of 16
+    expected = scaling.predict(by_hand, "ZERO_1", 16, P5)
+    point = plan.communication
+    assert (point.nodes, point.strategy) == (16, "ZERO_1")
+    assert point.exposed_s == pytest.approx(expected.exposed_s) and point.exposed_s == pytest.approx(
+        point.communication_s
+    )
+    assert point.step_s == pytest.approx(plan.step_time_s + expected.exposed_s)
+
+
+def test_the_published_bert_rows_are_computed_from_the_registrys_entries(monkeypatch):
+    tables = published.published_tables()
+    for name in ("bert-large-dl1", "bert-1.5b-dl1"):  # a model's name, no figures of their own
+        assert not {"params", "tokens_per_item", "flops_per_token"} & set(tables[name]["workload"])
+
+    def bert_rows():
+        rows = published.compare_published()  # without the Llama claim's recipes
+        return {(row["table"], row["at"], row["unit"]): row["predicted"] for row in rows if "bert" in row["table"]}
+
+    before = bert_rows()
+    entry = REGISTRY["bert-1.5b"]
+    half = replace(entry.arch, num_hidden_layers=24)
+    monkeypatch.setitem(REGISTRY, "bert-1.5b", replace(entry, arch=half))
+    assert published.resolved(tables["bert-1.5b-dl1"]["workload"])["params"] == half.parameters()
+    after = bert_rows()
+    assert {key for key in before if before[key] != after[key]} == {
+        ("bert-1.5b-dl1", "8 nodes", "efficiency"),
+        ("bert-1.5b-dl1", "16 nodes", "efficiency"),
+        ("bert-1.5b-dl1", "1 node", "items/s"),
+    }
+    assert after[("bert-1.5b-dl1", "1 node", "items/s")] > 1.8 * before[("bert-1.5b-dl1", "1 node", "items/s")]
+    large = REGISTRY["bert-large"]  # its parameters set the bytes each step moves in the BERT-Large rows
+    monkeypatch.setitem(REGISTRY, "bert-large", replace(large, arch=replace(large.arch, hidden_size=2048)))
+    changed = {key for key, value in bert_rows().items() if value != after[key]}
+    assert {key for key in changed if key[0] == "bert-large-dl1"} == {
+        ("bert-large-dl1", f"{n} nodes", "efficiency") for n in (2, 4, 8)
+    }
+
+
+def test_the_gpu_prediction_is_printed_beside_the_dl1_anchor(monkeypatch):
+    monkeypatch.chdir(REPO)  # the MFU of bench files, as `invoke plan --published` reads them
+    rows = published.beside_anchor(published_job_on)
+    anchor = [row for row in rows if row["source"] == "published"]
+    assert [(row["instance_type"], row["nodes"], row["efficiency"]) for row in anchor] == [
+        ("dl1.24xlarge", 1, 1.0),
+        ("dl1.24xlarge", 8, 0.851),
+        ("dl1.24xlarge", 16, 0.827),
+    ]
+    assert anchor[0]["items_per_s"] == 276.66 and anchor[2]["items_per_s"] == pytest.approx(276.66 * 16 * 0.827)
+    predicted = {(row["instance_type"], row["nodes"]): row for row in rows if row["source"] == "predicted"}
+    assert set(predicted) == {(kind, n) for kind in ("p4d.24xlarge", "p5.48xlarge") for n in (1, 8, 16)}
+    # the same job as trainkit plans it: the registry's bert-1.5b under ZeRO-1, 16 x 24 sequences of 128 per GPU
+    job = build(
+        {
+            "model": "bert-1.5b",
+            "instance_type": "p4d.24xlarge",
+            "sharding": "ZERO_1",
+            "micro_batch_size": 16,
+            "global_batch_size": 16 * 24 * 8,
+        }
+    )
+    result = make_scaling(job, PlanOptions(), (1, 8, 16))
+    assert result.plan.grad_accum_steps == 24 and result.plan.job.data.seq_len == 128
+    at16 = result.curves["ZERO_1"][2]
+    assert predicted[("p4d.24xlarge", 16)]["items_per_s"] == pytest.approx(result.tokens_per_s(at16) / 128)
+    assert predicted[("p4d.24xlarge", 16)]["efficiency"] == pytest.approx(at16.efficiency) and at16.efficiency < 1
+    lines = published.render_beside_anchor(rows).splitlines()
+    dl1 = [index for index, line in enumerate(lines) if line.split()[:1] == ["dl1.24xlarge"]]
+    gpus = [index for index, line in enumerate(lines) if line.split()[:1] in (["p4d.24xlarge"], ["p5.48xlarge"])]
+    assert len(dl1) == 3 and len(gpus) == 6 and max(dl1) < min(gpus)  # the anchor first, the predictions beside it
+    assert all(lines[i].endswith("published") for i in dl1) and all(lines[i].endswith("predicted") for i in gpus)
+    assert any(f"MFU {result.plan.options.mfu:.0%}" in line and "p4d.24xlarge" in line for line in lines)
 
 
 def test_the_run_report_draws_the_prediction_for_an_eks_job_beside_what_was_measured():
@@ -224,3 +323,14 @@ def test_an_elastic_runs_prediction_uses_each_worlds_share_of_the_batch():
     job.parallelism.nproc, job.optimisation.micro_batch_size = 8, 4  # micro batch sized for the smallest world
     predicted = predicted_throughput(job, [16, 32])  # 64 / 32 GPUs = 2 sequences each: micro batch 2 at most
     assert sorted(predicted) == [16, 32] and all(value > 0 for value in predicted.values())
+
+
+def test_a_bert_runs_prediction_is_its_zero1_curve():
+    from trainkit.plan.scaling import predicted_throughput
+
+    flags = {"model": "bert-1.5b", "instance_type": "p5.48xlarge", "sharding": "ZERO_1", "micro_batch_size": 16}
+    job = build({**flags, "nodes": 2, "global_batch_size": 16 * 24 * 16})
+    job.parallelism.nproc = 8
+    predicted = predicted_throughput(job, [16, 32])
+    one_node = make_scaling(build({**flags, "global_batch_size": 16 * 24 * 8}), PlanOptions(), (2, 4))
+    assert predicted == pytest.approx({8 * p.nodes: one_node.tokens_per_s(p) for p in one_node.curves["ZERO_1"]})

@@ -14,7 +14,14 @@ from trainkit.cli.options import job_flags, job_options, user_errors
 from trainkit.errors import SpecError
 from trainkit.job import REGISTRY, build
 from trainkit.plan.memory import PlanOptions, make_plan, plan_json, render_plan
-from trainkit.plan.scaling import make_scaling, published_llm_curves, render_scaling, scaling_json, scaling_png
+from trainkit.plan.scaling import (
+    make_scaling,
+    published_job_on,
+    published_llm_curves,
+    render_scaling,
+    scaling_json,
+    scaling_png,
+)
 from trainkit.workloads.recipe import recipe
 
 TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
@@ -44,8 +51,9 @@ train = task(
         **_train_help,
         "model": f"{BY_KEY['model'].help} One of: {', '.join(REGISTRY)}.",
         "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",
-        "dry-run": "Print what would run and create nothing: the job as spec.json (local) or the PyTorchJob as "
-        "YAML (eks); checks nothing on a cluster.",
+        "dry-run": "Print what would run and create nothing: the job as spec.json (local), the PyTorchJob as "
+        "YAML (eks), the CreateTrainingJob request (sagemaker), the RegisterJobDefinition and SubmitJob requests "
+        "(batch); checks nothing on a cluster.",
     },
     name="train",
 )(user_errors(_train_body))
@@ -66,9 +74,9 @@ def _plan(
     """Estimate memory per GPU, step time, tokens/s and cost for a job; --scaling: on 1..64 nodes for every
     strategy; --published: the scaling model beside published tables. Runs nothing, creates nothing in the cloud."""
     if published:
-        from trainkit.plan import published as model
+        from trainkit.plan.published import published_report
 
-        print(model.render_comparison(model.compare_published(published_llm_curves)))
+        print(published_report(published_llm_curves, published_job_on))
         return
     flags = job_flags(values, PLAN_FLAGS)
     flags["model"] = flags["model"] or "llama2-7b"
@@ -117,9 +125,10 @@ _plan_body, _plan_help = job_options(
 plan = task(
     help={
         **_plan_help,
-        "model": "Registry name of a language model, e.g. llama2-7b (default: llama2-7b).",
+        "model": "Registry name of a language model, e.g. llama2-7b or bert-1.5b (default: llama2-7b).",
         "instance-type": "AWS instance type (p5.48xlarge, p4d.24xlarge, ...); default p5.48xlarge.",
-        "sharding": "FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD (all four are shown; this one is marked).",
+        "sharding": "Llama: FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD; BERT: ZERO_1 or NO_SHARD (every "
+        "strategy of the family is shown; this one is marked; default: the recipe's).",
         "global-batch-size": "Sequences per optimizer step (default: recipe, raised to fill every GPU).",
         "gpus-per-node": "Alias of --nproc: GPUs per instance (default: all GPUs of --instance-type).",
         "mfu": "Model FLOPs utilisation for time and cost (default: the median of benchmarks/<model>-<gpu>.json "
@@ -129,7 +138,8 @@ plan = task(
         "json": "Print the plan as JSON.",
         "scaling": "Predict step time, tokens/s and efficiency on 1..64 nodes for every strategy and choose one "
         "(trainkit/plan/scaling_model.py); writes a PNG and JSON.",
-        "published": "Print the scaling model's predictions beside the published tables it is held against.",
+        "published": "Print the scaling model's predictions beside the published tables it is held against, and "
+        "the DL1 BERT 1.5B anchor beside the same job predicted on p4d and p5.",
         "output": "--scaling: path of the PNG and JSON without suffix (default runs/plan/scaling-<model>-<instance>).",
     },
     name="plan",
@@ -138,8 +148,8 @@ plan = task(
 
 RUN_HELP = {
     "run-id": "The run to act on (default: the newest run: local, else the newest trainkit job on the cluster).",
-    "target": "local, eks or sagemaker (default: local when the run is in --runs-dir, else sagemaker when it was "
-    "submitted there from this machine, else eks).",
+    "target": "local, eks, sagemaker or batch (default: local when the run is in --runs-dir, else sagemaker or batch "
+    "when this machine submitted it there, the later of the two, else eks).",
     "runs-dir": "Local runs folder (default runs).",
     "namespace": f"EKS: namespace of the jobs (default {JOBS_NAMESPACE}).",
 }
@@ -148,8 +158,8 @@ RUN_HELP = {
 @task(help=RUN_HELP)
 @user_errors
 def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
-    """A run's state: local (its processes, last step, restarts), on EKS (conditions and pods) or on SageMaker
-    (status transitions, failure reason, billable time)."""
+    """A run's state: local (its processes, last step, restarts), on EKS (conditions and pods), on SageMaker
+    (status transitions, failure reason, billable time) or on Batch (attempts, nodes, the main node's cause)."""
     print(backend_of(run_id, target, runs_dir).status(RunRef(run_id, runs_dir, namespace)))
 
 
@@ -162,7 +172,7 @@ def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
 )
 @user_errors
 def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None, follow=False):
-    """The leader's log (rank 0), or one rank's lines, of a local run, an EKS job or a SageMaker job."""
+    """The leader's log (rank 0), or one rank's lines, of a local run, an EKS, SageMaker or Batch job."""
     run = RunRef(run_id, runs_dir, namespace)
     for line in backend_of(run_id, target, runs_dir).logs(run, None if rank is None else int(rank), follow):
         print(line, flush=True)
@@ -171,7 +181,7 @@ def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None
 @task(help=RUN_HELP)
 @user_errors
 def stop(c, run_id=None, target=None, runs_dir="runs", namespace=None):
-    """Stop a run at a step boundary (local: its processes; EKS, SageMaker: its job); outputs stay, re-running
+    """Stop a run at a step boundary (local: its processes; EKS, SageMaker, Batch: its job); outputs stay, re-running
     resumes."""
     print(backend_of(run_id, target, runs_dir).stop(RunRef(run_id, runs_dir, namespace)))
 

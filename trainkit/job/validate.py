@@ -38,7 +38,7 @@ def validate(job: Job, machine: Machine) -> None:
     recipe = job.run.workload == "recipe"
     entry = get_model(job.model.name)
     if recipe:
-        _check_family(job, entry)
+        check_family(job, entry)
     check_fields(job)  # again: the recipe and the backend filled values in since the flags were checked
     o, p = job.optimisation, job.parallelism
     if recipe:
@@ -190,7 +190,7 @@ def _validate_local(job: Job) -> None:
     )
 
 
-def _check_family(job: Job, entry: ModelEntry) -> None:
+def check_family(job: Job, entry: ModelEntry) -> None:
     """A flag of the other workload is a mistake worth stopping for, not something to ignore silently.
     The recipes fill only their own family's fields, so any other family's value was given."""
     for spec in FIELDS:

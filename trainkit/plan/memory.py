@@ -1,14 +1,19 @@
 """Memory, throughput and cost estimates for a job, before anything runs or is paid for.
 
-Memory per GPU (bytes), N parameters, mixed precision as the trainer runs it (FSDP2 keeps fp32
-master parameters, fp32 gradients and fp32 AdamW moments, and all-gathers bf16 copies to compute):
+The strategies a model's family trains with are the ones planned: FSDP2's four for Llama, DeepSpeed ZeRO-1 and DDP
+for BERT (trainkit/job/validate.py `FAMILY_SHARDING`; those two are sized in trainkit/plan/data_parallel.py, DDP for
+every family). Memory per GPU (bytes), N parameters (BERT: the registry's exact `BertForMaskedLM` count), mixed
+precision as the trainer runs it (FSDP2 keeps fp32 master parameters, fp32 gradients and fp32 AdamW moments, and
+all-gathers bf16 copies to compute):
 
     parameters       4N / S        S = shard group: all GPUs (FULL_SHARD, SHARD_GRAD_OP),
-    gradients        4N / S            GPUs per node (HYBRID_SHARD), 1 (NO_SHARD)
+    gradients        4N / S            GPUs per node (HYBRID_SHARD)
     optimizer        8N / S        AdamW exp_avg + exp_avg_sq
     gathered params  bf16 working copies: 2 x (largest FSDP unit) x 2 for prefetch when resharding
                      after forward (FULL_SHARD, HYBRID_SHARD); all 2N kept from forward to backward
-                     (SHARD_GRAD_OP); none beyond the fp32 replica (NO_SHARD)
+                     (SHARD_GRAD_OP)
+    NO_SHARD, ZERO_1 parameters, gradients, optimizer state and communication buckets as data_parallel.py
+                     says (DDP: 4N + 4N + 8N + 4N of buckets; ZeRO-1: 2N + 2N + 12N/world + DeepSpeed's bucket)
     activations      per layer 34*s*b*h bytes without recomputation (Korthikanti et al. 2022,
                      "Reducing Activation Recomputation in Large Transformer Models", eq. 1, with the
                      5*a*s/h attention-score term removed because SDPA/flash attention does not store
@@ -17,9 +22,12 @@ master parameters, fp32 gradients and fp32 AdamW moments, and all-gathers bf16 c
                      while it is recomputed
     logits           8*s*b*V: fp32 logits and their gradient
 
-A GPU "fits" when the total is at most 90% of its memory (the rest: CUDA context, NCCL buffers,
-allocator fragmentation). Step time = model FLOPs per step / (MFU x peak x GPUs), with the FLOPs
-formula of `training.common.flops` and a stated MFU assumption.
+BERT's encoder layer is the shape Korthikanti et al. derive 34*s*b*h for (GELU MLP of 4h, dropout after attention
+and MLP; Hugging Face's BERT attends through SDPA, so no scores are stored); its embeddings and the MLM head's
+transform (a few s*b*h) are left out. A GPU "fits" when the total is at most 90% of its memory (the rest: CUDA
+context, NCCL buffers, allocator fragmentation). Step time = model FLOPs per step / (MFU x peak x GPUs), with the
+FLOPs formula of `training.common.flops` and a stated MFU assumption; the scaling model (scaling_model.py) adds the
+communication it cannot hide at the job's node count for the strategy the job uses.
 """
 
 from __future__ import annotations
@@ -31,12 +39,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import SHARDING_STRATEGIES, Job
+from training.common.job import SHARDING_STRATEGIES, ZERO_1, Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import DEFAULT_INSTANCE_TYPE
-from trainkit.job.models import get_model
-from trainkit.job.validate import check_language_model
+from trainkit.job.models import BertArch, get_model
+from trainkit.job.validate import FAMILY_SHARDING, check_family, check_language_model
+from trainkit.plan import data_parallel
+from trainkit.plan import scaling_model as scaling
 
 GIB = 1024**3
 USABLE_FRACTION = 0.9
@@ -66,6 +76,8 @@ class MemoryBreakdown:
     gathered_parameters: float
     activations: float
     logits: float
+    buckets: float = 0.0
+    """Communication buffers: DDP's copy of the gradients, DeepSpeed's reduce bucket."""
 
     @property
     def total(self) -> float:
@@ -91,10 +103,25 @@ class Plan:
     usd_per_hour: float | None
     usd_per_epoch: float | None
     price_source: str
+    communication: scaling.Point | None = None
+    """The scaling model at the job's node count for its strategy: the step with the communication it exposes."""
 
 
 def shard_group_size(sharding: str, world: int, gpus_per_node: int) -> int:
-    return {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": gpus_per_node, "NO_SHARD": 1}[sharding]
+    """The GPUs one copy of the sharded state is spread over (ZeRO-1: the optimizer state's)."""
+    groups = {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": gpus_per_node, "NO_SHARD": 1, ZERO_1: world}
+    return groups[sharding]
+
+
+def strategies_of(family: str) -> tuple[str, ...]:
+    """The sharding choices a family trains with: the data-parallel families' own, else FSDP2's four."""
+    return FAMILY_SHARDING.get(family, SHARDING_STRATEGIES)
+
+
+def parameter_count(arch) -> int:
+    """BERT: the registry's exact BertForMaskedLM count (tied output matrix, biases, LayerNorms); Llama: the
+    FLOPs shape's count (untied embedding and LM head, as the Hugging Face checkpoints)."""
+    return arch.parameters() if isinstance(arch, BertArch) else arch.shape().param_count()
 
 
 def checkpointed_layers(job: Job, layers: int) -> int:
@@ -108,29 +135,43 @@ def memory_per_gpu(job: Job, sharding: str, world: int) -> MemoryBreakdown:
     entry = get_model(job.model.name)
     arch = entry.arch.truncated(job.model.layers)
     shape = arch.shape()
-    n = shape.param_count()
+    n = parameter_count(arch)
     s, b, h, v = job.data.seq_len, job.optimisation.micro_batch_size, arch.hidden_size, arch.vocab_size
     layers = shape.layers
-    group = shard_group_size(sharding, world, job.parallelism.nproc)
-    largest_unit = max(shape.params_per_layer(), v * h)
-    gathered = {
-        "FULL_SHARD": 2 * largest_unit * 2,
-        "HYBRID_SHARD": 2 * largest_unit * 2,
-        "SHARD_GRAD_OP": 2 * n,
-        "NO_SHARD": 0,
-    }[sharding]
     per_layer_full = 34 * s * b * h
     recomputed = checkpointed_layers(job, layers)
     activations = recomputed * 2 * s * b * h + (layers - recomputed) * per_layer_full
     if recomputed:
         activations += per_layer_full  # the layer being recomputed
+    if sharding in data_parallel.DATA_PARALLEL:
+        state = data_parallel.state_bytes(sharding, n, world)
+        return MemoryBreakdown(**state, gathered_parameters=0, activations=activations, logits=8 * s * b * v)
+    group = shard_group_size(sharding, world, job.parallelism.nproc)
+    largest_unit = max(shape.params_per_layer(), v * h)
+    gathered = {"FULL_SHARD": 2 * largest_unit * 2, "HYBRID_SHARD": 2 * largest_unit * 2, "SHARD_GRAD_OP": 2 * n}
     return MemoryBreakdown(
         parameters=4 * n / group,
         gradients=4 * n / group,
         optimizer=8 * n / group,
-        gathered_parameters=gathered,
+        gathered_parameters=gathered[sharding],
         activations=activations,
         logits=8 * s * b * v,
+    )
+
+
+def step_cost(plan: Plan) -> scaling.StepCost:
+    """What one GPU computes and communicates per optimizer step of the plan, for the scaling model."""
+    job = plan.job
+    shape = get_model(job.model.name).arch.truncated(job.model.layers).shape()
+    fp32 = job.parallelism.precision == "fp32"  # auto: bf16 on these GPUs
+    return scaling.StepCost(
+        params=plan.param_count,
+        compute_s=plan.step_time_s,
+        micro_batches=plan.grad_accum_steps,
+        largest_unit=max(shape.params_per_layer(), shape.vocab * shape.hidden),
+        param_bytes=4 if fp32 else 2,
+        grad_bytes=4 if fp32 or job.parallelism.reduce_dtype == "fp32" else 2,
+        ddp_grad_bytes=4,  # DDP keeps fp32 parameters and all-reduces their fp32 gradients
     )
 
 
@@ -140,12 +181,14 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     options = options or PlanOptions()
     entry = get_model(job.model.name)
     model, p, o = job.model, job.parallelism, job.optimisation
-    if entry.family != "llama":
+    if entry.family not in ("llama", "bert"):
         raise SpecError(
-            f"invoke plan estimates sharded language-model jobs; {model.name} trains data-parallel, so every GPU "
-            "holds the whole model: measure it with `invoke train --model "
-            f"{model.name} --synthetic --steps 20` instead"
+            f"invoke plan estimates language-model jobs (Llama, BERT); {model.name} is a vision model: measure it "
+            f"with `invoke train --model {model.name} --synthetic --steps 20` instead"
         )
+    recipe = entry.recipe
+    p.sharding = p.sharding or recipe.sharding
+    check_family(job, entry)  # a strategy or flag of another family (ZERO_1 for Llama), as `invoke train` says it
     instance_type = job.placement.instance_type or DEFAULT_INSTANCE_TYPE
     if instance_type not in INSTANCE_TYPES:
         raise SpecError(f"--instance-type {instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}")
@@ -176,9 +219,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
         raise SpecError(
             f"--gpus-per-node {p.nproc}: a {instance_type} node has {instance.gpus} GPUs; use 1..{instance.gpus}"
         )
-    recipe = entry.recipe
     job.placement.instance_type = instance_type
-    p.sharding = p.sharding or "FULL_SHARD"
     p.nproc = p.nproc or instance.gpus
     job.data.seq_len = job.data.seq_len or recipe.seq_len
     check_language_model(job, entry)  # as `invoke train` refuses them: past the context, more layers than it has
@@ -198,11 +239,11 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
             )
         global_batch = -(-global_batch // per_step) * per_step
     o.global_batch_size = global_batch
-    memory = {name: memory_per_gpu(job, name, world) for name in SHARDING_STRATEGIES}
+    memory = {name: memory_per_gpu(job, name, world) for name in strategies_of(entry.family)}
     gpu_bytes = instance.gpu_memory_gib * GIB
     fits = {name: breakdown.total <= USABLE_FRACTION * gpu_bytes for name, breakdown in memory.items()}
-    shape = entry.arch.truncated(model.layers).shape()
-    flops_per_token = shape.flops_per_token(job.data.seq_len)
+    arch = entry.arch.truncated(model.layers)
+    flops_per_token = arch.shape().flops_per_token(job.data.seq_len)
     tokens_per_step = global_batch * job.data.seq_len
     peak = PEAK_BF16_TFLOPS[instance.gpu] * 1e12
     step_time = flops_per_token * tokens_per_step / (options.mfu * peak * world)
@@ -211,10 +252,10 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     usd_per_hour = price * p.nodes if price else None
     usd_per_epoch = usd_per_hour * options.epoch_tokens / tokens_per_s / 3600 if usd_per_hour else None
     source = "--price-per-hour" if options.price_per_hour else f"on-demand us-east-1, {PRICE_TABLE_AS_OF}"
-    return Plan(
+    plan = Plan(
         job=job,
         options=options,
-        param_count=shape.param_count(),
+        param_count=parameter_count(arch),
         world_size=world,
         shard_group=shard_group_size(p.sharding, world, p.nproc),
         global_batch_size=global_batch,
@@ -229,6 +270,9 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
         usd_per_epoch=usd_per_epoch,
         price_source=source if price else "no price known; pass --price-per-hour",
     )
+    fabric = replace(scaling.fabric_for(instance_type), per_node=p.nproc)
+    plan.communication = scaling.predict(step_cost(plan), p.sharding, p.nodes, fabric)
+    return plan
 
 
 def bench_mfu(model: str, gpu: str, folder: Path) -> tuple[float, str] | None:
@@ -254,14 +298,32 @@ def bench_mfu(model: str, gpu: str, folder: Path) -> tuple[float, str] | None:
     return statistics.median(values), f"measured: {path}, median of {len(values)} runs ({shape})"
 
 
+COLUMNS = (
+    ("params", "parameters", 9),
+    ("grads", "gradients", 9),
+    ("optim", "optimizer", 9),
+    ("gathered", "gathered_parameters", 10),
+    ("buckets", "buckets", 9),
+    ("activ", "activations", 9),
+    ("logits", "logits", 9),
+)
+NOTES = {  # what the data-parallel rows hold (trainkit/plan/data_parallel.py)
+    ZERO_1: "ZERO_1: DeepSpeed ZeRO stage 1: bf16 parameters and gradients on every GPU, fp32 master weights and\n"
+    "          two moments (12 bytes a parameter) over the {world} ranks; buckets: DeepSpeed's reduce bucket",
+    "NO_SHARD": "NO_SHARD: DDP: fp32 parameters, gradients and two moments on every GPU; buckets: DDP's copy of the\n"
+    "          gradients",
+}
+
+
 def render_plan(plan: Plan) -> str:
     job, options = plan.job, plan.options
     layers, sharding = job.model.layers, job.parallelism.sharding
     label = f" (truncated to {layers} layers)" if layers else ""
     every = job.parallelism.ac_every or 1
     checkpointing = "off" if not job.parallelism.activation_checkpointing else "on" if every == 1 else f"every {every}"
-    columns = [("params", 9), ("grads", 9), ("optim", 9), ("gathered", 10), ("activ", 9), ("logits", 9), ("total", 9)]
-    header = "".join(f"{title:>{width}}" for title, width in columns)
+    breakdowns = plan.memory_per_gpu.values()  # a part no strategy of this family holds gets no column
+    columns = [c for c in COLUMNS if any(getattr(m, c[1]) for m in breakdowns)] + [("total", "total", 9)]
+    header = "".join(f"{title:>{width}}" for title, _, width in columns)
     lines = [
         f"Plan: {job.model.name}{label} on {job.parallelism.nodes} x {job.placement.instance_type} "
         f"({plan.world_size} GPUs)",
@@ -275,19 +337,23 @@ def render_plan(plan: Plan) -> str:
     ]
     for name, m in plan.memory_per_gpu.items():
         marker = "*" if name == sharding else " "
-        cells = [m.parameters, m.gradients, m.optimizer, m.gathered_parameters, m.activations, m.logits, m.total]
-        row = "".join(f"{value / GIB:>{width}.1f}" for value, (_, width) in zip(cells, columns, strict=True))
+        row = "".join(f"{getattr(m, field) / GIB:>{width}.1f}" for _, field, width in columns)
         lines.append(f" {marker}{name:<14}{row}  {'yes' if plan.fits[name] else 'NO'}")
+    lines += [f"  {NOTES[name].format(world=plan.world_size)}" for name in plan.memory_per_gpu if name in NOTES]
+    seq, point = job.data.seq_len, plan.communication  # the scaling model at the job's nodes
+    with_communication = plan.tokens_per_s * plan.step_time_s / point.step_s
     lines += [
         "",
         f"  throughput ({sharding}, MFU {options.mfu:.1%} of {plan.flops_per_token / 1e9:.1f} GFLOP/token; "
         f"{options.mfu_source})",
-        f"    step time         {plan.step_time_s:.2f} s",
-        f"    tokens/s          {plan.tokens_per_s:,.0f} ({plan.tokens_per_s / plan.world_size:,.0f} per GPU)",
+        f"    step time         {plan.step_time_s:.2f} s compute; {point.step_s:.2f} s with "
+        f"{point.exposed_s:.3f} s of its {point.communication_s:.3f} s of collectives exposed (scaling model)",
+        f"    tokens/s          {plan.tokens_per_s:,.0f} ({plan.tokens_per_s / plan.world_size:,.0f} per GPU, "
+        f"{plan.tokens_per_s / seq:,.0f} sequences/s); {with_communication:,.0f} with the communication",
     ]
     if plan.usd_per_hour is not None:
         lines += [
-            f"  cost ({plan.price_source})",
+            f"  cost ({plan.price_source}; at the compute rate)",
             f"    $ per hour        {plan.usd_per_hour:,.2f}",
             f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {options.epoch_tokens:,} tokens; "
             "set --epoch-tokens)",

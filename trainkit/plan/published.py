@@ -1,6 +1,7 @@
 """The scaling model held against published scaling tables (`invoke plan --published`): each table's workload
 (trainkit/tables/published_scaling.json), the model's prediction beside the published efficiency, and where the
-two differ."""
+two differ; and, beside a table that names GPU instances (`predict_on`: the DL1 BERT 1.5B anchor), the same job
+as trainkit's planner predicts it on them."""
 
 from __future__ import annotations
 
@@ -18,14 +19,17 @@ def published_tables() -> dict:
 
 def resolved(workload: dict) -> dict:
     """A table's workload with a registry model's figures filled in: a workload that names `model` (the BERT
-    rows) takes its parameter count and tokens per sequence from the registry entry (training/registry.py), not
-    from numbers of its own."""
+    rows) takes its parameter count (BertForMaskedLM's exact one), tokens per sequence and FLOPs per token (the
+    planner's and the trainer's formula, training/common/flops.py) from the registry entry (training/registry.py),
+    not from numbers of its own."""
     if "model" not in workload:
         return workload
     from trainkit.job.models import get_model
 
     entry = get_model(workload["model"])
-    return {"params": entry.arch.parameters(), "tokens_per_item": entry.recipe.seq_len, **workload}
+    seq = entry.recipe.seq_len
+    flops = entry.arch.shape().flops_per_token(seq)
+    return {"params": entry.arch.parameters(), "tokens_per_item": seq, "flops_per_token": flops, **workload}
 
 
 def _workload_of(name: str, tables: dict) -> StepCost:
@@ -50,7 +54,7 @@ def _workload_of(name: str, tables: dict) -> StepCost:
         return replace(workload, compute_s=one_node_step - exposed)
     if "achieved_tflops_like" in compute:
         rate = achieved_flops_per_device(compute["achieved_tflops_like"], tables)
-        return replace(workload, compute_s=items * w["tokens_per_item"] * 6 * w["params"] / rate)
+        return replace(workload, compute_s=items * w["tokens_per_item"] * token_flops(w) / rate)
     nodes = compute["calibrated_on"]
     target = dict(zip(entry["published"]["nodes"], published_efficiency(entry), strict=True))[nodes]
 
@@ -85,11 +89,24 @@ def fit_inter_efficiency(name: str, nodes: int) -> float:
 
 
 def achieved_flops_per_device(name: str, tables: dict) -> float:
-    """FLOP/s one accelerator reached in a published table's one-node row (6 FLOPs per parameter per token)."""
+    """FLOP/s one accelerator reached in a published table's one-node row."""
     entry = tables[name]
     w, fabric = resolved(entry["workload"]), FABRICS[entry["family"]]
     tokens_per_s = entry["published"]["throughput"][0] / fabric.per_node * w.get("tokens_per_item", 128)
-    return tokens_per_s * 6 * w["params"]
+    return tokens_per_s * token_flops(w)
+
+
+def token_flops(workload: dict) -> float:
+    """Training FLOPs per token: the registry model's (the planner's formula), else 6 per parameter."""
+    return workload.get("flops_per_token", 6 * workload["params"])
+
+
+def one_node_throughput(name: str, tables: dict) -> float:
+    """Items/s on one node the model predicts for a table's workload (compute and the exposed communication)."""
+    entry = tables[name]
+    w, fabric = entry["workload"], FABRICS[entry["family"]]
+    point = predict(_workload_of(name, tables), w["strategy"], 1, fabric)
+    return w["per_device_batch"] * w.get("micro_batches", 1) * fabric.per_node / point.step_s
 
 
 def published_efficiency(entry: dict) -> list[float]:
@@ -141,10 +158,14 @@ def compare_published(llm_curves=None) -> list[dict]:
                 error = point.efficiency - published
                 fit = n in (1, calibrated) or _nodes(n) in entry.get("fitted_rows", ())
                 rows.append(_row(name, entry, _nodes(n), published, point.efficiency, error, fit))
+            rate = entry["published"].get("one_node_throughput")
+            if rate is not None:  # a throughput the model predicts from another table's FLOP rate
+                predicted = one_node_throughput(name, tables)
+                rows.append(_row(name, entry, _nodes(1), rate, predicted, (predicted - rate) / rate, False, "items/s"))
     return rows
 
 
-def _row(name, entry, at, published, predicted, error, fit) -> dict:
+def _row(name, entry, at, published, predicted, error, fit, unit=None) -> dict:
     return {
         "table": name,
         "at": at,
@@ -152,7 +173,7 @@ def _row(name, entry, at, published, predicted, error, fit) -> dict:
         "predicted": predicted,
         "error": error,
         "fit": fit,
-        "unit": entry["unit"],
+        "unit": unit or entry["unit"],
         "source": entry["source"],
     }
 
@@ -172,9 +193,76 @@ def render_comparison(rows: list[dict]) -> str:
         mark = "  fit" if row["fit"] else ""
         if row["unit"] == "GB/s":
             cells = f"{row['published']:>8.0f} GB/s{row['predicted']:>8.0f} GB/s{row['error']:>+9.1%}"
+        elif row["unit"] == "items/s":  # sequences or images a second
+            cells = f"{row['published']:>8.1f} /s  {row['predicted']:>8.1f} /s  {row['error']:>+7.1%}"
         elif row["error"] is None:  # a claim, not a figure: "near-linear" = at least this efficiency
             cells = f"{'>= ' + format(row['published'], '.0%'):>13}{row['predicted']:>13.1%}{'':>9}"
         else:
             cells = f"{row['published']:>13.1%}{row['predicted']:>13.1%}{100 * row['error']:>+7.1f}pt"
         lines.append(f"{row['table']:<32}{row['at']:>9}{cells}{mark}".rstrip())
     return "\n".join(lines)
+
+
+def beside_anchor(job_on) -> list[dict]:
+    """Each table that names GPU instances (`predict_on`: the DL1 BERT 1.5B one) as rows: its published figures,
+    the anchor, then the same job on each of those instances as trainkit's planner and scaling model predict it.
+    `job_on(workload, instance_type, nodes) -> ([(nodes, items/s, efficiency)], its MFU and where it comes from)`
+    (trainkit.plan.scaling supplies it: the model here knows no recipes)."""
+    rows = []
+    for name, entry in published_tables().items():
+        if name.startswith("_") or "predict_on" not in entry:
+            continue
+        nodes, rate = entry["published"]["nodes"], entry["published"].get("one_node_throughput")
+        for n, efficiency in zip(nodes, published_efficiency(entry), strict=True):
+            items = rate * n * efficiency if rate else None  # what the table's figures say at n nodes
+            rows.append(_anchor_row(name, entry["instance_type"], n, items, efficiency, "published"))
+        for instance_type in entry["predict_on"]:
+            points, mfu_source = job_on(resolved(entry["workload"]), instance_type, nodes)
+            for n, items, efficiency in points:
+                rows.append(_anchor_row(name, instance_type, n, items, efficiency, "predicted", mfu_source))
+    return rows
+
+
+def _anchor_row(table, instance_type, nodes, items, efficiency, source, mfu_source=None) -> dict:
+    return {
+        "table": table,
+        "instance_type": instance_type,
+        "nodes": nodes,
+        "items_per_s": items,
+        "efficiency": efficiency,
+        "source": source,
+        "mfu_source": mfu_source,
+    }
+
+
+def render_beside_anchor(rows: list[dict]) -> str:
+    """Per anchor table: its published rows, then each GPU instance's predicted rows, and where each comes from."""
+    lines = []
+    for name in dict.fromkeys(row["table"] for row in rows):
+        w = resolved(published_tables()[name]["workload"])
+        shown = [row for row in rows if row["table"] == name]
+        lines += [
+            f"{name} (published) and the same job predicted on GPUs: {w['model']}, {w['strategy']}, "
+            f"{w['per_device_batch']} x {w['micro_batches']} sequences of {w['tokens_per_item']} a GPU and step",
+            f"  {'instance':<16}{'nodes':>6}{'sequences/s':>14}{'efficiency':>12}  source",
+        ]
+        for row in shown:
+            items = f"{row['items_per_s']:>14,.1f}" if row["items_per_s"] is not None else f"{'-':>14}"
+            where = f"  {row['instance_type']:<16}{row['nodes']:>6}"
+            lines.append(f"{where}{items}{row['efficiency']:>12.1%}  {row['source']}")
+        lines.append(
+            "  published: the table's figures (sequences/s past one node: the one-node figure x nodes x the published "
+            "efficiency)"
+        )
+        sources = dict.fromkeys((row["instance_type"], row["mfu_source"]) for row in shown if row["mfu_source"])
+        lines += [
+            f"  predicted on {instance_type}: trainkit's plan of {w['model']} and the scaling model, {mfu_source}"
+            for instance_type, mfu_source in sources
+        ]
+    return "\n".join(lines)
+
+
+def published_report(llm_curves=None, job_on=None) -> str:
+    """What `invoke plan --published` prints: the comparison, then the anchors beside their GPU predictions."""
+    report = render_comparison(compare_published(llm_curves))
+    return report + ("\n\n" + render_beside_anchor(beside_anchor(job_on)) if job_on else "")

@@ -8,13 +8,12 @@ import copy
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import SHARDING_STRATEGIES, Job
+from training.common.job import Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES
 from trainkit.job.models import get_model
 from trainkit.plan import scaling_model as scaling
-from trainkit.plan.memory import USABLE_FRACTION, Plan, PlanOptions, make_plan, memory_per_gpu
+from trainkit.plan.memory import USABLE_FRACTION, Plan, PlanOptions, make_plan, memory_per_gpu, step_cost
 
 
 @dataclass
@@ -51,33 +50,22 @@ def make_scaling(job: Job, options: PlanOptions | None = None, node_counts=scali
     plan = make_plan(job, options)
     gpus = plan.job.parallelism.nproc
     fabric = replace(scaling.fabric_for(plan.job.placement.instance_type), per_node=gpus)
-    shape = get_model(job.model.name).arch.truncated(job.model.layers).shape()
-    tokens = plan.job.optimisation.micro_batch_size * plan.grad_accum_steps * plan.job.data.seq_len
-    peak = PEAK_BF16_TFLOPS[fabric.accelerator] * 1e12
-    fp32 = plan.job.parallelism.precision == "fp32"  # auto: bf16 on these GPUs
-    workload = scaling.StepCost(
-        params=plan.param_count,
-        compute_s=tokens * plan.flops_per_token / (plan.options.mfu * peak),
-        micro_batches=plan.grad_accum_steps,
-        largest_unit=max(shape.params_per_layer(), shape.vocab * shape.hidden),
-        param_bytes=4 if fp32 else 2,
-        grad_bytes=4 if fp32 or plan.job.parallelism.reduce_dtype == "fp32" else 2,
-        ddp_grad_bytes=4,  # DDP keeps fp32 parameters and all-reduces their fp32 gradients
-    )
+    workload = step_cost(plan)
+    strategies = list(plan.memory_per_gpu)  # the family's: FSDP2's four, or ZeRO-1 and DDP
     fits = {
         name: {
             n: memory_per_gpu(plan.job, name, n * gpus).total <= USABLE_FRACTION * plan.gpu_memory_bytes
             for n in node_counts
         }
-        for name in SHARDING_STRATEGIES
+        for name in strategies
     }
     curves = {}
-    for name in SHARDING_STRATEGIES:  # efficiency against the smallest size that fits (70B needs several nodes)
+    for name in strategies:  # efficiency against the smallest size that fits (70B needs several nodes)
         smallest = next((n for n in node_counts if fits[name][n]), node_counts[0])
         curves[name] = scaling.curve(workload, name, fabric, node_counts, base_nodes=smallest)
     chosen = {}
     for index, n in enumerate(node_counts):
-        fitting = [name for name in SHARDING_STRATEGIES if fits[name][n]]
+        fitting = [name for name in strategies if fits[name][n]]
         chosen[n] = min(fitting, key=lambda name: curves[name][index].step_s) if fitting else None
     return ScalingPlan(plan, fabric, workload, curves, fits, chosen)
 
@@ -94,7 +82,8 @@ def render_scaling(result: ScalingPlan) -> str:
         f"  collectives: {result.fabric.inter_efficiency:.0%} of the network's and "
         f"{result.fabric.intra_efficiency:.0%} of NVLink's nominal bandwidth, "
         f"{result.fabric.tree_latency_s * 1e6:.0f} us per tree level;",
-        "  overlapped with compute (FSDP: forward and backward; DDP: the last backward), one unit always exposed",
+        "  overlapped with compute (FSDP: forward and backward; DDP: the last backward; ZeRO-1: none, DeepSpeed reduces"
+        " and gathers after the backward), one unit always exposed",
         "",
         f"  {'nodes':>5}" + "".join(f"{name:>20}" for name in result.curves) + f"  {'chosen':<14}{'tokens/s':>12}",
         f"  {'':>5}" + "".join(f"{'step s':>8}{'eff':>6}{'exp s':>6}" for _ in result.curves),
@@ -171,11 +160,34 @@ def published_llm_curves(model: str, node_counts) -> list[scaling.Point]:
     return [point for point in result.curves["FULL_SHARD"] if result.fits["FULL_SHARD"][point.nodes]]
 
 
+def published_job_on(workload: dict, instance_type: str, node_counts) -> tuple[list[tuple[int, float, float]], str]:
+    """A published table's job (its registry model, strategy and per-accelerator batch: published.resolved) as
+    trainkit plans it on `instance_type` at each node count: (nodes, sequences/s, efficiency), and its MFU with
+    where it comes from."""
+    from trainkit.job import build
+
+    gpus, strategy = INSTANCE_TYPES[instance_type].gpus, workload["strategy"]
+    per_gpu = workload["per_device_batch"] * workload.get("micro_batches", 1)
+    flags = {
+        "model": workload["model"],
+        "instance_type": instance_type,
+        "sharding": strategy,
+        "seq_len": workload["tokens_per_item"],
+        "micro_batch_size": workload["per_device_batch"],
+        "global_batch_size": per_gpu * gpus,  # one node's: make_scaling keeps each GPU's share at every size
+    }
+    result = make_scaling(build(flags), PlanOptions(), tuple(node_counts))
+    seq = result.plan.job.data.seq_len
+    points = [(p.nodes, result.tokens_per_s(p) / seq, p.efficiency) for p in result.curves[strategy]]
+    options = result.plan.options
+    return points, f"compute at MFU {options.mfu:.0%} ({options.mfu_source})"
+
+
 def predicted_throughput(job: Job, world_sizes) -> dict[int, float] | None:
     """What the scaling model predicts (tokens/s) for this job's model, instance type, strategy and per-GPU batch
     at each world size of whole nodes; None where it describes no such job (a local run, a vision model)."""
     instance_type = job.placement.instance_type
-    if instance_type not in scaling.FAMILY_OF_INSTANCE or get_model(job.model.name).family != "llama":
+    if instance_type not in scaling.FAMILY_OF_INSTANCE or get_model(job.model.name).family not in ("llama", "bert"):
         return None
     gpus = job.parallelism.nproc or INSTANCE_TYPES[instance_type].gpus
     sizes = sorted({size for size in world_sizes if size % gpus == 0})
@@ -188,5 +200,5 @@ def predicted_throughput(job: Job, world_sizes) -> dict[int, float] | None:
     if per_gpu:  # an elastic job's micro batch is sized for its smallest world: at most this world's share
         o.global_batch_size, o.micro_batch_size = per_gpu * gpus, min(o.micro_batch_size or per_gpu, per_gpu)
     result = make_scaling(one_node, PlanOptions(), tuple(size // gpus for size in sizes))
-    strategy = job.parallelism.sharding or "FULL_SHARD"
+    strategy = job.parallelism.sharding or result.plan.job.parallelism.sharding
     return {point.nodes * gpus: result.tokens_per_s(point) for point in result.curves[strategy]}

@@ -10,7 +10,14 @@ communication: the collectives each strategy issues per optimizer step, each tim
 H100/H200 reduces in the switch, so an all-reduce sends each byte once) and, across nodes, the network stage bound
 by the node's network bandwidth, pipelined so the slower stage counts, plus a latency per level of the
 inter-node tree. Bus volumes are those of nccl-tests' doc/PERFORMANCE.md (all-gather and reduce-scatter (k-1)/k,
-all-reduce 2(k-1)/k of the payload, k participants), at the node level across nodes.
+all-reduce 2(k-1)/k of the payload, k participants), at the node level across nodes. ZERO_1 is DeepSpeed 0.19.8's
+ZeRO stage 1 as trainkit configures it (trainkit/plan/data_parallel.py): the bf16 gradients all-reduced once per
+step, one all-reduce per 5e8-element reduce bucket (`use_multi_rank_bucket_allreduce`, default true, all-reduces a
+bucket instead of reducing each slice to the rank that owns it: runtime/zero/stage_1_and_2.py `average_tensor`),
+then each rank's updated bf16 partition all-gathered into every rank's weights: 1.5 times an all-reduce's bytes.
+The ZeRO paper's reduce-scatter + all-gather (Rajbhandari et al. 2020, section 7.2) moves one all-reduce's; DeepSpeed
+shipped that "partition-aware" stage 1 in 2020 ("total communication volume reduction 1.5x -> 1x", deepspeed.ai
+2020-03-17 "ZeRO stage 1 with reduced communication") and 0.19.8's default all-reduces again.
 
 overlap (the stated assumption): collectives run under compute that does not depend on them: all of a step's
 communication under the step's compute (prefetched all-gathers, reduce-scatters behind the next layer's backward),
@@ -18,6 +25,9 @@ and the gradients' collectives (reduced once per step: the trainer turns gradien
 batch) under the last micro batch's backward, 2/3 of its compute. What exceeds either window is exposed. One unit
 of communication can never hide: the first all-gather and last reduce-scatter of FSDP (the largest unit: a
 decoder layer or the embedding/LM head), DDP's last gradient bucket (25 MiB, torch's default bucket_cap_mb).
+ZeRO-1 overlaps nothing: DeepSpeed reduces the gradients in `engine.step()`, after the last backward (`overlap_comm`
+is off below stage 3, and refused with the `managed_gradient_accumulation: false` trainkit uses: engine.py), and
+gathers the weights after the optimizer step.
 
 Weak scaling, as published scaling tables measure it: every GPU keeps its micro batch and gradient accumulation
 from the one-node plan, the global batch grows with the nodes. Efficiency at n nodes = per-GPU throughput at n
@@ -39,9 +49,10 @@ import math
 from dataclasses import dataclass, replace
 
 from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import SHARDING_STRATEGIES
+from training.common.job import SHARDING_CHOICES, ZERO_1
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES
+from trainkit.plan.data_parallel import DS_REDUCE_BUCKET_ELEMENTS
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 DDP_BUCKET_BYTES = 25 * 1024**2  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
@@ -54,9 +65,10 @@ LINK_EFFICIENCY = 0.65
 TREE_LEVEL_LATENCY_S = 235e-6
 NVLINK_LATENCY_S = 20e-6  # one node's collective start-up; assumed (NCCL's intra-node latencies are tens of us)
 # dl1 has no published collective table: its inter-node efficiency is fitted to the BERT-Large table's 8-node row
-# (`fit_inter_efficiency("bert-large-dl1", 8)`), and the BERT 1.5B table is then predicted. It is an eighth of
-# p5's; the likely cause: on DL1 the Gaudis reach other nodes through the host's EFA devices, not their own ports.
-DL1_INTER_EFFICIENCY = 0.0784
+# (`fit_inter_efficiency("bert-large-dl1", 8)`, with ZeRO-1's bytes as DeepSpeed 0.19.8 moves them), and the BERT
+# 1.5B table is then predicted. It is under a fifth of p5's; the likely cause: on DL1 the Gaudis reach other nodes
+# through the host's EFA devices, not their own ports.
+DL1_INTER_EFFICIENCY = 0.1184
 
 
 @dataclass(frozen=True)
@@ -241,7 +253,12 @@ def strategy_communication(workload: StepCost, strategy: str, nodes: int, fabric
         bucket = min(DDP_BUCKET_BYTES, grads)
         everything = collective_time("all_reduce", grads, nodes, f)
         return everything, everything, collective_time("all_reduce", bucket, nodes, f)
-    raise SpecError(f"unknown strategy {strategy!r}; choose one of: {', '.join(SHARDING_STRATEGIES)}")
+    if strategy == ZERO_1:  # DeepSpeed: gradients all-reduced bucket by bucket, then the new weights all-gathered
+        buckets = max(1, math.ceil(w.params / DS_REDUCE_BUCKET_ELEMENTS))
+        reduced = buckets * collective_time("all_reduce", grads / buckets, nodes, f)
+        everything = reduced + gather(params)
+        return everything, reduced, everything  # after the backward and the step: nothing overlaps
+    raise SpecError(f"unknown strategy {strategy!r}; choose one of: {', '.join(SHARDING_CHOICES)}")
 
 
 def predict(workload: StepCost, strategy: str, nodes: int, fabric: Fabric) -> Point:
