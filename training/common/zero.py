@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import HOST_ENV
+from .distributed import ShardingError
 from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
 
 TAG = "zero"
@@ -126,8 +127,6 @@ def optimizer_share(engine) -> tuple[int, int]:
 def verify_partitioned(engine, world: int) -> dict:
     """Stop the job unless this rank keeps about 1/world of the optimizer's master weights (DeepSpeed pads each group
     to a multiple of the world, so a little more); what was found, for the run's report."""
-    from .distributed import ShardingError
-
     local, total = optimizer_share(engine)
     found = {"strategy": "ZERO_1", "local_optimizer_elements": local, "total_params": total, "world_size": world}
     expected = total / world
