@@ -407,7 +407,11 @@ class ElasticOptions:
     """How the job survives lost processes and nodes."""
 
     max_restarts: int = option(
-        3, "Times the agents restart the workers after a failure before the job fails.", minimum=0, trains=False
+        3,
+        "Times the agents restart the workers after a failure before the job fails (batch: the job's attempts are "
+        "this plus one, at most 10).",
+        minimum=0,
+        trains=False,
     )
     collective_timeout: int = option(
         600,
@@ -461,7 +465,8 @@ class PlacementOptions:
     max_runtime: int | None = option(
         None,
         "The job's deadline in seconds (or 90m, 4h, 2d), after which its target stops it; sagemaker: the "
-        "stopping condition, default SageMaker's own 1 day.",
+        "stopping condition, default SageMaker's own 1 day; batch: each attempt's timeout (at least 60 s), default "
+        "none.",
         minimum=1,
         trains=False,
         duration=True,

@@ -16,12 +16,14 @@ from training.common.job import SPEC_FILE, Job
 from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError
 from trainkit.job import Machine, build, derive, validate
+from trainkit.paths import state_dir
 
 # target -> "module:class"; a new backend is one module and one line here.
 BACKENDS = {
     "local": "trainkit.backends.local.backend:LocalBackend",
     "eks": "trainkit.backends.eks.backend:EksBackend",
     "sagemaker": "trainkit.backends.sagemaker.backend:SageMakerBackend",
+    "batch": "trainkit.backends.batch.backend:BatchBackend",
 }
 
 
@@ -51,13 +53,27 @@ def job_from_flags(flags: dict[str, Any], profile: str = "local") -> Job:
 __all__ = ["BACKENDS", "Backend", "RunRef", "backend_of", "get_backend", "job_from_flags", "resolve_job"]
 
 
+REMEMBERED = ("sagemaker", "batch")
+"""The targets whose submissions this machine keeps in its state folder (`<target>/<run id>.json`)."""
+
+
 def backend_of(run_id: str | None, target: str | None, runs_dir: str) -> Backend:
     """The backend that holds a run: `target`, else local when the run (or, without a run id, any run)
-    is in the local runs folder, else SageMaker when this machine submitted it there, else EKS."""
+    is in the local runs folder, else the target this machine submitted it to last (SageMaker, Batch), else EKS."""
     if target is None:
-        from trainkit.backends.sagemaker.api import remembered
-
         runs = Path(runs_dir)
         local = (runs / run_id / SPEC_FILE).is_file() if run_id else any(runs.glob(f"*/{SPEC_FILE}"))
-        target = "local" if local else "sagemaker" if remembered(run_id) else "eks"
+        target = "local" if local else last_submitted_to(run_id) or "eks"
     return get_backend(target)
+
+
+def last_submitted_to(run_id: str | None) -> str | None:
+    """Of the targets that remember their submissions, the one this machine submitted the run (without a run id:
+    any run) to last."""
+    found = []
+    for target in REMEMBERED:
+        folder = state_dir() / target
+        for path in [folder / f"{run_id}.json"] if run_id else folder.glob("*.json"):
+            if path.is_file():
+                found.append((path.stat().st_mtime, target))
+    return max(found)[1] if found else None

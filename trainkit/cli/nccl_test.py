@@ -12,7 +12,8 @@ from trainkit.cli.options import user_errors
     help={
         "nodes": "Nodes (local: torchrun agents on this machine; eks: worker pods, one per instance); default 2.",
         "nproc": "Processes per node (default: local, the machine's GPUs, else 2; eks, the instance type's GPUs).",
-        "target": "local (gloo on CPU, NCCL on local GPUs) or eks (a PyTorchJob on the training jobs' placement).",
+        "target": "local (gloo on CPU, NCCL on local GPUs), eks (a PyTorchJob on the training jobs' placement), "
+        "sagemaker or batch (a job of theirs on the instance type, run once).",
         "ops": "Comma list of all_reduce, all_gather, reduce_scatter (default all three).",
         "min-bytes": "Smallest message, e.g. 8, 64K (default: 8 on GPUs, 1K on CPU).",
         "max-bytes": "Largest message, e.g. 16G (default: 16G on GPUs, 4M on CPU).",

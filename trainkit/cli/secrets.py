@@ -13,13 +13,13 @@ from trainkit.cli.options import user_errors
     help={
         "file": "File holding the token (default: HF_TOKEN, the Hugging Face CLI's token file, else a hidden prompt).",
         "namespace": f"EKS: namespace of the jobs (default {JOBS_NAMESPACE}).",
-        "target": "eks (default: the cluster Secret) or sagemaker (the stack's Secrets Manager secret).",
+        "target": "eks (default: the cluster Secret), sagemaker or batch (the stack's Secrets Manager secret).",
     },
 )
 @user_errors
 def hf_token(c, file=None, namespace=JOBS_NAMESPACE, target="eks"):
     """Store your Hugging Face token where the training jobs read it (never on a command line): the cluster Secret
-    of the pods, or with --target sagemaker the stack's Secrets Manager secret."""
+    of the pods, or with --target sagemaker or batch the stack's Secrets Manager secret."""
     from trainkit.backends import RunRef, get_backend
     from trainkit.run.secrets import hf_token_to_store
 

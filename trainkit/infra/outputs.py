@@ -60,6 +60,7 @@ class InfraOutputs:
     data_buckets: tuple[str, ...] = ()  # what the data-preparation job may read (data_source_buckets)
     fsx_zone: str | None = None  # the GPU nodes' and FSx's availability zone
     sagemaker: dict | None = None  # the infra stack's `sagemaker` output (trainkit/backends/sagemaker/stack.py)
+    batch: dict | None = None  # the infra stack's `batch` output (terraform/modules/batch/README.md)
     stack_id: str | None = None  # the value of STACK_TAG on everything the stack made (the audit's key)
 
     @property
@@ -87,6 +88,7 @@ def load_outputs() -> InfraOutputs:
         data_buckets=tuple((data.get("data_reader") or {}).get("buckets") or ()),
         fsx_zone=data.get("gpu_availability_zone"),
         sagemaker=data.get("sagemaker"),
+        batch=data.get("batch"),
         stack_id=data.get("stack_id"),
         # a record from an earlier stack's repository is not this stack's image
         pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,

@@ -25,11 +25,12 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from training.common.job import SPEC_FILE, Job
+from trainkit.backends.aws import Clients
+from trainkit.backends.aws import error_code as _error_code
 from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
@@ -44,25 +45,6 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 FOLLOW_POLL_S = 5.0
 
 
-@dataclass
-class Clients:
-    """boto3 clients for one region, made on first use (tests hand in their own)."""
-
-    region: str | None = None
-    made: dict = field(default_factory=dict)
-
-    def __call__(self, service: str):
-        if service not in self.made:
-            import boto3
-
-            self.made[service] = boto3.client(service, region_name=self.region)
-        return self.made[service]
-
-
-def _error_code(error: Exception) -> str | None:
-    return getattr(error, "response", {}).get("Error", {}).get("Code")
-
-
 def submissions_file(run_id: str) -> Path:
     return state_dir() / "sagemaker" / f"{run_id}.json"
 
@@ -73,12 +55,6 @@ def remember(run_id: str, name: str, region: str | None) -> None:
     known = json.loads(path.read_text()) if path.is_file() else {"jobs": []}
     known["jobs"].append({"name": name, "region": region, "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
     path.write_text(json.dumps(known, indent=2) + "\n")
-
-
-def remembered(run_id: str | None) -> bool:
-    """Whether this machine submitted the run to SageMaker (any run, without a run id)."""
-    folder = state_dir() / "sagemaker"
-    return (submissions_file(run_id).is_file()) if run_id else any(folder.glob("*.json"))
 
 
 # --- preflight ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""AWS Batch backend: the job as a multi-node parallel (MNP) Batch job, through boto3.
+
+`resolve` takes the instance type (--instance-type, else the stack's first, else the infra stack's GPU type), one
+process per GPU, the run folder under the FSx mount every node shares (`runs/<run-id>` from the containers' working
+directory, as on EKS), and a c10d rendezvous on the main node (an MNP job runs a fixed set of nodes and no etcd).
+`check` refuses what Batch cannot do (an elastic range, an etcd rendezvous, a namespace, a path off FSx, a timeout
+under Batch's 60 s). `--dry-run` prints the RegisterJobDefinition and SubmitJob requests and contacts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from training.common.job import SYNTHETIC, Job
+from trainkit import hardware
+from trainkit.backends.aws import Clients
+from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine
+from trainkit.backends.batch import api, jobs, request
+from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
+from trainkit.job.build import Machine
+
+
+def resolve(job: Job) -> Machine:
+    infra = outputs.load_outputs()
+    stack = load_stack(infra)
+    placement, elastic = job.placement, job.elastic
+    if placement.instance_type is None:
+        placement.instance_type = stack.instance_types[0] if stack.instance_types else infra.instance_type
+    machine = cloud_machine(job, infra.default_image)
+    if elastic.rdzv not in (None, "c10d") or elastic.rdzv_endpoint:
+        raise SpecError(
+            "--rdzv/--rdzv-endpoint: a Batch job meets on its main node (c10d); drop them for --target batch"
+        )
+    if elastic.rdzv is None:
+        elastic.rdzv = "c10d"
+        job.run.notes.append("rendezvous: c10d on the main node (a Batch multi-node job runs a fixed set of nodes)")
+    if placement.max_runtime is None:
+        job.run.notes.append("--max-runtime not given: no timeout (Batch's default); it bounds each attempt")
+    return machine
+
+
+def retry_note(job: Job, workload: Workload) -> str:
+    count = request.attempts(job, workload)
+    if count == 1:
+        return "retries: none (this workload runs once: its first failure ends the job)"
+    capped = f", Batch's most is {request.MAX_ATTEMPTS}" if count == request.MAX_ATTEMPTS else ""
+    return (
+        f"retries: up to {count} attempts of the whole job (--max-restarts {job.elastic.max_restarts} + 1{capped}), "
+        "each resuming from the run's checkpoint on FSx"
+    )
+
+
+def on_mount(path: str, mount: str) -> bool:
+    """Whether a path the containers resolve from their working directory (the FSx mount) stays on the volume."""
+    root = PurePosixPath(mount)
+    resolved = PurePosixPath(posixpath.normpath(root / path))
+    return resolved == root or resolved.is_relative_to(root)
+
+
+def check(job: Job) -> None:
+    p, mount = job.parallelism, load_stack(outputs.load_outputs()).fsx_mount_path
+    if p.min_nodes != p.nodes:
+        raise SpecError(
+            f"--nodes {p.min_nodes}:{p.nodes}: a Batch multi-node job runs a fixed number of nodes; give one count "
+            f"(--nodes {p.nodes}); a lost node fails the attempt and the job's retry resumes from the checkpoint"
+        )
+    if job.placement.namespace is not None:
+        raise SpecError(f"--namespace {job.placement.namespace} is for --target eks; drop it")
+    gpus = hardware.INSTANCE_TYPES[str(job.placement.instance_type)].gpus
+    if not 0 < p.nproc <= gpus:
+        raise SpecError(
+            f"--nproc {p.nproc}: a {job.placement.instance_type} node has {gpus} GPUs and each process takes one; "
+            f"use --nproc 1..{gpus} (default: all)"
+        )
+    if job.placement.max_runtime is not None and job.placement.max_runtime < request.MIN_TIMEOUT_S:
+        raise SpecError(
+            f"--max-runtime {job.placement.max_runtime}: a Batch job's timeout is at least {request.MIN_TIMEOUT_S} s"
+        )
+    if not on_mount(job.run.runs_dir, mount):
+        raise SpecError(
+            f"--runs-dir {job.run.runs_dir}: on Batch runs live on the FSx volume every node mounts at {mount}, and "
+            "this path leaves it; give a path inside it (default `runs`)"
+        )
+    data = job.data.dataset
+    if job.run.workload == "recipe" and data != SYNTHETIC:
+        local = Path(data).expanduser().exists() and not PurePosixPath(data).is_relative_to(mount)
+        if data.startswith("s3://") or local or not on_mount(data, mount):
+            raise SpecError(
+                f"--data {data}: Batch's nodes read data from the FSx volume at {mount}; copy it there and give its "
+                "path (or one relative to it), a Hugging Face dataset name, or 'synthetic'"
+            )
+
+
+def check_workload(workload: Workload, mount: str) -> None:
+    if workload.wheelhouse is not None and not on_mount(workload.wheelhouse, mount):
+        raise SpecError(
+            f"--wheelhouse {workload.wheelhouse}: Batch's nodes install from the FSx volume and this path leaves it; "
+            f"copy the wheels there and give a path under {mount} (or relative to it)"
+        )
+
+
+def stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def requests_for(job: Job, workload: Workload, stack: BatchStack, token_secret: str | None) -> tuple[dict, dict]:
+    """(RegisterJobDefinition, SubmitJob), the second naming the first's definition by name (its ACTIVE revision)."""
+    register = request.register_request(job, workload, stack, token_secret)
+    name = request.job_name(job.run.run_id, stamp())
+    submit = request.submit_request(job, workload, stack, name, register["jobDefinitionName"])
+    request.check_sizes(register, submit)
+    return register, submit
+
+
+def dry_run_text(job: Job, workload: Workload, stack: BatchStack) -> str:
+    token = stack.hf_token_secret_arn if workload.token else None
+    register, submit = requests_for(job, workload, stack, token)
+    return json.dumps({"registerJobDefinition": register, "submitJob": submit}, indent=2)
+
+
+def submit_job(job: Job, workload: Workload, stack: BatchStack, clients: Clients) -> tuple[str, str]:
+    """Preflight, the definition of the shape, SubmitJob; (job name, job id)."""
+    if not stack.recorded:
+        raise SpecError(f"{NOT_RECORDED}; a submission needs the real ones")
+    problems = api.preflight(clients, job, workload, stack)
+    token = stack.hf_token_secret_arn if workload.token and api.secret_state(clients, stack) == "value" else None
+    try:
+        register, submit = requests_for(job, workload, stack, token)
+    except SpecError as error:
+        problems.append(str(error))
+    if problems:
+        raise SpecError("cannot submit to AWS Batch:\n  - " + "\n  - ".join(problems))
+    api.keep_image(clients, job)
+    submit["jobDefinition"] = api.definition(clients, register)
+    job_id = api.submit(clients, submit)
+    api.remember(job.run.run_id, job_id, submit["jobName"], clients.region)
+    return submit["jobName"], job_id
+
+
+class BatchBackend(Backend):
+    """An AWS Batch multi-node parallel job on the nodes of one instance type."""
+
+    name = "batch"
+
+    def __init__(self, clients: Clients | None = None):
+        self._clients = clients
+
+    def clients(self) -> Clients:
+        if self._clients is None:
+            self._clients = Clients(outputs.load_outputs().region)
+        return self._clients
+
+    def stack(self) -> BatchStack:
+        return load_stack(outputs.load_outputs())
+
+    def resolve(self, job: Job) -> Machine:
+        return resolve(job)
+
+    def check(self, job: Job) -> None:
+        check(job)
+
+    def path_for(self, job: Job, path: str, flag: str) -> str:
+        mount = self.stack().fsx_mount_path
+        if not on_mount(path, mount):
+            raise SpecError(f"{flag} {path}: on Batch the job works on the FSx volume; give a path under {mount}")
+        return path
+
+    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
+        for note in [*job.run.notes, retry_note(job, workload)]:  # stderr: with --dry-run, stdout is the requests
+            print(f"note: {note}", file=sys.stderr, flush=True)
+        if not workload.distributed:
+            raise SpecError("--target batch runs training jobs; run data tasks with --target local or eks")
+        stack = self.stack()
+        check_workload(workload, stack.fsx_mount_path)
+        if dry_run:
+            notes = [] if stack.recorded else [NOT_RECORDED]
+            notes += [f"a submission would be refused: {problem}" for problem in api.stack_problems(job, stack)]
+            if workload.token and stack.hf_token_secret_arn:
+                notes.append("the token's secret is named in the definition only if it holds a value at submission")
+            for note in notes:
+                print(f"note: {note}", file=sys.stderr, flush=True)
+            print(dry_run_text(job, workload, stack), flush=True)
+            return 0
+        name, job_id = submit_job(job, workload, stack, self.clients())
+        run_id = job.run.run_id
+        print(
+            f"submitted Batch job {name} (id {job_id}, run {run_id}): `invoke status --run-id {run_id}`, "
+            f"`invoke logs --run-id {run_id} -f`, `invoke stop --run-id {run_id}`",
+            flush=True,
+        )
+        return 0
+
+    def status(self, ref: RunRef) -> str:
+        clients = self.clients()
+        return jobs.status_text(clients, *jobs.newest_job(clients, self.stack(), ref.run_id))
+
+    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+        """The main node's output, or one global rank's lines, from CloudWatch Logs."""
+        clients = self.clients()
+        run_id, job_id = jobs.newest_job(clients, self.stack(), ref.run_id)
+        return jobs.logs(clients, run_id, job_id, rank, follow)
+
+    def stop(self, ref: RunRef) -> str:
+        clients = self.clients()
+        return jobs.stop(clients, jobs.newest_job(clients, self.stack(), ref.run_id)[1])
+
+    def put_hf_token(self, token: str, ref: RunRef) -> str:
+        return api.put_hf_token(self.clients(), self.stack(), token)
