@@ -16,6 +16,7 @@ Fixtures used by one layer live in that layer's conftest.py; those shared across
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from tests.helpers.kube_api import FakeCluster
 from tests.helpers.product import stop_started
 from training.vision.synthetic import SyntheticTree, write_tree
 from trainkit.infra import outputs
+from trainkit.paths import STATE_ENV
 
 LAYERS = ("unit", "integration", "e2e")
 ALIASES = {"e2e": ("slow",)}  # the marker the training runs had before the layers
@@ -139,6 +141,16 @@ def training_image(request):
     (tests/helpers/image_build.py)."""
     started = _started(request, image_build.MODULE)
     return image_build.buildah_env(started.root), started.root, started.result()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def state_outside_the_checkout(tmp_path_factory):
+    """The launcher's state (`.trainkit`: recorded infra outputs, SageMaker and Batch submissions) goes to a folder
+    of the session's, not into the checkout, where a developer's own commands would then find a fake stack; a test
+    that needs its own sets TRAINKIT_STATE_DIR itself."""
+    if STATE_ENV not in os.environ:
+        os.environ[STATE_ENV] = str(tmp_path_factory.mktemp("state"))
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -200,5 +200,5 @@ def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_swee
 
 def test_nccl_test_flags_of_the_cluster_are_refused_locally():
     result = invoke("nccl-test", "--target", "local", "--image", "x", "--dry-run")
-    said = "--image x is for --target eks or sagemaker; drop it (or add --target)"
+    said = "--image x is for --target eks, sagemaker or batch; drop it (or add --target)"
     assert result.returncode == 2 and said in result.stderr

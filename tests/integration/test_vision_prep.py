@@ -155,7 +155,7 @@ def test_on_eks_a_destination_off_fsx_or_an_unreadable_bucket_is_refused_before_
     other = invoke("data.imagenet", "--target", "eks", "--source", "s3://elsewhere/x", "--dest", "/fsx/imagenet")
     assert other.returncode == 2 and '(datasets), not elsewhere: add "elsewhere" to data_source_buckets' in other.stderr
     local = invoke("data.imagenet", "--dest", "x", "--image", IMAGE)
-    said = f"--image {IMAGE} is for --target eks or sagemaker; drop it (or add --target)"
+    said = f"--image {IMAGE} is for --target eks, sagemaker or batch; drop it (or add --target)"
     assert local.returncode == 2 and said in local.stderr
     eks = ["data.imagenet", "--target", "eks", "--source", "s3://datasets/x", "--dest", "/fsx/imagenet"]
     csv = invoke(*eks, "--val-csv", "s3://elsewhere/LOC_val_solution.csv")

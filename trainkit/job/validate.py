@@ -161,7 +161,7 @@ def _validate_local(job: Job) -> None:
     for key in EKS_ONLY:
         field = BY_KEY[key]
         value = field.get(job)
-        target = "eks" if key == "namespace" else "eks or sagemaker"
+        target = "eks" if key == "namespace" else "eks, sagemaker or batch"
         require(value is None, f"{field.flag} {value} is for --target {target}; drop it (or add --target)")
     runs = Path(job.run.runs_dir).expanduser().absolute()
     require(
