@@ -183,6 +183,77 @@ def training_job_running(session, arn: str) -> bool:
     return described["TrainingJobStatus"] in RUNNING_TRAINING
 
 
+BATCH_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+"""The AWS Batch job states before a job ends (Batch User Guide, "Job states"): a STARTING or RUNNING job holds
+instances that bill, a RUNNABLE one may be getting them; SUCCEEDED and FAILED jobs stay listed for days, billing
+nothing."""
+
+
+@dataclass
+class BatchResources:
+    """The stack's live AWS Batch resources, found by the stack's tag: job ARNs and ids are those not yet ended."""
+
+    compute_environments: list[str]
+    job_queues: list[str]
+    job_definitions: list[str]
+    jobs: dict[str, str]  # job id -> job ARN
+
+    def arns(self) -> set[str]:
+        return {*self.compute_environments, *self.job_queues, *self.job_definitions, *self.jobs.values()}
+
+
+def batch_resources(session, stack_id: str) -> BatchResources:
+    """Compute environments and job queues not deleted, ACTIVE job definitions (the Batch backend registers one per
+    job shape, tagged like the rest; Terraform does not know them) and the jobs in the stack's queues not yet ended."""
+    batch = session.client("batch")
+
+    def listed(operation: str, key: str, **kwargs):
+        for page in batch.get_paginator(operation).paginate(**kwargs):
+            yield from page[key]
+
+    def ours(item: dict) -> bool:
+        return (item.get("tags") or {}).get(STACK_TAG) == stack_id and item.get("status") != "DELETED"
+
+    environments = [
+        ce["computeEnvironmentArn"] for ce in listed("describe_compute_environments", "computeEnvironments") if ours(ce)
+    ]
+    queues = [queue["jobQueueArn"] for queue in listed("describe_job_queues", "jobQueues") if ours(queue)]
+    definitions = [
+        definition["jobDefinitionArn"]
+        for definition in listed("describe_job_definitions", "jobDefinitions", status="ACTIVE")
+        if ours(definition)
+    ]
+    jobs = {
+        job["jobId"]: job["jobArn"]
+        for queue in queues
+        for status in BATCH_ACTIVE
+        for job in listed("list_jobs", "jobSummaryList", jobQueue=queue, jobStatus=status)
+    }
+    return BatchResources(environments, queues, definitions, jobs)
+
+
+def release_batch(stack_id: str, region: str) -> list[str]:
+    """Before the infra stack's destroy: terminate the stack's Batch jobs that have not ended (a multi-node job holds
+    its instances, and their network interfaces in the stack's subnet, until it ends: Batch User Guide, "Compute
+    environment considerations for MNP") and deregister its job definitions, which Terraform does not manage.
+    Says what it did, one line each; what it could not do, the audit after the destroy lists."""
+    session = boto3.session.Session(region_name=region)
+    batch = session.client("batch")
+    done: list[str] = []
+    try:
+        found = batch_resources(session, stack_id)
+        for job_id, arn in found.jobs.items():
+            batch.terminate_job(jobId=job_id, reason="make down PROFILE=aws: the stack is being destroyed")
+            done.append(f"terminated the Batch job {arn}")
+        for arn in found.job_definitions:
+            batch.deregister_job_definition(jobDefinition=arn)
+            done.append(f"deregistered the Batch job definition {arn}")
+    except ClientError as error:
+        code = error.response["Error"].get("Code")
+        done.append(f"Batch jobs and job definitions not all released ({code}); the audit after the destroy lists them")
+    return done
+
+
 def audit(stack_id: str, region: str, name: str) -> list[str]:
     """Everything still tagged with this stack id (or named after it), by ARN or id."""
     session = boto3.session.Session(region_name=region)
@@ -190,6 +261,10 @@ def audit(stack_id: str, region: str, name: str) -> list[str]:
     tagging = session.client("resourcegroupstaggingapi")
     for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": STACK_TAG, "Values": [stack_id]}]):
         left.update(item["ResourceARN"] for item in page["ResourceTagMappingList"])
+    try:
+        batch = batch_resources(session, stack_id).arns()
+    except ClientError as error:  # say so instead of claiming it is clean
+        batch = {f"Batch not audited: {error.response['Error'].get('Code')}"}
     ec2 = session.client("ec2")
     kms = session.client("kms")
     for arn in list(left):
@@ -198,10 +273,13 @@ def audit(stack_id: str, region: str, name: str) -> list[str]:
             left.discard(arn)  # a key scheduled for deletion is not billed
         elif ":training-job/" in arn and not training_job_running(session, arn):
             left.discard(arn)  # an ended SageMaker job stays listed for good and bills nothing
+        elif ":batch:" in arn:
+            left.discard(arn)  # Batch's own listing says what is live: ended jobs, old job definitions stay listed
         elif ":natgateway/" in arn:
             gateways = ec2.describe_nat_gateways(NatGatewayIds=[arn.rsplit("/", 1)[1]])["NatGateways"]
             if all(g["State"] in ("deleted", "deleting") for g in gateways):
                 left.discard(arn)
+    left |= batch
     tag_filter = [{"Name": f"tag:{STACK_TAG}", "Values": [stack_id]}]
     for vpc in ec2.describe_vpcs(Filters=tag_filter)["Vpcs"]:
         left.add(vpc["VpcId"])

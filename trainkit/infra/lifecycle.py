@@ -84,6 +84,11 @@ def down(yes: bool, var_file: str | None) -> str:
         if not confirmed:
             aws.confirm(f"Destroy everything in stack {stack_id} (cluster, GPU nodes, FSx data)?", yes)
             confirmed = True
+        if stack_name == "infra":
+            # Batch jobs and job definitions are not in the state: end them first (a running multi-node job holds
+            # its instances and network interfaces), so the destroy and the audit find nothing of theirs.
+            for line in aws.release_batch(stack_id, region):
+                print(line, flush=True)
         print(f"destroying the {stack_name} stack", flush=True)
         destroy(stack, stack_name, path if stack_name == "infra" else None, path)  # platform reads infra outputs
     leftovers = aws.audit(stack_id, region, name)

@@ -31,3 +31,8 @@ output "kms_key_id" {
   description = "KMS key that encrypts the file system."
   value       = try(aws_fsx_lustre_file_system.this[0].kms_key_id, null)
 }
+
+output "lustre_ports" {
+  description = "TCP port ranges a Lustre client reaches the file system on ({ name = [from, to] }); clients outside client_security_group_ids open them with this group."
+  value       = local.lustre_ports
+}

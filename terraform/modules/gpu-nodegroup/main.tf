@@ -10,16 +10,18 @@ locals {
   node_groups    = var.create ? var.node_groups : {}
 
   # Network card 0 carries the primary interface (ENA + EFA). P5 family: the other cards get
-  # efa-only interfaces (no IP address consumed); earlier types get full efa interfaces.
-  interfaces = {
-    for key, ng in local.node_groups : key => [
-      for card in range(local.instance_table[ng.instance_type].efa_interfaces) : {
+  # efa-only interfaces (no IP address consumed); earlier types get full efa interfaces. One layout per
+  # instance type, also given to the batch module (output efa_interfaces).
+  efa_interfaces = {
+    for type, spec in local.instance_table : type => [
+      for card in range(spec.efa_interfaces) : {
         network_card_index = card
         device_index       = card == 0 ? 0 : 1
-        interface_type     = card == 0 || !local.instance_table[ng.instance_type].efa_only_secondary ? "efa" : "efa-only"
+        interface_type     = card == 0 || !spec.efa_only_secondary ? "efa" : "efa-only"
       }
     ]
   }
+  interfaces = { for key, ng in local.node_groups : key => local.efa_interfaces[ng.instance_type] }
 }
 
 resource "aws_security_group" "efa" {

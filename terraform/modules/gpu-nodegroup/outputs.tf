@@ -3,8 +3,13 @@
 ################################################################################
 
 output "instance_types" {
-  description = "The instance table (GPUs, GPU memory, EFA interfaces) this module uses."
+  description = "The instance table (vCPUs, GPUs, GPU memory, EFA interfaces) this module uses."
   value       = local.instance_table
+}
+
+output "efa_interfaces" {
+  description = "Per instance type of the table, its launch template's EFA interfaces card by card (network_card_index, device_index, interface_type)."
+  value       = local.efa_interfaces
 }
 
 output "node_groups" {

@@ -1,7 +1,7 @@
 ################################################################################
-# SageMaker Training (opt-in): the execution role, the runs bucket, the security group that lets one job's
-# instances reach each other, and the Hugging Face token's secret (its value is put by
-# `aws secretsmanager put-secret-value`, never by Terraform, so it is never in the state).
+# SageMaker Training (opt-in): the execution role, the runs bucket and the security group that lets one job's
+# instances reach each other. The Hugging Face token's secret is the infra stack's (shared with AWS Batch; its
+# value is put by `invoke secrets.hf-token`, never by Terraform, so it is never in the state): the role reads it.
 #
 # Bucket layout (trainkit/backends/sagemaker/request.py):
 #   runs/<run-id>/launch/<job>/   spec.json, workload.json, a script's code (the job's `trainkit` channel)
@@ -123,20 +123,6 @@ resource "aws_s3_bucket_policy" "runs" {
 }
 
 ################################################################################
-# The Hugging Face token's secret: created empty here, filled by `invoke secrets.hf-token`
-################################################################################
-
-resource "aws_secretsmanager_secret" "hf_token" {
-  count = var.create ? 1 : 0
-  #checkov:skip=CKV2_AWS_57:a Hugging Face token is issued by Hugging Face; AWS cannot rotate it
-
-  name_prefix             = "${var.name}-hf-token-"
-  description             = "Hugging Face token of trainkit's SageMaker jobs (the execution role reads it)"
-  kms_key_id              = var.kms_key_arn
-  recovery_window_in_days = 0 # `make down` leaves nothing, not a secret pending deletion
-}
-
-################################################################################
 # The instances of one job reach each other (torchrun, NCCL; EFA needs all traffic from the group itself)
 ################################################################################
 
@@ -252,10 +238,13 @@ data "aws_iam_policy_document" "training" {
     actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
     resources = [var.kms_key_arn]
   }
-  statement {
-    sid       = "ReadTheToken"
-    actions   = ["secretsmanager:GetSecretValue"]
-    resources = var.create ? [aws_secretsmanager_secret.hf_token[0].arn] : []
+  dynamic "statement" {
+    for_each = var.hf_token_secret_arn != null ? [1] : []
+    content {
+      sid       = "ReadTheToken"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = [var.hf_token_secret_arn]
+    }
   }
   # The training image, from this stack's repositories only.
   statement {

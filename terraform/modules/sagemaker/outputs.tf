@@ -9,7 +9,7 @@ output "sagemaker" {
     bucket              = aws_s3_bucket.runs[0].bucket
     subnet_ids          = var.subnet_ids
     security_group_ids  = [aws_security_group.training[0].id]
-    hf_token_secret_arn = aws_secretsmanager_secret.hf_token[0].arn
+    hf_token_secret_arn = var.hf_token_secret_arn
   } : null
 }
 

@@ -3,7 +3,7 @@
 ################################################################################
 
 variable "create" {
-  description = "Create the SageMaker part (role, runs bucket, security group, the token's secret). false creates nothing."
+  description = "Create the SageMaker part (role, runs bucket, security group). false creates nothing."
   type        = bool
   default     = false
   nullable    = false
@@ -25,13 +25,19 @@ variable "subnet_ids" {
 }
 
 variable "kms_key_arn" {
-  description = "The stack's KMS key: the bucket, the secret and the role's decrypts."
+  description = "The stack's KMS key: the bucket and the role's decrypts (the bucket's objects, the token's secret)."
   type        = string
 }
 
 variable "image_repository_arns" {
   description = "ECR repositories the role may pull training images from (this stack's)."
   type        = list(string)
+}
+
+variable "hf_token_secret_arn" {
+  description = "The Hugging Face token's Secrets Manager secret (the infra stack's, shared with AWS Batch), which the execution role may read; null: no token."
+  type        = string
+  default     = null
 }
 
 variable "data_source_buckets" {

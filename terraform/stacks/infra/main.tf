@@ -1,5 +1,6 @@
 ################################################################################
-# Infra stack: network, KMS, EKS, GPU node groups, FSx for Lustre, ECR (hashicorp/aws only)
+# Infra stack: network, KMS, EKS, GPU node groups, FSx for Lustre, ECR; opt-in SageMaker and AWS Batch parts
+# (hashicorp/aws only)
 ################################################################################
 
 data "aws_caller_identity" "current" {}
@@ -24,6 +25,8 @@ locals {
   })
   account   = data.aws_caller_identity.current.account_id
   partition = data.aws_partition.current.partition
+
+  batch_instance_types = coalesce(var.batch_instance_types, [var.gpu_instance_type])
 }
 
 ################################################################################
@@ -184,8 +187,60 @@ module "sagemaker" {
   subnet_ids                = [module.network.gpu_subnet_id] # the GPU subnet: one AZ, where the capacity is
   kms_key_arn               = aws_kms_key.this.arn
   image_repository_arns     = values(module.ecr.repository_arns)
+  hf_token_secret_arn       = one(aws_secretsmanager_secret.hf_token[*].arn)
   data_source_buckets       = var.data_source_buckets
   checkpoint_retention_days = var.sagemaker_checkpoint_retention_days
+}
+
+module "batch" {
+  source = "../../modules/batch"
+
+  create    = var.batch_enabled
+  name      = var.name
+  vpc_id    = module.network.vpc_id
+  subnet_id = module.network.gpu_subnet_id # the GPU subnet: the AZ of the GPU capacity and of FSx for Lustre
+  # The gpu-nodegroup module's instance table and EFA layout, one source for both ways of running GPU nodes.
+  instance_types = [for type in local.batch_instance_types : {
+    name               = type
+    vcpus              = module.gpu_nodegroup.instance_types[type].vcpus
+    network_interfaces = module.gpu_nodegroup.efa_interfaces[type]
+  }]
+  max_nodes              = var.batch_max_nodes
+  capacity_wait_minutes  = var.batch_capacity_wait_minutes
+  ami_id                 = var.batch_ami_id
+  enable_placement_group = var.enable_placement_group
+  kms_key_arn            = aws_kms_key.this.arn
+  image_repository_arns  = values(module.ecr.repository_arns)
+  hf_token_secret_arn    = one(aws_secretsmanager_secret.hf_token[*].arn)
+  data_source_buckets    = var.data_source_buckets
+  fsx = var.enable_fsx ? {
+    dns_name          = module.fsx_lustre.dns_name
+    mount_name        = module.fsx_lustre.mount_name
+    security_group_id = module.fsx_lustre.security_group_id
+    ports             = module.fsx_lustre.lustre_ports
+  } : null
+  tags = local.tags # Batch's instances, volumes and interfaces: default_tags do not reach them
+}
+
+################################################################################
+# The Hugging Face token's secret, one for SageMaker and Batch jobs: created empty, filled by
+# `invoke secrets.hf-token` (PutSecretValue), so its value is never in the state
+################################################################################
+
+resource "aws_secretsmanager_secret" "hf_token" {
+  count = var.sagemaker_enabled || var.batch_enabled ? 1 : 0
+  #checkov:skip=CKV2_AWS_57:a Hugging Face token is issued by Hugging Face; AWS cannot rotate it
+
+  name_prefix             = "${var.name}-hf-token-"
+  description             = "Hugging Face token of trainkit's SageMaker and Batch jobs (their execution roles read it)"
+  kms_key_id              = aws_kms_key.this.arn
+  recovery_window_in_days = 0 # `make down` leaves nothing, not a secret pending deletion
+}
+
+# It used to be the SageMaker module's: a stack made then keeps its secret (and the value put in it).
+moved {
+  from = module.sagemaker.aws_secretsmanager_secret.hf_token[0]
+  to   = aws_secretsmanager_secret.hf_token[0]
 }
 
 # A plan-time error, not a warning: an AZ name the region does not have (us-east-1z, us-east-12a) would

@@ -86,3 +86,8 @@ output "sagemaker" {
   description = "The SageMaker part (role, bucket, subnets, security group, token secret); null unless sagemaker_enabled."
   value       = module.sagemaker.sagemaker
 }
+
+output "batch" {
+  description = "The AWS Batch part (job queue, compute environment, roles, instance types, FSx mount path, log group, token secret, max nodes); null unless batch_enabled."
+  value       = module.batch.batch
+}

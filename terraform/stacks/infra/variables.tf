@@ -257,3 +257,73 @@ variable "sagemaker_checkpoint_retention_days" {
   type        = number
   default     = 30
 }
+
+################################################################################
+# AWS Batch (opt-in)
+################################################################################
+
+variable "batch_enabled" {
+  description = "Create what `--target batch` multi-node jobs need (docs/aws.md, AWS Batch): an EC2 On-Demand compute environment of GPU instances with every EFA interface, in the GPU subnet and a cluster placement group, scaling from 0; a job queue; the instance, execution and job roles; the Hugging Face token's secret (one with SageMaker). Needs enable_fsx: the instances mount FSx for Lustre at /fsx."
+  type        = bool
+  default     = false
+  nullable    = false
+
+  validation {
+    condition     = !var.batch_enabled || var.enable_fsx
+    error_message = "batch_enabled needs enable_fsx = true: Batch jobs keep their run folders on FSx for Lustre (/fsx)."
+  }
+}
+
+variable "batch_instance_types" {
+  description = "Instance types of the Batch compute environment, sharing one EFA layout: p5.48xlarge (with p5e.48xlarge), p5en.48xlarge, p4d.24xlarge (with p4de.24xlarge). null: [gpu_instance_type]. The first one sizes max vCPUs. No Spot: Batch runs multi-node jobs on On-Demand instances only."
+  type        = list(string)
+  default     = null
+
+  validation {
+    condition = var.batch_instance_types == null || try(length(var.batch_instance_types) > 0 && alltrue([
+      for type in var.batch_instance_types :
+      contains(keys(jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))), type) && !startswith(type, "_")
+    ]), false)
+    error_message = "batch_instance_types must list some of p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge (or be null: gpu_instance_type)."
+  }
+  validation {
+    # One launch template serves every type (its interfaces are the first type's).
+    condition = var.batch_instance_types == null || try(length(distinct([
+      for type in var.batch_instance_types : [
+        jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))[type].efa_interfaces,
+        jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))[type].efa_only_secondary,
+      ]
+    ])) == 1, true)
+    error_message = "batch_instance_types must share one EFA layout (one launch template serves them all): p5.48xlarge with p5e.48xlarge, or p4d.24xlarge with p4de.24xlarge; p5en.48xlarge (16 interfaces) alone."
+  }
+}
+
+variable "batch_max_nodes" {
+  description = "Most Batch instances (of the first batch_instance_types) running at once: max vCPUs = this x its vCPUs (192 on p5.48xlarge), so the most nodes one job can span. Min vCPUs is 0: nothing bills between jobs."
+  type        = number
+  default     = 2
+  nullable    = false
+
+  validation {
+    condition     = var.batch_max_nodes >= 1 && floor(var.batch_max_nodes) == var.batch_max_nodes
+    error_message = "batch_max_nodes must be a whole number of at least 1."
+  }
+}
+
+variable "batch_capacity_wait_minutes" {
+  description = "Minutes a Batch job may wait for GPU capacity (RUNNABLE) before the queue cancels it, 10 to 1440: a half-provisioned multi-node job bills the instances it already holds."
+  type        = number
+  default     = 60
+  nullable    = false
+
+  validation {
+    condition     = var.batch_capacity_wait_minutes >= 10 && var.batch_capacity_wait_minutes <= 1440
+    error_message = "batch_capacity_wait_minutes must be between 10 and 1440 (AWS Batch cancels after 600 to 86400 seconds)."
+  }
+}
+
+variable "batch_ami_id" {
+  description = "AMI of the Batch instances; null: the Amazon ECS-optimized Amazon Linux 2023 GPU AMI that AWS Batch picks (ECS_AL2023_NVIDIA). Set an ECS GPU AMI with the EFA software if that one lacks it."
+  type        = string
+  default     = null
+}

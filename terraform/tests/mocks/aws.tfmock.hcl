@@ -71,6 +71,15 @@ mock_resource "aws_s3_bucket" {
 mock_resource "aws_secretsmanager_secret" {
   defaults = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-hf-token-AbCdEf" }
 }
+mock_resource "aws_iam_instance_profile" {
+  defaults = { arn = "arn:aws:iam::123456789012:instance-profile/trainkit-mock" }
+}
+mock_resource "aws_batch_compute_environment" {
+  defaults = { arn = "arn:aws:batch:us-east-1:123456789012:compute-environment/terraform-mock" }
+}
+mock_resource "aws_batch_job_queue" {
+  defaults = { arn = "arn:aws:batch:us-east-1:123456789012:job-queue/trainkit-batch" }
+}
 mock_resource "aws_placement_group" {
   defaults = { id = "trainkit-gpu", placement_group_id = "pg-0a1b2c3d4e5f60718" }
 }
