@@ -25,7 +25,6 @@ without `--target`.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -62,16 +61,10 @@ def remember(run_id: str, job_id: str, name: str, region: str | None) -> None:
 
 def preflight(clients: Clients, job: Job, workload: Workload, stack: BatchStack) -> list[str]:
     """Every reason the job cannot be submitted, each saying what to change (empty: go)."""
-    from trainkit.backends.eks.image import check_image
+    from trainkit.backends.eks.image import image_problems
 
     problems = stack_problems(job, stack) + queue_problems(clients, job, stack) + role_problems(clients, stack)
-    try:
-        note = check_image(job, clients("ecr"), tag_run=False)
-    except SpecError as error:
-        problems.append(str(error))
-    else:
-        if note:
-            print(f"note: {note}", file=sys.stderr, flush=True)
+    problems += image_problems(job, clients("ecr"))
     problems += quota_problems(clients, job)
     if job.run.workload == "recipe" and job.model.init == "pretrained" and secret_state(clients, stack) != "value":
         problems.append(f"--init pretrained needs the Hugging Face token in {stack.hf_token_secret_arn}; {STORE}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import urllib.request
 
 from training.common.job import Job
@@ -46,6 +47,18 @@ def check_image(job: Job, ecr=None, tag_run: bool = True) -> str | None:
         return note
     ecr, repository, record = found
     return tag_for_run(ecr, repository, record, job.run.run_id)
+
+
+def image_problems(job: Job, ecr) -> list[str]:
+    """A preflight's view of `check_image` (no run tag yet): the problem, if any, as a line of the preflight's list;
+    a note (an image outside ECR) on stderr."""
+    try:
+        note = check_image(job, ecr, tag_run=False)
+    except SpecError as error:
+        return [str(error)]
+    if note:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    return []
 
 
 def check_image_ref(image: str, ecr=None, fetch=urllib.request.urlopen) -> tuple[str | None, tuple | None]:

@@ -22,7 +22,6 @@ SageMaker run without `--target`.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -108,7 +107,7 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerSt
     """Every reason the job cannot be submitted, each saying what to change (empty: go)."""
     from botocore.exceptions import ClientError
 
-    from trainkit.backends.eks.image import check_image
+    from trainkit.backends.eks.image import image_problems
 
     problems: list[str] = []
     role = stack.role_arn.rsplit("/", 1)[-1]
@@ -123,13 +122,7 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerSt
         clients("s3").head_bucket(Bucket=stack.bucket)
     except ClientError as error:
         problems.append(f"runs bucket {stack.bucket}: {_error_code(error)}; `make up PROFILE=aws` creates it")
-    try:
-        note = check_image(job, clients("ecr"), tag_run=False)
-    except SpecError as error:
-        problems.append(str(error))
-    else:
-        if note:
-            print(f"note: {note}", file=sys.stderr, flush=True)
+    problems += image_problems(job, clients("ecr"))
     if job.run.workload == "recipe" and job.model.init == "pretrained":  # other runs may do without the token
         problems += _secret_problems(clients, stack)
     running = running_jobs(clients, job.run.run_id)
