@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from training.common.job import SPEC_FILE, Job
+from trainkit.backends.aws import Submissions
 from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError
 from trainkit.job import Machine, build, derive, validate
-from trainkit.paths import state_dir
 
 # target -> "module:class"; a new backend is one module and one line here.
 BACKENDS = {
@@ -70,10 +70,6 @@ def backend_of(run_id: str | None, target: str | None, runs_dir: str) -> Backend
 def last_submitted_to(run_id: str | None) -> str | None:
     """Of the targets that remember their submissions, the one this machine submitted the run (without a run id:
     any run) to last."""
-    found = []
-    for target in REMEMBERED:
-        folder = state_dir() / target
-        for path in [folder / f"{run_id}.json"] if run_id else folder.glob("*.json"):
-            if path.is_file():
-                found.append((path.stat().st_mtime, target))
+    found = [(Submissions(target).submitted_at(run_id), target) for target in REMEMBERED]
+    found = [(when, target) for when, target in found if when is not None]
     return max(found)[1] if found else None

@@ -24,17 +24,12 @@ without `--target`.
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
-
 from training.common.job import Job
-from trainkit.backends.aws import Clients, error_code
+from trainkit.backends.aws import Clients, Submissions, error_code, of_run
 from trainkit.backends.base import Workload
 from trainkit.backends.batch import request
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
-from trainkit.paths import state_dir
 
 ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 ON_DEMAND_QUOTAS = {"p": ("L-417A185B", "Running On-Demand P instances")}
@@ -43,17 +38,8 @@ ENABLED = "batch_enabled = true"
 STORE = "`invoke secrets.hf-token --target batch` stores it (from a prompt or a file, never a flag)"
 
 
-def submissions_file(run_id: str) -> Path:
-    return state_dir() / "batch" / f"{run_id}.json"
-
-
-def remember(run_id: str, job_id: str, name: str, region: str | None) -> None:
-    path = submissions_file(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    known = json.loads(path.read_text()) if path.is_file() else {"jobs": []}
-    entry = {"id": job_id, "name": name, "region": region, "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    known["jobs"].append(entry)
-    path.write_text(json.dumps(known, indent=2) + "\n")
+SUBMITTED = Submissions("batch")
+"""Each submission's job id and name, by run (`.trainkit/batch/<run id>.json`)."""
 
 
 # --- preflight ---------------------------------------------------------------------------------------------------
@@ -203,12 +189,6 @@ def run_jobs(clients: Clients, stack: BatchStack, run_id: str) -> list[dict]:
     )
     found = [job for page in pages for job in page.get("jobSummaryList", []) if of_run(job["jobName"], prefix)]
     return sorted(found, key=lambda job: job.get("createdAt", 0), reverse=True)
-
-
-def of_run(name: str, prefix: str) -> bool:
-    """A job name is the run's prefix, a dash and a stamp (request.job_name): not another run's that shares it."""
-    rest = name[len(prefix) :] if name.startswith(prefix) else None
-    return rest is not None and rest[:1] == "-" and rest[1:].replace("-", "").isdigit()
 
 
 def active_jobs(clients: Clients, stack: BatchStack, run_id: str) -> list[dict]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import posixpath
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from training.common.job import SYNTHETIC, Job
 from trainkit import hardware
-from trainkit.backends.aws import Clients
-from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine
+from trainkit.backends.aws import AwsBackend, Clients, stamp
+from trainkit.backends.base import RunRef, Workload, cloud_machine
 from trainkit.backends.batch import api, jobs, request
 from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
 from trainkit.errors import SpecError
@@ -106,10 +105,6 @@ def check_workload(workload: Workload, mount: str) -> None:
         )
 
 
-def stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-
-
 def requests_for(job: Job, workload: Workload, stack: BatchStack, token_secret: str | None) -> tuple[dict, dict]:
     """(RegisterJobDefinition, SubmitJob), the second naming the first's definition by name (its ACTIVE revision)."""
     register = request.register_request(job, workload, stack, token_secret)
@@ -140,22 +135,14 @@ def submit_job(job: Job, workload: Workload, stack: BatchStack, clients: Clients
     api.keep_image(clients, job)
     submit["jobDefinition"] = api.definition(clients, register)
     job_id = api.submit(clients, submit)
-    api.remember(job.run.run_id, job_id, submit["jobName"], clients.region)
+    api.SUBMITTED.remember(job.run.run_id, id=job_id, name=submit["jobName"], region=clients.region)
     return submit["jobName"], job_id
 
 
-class BatchBackend(Backend):
+class BatchBackend(AwsBackend):
     """An AWS Batch multi-node parallel job on the nodes of one instance type."""
 
     name = "batch"
-
-    def __init__(self, clients: Clients | None = None):
-        self._clients = clients
-
-    def clients(self) -> Clients:
-        if self._clients is None:
-            self._clients = Clients(outputs.load_outputs().region)
-        return self._clients
 
     def stack(self) -> BatchStack:
         return load_stack(outputs.load_outputs())

@@ -13,7 +13,6 @@ rule in brackets).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -24,7 +23,6 @@ from trainkit.backends.batch.node import RESULT_PREFIX
 from trainkit.backends.batch.request import FSX_MOUNT_ENV
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
-from trainkit.paths import state_dir
 from trainkit.run.torchrun import GROUP_RANK
 
 FOLLOW_POLL_S = 5.0
@@ -35,14 +33,12 @@ TAIL_EVENTS = 200
 
 def newest_job(clients: Clients, stack: BatchStack, run_id: str | None) -> tuple[str, str]:
     """(run id, the id of its newest job); without a run id, the run this machine submitted last."""
+    run_id = run_id or api.SUBMITTED.last_run()
     if run_id is None:
-        files = sorted((state_dir() / "batch").glob("*.json"), key=lambda p: p.stat().st_mtime)
-        if not files:
-            raise SpecError("no Batch run submitted from here: give --run-id")
-        run_id = files[-1].stem
-    path = api.submissions_file(run_id)
-    if path.is_file():
-        return run_id, json.loads(path.read_text())["jobs"][-1]["id"]
+        raise SpecError("no Batch run submitted from here: give --run-id")
+    submitted = api.SUBMITTED.newest(run_id)
+    if submitted is not None:
+        return run_id, submitted["id"]
     jobs = api.run_jobs(clients, stack, run_id)
     if not jobs:
         prefix = api.request.job_name(run_id, "")[:-1]

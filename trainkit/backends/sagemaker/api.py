@@ -28,13 +28,13 @@ from datetime import datetime
 from pathlib import Path
 
 from training.common.job import SPEC_FILE, Job
-from trainkit.backends.aws import Clients
+from trainkit.backends.aws import Clients, Submissions
 from trainkit.backends.aws import error_code as _error_code
+from trainkit.backends.aws import of_run as _of_run
 from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.errors import SpecError
-from trainkit.paths import state_dir
 from trainkit.run.torchrun import GROUP_RANK
 
 ACTIVE = ("InProgress", "Stopping")
@@ -44,16 +44,8 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 FOLLOW_POLL_S = 5.0
 
 
-def submissions_file(run_id: str) -> Path:
-    return state_dir() / "sagemaker" / f"{run_id}.json"
-
-
-def remember(run_id: str, name: str, region: str | None) -> None:
-    path = submissions_file(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    known = json.loads(path.read_text()) if path.is_file() else {"jobs": []}
-    known["jobs"].append({"name": name, "region": region, "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
-    path.write_text(json.dumps(known, indent=2) + "\n")
+SUBMITTED = Submissions("sagemaker")
+"""Each submission's job name, by run (`.trainkit/sagemaker/<run id>.json`)."""
 
 
 # --- preflight ---------------------------------------------------------------------------------------------------
@@ -91,12 +83,6 @@ def run_jobs(clients: Clients, run_id: str, status: str | None = None) -> list[d
 def running_jobs(clients: Clients, run_id: str) -> list[str]:
     """The run's jobs still InProgress or Stopping."""
     return [job["TrainingJobName"] for status in ACTIVE for job in run_jobs(clients, run_id, status)]
-
-
-def _of_run(name: str, prefix: str) -> bool:
-    """A job name is the run's prefix, a dash and a stamp (request.job_name): not another run's that shares it."""
-    rest = name[len(prefix) :] if name.startswith(prefix) else None
-    return rest is not None and rest[:1] == "-" and rest[1:].replace("-", "").isdigit()
 
 
 DATASETS_PREFIX = "datasets/"
@@ -229,14 +215,12 @@ def create(clients: Clients, body: dict) -> str:
 
 def newest_job(clients: Clients, run_id: str | None) -> tuple[str, str]:
     """(run id, the name of its newest job); without a run id, the run this machine submitted last."""
+    run_id = run_id or SUBMITTED.last_run()
     if run_id is None:
-        files = sorted((state_dir() / "sagemaker").glob("*.json"), key=lambda p: p.stat().st_mtime)
-        if not files:
-            raise SpecError("no SageMaker run submitted from here: give --run-id")
-        run_id = files[-1].stem
-    path = submissions_file(run_id)
-    if path.is_file():
-        return run_id, json.loads(path.read_text())["jobs"][-1]["name"]
+        raise SpecError("no SageMaker run submitted from here: give --run-id")
+    submitted = SUBMITTED.newest(run_id)
+    if submitted is not None:
+        return run_id, submitted["name"]
     jobs = run_jobs(clients, run_id)
     if not jobs:
         prefix = request.job_name(run_id, "")[:-1]

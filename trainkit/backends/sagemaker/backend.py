@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from training.common.job import SPEC_FILE, Job
-from trainkit.backends.base import WORKLOAD_FILE, Backend, RunRef, Workload, cloud_machine
+from trainkit.backends.aws import AwsBackend, Clients, stamp
+from trainkit.backends.base import WORKLOAD_FILE, RunRef, Workload, cloud_machine
 from trainkit.backends.sagemaker import api, request
 from trainkit.backends.sagemaker.stack import NOT_RECORDED, SageMakerStack, load_stack
 from trainkit.errors import SpecError
@@ -70,10 +70,6 @@ def check(job: Job) -> None:
         )
 
 
-def stamp() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-
-
 def launch_files(job: Job, workload: Workload) -> dict[str, bytes]:
     """The launch channel (request.LAUNCH_CHANNEL), by name inside it: the spec, the workload, a script's code."""
     files = {
@@ -102,7 +98,7 @@ def dry_run_text(job: Job, workload: Workload, stack: SageMakerStack) -> str:
     return json.dumps({"request": body, "uploads": shown_uploads(launch_files(job, workload), prefix)}, indent=2)
 
 
-def submit_job(job: Job, workload: Workload, stack: SageMakerStack, clients: api.Clients) -> str:
+def submit_job(job: Job, workload: Workload, stack: SageMakerStack, clients: Clients) -> str:
     """Preflight, upload the launch channel, CreateTrainingJob; the job's name."""
     if not stack.recorded:
         raise SpecError(f"{NOT_RECORDED}; a submission needs the real ones")
@@ -114,11 +110,11 @@ def submit_job(job: Job, workload: Workload, stack: SageMakerStack, clients: api
     prefix = request.launch_prefix(stack, job.run.run_id, name)
     api.upload(clients, {prefix + rel: data for rel, data in launch_files(job, workload).items()})
     api.create(clients, request.render(job, workload, stack, name))
-    api.remember(job.run.run_id, name, clients.region)
+    api.SUBMITTED.remember(job.run.run_id, name=name, region=clients.region)
     return name
 
 
-class SageMakerBackend(Backend):
+class SageMakerBackend(AwsBackend):
     """A SageMaker training job (CreateTrainingJob) on the instances of one instance type."""
 
     name = "sagemaker"
@@ -128,14 +124,6 @@ class SageMakerBackend(Backend):
 
     def check(self, job: Job) -> None:
         check(job)
-
-    def __init__(self, clients: api.Clients | None = None):
-        self._clients = clients
-
-    def clients(self) -> api.Clients:
-        if self._clients is None:
-            self._clients = api.Clients(outputs.load_outputs().region)
-        return self._clients
 
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the request
