@@ -157,6 +157,12 @@ def remove_partial(root: Path) -> list[Path]:
     return removed
 
 
+def owns_disk(host: str | None, is_main: bool, is_local_main: bool) -> bool:
+    """Whether this rank does what is done once per disk (remove leftovers, set aside, convert): each host's local main
+    where each host has its own (`host`: HOST_ENV), else the main rank."""
+    return is_local_main if host else is_main
+
+
 class CheckpointManager:
     def __init__(
         self,
@@ -179,8 +185,7 @@ class CheckpointManager:
         self.barrier = barrier
         self.host = host if host is not None else os.environ.get(HOST_ENV) or None
         self.hosts = hosts or tuple(h for h in os.environ.get(HOSTS_ENV, "").split(",") if h)
-        # Who does what on a disk: each host's local main where each host has its own, else the main rank.
-        self.disk_owner = self.is_local_main if self.host else self.is_main
+        self.disk_owner = owns_disk(self.host, self.is_main, self.is_local_main)
 
     # ------------------------------------------------------------------ reading
 

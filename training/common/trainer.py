@@ -141,14 +141,20 @@ class Trainer(abc.ABC):
         synchronised at both ends so the forward and backward time is the step's remainder."""
         synchronize()
         started = time.perf_counter()
+        grad_norm = self.optimizer_step()
+        synchronize()
+        return grad_norm, time.perf_counter() - started
+
+    def optimizer_step(self) -> float:
+        """Clip, step the optimizer and the schedule, clear the gradients; the gradient norm before clipping (0 when
+        clipping is off). A DeepSpeed engine does the first three itself."""
         grad_norm = torch.zeros(())
         if self.job.optimisation.grad_clip > 0:
             grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.job.optimisation.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        synchronize()
-        return float(grad_norm), time.perf_counter() - started
+        return float(grad_norm)
 
     def log(self, step: int, result: Step, lr: float, step_time: float, extra: dict) -> dict:
         batch = self.job.optimisation.global_batch_size

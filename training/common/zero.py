@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .checkpoint import HOST_ENV
+from .checkpoint import HOST_ENV, owns_disk
 from .distributed import ShardingError
 from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
 
@@ -179,9 +179,8 @@ UNIVERSAL_DIR = ".universal"
 
 
 def _disk_owner(rank: int) -> bool:
-    """The rank that writes to this disk for all: the main one on a shared file system, each host's first where the
-    hosts have their own (training/common/checkpoint.py, per-host publishing)."""
-    return int(os.environ.get("LOCAL_RANK", rank)) == 0 if os.environ.get(HOST_ENV) else rank == 0
+    """checkpoint.py's rule (one rank per disk), from what torchrun tells this rank."""
+    return owns_disk(os.environ.get(HOST_ENV), rank == 0, int(os.environ.get("LOCAL_RANK", rank)) == 0)
 
 
 def universal_copy(checkpoint: Path, saved: int, world: int, rank: int) -> Path:

@@ -18,7 +18,7 @@ from training.common.distributed import make_accelerator, resolve_precision, ver
 from training.common.failure import doing
 from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, ZERO_1, Job, data_source
-from training.common.run import RunContext, current_nodes, synchronize
+from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.sharded_lamb import PartitionLamb
 from training.common.trainer import Step, Trainer
@@ -149,18 +149,15 @@ class BertTrainer(Trainer):
         else:
             super().backward(loss)
 
-    def optimizer_tail(self) -> tuple[float, float]:
-        """ZeRO-1: the engine reduces the gradients, clips them (its `gradient_clipping`), steps this rank's partition
-        and gathers the weights; then the schedule steps."""
+    def optimizer_step(self) -> float:
+        """ZeRO-1: the engine reduces the gradients, clips them (its `gradient_clipping`), steps this rank's partition,
+        gathers the weights and clears the gradients; then the schedule steps."""
         if not self.zero:
-            return super().optimizer_tail()
-        synchronize()
-        started = time.perf_counter()
+            return super().optimizer_step()
         self.engine.step()
         self.scheduler.step()
         norm = self.engine.get_global_grad_norm() if self.job.optimisation.grad_clip > 0 else 0.0
-        synchronize()
-        return float(norm or 0.0), time.perf_counter() - started
+        return float(norm or 0.0)
 
     def record(self, step: int, step_time: float) -> dict:
         return self.token_record(step_time, self.flops_per_token, self.peak_tflops)
