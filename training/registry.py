@@ -46,6 +46,10 @@ class LlamaArch:
     def shape(self) -> TransformerShape:
         return TransformerShape.from_hf_config(self)
 
+    def parameters(self) -> int:
+        """LlamaForCausalLM's count: the shape's (untied embedding and LM head, as the Hugging Face checkpoints)."""
+        return self.shape().param_count()
+
     def hf_config(self) -> dict:
         """A `config.json` body that `transformers.LlamaConfig` / `AutoConfig` accept."""
         return {

@@ -48,7 +48,8 @@ DATA_PARALLEL = (ZERO_1, "NO_SHARD")
 
 def state_bytes(sharding: str, params: int, world: int) -> dict[str, float]:
     """Bytes per GPU of parameters, gradients, optimizer state and communication buckets for `params` parameters
-    on `world` data-parallel ranks (the module's docstring says where each term comes from)."""
+    on `world` data-parallel ranks under ZERO_1, else NO_SHARD (DDP); the module's docstring says where each term
+    comes from."""
     if sharding == ZERO_1:
         return {
             "parameters": 2 * params,
@@ -56,6 +57,4 @@ def state_bytes(sharding: str, params: int, world: int) -> dict[str, float]:
             "optimizer": ADAM_STATE_BYTES * params / world,
             "buckets": DS_COMMUNICATION_BYTES * DS_REDUCE_BUCKET_ELEMENTS,
         }
-    if sharding == "NO_SHARD":
-        return {"parameters": 4 * params, "gradients": 4 * params, "optimizer": 8 * params, "buckets": 4 * params}
-    raise ValueError(f"{sharding} keeps no whole model per GPU; choose one of: {', '.join(DATA_PARALLEL)}")
+    return {"parameters": 4 * params, "gradients": 4 * params, "optimizer": 8 * params, "buckets": 4 * params}

@@ -39,11 +39,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import SHARDING_STRATEGIES, ZERO_1, Job
+from training.common.job import LANGUAGE, SHARDING_STRATEGIES, ZERO_1, Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import DEFAULT_INSTANCE_TYPE
-from trainkit.job.models import BertArch, get_model
+from trainkit.job.models import get_model
 from trainkit.job.validate import FAMILY_SHARDING, check_family, check_language_model
 from trainkit.plan import data_parallel
 from trainkit.plan import scaling_model as scaling
@@ -113,17 +113,6 @@ def shard_group_size(sharding: str, world: int, gpus_per_node: int) -> int:
     return groups[sharding]
 
 
-def strategies_of(family: str) -> tuple[str, ...]:
-    """The sharding choices a family trains with: the data-parallel families' own, else FSDP2's four."""
-    return FAMILY_SHARDING.get(family, SHARDING_STRATEGIES)
-
-
-def parameter_count(arch) -> int:
-    """BERT: the registry's exact BertForMaskedLM count (tied output matrix, biases, LayerNorms); Llama: the
-    FLOPs shape's count (untied embedding and LM head, as the Hugging Face checkpoints)."""
-    return arch.parameters() if isinstance(arch, BertArch) else arch.shape().param_count()
-
-
 def checkpointed_layers(job: Job, layers: int) -> int:
     """Layers whose activations are recomputed: every `ac_every`-th one (0, K, 2K, ...) with checkpointing on."""
     if not job.parallelism.activation_checkpointing:
@@ -135,7 +124,7 @@ def memory_per_gpu(job: Job, sharding: str, world: int) -> MemoryBreakdown:
     entry = get_model(job.model.name)
     arch = entry.arch.truncated(job.model.layers)
     shape = arch.shape()
-    n = parameter_count(arch)
+    n = arch.parameters()  # the registry's exact count (BERT: tied output matrix, biases, LayerNorms)
     s, b, h, v = job.data.seq_len, job.optimisation.micro_batch_size, arch.hidden_size, arch.vocab_size
     layers = shape.layers
     per_layer_full = 34 * s * b * h
@@ -181,7 +170,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     options = options or PlanOptions()
     entry = get_model(job.model.name)
     model, p, o = job.model, job.parallelism, job.optimisation
-    if entry.family not in ("llama", "bert"):
+    if entry.family not in LANGUAGE:
         raise SpecError(
             f"invoke plan estimates language-model jobs (Llama, BERT); {model.name} is a vision model: measure it "
             f"with `invoke train --model {model.name} --synthetic --steps 20` instead"
@@ -239,7 +228,8 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
             )
         global_batch = -(-global_batch // per_step) * per_step
     o.global_batch_size = global_batch
-    memory = {name: memory_per_gpu(job, name, world) for name in strategies_of(entry.family)}
+    strategies = FAMILY_SHARDING.get(entry.family, SHARDING_STRATEGIES)  # a data-parallel family's, else FSDP2's
+    memory = {name: memory_per_gpu(job, name, world) for name in strategies}
     gpu_bytes = instance.gpu_memory_gib * GIB
     fits = {name: breakdown.total <= USABLE_FRACTION * gpu_bytes for name, breakdown in memory.items()}
     arch = entry.arch.truncated(model.layers)
@@ -255,7 +245,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     plan = Plan(
         job=job,
         options=options,
-        param_count=parameter_count(arch),
+        param_count=arch.parameters(),
         world_size=world,
         shard_group=shard_group_size(p.sharding, world, p.nproc),
         global_batch_size=global_batch,

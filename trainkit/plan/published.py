@@ -32,13 +32,18 @@ def resolved(workload: dict) -> dict:
     return {"params": entry.arch.parameters(), "tokens_per_item": seq, "flops_per_token": flops, **workload}
 
 
+def items_per_device(workload: dict) -> int:
+    """Sequences (or images) one accelerator takes per optimizer step."""
+    return workload["per_device_batch"] * workload.get("micro_batches", 1)
+
+
 def _workload_of(name: str, tables: dict) -> StepCost:
     """A published table's workload from its stated parameters. Compute per step: from the table's own one-node
     throughput (what that row measured, its own exposed communication taken out), from the FLOP rate another
     table's accelerator reached, or calibrated on one row (which is then a fit, not a prediction)."""
     entry = tables[name]
     w, fabric = resolved(entry["workload"]), FABRICS[entry["family"]]
-    items = w["per_device_batch"] * w.get("micro_batches", 1)  # per accelerator and optimizer step
+    items = items_per_device(w)
     workload = StepCost(
         params=w["params"],
         compute_s=1.0,
@@ -54,7 +59,7 @@ def _workload_of(name: str, tables: dict) -> StepCost:
         return replace(workload, compute_s=one_node_step - exposed)
     if "achieved_tflops_like" in compute:
         rate = achieved_flops_per_device(compute["achieved_tflops_like"], tables)
-        return replace(workload, compute_s=items * w["tokens_per_item"] * token_flops(w) / rate)
+        return replace(workload, compute_s=items * w["tokens_per_item"] * w["flops_per_token"] / rate)
     nodes = compute["calibrated_on"]
     target = dict(zip(entry["published"]["nodes"], published_efficiency(entry), strict=True))[nodes]
 
@@ -92,21 +97,8 @@ def achieved_flops_per_device(name: str, tables: dict) -> float:
     """FLOP/s one accelerator reached in a published table's one-node row."""
     entry = tables[name]
     w, fabric = resolved(entry["workload"]), FABRICS[entry["family"]]
-    tokens_per_s = entry["published"]["throughput"][0] / fabric.per_node * w.get("tokens_per_item", 128)
-    return tokens_per_s * token_flops(w)
-
-
-def token_flops(workload: dict) -> float:
-    """Training FLOPs per token: the registry model's (the planner's formula), else 6 per parameter."""
-    return workload.get("flops_per_token", 6 * workload["params"])
-
-
-def one_node_throughput(name: str, tables: dict) -> float:
-    """Items/s on one node the model predicts for a table's workload (compute and the exposed communication)."""
-    entry = tables[name]
-    w, fabric = entry["workload"], FABRICS[entry["family"]]
-    point = predict(_workload_of(name, tables), w["strategy"], 1, fabric)
-    return w["per_device_batch"] * w.get("micro_batches", 1) * fabric.per_node / point.step_s
+    tokens_per_s = entry["published"]["throughput"][0] / fabric.per_node * w["tokens_per_item"]
+    return tokens_per_s * w["flops_per_token"]  # a registry model's (resolved): the planner's formula
 
 
 def published_efficiency(entry: dict) -> list[float]:
@@ -160,7 +152,8 @@ def compare_published(llm_curves=None) -> list[dict]:
                 rows.append(_row(name, entry, _nodes(n), published, point.efficiency, error, fit))
             rate = entry["published"].get("one_node_throughput")
             if rate is not None:  # a throughput the model predicts from another table's FLOP rate
-                predicted = one_node_throughput(name, tables)
+                one_node = predict(workload, entry["workload"]["strategy"], 1, fabric)
+                predicted = items_per_device(entry["workload"]) * fabric.per_node / one_node.step_s
                 rows.append(_row(name, entry, _nodes(1), rate, predicted, (predicted - rate) / rate, False, "items/s"))
     return rows
 
@@ -213,19 +206,21 @@ def beside_anchor(job_on) -> list[dict]:
         if name.startswith("_") or "predict_on" not in entry:
             continue
         nodes, rate = entry["published"]["nodes"], entry["published"].get("one_node_throughput")
+        workload = resolved(entry["workload"])
         for n, efficiency in zip(nodes, published_efficiency(entry), strict=True):
             items = rate * n * efficiency if rate else None  # what the table's figures say at n nodes
-            rows.append(_anchor_row(name, entry["instance_type"], n, items, efficiency, "published"))
+            rows.append(_anchor_row(name, workload, entry["instance_type"], n, items, efficiency, "published"))
         for instance_type in entry["predict_on"]:
-            points, mfu_source = job_on(resolved(entry["workload"]), instance_type, nodes)
+            points, mfu_source = job_on(workload, instance_type, nodes)
             for n, items, efficiency in points:
-                rows.append(_anchor_row(name, instance_type, n, items, efficiency, "predicted", mfu_source))
+                rows.append(_anchor_row(name, workload, instance_type, n, items, efficiency, "predicted", mfu_source))
     return rows
 
 
-def _anchor_row(table, instance_type, nodes, items, efficiency, source, mfu_source=None) -> dict:
+def _anchor_row(table, workload, instance_type, nodes, items, efficiency, source, mfu_source=None) -> dict:
     return {
         "table": table,
+        "workload": workload,
         "instance_type": instance_type,
         "nodes": nodes,
         "items_per_s": items,
@@ -239,8 +234,8 @@ def render_beside_anchor(rows: list[dict]) -> str:
     """Per anchor table: its published rows, then each GPU instance's predicted rows, and where each comes from."""
     lines = []
     for name in dict.fromkeys(row["table"] for row in rows):
-        w = resolved(published_tables()[name]["workload"])
         shown = [row for row in rows if row["table"] == name]
+        w = shown[0]["workload"]
         lines += [
             f"{name} (published) and the same job predicted on GPUs: {w['model']}, {w['strategy']}, "
             f"{w['per_device_batch']} x {w['micro_batches']} sequences of {w['tokens_per_item']} a GPU and step",
@@ -262,7 +257,6 @@ def render_beside_anchor(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def published_report(llm_curves=None, job_on=None) -> str:
+def published_report(llm_curves, job_on) -> str:
     """What `invoke plan --published` prints: the comparison, then the anchors beside their GPU predictions."""
-    report = render_comparison(compare_published(llm_curves))
-    return report + ("\n\n" + render_beside_anchor(beside_anchor(job_on)) if job_on else "")
+    return render_comparison(compare_published(llm_curves)) + "\n\n" + render_beside_anchor(beside_anchor(job_on))

@@ -8,7 +8,7 @@ import copy
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from training.common.job import Job
+from training.common.job import LANGUAGE, Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES
 from trainkit.job.models import get_model
@@ -187,7 +187,7 @@ def predicted_throughput(job: Job, world_sizes) -> dict[int, float] | None:
     """What the scaling model predicts (tokens/s) for this job's model, instance type, strategy and per-GPU batch
     at each world size of whole nodes; None where it describes no such job (a local run, a vision model)."""
     instance_type = job.placement.instance_type
-    if instance_type not in scaling.FAMILY_OF_INSTANCE or get_model(job.model.name).family not in ("llama", "bert"):
+    if instance_type not in scaling.FAMILY_OF_INSTANCE or get_model(job.model.name).family not in LANGUAGE:
         return None
     gpus = job.parallelism.nproc or INSTANCE_TYPES[instance_type].gpus
     sizes = sorted({size for size in world_sizes if size % gpus == 0})
@@ -200,5 +200,5 @@ def predicted_throughput(job: Job, world_sizes) -> dict[int, float] | None:
     if per_gpu:  # an elastic job's micro batch is sized for its smallest world: at most this world's share
         o.global_batch_size, o.micro_batch_size = per_gpu * gpus, min(o.micro_batch_size or per_gpu, per_gpu)
     result = make_scaling(one_node, PlanOptions(), tuple(size // gpus for size in sizes))
-    strategy = job.parallelism.sharding or result.plan.job.parallelism.sharding
+    strategy = result.plan.job.parallelism.sharding  # the given one, else the recipe's (make_plan fills it)
     return {point.nodes * gpus: result.tokens_per_s(point) for point in result.curves[strategy]}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
-from training.common.job import ZERO_1
+from training.common.job import LANGUAGE, ZERO_1
 from trainkit.errors import SpecError
 from trainkit.job.models import ModelEntry
 
@@ -66,12 +66,12 @@ def saves(steps: int | None, interval: int | None) -> int | None:
 
 
 def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
-    if entry.family == "llama":
-        parameters = entry.arch.truncated(job.model.layers).shape().param_count()
-        optimizer, export = "adamw", PARAM_BYTES * parameters
-    elif entry.family == "bert":  # nothing exported: the checkpoint is the result
+    if entry.family in LANGUAGE:
         parameters = entry.arch.truncated(job.model.layers).parameters()
-        optimizer, export = job.optimisation.optimizer or "lamb", 0
+        if entry.family == "llama":
+            optimizer, export = "adamw", PARAM_BYTES * parameters
+        else:  # BERT: nothing exported, the checkpoint is the result
+            optimizer, export = job.optimisation.optimizer or "lamb", 0
     else:
         parameters, optimizer, export = entry.arch.parameters, job.optimisation.optimizer or "sgd", 0
     master = MASTER_BYTES if job.parallelism.sharding == ZERO_1 else 0
