@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from trainkit.errors import SpecError
 from trainkit.hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
-from trainkit.infra.outputs import STACK_TAG, aws_state_dir
+from trainkit.infra.outputs import BATCH_ACTIVE, STACK_TAG, aws_state_dir
 from trainkit.infra.terraform import PlanSummary, TerraformStack
 from trainkit.paths import terraform_dir
 
@@ -181,12 +181,6 @@ RUNNING_TRAINING = ("InProgress", "Stopping")
 def training_job_running(session, arn: str) -> bool:
     described = session.client("sagemaker").describe_training_job(TrainingJobName=arn.rsplit("/", 1)[1])
     return described["TrainingJobStatus"] in RUNNING_TRAINING
-
-
-BATCH_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
-"""The AWS Batch job states before a job ends (Batch User Guide, "Job states"): a STARTING or RUNNING job holds
-instances that bill, a RUNNABLE one may be getting them; SUCCEEDED and FAILED jobs stay listed for days, billing
-nothing."""
 
 
 @dataclass

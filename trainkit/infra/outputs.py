@@ -15,6 +15,10 @@ from trainkit.paths import state_dir
 
 STACK_TAG = "trainkit:stack-id"
 """The tag on everything a stack made, and on the jobs it runs (`infra.audit` lists what still carries it)."""
+BATCH_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+"""The AWS Batch job states before a job ends (Batch User Guide, "Job states"): a STARTING or RUNNING job holds
+instances that bill, a RUNNABLE one may be getting them; SUCCEEDED and FAILED jobs stay listed for days, billing
+nothing. The Batch backend's "still active" and the audit's "still billing" (kept here, where both read the stack)."""
 DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
 IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
 NOT_PUSHED_TAG = "not-pushed"

@@ -28,6 +28,7 @@ locals {
   fsx_mount_path = "/fsx"
   data_arns      = [for bucket in var.data_source_buckets : "arn:${local.partition}:s3:::${bucket}"]
   first_type     = var.instance_types[0]
+  instance_names = [for type in var.instance_types : type.name]
   # A multi-node job's nodes are whole instances (one container each: multi-node-parallel-jobs), so max vCPUs is
   # a whole number of the first type's.
   max_vcpus = var.max_nodes * local.first_type.vcpus
@@ -261,7 +262,7 @@ resource "aws_batch_compute_environment" "this" {
     allocation_strategy = "BEST_FIT"
     min_vcpus           = 0 # scale to zero: no job, no instance
     max_vcpus           = local.max_vcpus
-    instance_type       = [for type in var.instance_types : type.name]
+    instance_type       = local.instance_names
     subnets             = [var.subnet_id]
     security_group_ids  = [aws_security_group.this[0].id]
     # An instance profile's ARN, not a role's (compute-environment-template).

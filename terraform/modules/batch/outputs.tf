@@ -10,11 +10,11 @@ output "batch" {
     compute_environment_arn = aws_batch_compute_environment.this[0].arn
     job_role_arn            = aws_iam_role.job[0].arn
     execution_role_arn      = aws_iam_role.execution[0].arn
-    instance_types          = [for type in var.instance_types : type.name]
+    instance_types          = local.instance_names
     fsx_mount_path          = var.fsx != null ? local.fsx_mount_path : null
     log_group               = local.log_group
     hf_token_secret_arn     = var.hf_token_secret_arn
-    max_nodes               = floor(aws_batch_compute_environment.this[0].compute_resources[0].max_vcpus / local.first_type.vcpus)
+    max_nodes               = var.max_nodes
   }, null)
 }
 

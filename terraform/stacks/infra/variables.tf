@@ -281,18 +281,15 @@ variable "batch_instance_types" {
 
   validation {
     condition = var.batch_instance_types == null || try(length(var.batch_instance_types) > 0 && alltrue([
-      for type in var.batch_instance_types :
-      contains(keys(jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))), type) && !startswith(type, "_")
+      for type in var.batch_instance_types : contains(keys(module.gpu_nodegroup.efa_interfaces), type)
     ]), false)
     error_message = "batch_instance_types must list some of p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge (or be null: gpu_instance_type)."
   }
   validation {
-    # One launch template serves every type (its interfaces are the first type's).
+    # One launch template serves every type (its interfaces are the first type's): the gpu-nodegroup module's
+    # layout of each, computed once there.
     condition = var.batch_instance_types == null || try(length(distinct([
-      for type in var.batch_instance_types : [
-        jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))[type].efa_interfaces,
-        jsondecode(file("${path.module}/../../modules/gpu-nodegroup/instance_types.json"))[type].efa_only_secondary,
-      ]
+      for type in var.batch_instance_types : module.gpu_nodegroup.efa_interfaces[type]
     ])) == 1, true)
     error_message = "batch_instance_types must share one EFA layout (one launch template serves them all): p5.48xlarge with p5e.48xlarge, or p4d.24xlarge with p4de.24xlarge; p5en.48xlarge (16 interfaces) alone."
   }

@@ -30,8 +30,8 @@ from trainkit.backends.base import Workload
 from trainkit.backends.batch import request
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
+from trainkit.infra.outputs import BATCH_ACTIVE
 
-ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 ON_DEMAND_QUOTAS = {"p": ("L-417A185B", "Running On-Demand P instances")}
 """EC2's vCPU quota of each instance family the table holds (Service Quotas, service code ec2)."""
 ENABLED = "batch_enabled = true"
@@ -192,7 +192,7 @@ def run_jobs(clients: Clients, stack: BatchStack, run_id: str) -> list[dict]:
 
 
 def active_jobs(clients: Clients, stack: BatchStack, run_id: str) -> list[dict]:
-    return [job for job in run_jobs(clients, stack, run_id) if job.get("status") in ACTIVE]
+    return [job for job in run_jobs(clients, stack, run_id) if job.get("status") in BATCH_ACTIVE]
 
 
 # --- submit ------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from trainkit.backends.batch.node import RESULT_PREFIX
 from trainkit.backends.batch.request import FSX_MOUNT_ENV
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
+from trainkit.infra.outputs import BATCH_ACTIVE
 from trainkit.run.torchrun import GROUP_RANK
 
 FOLLOW_POLL_S = 5.0
@@ -215,7 +216,7 @@ def logs(clients: Clients, run_id: str, job_id: str, rank: int | None, follow: b
 
 def stop(clients: Clients, job_id: str) -> str:
     job = described_job(clients, job_id)
-    if job["status"] not in api.ACTIVE:
+    if job["status"] not in BATCH_ACTIVE:
         return f"Batch job {job['jobName']} is {job['status']}; nothing to stop"
     clients("batch").terminate_job(jobId=job_id, reason="stopped with `invoke stop`")
     if job["status"] not in ("STARTING", "RUNNING"):
