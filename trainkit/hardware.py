@@ -20,6 +20,9 @@ class InstanceType:
     gpus: int
     gpu_memory_gib: int
     efa_interfaces: int
+    vcpus: int
+    memory_gib: int
+    """The host's memory (EC2 accelerated computing instance specifications)."""
 
 
 # One table for Terraform and Python: terraform/modules/gpu-nodegroup/instance_types.json, which the
@@ -31,7 +34,9 @@ INSTANCE_TABLE = ("tables", "instance_types.json")
 def _load_instance_types() -> dict[str, InstanceType]:
     table = json.loads(files("trainkit").joinpath(*INSTANCE_TABLE).read_text())
     return {
-        name: InstanceType(name, row["gpu"], row["gpus"], row["gpu_memory_gib"], row["efa_interfaces"])
+        name: InstanceType(
+            name, row["gpu"], row["gpus"], row["gpu_memory_gib"], row["efa_interfaces"], row["vcpus"], row["memory_gib"]
+        )
         for name, row in table.items()
         if not name.startswith("_")
     }

@@ -35,7 +35,6 @@ import io
 import json
 import re
 import tarfile
-from importlib.resources import files
 from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY
@@ -68,15 +67,8 @@ keeping 5% for the agent and the system ["Compute resource memory management", "
 SHARED_MEMORY_SHARE = 0.5
 """/dev/shm as a share of the container's memory: what a tmpfs without a size gets (tmpfs(5)), as the EKS pods'
 memory-backed volume; NCCL and data loader workers exchange data through it."""
-HOST_MEMORY_GIB = {
-    "p4d.24xlarge": 1152,
-    "p4de.24xlarge": 1152,
-    "p5.48xlarge": 2048,
-    "p5e.48xlarge": 2048,
-    "p5en.48xlarge": 2048,
-}
-"""Host memory of the instance table's types (EC2 accelerated computing instance specifications); the table
-(trainkit/tables/instance_types.json) holds their vCPUs."""
+HOST_MEMORY_GIB = {name: instance.memory_gib for name, instance in hardware.INSTANCE_TYPES.items()}
+"""Host memory of the instance table's types (trainkit/tables/instance_types.json, with their vCPUs)."""
 EFA_DEVICE = "/dev/infiniband/uverbs{index}"
 NAME_LIMIT = 128
 TAG_RUN = "trainkit:run-id"
@@ -86,8 +78,8 @@ FSX_VOLUME = "fsx"
 
 def instance_host(instance_type: str) -> tuple[int, int]:
     """(vCPUs, memory in MiB) of an instance type of the table."""
-    table = json.loads(files("trainkit").joinpath(*hardware.INSTANCE_TABLE).read_text())
-    return int(table[instance_type]["vcpus"]), HOST_MEMORY_GIB[instance_type] * 1024
+    instance = hardware.INSTANCE_TYPES[instance_type]
+    return instance.vcpus, instance.memory_gib * 1024
 
 
 def slug(text: str) -> str:
