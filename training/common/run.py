@@ -115,7 +115,7 @@ class TrainingState(Protocol):
 
 
 @dataclass(frozen=True)
-class AcceleratorState:
+class AcceleratorCheckpoint:
     """Accelerate's own: `save_state` / `load_state` over what the Accelerator prepared and registered."""
 
     accelerator: Accelerator
@@ -134,7 +134,7 @@ class RunContext:
         """`nodes`: in this round of the job (current_nodes), which may be fewer than the job's. `state`: what a
         checkpoint holds; default: everything the Accelerator prepared (a DeepSpeed engine brings its own)."""
         self.accelerator = acc = accelerator
-        self.state = state or AcceleratorState(accelerator)
+        self.state = state or AcceleratorCheckpoint(accelerator)
         self.run_dir = run_dir
         self.run_id, self.model_name = run_id, model_name = job.run.run_id, job.model.name
         keep_checkpoints, metrics_port = job.checkpointing.keep_checkpoints, job.run.metrics_port

@@ -17,7 +17,7 @@ from trainkit.job.models import ModelEntry, get_model
 FAMILY_KIND = {"llama": "Llama", "vision": "vision", "bert": "BERT"}
 FAMILY_SHARDING = {"vision": ("NO_SHARD",), "bert": (ZERO_1, "NO_SHARD")}
 """The data-parallel families' sharding choices (the others shard with FSDP2)."""
-FAMILY_SHARDING_SAID = {"vision": ("NO_SHARD (DDP)",), "bert": (f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD (DDP)")}
+DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
 
 
 def family_kind(families: tuple[str, ...]) -> str:
@@ -201,10 +201,11 @@ def check_family(job: Job, entry: ModelEntry) -> None:
     sharding = job.parallelism.sharding
     allowed_sharding = FAMILY_SHARDING.get(entry.family)
     if allowed_sharding is not None:
+        said = " or ".join(DATA_PARALLEL_SAID[name] for name in allowed_sharding)
         require(
             sharding in allowed_sharding,
-            f"--sharding {sharding}: {job.model.name} trains data-parallel: "
-            f"{' or '.join(FAMILY_SHARDING_SAID[entry.family])}; choose one of them or drop --sharding",
+            f"--sharding {sharding}: {job.model.name} trains data-parallel: {said}; choose one of them or drop "
+            "--sharding",
         )
     else:
         require(
