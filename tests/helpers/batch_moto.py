@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers.aws import FAKE_AWS
+from tests.helpers.aws import (
+    MotoAccount,
+    ThreadedMoto,
+    default_quota,
+    patched_quotas,
+    push_image_and_save,
+)
 from tests.helpers.ecr_blobs import EcrBlobs
-from trainkit.infra.outputs import save_outputs
 
-ACCOUNT, REGION = "123456789012", "us-east-1"
 STACK_ID = "trainkit-batch-test"
 P_QUOTA = {"code": "L-417A185B", "name": "Running On-Demand P instances"}
 LOG_GROUP = "/aws/batch/job"
@@ -39,66 +40,25 @@ FSX_MOUNT = "/fsx"
 
 
 @dataclass
-class Account:
-    endpoint: str
-    env: dict
-    stack: dict
-    image: str
+class Account(MotoAccount):
     service: object  # tests/helpers/batch_standin.py: Service
     quotas: dict = field(default_factory=dict)  # quota code -> applied vCPUs (absent: the default, 0)
 
-    def client(self, service: str):
-        import boto3
-
-        return boto3.client(service, region_name=REGION, endpoint_url=self.endpoint, **_keys())
-
     def wait(self, job_id: str, timeout: float = 600) -> dict:
         """DescribeJobs once the job has ended (SUCCEEDED or FAILED)."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def describe() -> dict:
             (described,) = self.client("batch").describe_jobs(jobs=[job_id])["jobs"]
-            if described["status"] in ("SUCCEEDED", "FAILED"):
-                return described
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{job_id} still {described['status']} after {timeout:.0f} s")
-            time.sleep(0.5)
+            return described
 
-
-def _keys() -> dict:
-    return {
-        "aws_access_key_id": FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-    }
+        return self.poll(describe, "status", ("SUCCEEDED", "FAILED"), job_id, timeout)
 
 
 @contextlib.contextmanager
 def patched_moto(applied: dict, service) -> Iterator[None]:
     from moto.batch.responses import BatchResponse
-    from moto.servicequotas.exceptions import NoSuchResource
-    from moto.servicequotas.models import ServiceQuotasBackend
 
-    default = {
-        "ServiceCode": "ec2",
-        "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
-        "QuotaCode": P_QUOTA["code"],
-        "QuotaName": P_QUOTA["name"],
-        "Value": 0.0,
-        "Unit": "None",
-        "Adjustable": True,
-        "GlobalQuota": False,
-    }
-    list_defaults = ServiceQuotasBackend.list_aws_default_service_quotas
-    get_quota = ServiceQuotasBackend.get_service_quota
-
-    def list_aws_default_service_quotas(self, service_code):
-        return [default] if service_code == "ec2" else list_defaults(self, service_code)
-
-    def get_service_quota(self, service_code, quota_code):
-        if service_code != "ec2":
-            return get_quota(self, service_code, quota_code)
-        if quota_code != P_QUOTA["code"] or quota_code not in applied:
-            raise NoSuchResource()
-        return {**default, "Value": float(applied[quota_code])}
+    ec2 = default_quota("ec2", "Amazon Elastic Compute Cloud (Amazon EC2)", P_QUOTA["code"], P_QUOTA["name"])
 
     def submitjob(self):
         return json.dumps(service.submit(json.loads(self.body), self.current_account, self.region))
@@ -116,27 +76,20 @@ def patched_moto(applied: dict, service) -> Iterator[None]:
 
     replaced = ("submitjob", "describejobs", "listjobs", "terminatejob")
     originals = {name: getattr(BatchResponse, name) for name in replaced}
-    ServiceQuotasBackend.list_aws_default_service_quotas = list_aws_default_service_quotas
-    ServiceQuotasBackend.get_service_quota = get_service_quota
-    for name, method in (
-        ("submitjob", submitjob),
-        ("describejobs", describejobs),
-        ("listjobs", listjobs),
-        ("terminatejob", terminatejob),
-    ):
-        setattr(BatchResponse, name, method)
-    try:
-        yield
-    finally:
-        service.close()
-        for name, method in originals.items():
+    with patched_quotas("ec2", [ec2], applied, "QuotaCode"):
+        for name, method in (
+            ("submitjob", submitjob),
+            ("describejobs", describejobs),
+            ("listjobs", listjobs),
+            ("terminatejob", terminatejob),
+        ):
             setattr(BatchResponse, name, method)
-        ServiceQuotasBackend.list_aws_default_service_quotas = list_defaults
-        ServiceQuotasBackend.get_service_quota = get_quota
-
-
-def _reset(endpoint: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).read()
+        try:
+            yield
+        finally:
+            service.close()
+            for name, method in originals.items():
+                setattr(BatchResponse, name, method)
 
 
 def _stack(session: dict, max_nodes: int, capacity: str, instance_types: list[str]) -> dict:
@@ -199,35 +152,12 @@ def batch_account(
     """The account, with the stack's outputs recorded in this test's state folder (TRAINKIT_STATE_DIR); the commands
     reach it with `account.env`. `quotas`: applied EC2 quota values by code (the rest stay at 0). `run_jobs`: a job
     runs its nodes on the stand-in instead of waiting RUNNABLE. `capacity`: the compute environment's EC2 or SPOT."""
-    import boto3
-    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-
     from tests.helpers.batch_standin import Service
-    from trainkit.backends.eks.image import POD_ENTRY_LABEL, POD_ENTRY_MODULE
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     applied = dict(quotas or {})
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def client(service_name: str):
-        return boto3.client(service_name, region_name=REGION, endpoint_url=endpoint, **_keys())
-
-    service = Service(folder / "batch", client, run_jobs)
-    with patched_moto(applied, service), EcrBlobs(folder / "blobs") as blobs:
-        server.start()
-        try:
-            _reset(endpoint)  # moto's backends live in this process: start from an empty account
-            session = {"region_name": REGION, "endpoint_url": endpoint, **_keys()}
-            stack = _stack(session, max_nodes, capacity, ["p5.48xlarge"])
-            ecr = boto3.client("ecr", **session)
-            url = ecr.create_repository(repositoryName="trainkit/train")["repository"]["repositoryUri"]
-            blobs.push(ecr, "trainkit/train", "v1", {POD_ENTRY_LABEL: POD_ENTRY_MODULE})
-            save_outputs({"gpu_instance_type": "p5.48xlarge", "region": REGION, "stack_id": STACK_ID, "batch": stack})
-            env = {**FAKE_AWS, "AWS_ENDPOINT_URL": endpoint}
-            yield Account(endpoint, env, stack, f"{url}:v1", service, applied)
-        finally:
-            _reset(endpoint)
-            server.stop()
+    moto = ThreadedMoto()
+    service = Service(folder / "batch", moto.client, run_jobs)
+    with patched_moto(applied, service), EcrBlobs(folder / "blobs") as blobs, moto:
+        stack = _stack(moto.session, max_nodes, capacity, ["p5.48xlarge"])
+        image = push_image_and_save(moto, blobs, STACK_ID, {"batch": stack})
+        yield Account(moto.endpoint, moto.env, stack, image, service, applied)

@@ -52,18 +52,18 @@ brackets:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.helpers.containers import free_port, kill_after_grace, pump_lines, running, signal_container, start_container
 from tests.helpers.paths import REPO
 
 ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
@@ -75,12 +75,6 @@ DEFAULT_LOG_GROUP = "/aws/batch/job"
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def matches(pattern: str | None, value) -> bool:
@@ -179,33 +173,16 @@ class Node:
             self.end(None, f"ResourceInitializationError: unable to pull secrets: {type(error).__name__}")
             return
         folder.mkdir(parents=True, exist_ok=True)
-        command = list(container["command"])
-        if command[0].startswith("python"):
-            command = [sys.executable, *command[1:]]
-        env = {**env, **secrets, "TMPDIR": str(folder)}
-        self.process = subprocess.Popen(
-            command,
-            cwd=folder,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        self.process = start_container(container["command"], folder, {**env, **secrets, "TMPDIR": str(folder)})
         self.stream = f"{self.job.definition.name}/default/{self.task}"
         self.job.create_stream(self.stream)
         self.status = "RUNNING"
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        """The container's output to its stream, a line at a time (CloudWatch takes no empty message)."""
-        for line in self.process.stdout:
-            message = line.rstrip("\n")
-            if message:
-                self.job.put_log(self.stream, message)
+        # The container's output to its stream, a line at a time (CloudWatch takes no empty message).
+        put = functools.partial(self.job.put_log, self.stream)
+        threading.Thread(target=pump_lines, args=(self.process, put), daemon=True).start()
 
     def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        return running(self.process)
 
     def end(self, exit_code: int | None, status_reason: str) -> None:
         """The container ended: a process killed by a signal exits 128 + the signal, as a container's does."""
@@ -231,9 +208,7 @@ class Node:
 
     def signal(self, sig: int) -> None:
         """SIGTERM to the container's first process; SIGKILL to the whole container (its process group)."""
-        if self.running():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, sig) if sig == signal.SIGKILL else self.process.send_signal(sig)
+        signal_container(self.process, sig)
 
     def describe(self, job: dict) -> dict:
         found = {
@@ -361,7 +336,7 @@ class Job:
     def _attempt(self, attempt: int) -> tuple:
         """One attempt: the main node, then the children once it runs, until the main node ends; (statusReason,
         reason, exit code) of the main node."""
-        port = _free_port()
+        port = free_port()
         folder = self.folder / f"attempt-{attempt}"
         main = self.nodes[self.main]
         self.status, started = "STARTING", now_ms()
@@ -390,16 +365,10 @@ class Job:
         return main.status_reason, main.reason, main.exit_code
 
     def _stop_nodes(self, nodes: list[Node]) -> None:
+        """As ECS stops a task: SIGTERM, then SIGKILL after ECS_CONTAINER_STOP_TIMEOUT (STOP_GRACE_S)."""
         for node in nodes:
             node.signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and any(n.running() for n in nodes):
-            time.sleep(0.1)
-        for node in nodes:
-            node.signal(signal.SIGKILL)
-            if node.process is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    node.process.wait(timeout=10)
+        kill_after_grace(lambda: [n.process for n in nodes], STOP_GRACE_S, poll_s=0.1, reap_s=10)
 
     def _finish(self, status: str, reason: str | None) -> None:
         self.status_reason, self.stopped = reason, now_ms()

@@ -21,47 +21,38 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers.aws import FAKE_AWS
+from tests.helpers.aws import (
+    ACCOUNT,
+    REGION,
+    MotoAccount,
+    ThreadedMoto,
+    default_quota,
+    patched_quotas,
+    push_image_and_save,
+)
 from tests.helpers.ecr_blobs import EcrBlobs
-from trainkit.infra.outputs import save_outputs
 
-ACCOUNT, REGION = "123456789012", "us-east-1"
 STACK_ID = "trainkit-sagemaker-test"
 INSTANCES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 
 
 @dataclass
-class Account:
-    endpoint: str
-    env: dict
-    stack: dict
-    image: str
+class Account(MotoAccount):
     quotas: dict = field(default_factory=dict)  # quota name -> applied value (absent: the default, 0)
     runners: dict = field(default_factory=dict)  # job name -> the stand-in's run of it (run_jobs)
 
     def wait(self, name: str, timeout: float = 600) -> dict:
         """DescribeTrainingJob once the job has ended (Completed, Failed, Stopped)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            described = self.client("sagemaker").describe_training_job(TrainingJobName=name)
-            if described["TrainingJobStatus"] in ("Completed", "Failed", "Stopped"):
-                return described
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} still {described['TrainingJobStatus']} after {timeout:.0f} s")
-            time.sleep(0.5)
 
-    def client(self, service: str):
-        import boto3
+        def describe() -> dict:
+            return self.client("sagemaker").describe_training_job(TrainingJobName=name)
 
-        return boto3.client(service, region_name=REGION, endpoint_url=self.endpoint, **_keys())
+        return self.poll(describe, "TrainingJobStatus", ("Completed", "Failed", "Stopped"), name, timeout)
 
     def job_status(self, name: str, status: str) -> None:
         """Set a job's status, as the service moves it (moto's jobs are Completed at once)."""
@@ -71,29 +62,12 @@ class Account:
         job.training_job_status = job.secondary_status = status
 
 
-def _keys() -> dict:
-    return {
-        "aws_access_key_id": FAKE_AWS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": FAKE_AWS["AWS_SECRET_ACCESS_KEY"],
-    }
-
-
 def _default_quotas() -> list[dict]:
     found = []
     for index, instance in enumerate(INSTANCES):
         for kind, offset in (("training job usage", 0), ("spot training job usage", 1)):
-            found.append(
-                {
-                    "ServiceCode": "sagemaker",
-                    "ServiceName": "Amazon SageMaker",
-                    "QuotaCode": f"L-STANDIN{2 * index + offset:02d}",
-                    "QuotaName": f"{instance} for {kind}",
-                    "Value": 0.0,
-                    "Unit": "None",
-                    "Adjustable": True,
-                    "GlobalQuota": False,
-                }
-            )
+            code = f"L-STANDIN{2 * index + offset:02d}"
+            found.append(default_quota("sagemaker", "Amazon SageMaker", code, f"{instance} for {kind}"))
     return found
 
 
@@ -101,25 +75,6 @@ def _default_quotas() -> list[dict]:
 def patched_moto(account_quotas: dict, run_jobs: dict | None = None, runners: dict | None = None) -> Iterator[None]:
     from moto.sagemaker.models import sagemaker_backends
     from moto.sagemaker.responses import SageMakerResponse
-    from moto.servicequotas.exceptions import NoSuchResource
-    from moto.servicequotas.models import ServiceQuotasBackend
-
-    defaults = _default_quotas()
-    list_defaults, get_quota = (
-        ServiceQuotasBackend.list_aws_default_service_quotas,
-        ServiceQuotasBackend.get_service_quota,
-    )
-
-    def list_aws_default_service_quotas(self, service_code):
-        return defaults if service_code == "sagemaker" else list_defaults(self, service_code)
-
-    def get_service_quota(self, service_code, quota_code):
-        if service_code != "sagemaker":
-            return get_quota(self, service_code, quota_code)
-        quota = next((q for q in defaults if q["QuotaCode"] == quota_code), None)
-        if quota is None or quota["QuotaName"] not in account_quotas:
-            raise NoSuchResource()
-        return {**quota, "Value": float(account_quotas[quota["QuotaName"]])}
 
     def stop_training_job(self):
         from moto.core.responses import ActionResult
@@ -150,24 +105,17 @@ def patched_moto(account_quotas: dict, run_jobs: dict | None = None, runners: di
             threading.Thread(target=job.run, name=f"sagemaker-{name}", daemon=True).start()
         return result
 
-    ServiceQuotasBackend.list_aws_default_service_quotas = list_aws_default_service_quotas
-    ServiceQuotasBackend.get_service_quota = get_service_quota
     runners = {} if runners is None else runners
-    SageMakerResponse.stop_training_job = stop_training_job
-    SageMakerResponse.create_training_job = create_training_job
-    try:
-        yield
-    finally:
-        SageMakerResponse.create_training_job = create
-        for job in runners.values():
-            job.kill()
-        ServiceQuotasBackend.list_aws_default_service_quotas = list_defaults
-        ServiceQuotasBackend.get_service_quota = get_quota
-        del SageMakerResponse.stop_training_job
-
-
-def _reset(endpoint: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).read()
+    with patched_quotas("sagemaker", _default_quotas(), account_quotas, "QuotaName"):
+        SageMakerResponse.stop_training_job = stop_training_job
+        SageMakerResponse.create_training_job = create_training_job
+        try:
+            yield
+        finally:
+            SageMakerResponse.create_training_job = create
+            for job in runners.values():
+                job.kill()
+            del SageMakerResponse.stop_training_job
 
 
 @contextlib.contextmanager
@@ -175,47 +123,21 @@ def sagemaker_account(folder: Path, quotas: dict | None = None, run_jobs: bool =
     """The account, with the stack's outputs recorded in this test's state folder (TRAINKIT_STATE_DIR); the
     commands reach it with `account.env`. `quotas`: applied quota values by name (the rest stay at 0).
     `run_jobs`: a created job runs on the stand-in (tests/helpers/sagemaker_standin.py) instead of ending at once."""
-    import boto3
-    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-
-    from trainkit.backends.eks.image import POD_ENTRY_LABEL, POD_ENTRY_MODULE
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     applied = dict(quotas or {})
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    endpoint = f"http://127.0.0.1:{port}"
-
-    def client(service: str):
-        return boto3.client(service, region_name=REGION, endpoint_url=endpoint, **_keys())
-
+    moto = ThreadedMoto()
     runners: dict = {}
-    jobs = {"folder": folder / "jobs", "clients": client} if run_jobs else None
-    with patched_moto(applied, jobs, runners), EcrBlobs(folder / "blobs") as blobs:
-        server.start()
-        try:
-            _reset(endpoint)  # moto's backends live in this process: start from an empty account
-            session = {"region_name": REGION, "endpoint_url": endpoint, **_keys()}
-            iam = boto3.client("iam", **session)
-            role = iam.create_role(RoleName="trainkit-sagemaker", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-            bucket = f"trainkit-runs-{ACCOUNT}"
-            boto3.client("s3", **session).create_bucket(Bucket=bucket)
-            secret = boto3.client("secretsmanager", **session).create_secret(Name="trainkit-hf-token")["ARN"]
-            ecr = boto3.client("ecr", **session)
-            url = ecr.create_repository(repositoryName="trainkit/train")["repository"]["repositoryUri"]
-            blobs.push(ecr, "trainkit/train", "v1", {POD_ENTRY_LABEL: POD_ENTRY_MODULE})
-            stack = {
-                "role_arn": role,
-                "bucket": bucket,
-                "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
-                "security_group_ids": ["sg-0a1b2c3d4e5f60718"],
-                "hf_token_secret_arn": secret,
-            }
-            save_outputs(
-                {"gpu_instance_type": "p5.48xlarge", "region": REGION, "stack_id": STACK_ID, "sagemaker": stack}
-            )
-            yield Account(endpoint, {**FAKE_AWS, "AWS_ENDPOINT_URL": endpoint}, stack, f"{url}:v1", applied, runners)
-        finally:
-            _reset(endpoint)
-            server.stop()
+    jobs = {"folder": folder / "jobs", "clients": moto.client} if run_jobs else None
+    with patched_moto(applied, jobs, runners), EcrBlobs(folder / "blobs") as blobs, moto:
+        role = moto.client("iam").create_role(RoleName="trainkit-sagemaker", AssumeRolePolicyDocument="{}")
+        bucket = f"trainkit-runs-{ACCOUNT}"
+        moto.client("s3").create_bucket(Bucket=bucket)
+        secret = moto.client("secretsmanager").create_secret(Name="trainkit-hf-token")["ARN"]
+        stack = {
+            "role_arn": role["Role"]["Arn"],
+            "bucket": bucket,
+            "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
+            "security_group_ids": ["sg-0a1b2c3d4e5f60718"],
+            "hf_token_secret_arn": secret,
+        }
+        image = push_image_and_save(moto, blobs, STACK_ID, {"sagemaker": stack})
+        yield Account(moto.endpoint, moto.env, stack, image, applied, runners)

@@ -35,25 +35,18 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import tarfile
 import threading
 import time
 from pathlib import Path
 
+from tests.helpers.containers import free_port, kill_after_grace, pump_lines, signal_container, start_container
 from tests.helpers.paths import REPO
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SYNC_S = 1.0
 GRACE_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Job:
@@ -161,11 +154,12 @@ class Job:
         logs = self.clients("logs")
         stream = f"{self.name}/{host}-{stamp}"
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-        for line in process.stdout:
-            message = line.rstrip("\n")
-            if message:
-                event = {"timestamp": int(time.time() * 1000), "message": message}
-                logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[event])
+
+        def put(message: str) -> None:
+            event = {"timestamp": int(time.time() * 1000), "message": message}
+            logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[event])
+
+        pump_lines(process, put)
 
     def run(self) -> None:
         try:
@@ -204,7 +198,7 @@ class Job:
 
     def _run_hosts(self, roots: dict) -> tuple[dict, tuple | None]:
         """One attempt: every host's entry point until all have exited; (exit codes, the first host that failed)."""
-        leader = f"127.0.0.1:{_free_port()}"
+        leader = f"127.0.0.1:{free_port()}"
         self.stamp = max(int(time.time()), self.stamp + 1)
         entry = self.request["AlgorithmSpecification"]["ContainerEntrypoint"]
         self.processes, pumps = {}, []
@@ -218,16 +212,7 @@ class Job:
                 "PYTHONPATH": str(REPO),
                 "PYTHONUNBUFFERED": "1",
             }
-            command = [sys.executable, *entry[1:]] if entry[0].startswith("python") else entry
-            process = subprocess.Popen(
-                command,
-                cwd=root,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,
-            )
+            process = start_container(entry, root, env)
             self.processes[host] = process
             pump = threading.Thread(target=self._pump, args=(host, process, self.stamp), daemon=True)
             pump.start()
@@ -270,12 +255,7 @@ class Job:
         (torchrun's workers, their loader workers) dies with its parent (PR_SET_PDEATHSIG), as in a container
         whose first process is gone."""
         for process in self.processes.values():
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    if sig == signal.SIGKILL:
-                        os.killpg(process.pid, sig)
-                    else:
-                        process.send_signal(sig)
+            signal_container(process, sig)
 
     def interrupt(self, grace: bool) -> None:
         """A spot interruption (Developer Guide, "Managed Spot Training"): with `grace`, SIGTERM and the grace
@@ -294,18 +274,9 @@ class Job:
         self._kill_after_grace()
 
     def _kill_after_grace(self) -> None:
+        """SIGKILL to every host's processes still running after GRACE_S, in the background."""
         processes = list(self.processes.values())
-
-        def kill() -> None:
-            deadline = time.monotonic() + GRACE_S
-            while time.monotonic() < deadline and any(p.poll() is None for p in processes):
-                time.sleep(0.2)
-            for process in processes:
-                if process.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
-
-        threading.Thread(target=kill, daemon=True).start()
+        threading.Thread(target=kill_after_grace, args=(lambda: processes, GRACE_S, 0.2), daemon=True).start()
 
     def kill(self) -> None:
         """The account goes away: nothing of the job may outlive the test."""
