@@ -173,7 +173,7 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family("llama", trainer="training.llm.trainer:LlamaTrainer"),
+    "decoder": Family("decoder", trainer="training.llm.trainer:DecoderTrainer"),
     "vision": Family("vision", trainer="training.vision.trainer:VisionTrainer"),
     "bert": Family("bert", trainer="training.encoder.trainer:BertTrainer"),
 }
@@ -322,7 +322,7 @@ ENTRIES = (
     ModelEntry(
         name="llama2-7b",
         builder=LLAMA_BUILDER,
-        family="llama",
+        family="decoder",
         arch=LlamaArch(4096, 32, 32, 32, 11008),
         recipe=_finetune_recipe(micro_batch_size=4),
         hub_id="meta-llama/Llama-2-7b-hf",
@@ -330,7 +330,7 @@ ENTRIES = (
     ModelEntry(
         name="llama2-13b",
         builder=LLAMA_BUILDER,
-        family="llama",
+        family="decoder",
         arch=LlamaArch(5120, 40, 40, 40, 13824),
         recipe=_finetune_recipe(micro_batch_size=2),
         hub_id="meta-llama/Llama-2-13b-hf",
@@ -338,7 +338,7 @@ ENTRIES = (
     ModelEntry(
         name="llama2-70b",
         builder=LLAMA_BUILDER,
-        family="llama",
+        family="decoder",
         arch=LlamaArch(8192, 80, 64, 8, 28672),
         # Every layer recomputed: keeping half of 80 layers' activations (~46 GiB at seq 4096, `invoke plan`)
         # would not fit an 80 GB GPU below 8 p5 nodes.
@@ -348,7 +348,7 @@ ENTRIES = (
     ModelEntry(
         name="llama2-tiny",
         builder=LLAMA_BUILDER,
-        family="llama",
+        family="decoder",
         # Llama 2 architecture (RMSNorm, SwiGLU, RoPE, grouped-query attention) at ~3.2M parameters,
         # with a 512-entry vocabulary that fits the byte tokenizer.
         arch=LlamaArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),

@@ -123,7 +123,7 @@ def test_the_ratio_is_trainkit_over_reference_per_pair():
 def test_what_the_reference_cannot_run_is_refused_before_any_run(flags, message):
     with pytest.raises(SpecError, match=re.escape(message)):
         benchtrain.precheck(flags)
-    assert benchtrain.precheck(["--model", "llama2-tiny", "--activation-checkpointing"]) == "llama"
+    assert benchtrain.precheck(["--model", "llama2-tiny", "--activation-checkpointing"]) == "decoder"
     assert benchtrain.precheck(["--model", "resnet-tiny"]) == "vision"
 
 

@@ -105,7 +105,7 @@ def test_bert_plans_the_recipes_strategy_and_refuses_what_invoke_train_refuses()
         plan_of(model="llama2-7b", sharding="ZERO_1")
     with pytest.raises(SpecError, match=r"--sharding FULL_SHARD: bert-1.5b trains data-parallel: ZERO_1"):
         plan_of(model="bert-1.5b", sharding="FULL_SHARD")
-    with pytest.raises(SpecError, match=r"--activation-checkpointing applies to Llama models, not to bert-1.5b"):
+    with pytest.raises(SpecError, match=r"--activation-checkpointing applies to decoder models, not to bert-1.5b"):
         plan_of(model="bert-1.5b", activation_checkpointing=True)
     with pytest.raises(SpecError, match=r"resnet50 is a vision model: measure it with `invoke train"):
         plan_of(model="resnet50")

@@ -167,7 +167,7 @@ def test_synthetic_input_runs_steps_without_warmup_epochs(tmp_path):
         ({"model": "resnet-tiny", "optimizer": "adamw"}, "--optimizer adamw: resnet-tiny trains with sgd or lamb"),
         ({"model": "bert-tiny", "optimizer": "sgd"}, "--optimizer sgd: bert-tiny trains with lamb or adamw"),
         ({"model": "bert-tiny", "channels_last": "true"}, "--channels-last applies to vision models, not to bert-tiny"),
-        ({"model": "bert-tiny", "ac_every": "2"}, "--ac-every applies to Llama models, not to bert-tiny"),
+        ({"model": "bert-tiny", "ac_every": "2"}, "--ac-every applies to decoder models, not to bert-tiny"),
         ({"model": "bert-tiny", "sharding": "FULL_SHARD"}, "ZERO_1 (DeepSpeed ZeRO stage 1) or NO_SHARD (DDP)"),
         ({"model": "llama2-tiny", "sharding": "ZERO_1"}, "DeepSpeed ZeRO-1 is BERT's; llama2-tiny shards with FSDP2"),
         ({"model": "bert-tiny", "seq_len": "1024"}, "--seq-len 1024 exceeds bert-tiny's context of 512 tokens"),

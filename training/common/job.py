@@ -36,8 +36,8 @@ ZERO_1 = "ZERO_1"
 SHARDING_CHOICES = (*SHARDING_STRATEGIES, ZERO_1)
 TARGETS = ("local", "eks", "sagemaker", "batch")
 SYNTHETIC = "synthetic"
-FAMILIES = ("llama", "vision", "bert")
-LANGUAGE = ("llama", "bert")
+FAMILIES = ("decoder", "vision", "bert")
+LANGUAGE = ("decoder", "bert")
 """The families that read text (a decoder fine-tuned on records, an encoder pretrained on a corpus)."""
 
 
@@ -65,7 +65,7 @@ def option(
     flag      the command-line name when it is not the field's name; alias: a second name for it
     trains    whether the value changes what is trained (the run id hashes these; a run can be resumed
               with other values of the rest)
-    family    the family (`llama`, `vision`, `bert`), or families, whose models alone use the field
+    family    the family (`decoder`, `vision`, `bert`), or families, whose models alone use the field
     cli       False for values the launcher sets itself (they are still in spec.json)
     switch    a boolean given as a bare flag (`--synthetic`) rather than with a value
     duration  seconds, also given as `90m`, `4h`, `2d` (see duration_seconds)
@@ -151,7 +151,7 @@ class ModelOptions:
     name: str = option("llama2-tiny", "Registry name of the model (training/registry.py).", flag="model")
     family: str | None = option(
         None,
-        "`llama`, `vision` or `bert`: which trainer runs the job (set from the model registry).",
+        "`decoder`, `vision` or `bert`: which trainer runs the job (set from the model registry or the model's config).",
         choices=FAMILIES,
         trains=False,
         cli=False,
@@ -164,7 +164,7 @@ class ModelOptions:
     weights: str | None = option(
         None,
         "Pretrained weights: a Hugging Face hub id or a local directory; default: the model's hub id.",
-        family="llama",
+        family="decoder",
     )
     layers: int | None = option(
         None,
@@ -268,7 +268,7 @@ class OptimisationOptions:
     )
     weight_decay: float | None = option(
         None,
-        "Weight decay (Llama: AdamW, 0; BERT: LAMB, 0.01; vision: 1e-4; on matrices only for BERT and vision); "
+        "Weight decay (decoders: AdamW, 0; BERT: LAMB, 0.01; vision: 1e-4; on matrices only for BERT and vision); "
         "default from the recipe.",
         minimum=0,
     )
@@ -315,7 +315,7 @@ class ParallelismOptions:
         None,
         "FSDP strategy: FULL_SHARD, HYBRID_SHARD (shard in a node, replicate across), SHARD_GRAD_OP, "
         "NO_SHARD (DDP); or ZERO_1 (DeepSpeed ZeRO stage 1: the optimizer state partitioned over the ranks). "
-        "Llama models default to FULL_SHARD, BERT to ZERO_1 (or NO_SHARD); vision models always train NO_SHARD.",
+        "Decoder models (Llama, Mistral, Qwen, Gemma, ...) default to FULL_SHARD, BERT to ZERO_1 (or NO_SHARD); vision models always train NO_SHARD.",
         choices=SHARDING_CHOICES,
     )
     precision: str = option(
@@ -326,7 +326,7 @@ class ParallelismOptions:
     activation_checkpointing: bool | None = option(
         None,
         "Recompute each decoder layer's activations in backward; default from the model recipe.",
-        family="llama",
+        family="decoder",
     )
     ac_every: int | None = option(
         None,
@@ -334,7 +334,7 @@ class ParallelismOptions:
         "recipe's on GPUs (2 for llama2-7b and 13b), else 1: all.",
         minimum=1,
         trains=False,
-        family="llama",
+        family="decoder",
     )
     prefetch: int | None = option(
         None,
@@ -342,28 +342,28 @@ class ParallelismOptions:
         "previous N in backward); default 0: FSDP2's implicit one-ahead.",
         minimum=0,
         trains=False,
-        family="llama",
+        family="decoder",
     )
     reshard_last_layer: bool | None = option(
         None,
         "false: keep the last decoder layer's gathered weights from forward into backward (one all-gather less "
         "per step, one layer of weights more in memory); default true.",
         trains=False,
-        family="llama",
+        family="decoder",
     )
     reduce_dtype: str | None = option(
         None,
         "Under bf16, the dtype FSDP2 reduce-scatters gradients in: `bf16` (default, Accelerate's) or `fp32`.",
         choices=("bf16", "fp32"),
         trains=False,  # rounding only: a run may resume with another
-        family="llama",
+        family="decoder",
     )
     fused_adamw: bool | None = option(
         None,
         "AdamW's fused kernel (one kernel over all parameters, `fused=True`); default true on GPUs, the multi-tensor "
         "`foreach` kernel on CPU.",
         trains=False,  # rounding only: a run may resume with another
-        family="llama",
+        family="decoder",
     )
     compile: bool | None = option(
         None,
@@ -371,7 +371,7 @@ class ParallelismOptions:
         "compilation: identical layers share one graph; the first step pays the compile); default: the recipe's on "
         "GPUs (true for llama2-7b/13b/70b), else false.",
         trains=False,  # rounding only: a run may resume with another
-        family="llama",
+        family="decoder",
     )
     channels_last: bool | None = option(
         None,
@@ -386,7 +386,7 @@ class ParallelismOptions:
         "run) or `math` (the reference kernel).",
         choices=("sdpa", "flash", "math"),
         trains=False,  # rounding only: a run may resume with another
-        family="llama",
+        family="decoder",
     )
 
 
@@ -538,6 +538,8 @@ class Job:
             key = spec.name if nested else spec.legacy_name
             if key in source:
                 setattr(getattr(job, spec.section), spec.name, source[key])
+        if job.model.family == "llama":  # the decoder family's name before it took any Hugging Face causal LM
+            job.model.family = "decoder"
         return job
 
     def fingerprint(self) -> str:

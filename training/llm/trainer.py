@@ -30,7 +30,7 @@ from .model import DECODER_LAYER, consolidated_copy
 from .tokenizer import load_tokenizer
 
 
-class LlamaTrainer(Trainer):
+class DecoderTrainer(Trainer):
     rate = ("tokens_per_s", "tok_s")
 
     def __init__(self, job: Job, run_dir: Path):

@@ -51,7 +51,7 @@ def wall_rate(steps: list[dict], key: str = "tokens_per_s") -> float | None:
 
 
 # per family: the records' rate field -> the results file's names
-UNITS = {"llama": ("tokens_per_s", "tokens"), "vision": ("samples_per_s", "images")}
+UNITS = {"decoder": ("tokens_per_s", "tokens"), "vision": ("samples_per_s", "images")}
 
 
 def summarise(
@@ -60,7 +60,7 @@ def summarise(
     flops_per_item: float,
     peaks: dict,
     peak_memory: int | None,
-    family: str = "llama",
+    family: str = "decoder",
     profile: dict | None = None,
 ) -> dict:
     """One run's steady-state figures; `flops_per_item`: training FLOPs per token (or image); `profile`: the run's

@@ -65,7 +65,7 @@ def variant_command(flags: list[str], extra: list[str]) -> list[str]:
 
 def sweep(flags: list[str], out: Path, margin: float, only: list[str] | None = None) -> dict:
     family = precheck(flags)
-    if family != "llama":
+    if family != "decoder":
         raise SpecError("the sweep's switches are the language models' (FSDP2, attention, compile)")
     env = environment()
     peaks = {"datasheet": peak_tflops_for_device(env["device"]["name"]), "measured": measured_peak()}

@@ -101,10 +101,10 @@ def run_trainkit(flags: list[str], runs: Path, run_id: str, profile: str | None 
     return run, steps, max(r["peak_memory_bytes"] for r in steps)
 
 
-REFERENCES = {"llama": "training.bench.reference", "vision": "training.bench.vision_reference"}
+REFERENCES = {"decoder": "training.bench.reference", "vision": "training.bench.vision_reference"}
 
 
-def run_reference(run: Path, nproc: int, out: Path, family: str = "llama") -> dict:
+def run_reference(run: Path, nproc: int, out: Path, family: str = "decoder") -> dict:
     env = dict(os.environ)
     if not hardware.local_gpu_count():  # as the local backend sets it for trainkit's processes
         env.setdefault("OMP_NUM_THREADS", str(max(1, hardware.local_cpu_count() // nproc)))

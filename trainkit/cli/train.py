@@ -127,7 +127,7 @@ plan = task(
         **_plan_help,
         "model": "Registry name of a language model, e.g. llama2-7b or bert-1.5b (default: llama2-7b).",
         "instance-type": "AWS instance type (p5.48xlarge, p4d.24xlarge, ...); default p5.48xlarge.",
-        "sharding": "Llama: FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD; BERT: ZERO_1 or NO_SHARD (every "
+        "sharding": "Decoders: FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD; BERT: ZERO_1 or NO_SHARD (every "
         "strategy of the family is shown; this one is marked; default: the recipe's).",
         "global-batch-size": "Sequences per optimizer step (default: recipe, raised to fill every GPU).",
         "gpus-per-node": "Alias of --nproc: GPUs per instance (default: all GPUs of --instance-type).",

@@ -14,7 +14,7 @@ from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.models import ModelEntry, get_model
 
-FAMILY_KIND = {"llama": "Llama", "vision": "vision", "bert": "BERT"}
+FAMILY_KIND = {"decoder": "decoder", "vision": "vision", "bert": "BERT"}
 FAMILY_SHARDING = {"vision": ("NO_SHARD",), "bert": (ZERO_1, "NO_SHARD")}
 """The data-parallel families' sharding choices (the others shard with FSDP2)."""
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}

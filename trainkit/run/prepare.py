@@ -107,7 +107,7 @@ def write_spec(job: Job) -> Path:
     return publish_text(path, json.dumps(job.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
-def _prepare_llama(job: Job, entry: ModelEntry) -> None:
+def _prepare_decoder(job: Job, entry: ModelEntry) -> None:
     if job.data.dataset == SYNTHETIC:
         dialogues = job.run_dir / SYNTHETIC_DIALOGUES
         if not dialogues.exists():
@@ -145,7 +145,7 @@ def prepare_run(job: Job, workload=None) -> dict[str, str]:
     env = _check_inputs(job)
     check_free_space(job, entry)
     write_spec(job)
-    {"vision": _prepare_vision, "bert": _prepare_bert, "llama": _prepare_llama}[entry.family](job, entry)
+    {"vision": _prepare_vision, "bert": _prepare_bert, "decoder": _prepare_decoder}[entry.family](job, entry)
     return env
 
 

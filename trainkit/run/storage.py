@@ -68,7 +68,7 @@ def saves(steps: int | None, interval: int | None) -> int | None:
 def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
     if entry.family in LANGUAGE:
         parameters = entry.arch.truncated(job.model.layers).parameters()
-        if entry.family == "llama":
+        if entry.family == "decoder":
             optimizer, export = "adamw", PARAM_BYTES * parameters
         else:  # BERT: nothing exported, the checkpoint is the result
             optimizer, export = job.optimisation.optimizer or "lamb", 0

@@ -55,7 +55,7 @@ METRICS = {
     "images_per_s": r"step \d+/\d+ \(\d+%\) .*img_s=([0-9.]+)",
     "sequences_per_s": r"step \d+/\d+ \(\d+%\) .*seq_s=([0-9.]+)",
 }
-RATE_METRIC = {"llama": "tokens_per_s", "vision": "images_per_s", "bert": "sequences_per_s"}
+RATE_METRIC = {"decoder": "tokens_per_s", "vision": "images_per_s", "bert": "sequences_per_s"}
 """Each family's throughput in its progress line (the trainers' `rate`)."""
 
 
