@@ -26,7 +26,7 @@ def test_every_registry_vision_model_has_a_builder_and_its_published_parameter_c
 
 
 def test_a_language_model_is_not_built_as_a_vision_model():
-    with pytest.raises(ValueError, match="'llama2-tiny' is a llama model, not a vision model"):
+    with pytest.raises(ValueError, match="'llama2-tiny' is a decoder model, not a vision model"):
         build_model("llama2-tiny", 10)
 
 
