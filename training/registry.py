@@ -5,7 +5,9 @@ and imported only when called (`load`), so reading the registry imports no model
 
 Llama 2 shapes are the published ones (Touvron et al. 2023, table 1 and the Hugging Face
 `config.json` of each `meta-llama/Llama-2-*-hf` repository): vocabulary 32,000, context 4,096,
-grouped-query attention with 8 KV heads for 70B only.
+grouped-query attention with 8 KV heads for 70B only. Any other causal LM is read from its Hugging Face
+`config.json` (training/decoders.py: `DecoderArch.from_config`; trainkit/job/models.py resolves a hub id, folder or
+file to one): the model types of `DECODER_TYPES`, each sized from what its transformers 5.23 modeling file builds.
 
 BERT shapes are the published ones (Devlin et al. 2019, BERT-Large; the 1.5B of the reference setup, cited at
 its entry): vocabulary 30,522 (bert-large-uncased), 512 positions, two token types.
@@ -22,53 +24,9 @@ import importlib
 from dataclasses import dataclass, field, replace
 
 from training.common.flops import TransformerShape
+from training.decoders import DECODER_TYPES, DecoderArch, decoder_refusal
 
-
-@dataclass(frozen=True)
-class LlamaArch:
-    """A Llama 2 architecture, in the field names of `transformers.LlamaConfig`."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    intermediate_size: int
-    vocab_size: int = 32000
-    max_position_embeddings: int = 4096
-    rms_norm_eps: float = 1e-5
-
-    def truncated(self, layers: int | None) -> LlamaArch:
-        """The same layer shapes with fewer layers (for benchmarks and tests)."""
-        if layers is None:
-            return self
-        return replace(self, num_hidden_layers=layers)
-
-    def shape(self) -> TransformerShape:
-        return TransformerShape.from_hf_config(self)
-
-    def parameters(self) -> int:
-        """LlamaForCausalLM's count: the shape's (untied embedding and LM head, as the Hugging Face checkpoints)."""
-        return self.shape().param_count()
-
-    def hf_config(self) -> dict:
-        """A `config.json` body that `transformers.LlamaConfig` / `AutoConfig` accept."""
-        return {
-            "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"],
-            "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "intermediate_size": self.intermediate_size,
-            "vocab_size": self.vocab_size,
-            "max_position_embeddings": self.max_position_embeddings,
-            "rms_norm_eps": self.rms_norm_eps,
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-            "rope_theta": 10000.0,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-        }
+__all__ = ["DECODER_TYPES", "REGISTRY", "DecoderArch", "ModelEntry", "Recipe", "decoder_refusal", "load", "model_entry"]
 
 
 @dataclass(frozen=True)
@@ -181,21 +139,28 @@ FAMILIES: dict[str, Family] = {
 BERT_BUILDER = "training.encoder.model:build_model"
 """Every BERT is built from its `config.json`, randomly initialised: (model_config, seed) -> BertForMaskedLM."""
 
-LLAMA_BUILDER = "training.llm.model:build_model"
-"""Every Llama is built from its `config.json` (random init) or its weights: (model_config, weights, seed,
-materialize) -> LlamaForCausalLM."""
+DECODER_BUILDER = "training.llm.model:build_model"
+"""Every decoder is built from its `config.json` (random init) or its weights: (model_config, weights, seed,
+materialize) -> the `AutoModelForCausalLM` of its model_type."""
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
     family: str
-    arch: LlamaArch | VisionArch | BertArch
+    arch: DecoderArch | VisionArch | BertArch
     recipe: Recipe
     builder: str
-    """"module:function" that builds the model (vision: num_classes -> torch.nn.Module; llama: `LLAMA_BUILDER`)."""
+    """"module:function" that builds the model (vision: num_classes -> torch.nn.Module; decoders: `DECODER_BUILDER`)."""
     hub_id: str | None = None
+    """Where pretrained weights come from: a hub id, or a local model folder."""
     notes: str = field(default="")
+    label: str = ""
+    """A short name that is safe in a run id and a file name (a hub id or folder has slashes); default: the name."""
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
 
 
 def _finetune_recipe(micro_batch_size: int) -> Recipe:
@@ -219,6 +184,20 @@ def _finetune_recipe(micro_batch_size: int) -> Recipe:
         compile=True,
         # A 7B-shaped layer stack runs ~10 s per 256 tokens on two CPU cores: keep CPU smoke runs short.
         cpu={"global_batch_size": 2, "micro_batch_size": 1},
+    )
+
+
+def decoder_recipe(arch: DecoderArch) -> Recipe:
+    """Full fine-tuning of any other causal LM: the Llama 2 recipe at the model's context up to 4,096 tokens, with
+    the micro batch the Llama 2 entries take at its size (4 up to 7B-class, 2 up to 13B-class, else 1). The GPU fast
+    paths were measured on Llama 2 7B only: the spec's own defaults (no selective recomputation, no compiling)."""
+    n = arch.parameters()
+    micro = 4 if n < 8e9 else 2 if n < 16e9 else 1
+    return replace(
+        _finetune_recipe(micro_batch_size=micro),
+        seq_len=min(4096, arch.max_position_embeddings),
+        ac_every=None,
+        compile=None,
     )
 
 
@@ -321,25 +300,25 @@ def _bert_tiny_recipe() -> Recipe:
 ENTRIES = (
     ModelEntry(
         name="llama2-7b",
-        builder=LLAMA_BUILDER,
+        builder=DECODER_BUILDER,
         family="decoder",
-        arch=LlamaArch(4096, 32, 32, 32, 11008),
+        arch=DecoderArch(4096, 32, 32, 32, 11008),
         recipe=_finetune_recipe(micro_batch_size=4),
         hub_id="meta-llama/Llama-2-7b-hf",
     ),
     ModelEntry(
         name="llama2-13b",
-        builder=LLAMA_BUILDER,
+        builder=DECODER_BUILDER,
         family="decoder",
-        arch=LlamaArch(5120, 40, 40, 40, 13824),
+        arch=DecoderArch(5120, 40, 40, 40, 13824),
         recipe=_finetune_recipe(micro_batch_size=2),
         hub_id="meta-llama/Llama-2-13b-hf",
     ),
     ModelEntry(
         name="llama2-70b",
-        builder=LLAMA_BUILDER,
+        builder=DECODER_BUILDER,
         family="decoder",
-        arch=LlamaArch(8192, 80, 64, 8, 28672),
+        arch=DecoderArch(8192, 80, 64, 8, 28672),
         # Every layer recomputed: keeping half of 80 layers' activations (~46 GiB at seq 4096, `invoke plan`)
         # would not fit an 80 GB GPU below 8 p5 nodes.
         recipe=replace(_finetune_recipe(micro_batch_size=1), ac_every=None),
@@ -347,11 +326,11 @@ ENTRIES = (
     ),
     ModelEntry(
         name="llama2-tiny",
-        builder=LLAMA_BUILDER,
+        builder=DECODER_BUILDER,
         family="decoder",
         # Llama 2 architecture (RMSNorm, SwiGLU, RoPE, grouped-query attention) at ~3.2M parameters,
         # with a 512-entry vocabulary that fits the byte tokenizer.
-        arch=LlamaArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),
+        arch=DecoderArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),
         recipe=_tiny_recipe(),
         notes="debug model; random init only unless --weights points at a local checkpoint",
     ),

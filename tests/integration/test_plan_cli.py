@@ -8,7 +8,8 @@ from PIL import Image
 
 from tests.helpers.product import invoke
 from tests.helpers.published import N7
-from training.registry import REGISTRY
+from tests.helpers.tiny_decoders import tiny_config, write_tiny
+from training.registry import REGISTRY, DecoderArch
 
 
 def test_invoke_plan_prints_the_table_and_json():
@@ -76,3 +77,21 @@ def test_invoke_plan_sizes_zero1s_optimizer_share_from_the_registry_entry():
     refused = invoke("plan", "--model", "llama2-7b", "--sharding", "ZERO_1")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "--sharding ZERO_1: DeepSpeed ZeRO-1 is BERT's; llama2-7b shards with FSDP2" in refused.stderr
+
+
+def test_invoke_plan_sizes_a_model_folder_from_its_config(tmp_path):
+    """A Hugging Face model folder is planned from its config.json (Qwen2's biases and tied embeddings counted);
+    a mixture-of-experts one is refused with what is missing."""
+    folder = write_tiny(tmp_path / "tiny-qwen2", "qwen2")
+    result = invoke("plan", "--model", str(folder), "--nodes", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    # 2 layers x (q, o 64x64; k, v 64x32; their 128 biases; MLP 3 x 64x160; 2 norms) + one 320x64 embedding + norm
+    assert data["param_count"] == DecoderArch.from_config(tiny_config("qwen2")).parameters() == 107_072
+    assert data["world_size"] == 16 and data["memory_per_gpu"]["FULL_SHARD"]["total"] > 0
+    text = invoke("plan", "--model", str(folder), "--layers", "1").stdout
+    assert f"Plan: {folder} (truncated to 1 layers)" in text and "*FULL_SHARD" in text
+    (folder / "config.json").write_text(json.dumps({"model_type": "mixtral", "num_local_experts": 8}))
+    refused = invoke("plan", "--model", str(folder))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "model_type 'mixtral': a mixture-of-experts model (num_local_experts=8)" in refused.stderr

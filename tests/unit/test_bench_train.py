@@ -98,7 +98,13 @@ def test_the_ratio_is_trainkit_over_reference_per_pair():
         "optimisation": {"global_batch_size": 8, "micro_batch_size": 4, "steps": 10},
         "parallelism": {"nodes": 1, "nproc": 2, "sharding": "FULL_SHARD"},
     }
-    config = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    }
     config |= {"intermediate_size": 128, "vocab_size": 256}
     env = {"device": {"name": "cpu", "count": 1, "kind": "cpu"}, "versions": {}}
     ours = [{"tokens_per_s": 90.0, "tokens_per_s_wall": 80.0}, {"tokens_per_s": 110.0, "tokens_per_s_wall": 100.0}]

@@ -27,7 +27,8 @@ def peak_tflops_for_device(device_name: str) -> float | None:
 
 @dataclass(frozen=True)
 class TransformerShape:
-    """What the FLOPs formula needs to know about a decoder-only transformer."""
+    """What the FLOPs formula and the planner need to know about a transformer's layer stack: the matrices a token
+    passes through (with their biases) and how far each layer attends."""
 
     layers: int
     hidden: int
@@ -36,46 +37,57 @@ class TransformerShape:
     ffn: int
     vocab: int
     gated: bool = True
-    """A gated MLP (SwiGLU: gate, up, down) as in Llama; False: BERT's two matrices (up, down) around GELU."""
+    """A gated MLP (gate, up, down: SwiGLU in Llama, GELU in Gemma); False: BERT's up and down around GELU."""
+    head_dim: int | None = None
+    """Width of one attention head; None: hidden / heads (Llama 2). Gemma and Qwen3 set it apart."""
+    qkv_bias: bool = False
+    """Biases on the query, key and value projections (Qwen2; Llama with `attention_bias`)."""
+    o_bias: bool = False
+    """A bias on the attention's output projection (Llama with `attention_bias`)."""
+    mlp_bias: bool = False
+    """Biases on the MLP's matrices (Llama with `mlp_bias`)."""
+    qk_norm: bool = False
+    """An RMSNorm of head_dim on queries and one on keys in every layer (Qwen3, Gemma 3)."""
+    norms_per_layer: int = 2
+    """Hidden-sized norms per layer: before attention and before the MLP; Gemma 3 adds one after each."""
+    tied: bool = False
+    """The LM head is the input embedding (one matrix, counted once); Llama 2 keeps them apart."""
+    window: int | None = None
+    """Tokens a sliding-window layer attends to (Mistral, Qwen with `use_sliding_window`, Gemma 3's local layers)."""
+    sliding_layers: int = 0
+    """How many of the layers attend through the window; the rest attend to the whole sequence."""
 
-    @classmethod
-    def from_hf_config(cls, config) -> TransformerShape:
-        """From anything with `transformers.LlamaConfig` attribute names (a config or the registry's arch)."""
-        return cls(
-            layers=config.num_hidden_layers,
-            hidden=config.hidden_size,
-            heads=config.num_attention_heads,
-            kv_heads=config.num_key_value_heads,
-            ffn=config.intermediate_size,
-            vocab=config.vocab_size,
-        )
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
 
     def params_per_layer(self) -> int:
-        kv = self.kv_heads * self.head_dim
-        attention = 2 * self.hidden * self.hidden + 2 * self.hidden * kv  # q, o, k, v (no biases)
-        mlp = (3 if self.gated else 2) * self.hidden * self.ffn  # gate, up, down (SwiGLU); or up, down
-        norms = 2 * self.hidden  # RMSNorm before attention and before MLP
-        return attention + mlp + norms
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attention = 2 * self.hidden * q + 2 * self.hidden * kv  # q and o; k and v
+        attention += (q + 2 * kv) * self.qkv_bias + self.hidden * self.o_bias + 2 * self.head_dim * self.qk_norm
+        matrices = 3 if self.gated else 2  # gate, up, down; or up, down
+        mlp = matrices * self.hidden * self.ffn + ((matrices - 1) * self.ffn + self.hidden) * self.mlp_bias
+        return attention + mlp + self.norms_per_layer * self.hidden
 
     def param_count(self) -> int:
-        """All parameters, with untied input embedding and LM head as in Llama 2."""
-        return self.layers * self.params_per_layer() + 2 * self.vocab * self.hidden + self.hidden
+        """All parameters: the layers, the final norm, the input embedding and (untied) the LM head."""
+        embeddings = (1 if self.tied else 2) * self.vocab * self.hidden
+        return self.layers * self.params_per_layer() + embeddings + self.hidden
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token (forward + backward = 3x forward), without recomputation.
 
         Dense matmuls: 6 FLOPs per parameter per token for every weight a token passes through
-        (all layers plus the LM head; the embedding is a lookup, not a matmul). Attention scores
-        and the weighted sum add 12 * layers * hidden * seq_len per token (the "6N + 12LHS" form of
-        PaLM, Chowdhery et al. 2022, appendix B). Activation recomputation is deliberately not
+        (all layers plus the LM head, tied or not; the embedding is a lookup, not a matmul). Attention scores
+        and the weighted sum add 12 * layers * (heads * head_dim) * span per token, the span being seq_len, or the
+        window in a sliding-window layer when it is shorter (the "6N + 12LHS" form of PaLM, Chowdhery et al. 2022,
+        appendix B, where heads * head_dim = hidden). Activation recomputation is deliberately not
         counted: MFU measures useful model FLOPs, not hardware FLOPs.
         """
         matmul_params = self.layers * self.params_per_layer() + self.vocab * self.hidden
-        return 6.0 * matmul_params + 12.0 * self.layers * self.hidden * seq_len
+        window = min(seq_len, self.window or seq_len)
+        spans = (self.layers - self.sliding_layers) * seq_len + self.sliding_layers * window
+        return 6.0 * matmul_params + 12.0 * self.heads * self.head_dim * spans
 
 
 def mfu(tokens_per_second: float, flops_per_token: float, world_size: int, peak_tflops: float) -> float:

@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
-from training.common.flops import TransformerShape, mfu
+from training.common.flops import mfu
+from training.registry import DecoderArch
 from trainkit import hardware
 from trainkit.errors import SpecError
 
@@ -149,7 +149,7 @@ def job_shape(spec: dict, config: dict) -> tuple[int, float]:
     world = spec["parallelism"]["nodes"] * spec["parallelism"]["nproc"]
     if "num_classes" in config:  # a vision model
         return world, vision_flops_per_image(spec["model"]["name"], config["num_classes"], spec["data"]["image_size"])
-    shape = TransformerShape.from_hf_config(SimpleNamespace(**config))
+    shape = DecoderArch.from_config(config).shape()
     return world, shape.flops_per_token(spec["data"]["seq_len"])
 
 

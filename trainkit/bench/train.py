@@ -43,6 +43,7 @@ from trainkit.bench.record import (
     summarise,
 )
 from trainkit.errors import SpecError
+from trainkit.job.models import get_model
 
 TIMEOUT_S = 3600
 STOP_GRACE_S = 10  # an interrupted run's torchrun gets this long after SIGTERM to stop its workers
@@ -140,8 +141,6 @@ def precheck(flags: list[str]) -> str:
     """The model's family; what the references cannot run is refused before the first run: a model without a
     reference (BERT), a strategy other than FSDP2's for a Llama model, a sharded vision model (vision trains
     data-parallel)."""
-    from trainkit.job.models import get_model
-
     given = flag_values(flags)
     model = given.get("--model", "llama2-tiny")
     family = get_model(model).family
@@ -208,7 +207,7 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
         flags, env, peaks, spec, config, reference["precision"], ours, theirs, ceiling if family == "vision" else None
     )
     ratio = record["ratio" if family == "vision" else "ratio_wall"]
-    model = spec["model"]["name"]
+    model = get_model(spec["model"]["name"]).label  # a model folder's or hub id's last part: no slashes
     path = Path(output or f"benchmarks/{model}-{device_slug(env)}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")

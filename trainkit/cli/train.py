@@ -8,11 +8,12 @@ from pathlib import Path
 from invoke import task
 
 from training.common.job import BY_KEY, fields_of
+from training.registry import DECODER_TYPES
 from trainkit.backends import RunRef, backend_of, resolve_job
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
 from trainkit.cli.options import job_flags, job_options, user_errors
 from trainkit.errors import SpecError
-from trainkit.job import REGISTRY, build
+from trainkit.job import REGISTRY, build, get_model
 from trainkit.plan.memory import PlanOptions, make_plan, plan_json, render_plan
 from trainkit.plan.scaling import (
     make_scaling,
@@ -49,7 +50,8 @@ _train_body, _train_help = job_options(_train, TRAIN_KEYS, {"profile": "local", 
 train = task(
     help={
         **_train_help,
-        "model": f"{BY_KEY['model'].help} One of: {', '.join(REGISTRY)}.",
+        "model": f"{BY_KEY['model'].help} Registry names: {', '.join(REGISTRY)}. Causal LM types trainkit sizes "
+        f"and trains: {', '.join(DECODER_TYPES)}.",
         "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",
         "dry-run": "Print what would run and create nothing: the job as spec.json (local), the PyTorchJob as "
         "YAML (eks), the CreateTrainingJob request (sagemaker), the RegisterJobDefinition and SubmitJob requests "
@@ -93,7 +95,8 @@ def _plan(
     job = build(flags)  # the same fields and checks as `invoke train`
     if scaling:
         result = make_scaling(job, options)
-        base = Path(output or f"runs/plan/scaling-{job.model.name}-{result.plan.job.placement.instance_type}")
+        label = get_model(job.model.name).label  # a folder or hub id's last part: no slashes in the file name
+        base = Path(output or f"runs/plan/scaling-{label}-{result.plan.job.placement.instance_type}")
         png, table = base.parent / f"{base.name}.png", base.parent / f"{base.name}.json"
         try:
             base.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +128,8 @@ _plan_body, _plan_help = job_options(
 plan = task(
     help={
         **_plan_help,
-        "model": "Registry name of a language model, e.g. llama2-7b or bert-1.5b (default: llama2-7b).",
+        "model": "Registry name of a language model, e.g. llama2-7b or bert-1.5b (default: llama2-7b); or a Hugging "
+        "Face causal LM: a hub id (owner/name), a local model folder or its config.json.",
         "instance-type": "AWS instance type (p5.48xlarge, p4d.24xlarge, ...); default p5.48xlarge.",
         "sharding": "Decoders: FULL_SHARD, HYBRID_SHARD, SHARD_GRAD_OP or NO_SHARD; BERT: ZERO_1 or NO_SHARD (every "
         "strategy of the family is shown; this one is marked; default: the recipe's).",

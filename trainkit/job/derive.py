@@ -70,7 +70,7 @@ def derive(job: Job, machine: Machine) -> None:
         full = entry.arch.num_hidden_layers
         job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
     if job.run.run_id is None:
-        job.run.run_id = f"{job.model.name}-{job.fingerprint()}"
+        job.run.run_id = f"{entry.label}-{job.fingerprint()}"  # a folder's or hub id's last part: no slashes
 
 
 def _gpu_default_applies(job: Job, machine: Machine, key: str) -> bool:

@@ -172,7 +172,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     model, p, o = job.model, job.parallelism, job.optimisation
     if entry.family not in LANGUAGE:
         raise SpecError(
-            f"invoke plan estimates language-model jobs (Llama, BERT); {model.name} is a vision model: measure it "
+            f"invoke plan estimates language-model jobs (decoders, BERT); {model.name} is a vision model: measure it "
             f"with `invoke train --model {model.name} --synthetic --steps 20` instead"
         )
     recipe = entry.recipe
@@ -183,12 +183,12 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
         raise SpecError(f"--instance-type {instance_type!r} is unknown; choose one of: {', '.join(INSTANCE_TYPES)}")
     if options.mfu is None:
         gpu = INSTANCE_TYPES[instance_type].gpu
-        measured = bench_mfu(model.name, gpu, options.bench_dir)
+        measured = bench_mfu(entry.label, gpu, options.bench_dir)
         options = (
             replace(options, mfu=measured[0], mfu_source=measured[1])
             if measured
             else replace(
-                options, mfu=DEFAULT_MFU, mfu_source=f"assumed; no {options.bench_dir}/{model.name}-{gpu.lower()}.json"
+                options, mfu=DEFAULT_MFU, mfu_source=f"assumed; no {options.bench_dir}/{entry.label}-{gpu.lower()}.json"
             )
         )
     if not 0 < options.mfu <= 1:

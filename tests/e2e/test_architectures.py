@@ -1,0 +1,151 @@
+"""Every decoder type trainkit sizes, trained from a model folder the way users start it (`invoke train --model
+<folder>`): Llama 3's and Qwen2's shapes by two FSDP2 processes on chat records (each with its folder's own chat
+template), the others in one process; each resumed exactly from its halfway checkpoint; every export loaded back by
+plain transformers and made to generate.
+
+All runs start at once and a resumed copy as soon as its run ends (about a minute on two CPU cores)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.helpers.product import output, read_jsonl, start_invoke
+from tests.helpers.tiny_decoders import TEMPLATES, TINY, tiny_config, write_tiny
+from training.common.checkpoint import LATEST, step_dir_name
+from training.registry import DecoderArch
+
+SHARDED = ("llama3", "qwen2")  # two processes, FULL_SHARD (the default), 8 steps with a checkpoint every 4
+ONE_PROCESS = tuple(kind for kind in TINY if kind not in SHARDED)  # 4 steps with a checkpoint every 2
+SMALL = ("--seq-len", "64", "--global-batch-size", "4", "--micro-batch-size", "2", "--metrics-port", "0")
+WAIT_S = 300
+
+
+def write_chat(path: Path) -> Path:
+    """Two-turn conversations: what the models with a template of their own (TEMPLATES) train on. Written once:
+    every run of them (and each resumed copy) reads the same file, so the same tokenised cache."""
+    if path.is_file():
+        return path
+    rows = []
+    for index in range(120):
+        question, answer = f"What is {index} plus one?", f"It is {index + 1}."
+        turns = [("user", question), ("assistant", answer), ("user", "Sure?"), ("assistant", "Yes.")]
+        rows.append({"messages": [{"role": role, "content": content} for role, content in turns]})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def train_args(folder: Path, runs: Path, kind: str) -> list[str]:
+    nproc, steps, interval = ("2", "8", "4") if kind in SHARDED else ("1", "4", "2")
+    flags = ["--nproc", nproc, "--steps", steps, "--checkpoint-interval", interval]
+    if kind in TEMPLATES:
+        flags += ["--dataset", str(write_chat(folder.parent / "chat.jsonl"))]
+    return ["train", "--model", str(folder), "--runs-dir", str(runs), *flags, *SMALL]
+
+
+def only_dir(runs: Path) -> Path:
+    (run,) = [path for path in runs.iterdir() if path.is_dir() and not path.name.startswith(".")]
+    return run
+
+
+def halfway(kind: str) -> tuple[int, int]:
+    """(the checkpoint a resumed copy starts from, the run's last step)."""
+    return (4, 8) if kind in SHARDED else (2, 4)
+
+
+def back_to_halfway(run: Path, copy: Path, kind: str) -> None:
+    """A copy of a finished run as it was when its halfway checkpoint was the newest: what a crash after that step
+    leaves (the launcher resumes from `latest`)."""
+    middle, last = halfway(kind)
+    shutil.copytree(run, copy)
+    checkpoints = copy / "checkpoints"
+    shutil.rmtree(checkpoints / step_dir_name(last))
+    (checkpoints / LATEST).write_text(step_dir_name(middle) + "\n")
+    kept = [record for record in read_jsonl(copy / "metrics.jsonl") if record["step"] <= middle]
+    (copy / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in kept))
+    (copy / "summary.json").unlink()
+    shutil.rmtree(copy / "model")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """kind -> its run folder; `<kind>-resumed` -> the copy resumed from its halfway checkpoint."""
+    root = tmp_path_factory.mktemp("architectures")
+    started, done = {}, {}
+    for kind in (*SHARDED, *ONE_PROCESS):  # the sharded ones first: their resumed copies follow them
+        folder = write_tiny(root / "models" / kind, kind, tokenizer=True)
+        started[kind] = (start_invoke(*train_args(folder, root / kind, kind)), root / kind)
+    deadline = time.monotonic() + WAIT_S
+    while started:
+        assert time.monotonic() < deadline, f"still running after {WAIT_S} s: {sorted(started)}"
+        for name, (process, runs_dir) in list(started.items()):
+            if process.poll() is None:
+                continue
+            assert process.returncode == 0, f"{name}:\n{output(process)[-3000:]}"
+            del started[name]
+            done[name] = only_dir(runs_dir)
+            if not name.endswith("-resumed"):
+                resumed_runs = root / f"{name}-resumed"
+                back_to_halfway(done[name], resumed_runs / done[name].name, name)
+                folder = root / "models" / name
+                started[f"{name}-resumed"] = (start_invoke(*train_args(folder, resumed_runs, name)), resumed_runs)
+        time.sleep(0.2)
+    return done
+
+
+@pytest.mark.parametrize("kind", SHARDED)
+def test_two_fsdp_processes_shard_each_layer_and_resume_exactly(runs, kind):
+    summary = json.loads((runs[kind] / "summary.json").read_text())
+    sharding, layers = summary["sharding"], summary["fast_paths"]["reshard_after_forward"]
+    assert sharding["strategy"] == "FULL_SHARD" and sharding["world_size"] == 2
+    assert abs(sharding["local_params"] - sharding["total_params"] / 2) <= 0.05 * sharding["total_params"]
+    assert layers == [True, True]  # each decoder layer its own FSDP unit: the model's own layer class was found
+    assert sharding["total_params"] == DecoderArch.from_config(tiny_config(kind)).parameters()
+
+
+@pytest.mark.parametrize("kind", ONE_PROCESS)
+def test_one_process_trains_checkpoints_and_exports(runs, kind):
+    run = runs[kind]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["sharding"]["world_size"] == 1
+    assert all(record["loss"] == record["loss"] for record in read_jsonl(run / "metrics.jsonl"))  # no NaN
+    assert (run / "checkpoints" / LATEST).read_text().strip() == step_dir_name(4)
+    assert summary["hf_model_dir"] == str(run / "model")
+
+
+@pytest.mark.parametrize("kind", sorted(TINY))
+def test_a_run_resumed_from_its_halfway_checkpoint_repeats_the_same_losses(runs, kind):
+    middle, last = halfway(kind)
+    resumed = runs[f"{kind}-resumed"]
+    assert json.loads((resumed / "summary.json").read_text())["resumed_from"] == middle
+    again = {record["step"]: record["loss"] for record in read_jsonl(resumed / "metrics.jsonl")}
+    first = {record["step"]: record["loss"] for record in read_jsonl(runs[kind] / "metrics.jsonl")}
+    assert sorted(again) == sorted(first) == list(range(1, last + 1))
+    for step in range(middle + 1, last + 1):
+        assert abs(again[step] - first[step]) <= 1e-5, (step, again[step], first[step])
+
+
+@pytest.mark.parametrize("kind", sorted(TINY))
+def test_the_export_loads_in_plain_transformers_and_generates(runs, kind):
+    model = AutoModelForCausalLM.from_pretrained(runs[kind] / "model")
+    tokenizer = AutoTokenizer.from_pretrained(runs[kind] / "model")
+    config = tiny_config(kind)
+    assert type(model).__name__ == config["architectures"][0] and model.config.model_type == config["model_type"]
+    assert sum(p.numel() for p in model.parameters()) == DecoderArch.from_config(config).parameters()
+    if kind in TEMPLATES:  # trained on chat records rendered with the folder's own template, which the export keeps
+        assert tokenizer.chat_template == TEMPLATES[kind]
+        assert json.loads((runs[kind] / "summary.json").read_text())["data"]["format"] == "chat"
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+        )
+        prompt = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    else:
+        prompt = torch.tensor([[1, *tokenizer("Summarize:", add_special_tokens=False)["input_ids"]]])
+    generated = model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert generated.shape == (1, prompt.shape[1] + 4) and torch.equal(generated[:, : prompt.shape[1]], prompt)
