@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.helpers.paths import REPO
-from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke
+from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, run_folder, start_invoke
 from tests.helpers.waiting import latest_step, wait_for
 
 STEPS = 60
@@ -68,7 +68,7 @@ def test_two_processes_learn_the_corpus_and_report_sequences_and_mfu(bert_run):
 def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(bert_run, tmp_path):
     reference = {r["step"]: r["loss"] for r in read_jsonl(bert_run[0] / "metrics.jsonl")}
     process = start_invoke(*args(tmp_path))
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     wait_for(lambda: latest_step(run_dir) >= 20, 240, "the checkpoint at step 20")
     os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
     process.kill()

@@ -83,7 +83,7 @@ def test_console_of_a_run_in_a_terminal(tmp_path):
     os.close(primary)
     assert process.wait(timeout=600) == 0
     screen = b"".join(chunks).decode(errors="replace")
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = (p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
     assert "[default" not in screen
     assert f"\r{run_dir.name}: 100%" in screen and "4/4" in screen, screen[-3000:]
     assert f"{run_dir.name} step " not in screen  # the bar, not the plain lines

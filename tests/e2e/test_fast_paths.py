@@ -69,7 +69,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     """One `invoke train` with every fast path on, under bf16 with fp32 reductions (each exact path's equality
     with the plain path is the per-path test's; one run here keeps the suite short)."""
     flags = ["--steps", "4", "--metrics-port=0", "--activation-checkpointing", "true", "--ac-every", "2"]
-    flags += ["--prefetch", "1", "--reshard-last-layer", "false", "--attention", "flash"]
+    flags += ["--prefetch", "1", "--reshard-last-layer", "false", "--attention", "flash", "--packing", "concat"]
     flags += ["--precision", "bf16", "--reduce-dtype", "fp32", "--fused-adamw", "true", "--compile", "true"]
     result = invoke("train", "--runs-dir", str(tmp_path), *flags)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -18,13 +18,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.helpers.paths import HELPERS, REPO
-from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, start_invoke, tiny_args
+from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, run_folder, start_invoke, tiny_args
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.checkpoint import STALL_ENV
 from training.common.failure import EXIT_NO_RETRY
-from training.llm.data import PackedDataset, load_records, tokenize_examples
 from training.llm.dialogues import write_dialogues
-from training.llm.tokenizer import byte_tokenizer
+from training.llm.tokenizer import load_tokenizer
+from training.text import formats, packing, records
 from trainkit.services import free_port_pair
 
 
@@ -94,7 +94,7 @@ def test_fsdp_really_shards_each_rank_holds_half(tiny_run):
 def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(tiny_run, tmp_path):
     """Same command as the session's uninterrupted `make train` run: killed, re-run, compared."""
     process = start_invoke(*tiny_args(tmp_path))
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     wait_for(lambda: latest_step(run_dir) >= 20, 240, "checkpoint at step 20")
     job_pgid = int((run_dir / "launcher.pid").read_text())
     os.killpg(job_pgid, signal.SIGKILL)
@@ -121,7 +121,7 @@ def test_the_same_run_launched_twice_at_once_trains_once(tmp_path):
     """One writer per run: the second launch is refused (exit 2, naming the first) and touches nothing."""
     args = tiny_args(tmp_path, "--steps", "10")
     first = start_invoke(*args)
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     wait_for(lambda: (run_dir / "launcher.json").exists(), 60, "the first launch to own the run")
     spec = (run_dir / "spec.json").read_text() if (run_dir / "spec.json").exists() else None
     second = invoke(*args)
@@ -139,7 +139,7 @@ def test_the_same_run_launched_twice_at_once_trains_once(tmp_path):
 def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     args = tiny_args(tmp_path, "--steps", "12", "--checkpoint-interval", "4")
     process = start_invoke(*args, env={STALL_ENV: "3"})
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     checkpoints = run_dir / "checkpoints"
     wait_for(lambda: latest_step(run_dir) == 4, 120, "first checkpoint published")
     wait_for(lambda: (checkpoints / ".tmp-step-00000008").is_dir(), 60, "second checkpoint being written")
@@ -163,8 +163,8 @@ def small_dataset(path: Path, count: int) -> tuple[Path, int]:
     """A local JSONL data set and how many optimizer steps one epoch of it is at global batch 16 (blocks
     of 128 tokens that hold a response token)."""
     write_dialogues(path, count=count, seed=5)
-    ids, labels = tokenize_examples(load_records(str(path)), byte_tokenizer())
-    return path, len(PackedDataset.pack(ids, labels, 128)) // 16
+    encoded = formats.encode(records.resolve(str(path)).records(), "dialogue-summary", load_tokenizer("byte"))
+    return path, len(packing.pack_decoder(encoded, 128)["input_ids"]) // 16
 
 
 @pytest.mark.parametrize(
@@ -246,7 +246,7 @@ def test_ctrl_c_stops_every_process_and_the_exit_code_says_so(tmp_path):
     process = start_invoke(
         "train", "--model", "llama2-tiny", "--runs-dir", str(tmp_path), "--steps", "500", "--metrics-port", str(port)
     )
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     wait_for(lambda: (run_dir / "metrics.jsonl").exists(), 120, "first logged step")
     for rank in (0, 1):  # every rank serves its metrics, labelled
         body = urllib.request.urlopen(f"http://127.0.0.1:{port + rank}/metrics", timeout=5).read().decode()
@@ -292,7 +292,7 @@ def test_llama2_7b_truncated_to_one_layer_trains_with_true_shapes(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["truncated"] == "llama2-7b truncated to 1 of 32 layers" and summary["steps"] == 1
     # 32 byte tokens are mostly prompt: those blocks are left out, so the step has a loss and a gradient.
-    assert "blocks of 32 tokens are all prompt (no loss): left out" in result.stdout
+    assert "without a trained token left out" in result.stdout
     (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert 5 < record["loss"] < 20 and record["grad_norm"] > 0, record  # random init: about ln(32000) = 10.4
     config = json.loads((run_dir / "model" / "config.json").read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.eks import IMAGE
-from tests.helpers.product import invoke, output, read_jsonl, start_invoke
+from tests.helpers.product import invoke, output, read_jsonl, run_folder, start_invoke
 from tests.helpers.waiting import wait_for
 from trainkit.services import EtcdServer
 
@@ -68,7 +68,7 @@ def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_an
     tmp_path, script, args, total, resumed
 ):
     process = start_invoke(*run_args(tmp_path, script, *args))
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     kill_rank_1_after(run_dir, 8)  # past the first checkpoint (every 5 steps)
     assert process.wait(timeout=300) == 0, output(process)
     assert resumed in output(process)
@@ -79,7 +79,7 @@ def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_an
 def test_a_script_run_is_followed_stopped_and_resumed_by_the_same_command(tmp_path):
     args = run_args(tmp_path, "examples/native_ddp.py", "--epochs", "2", "--step-sleep", "0.3")
     process = start_invoke(*args)
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     wait_for(lambda: len(reported_steps(run_dir)) >= 7, 180, "step 7")
     running = invoke("status", "--runs-dir", str(tmp_path))
     assert f"run {run_dir.name} (script native_ddp.py, 1 node(s) x 2 process(es)): running" in running.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import HELPERS
-from tests.helpers.product import invoke, only_run_dir, read_jsonl, start_invoke, torchrun
+from tests.helpers.product import invoke, only_run_dir, read_jsonl, run_folder, start_invoke, torchrun
 from tests.helpers.waiting import latest_step, wait_for
 
 EPOCHS, STEPS_PER_EPOCH = 6, 10  # resnet-tiny recipe: 400 training images / global batch 40
@@ -76,7 +76,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_with_identical_losses(vision_run, 
     """Checkpoints every 7 steps (mid-epoch) as well as at epoch ends; killed, re-run, compared."""
     args = vision_args(tmp_path, image_tree, "--checkpoint-interval", "7")
     process = start_invoke(*args)
-    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), 60, "run dir")
+    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     wait_for(lambda: latest_step(run_dir) >= 14, 240, "the checkpoint at step 14")
     os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
     process.kill()

@@ -36,6 +36,8 @@ WALKS = {
         "layers": 3,
         "dataset": "org/dialogues",
         "dataset_split": "validation",
+        "data_format": "chat",
+        "packing": "concat",
         "seq_len": 64,
         "steps": 7,
         "global_batch_size": 8,

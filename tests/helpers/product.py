@@ -100,7 +100,12 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
+def run_folder(runs_dir: Path) -> Path | None:
+    """The first run folder in `runs_dir` (not `.cache`, the tokenised data), or None while there is none."""
+    return next((p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")), None)
+
+
 def only_run_dir(runs_dir: Path) -> Path:
-    runs = [p for p in runs_dir.iterdir() if p.is_dir()]
+    runs = [p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]  # not .cache
     assert len(runs) == 1, runs
     return runs[0]

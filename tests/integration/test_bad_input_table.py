@@ -32,6 +32,8 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "layers": ((), ("--layers", "0"), "--layers"),
     "dataset": ((), ("--dataset", "some-name"), "--dataset"),
     "dataset_split": ((), ("--dataset-split", ""), "--dataset-split"),
+    "data_format": ((), ("--data-format", "csv"), "--data-format"),
+    "packing": ((), ("--packing", "loose"), "--packing"),
     "seq_len": ((), ("--seq-len", "99999"), "--seq-len"),
     "image_size": (VISION, ("--image-size", "0"), "--image-size"),
     "synthetic": ((), ("--synthetic",), "--synthetic"),
@@ -92,6 +94,12 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "dataset that climbs off the volume from inside": (EKS, ("--dataset", "data/../../etc/x.jsonl"), "--dataset"),
     "dataset whose prompt is a number": ((), ("--dataset", "{numbers}"), "field 'prompt' is int"),
     "dataset whose summary is null": ((), ("--dataset", "{nulls}"), "field 'summary' is null"),
+    "dataset mixing chat and alpaca records": ((), ("--dataset", "{mixed}"), "mixed.jsonl:2: record has fields"),
+    "dataset records of no known format": ((), ("--dataset", "{unknown}"), "expected one of: chat ('messages')"),
+    "chat record without an assistant turn": ((), ("--dataset", "{silent}"), "has no assistant turn"),
+    "forced format the records lack": (("--data-format", "text"), ("--dataset", "{mixed}"), "missing 'text'"),
+    "chat records for BERT": (("--model", "bert-tiny"), ("--dataset", "{mixed}"), "this model reads text"),
+    "flash attention with masked packing": ((), ("--attention", "flash"), "--packing concat"),
 }
 
 PLAN: dict[str, tuple[tuple[str, ...], str]] = {
@@ -140,7 +148,11 @@ def refused_train(tmp_path, context: tuple[str, ...], bad: tuple[str, ...], name
     (tmp_path / "file").write_text("not a folder\n")
     (tmp_path / "numbers.jsonl").write_text('{"prompt": "Say hi.", "response": "hi"}\n{"prompt": 7, "response": "x"}\n')
     (tmp_path / "nulls.jsonl").write_text('{"dialogue": "A: hi", "summary": null}\n')
-    files = {name: tmp_path / f"{name}.jsonl" for name in ("numbers", "nulls")}
+    chat = '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}'
+    (tmp_path / "mixed.jsonl").write_text(chat + '\n{"instruction": "Add 2 and 3.", "output": "5"}\n')
+    (tmp_path / "unknown.jsonl").write_text('{"question": "Why?", "answer": "Because."}\n')
+    (tmp_path / "silent.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("numbers", "nulls", "mixed", "unknown", "silent")}
     bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing", **files) for v in bad)
     runs = tmp_path / "runs"
     # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).

@@ -14,14 +14,13 @@ def test_a_bad_record_is_refused_by_line_before_anything_starts(tmp_path):
     runs = tmp_path / "runs"
     result = invoke(*tiny_args(runs, "--dataset", str(bad), "--steps", "2"))
     assert result.returncode == 2, result.stdout + result.stderr
-    assert f"--dataset {bad} line 4: dataset record has fields ['text']; expected 'prompt' and 'response'" in (
-        result.stderr
-    )
+    said = f"--dataset {bad}: {bad}:4: record has fields ['text'], which is text, and the records before it are "
+    assert said + f"prompt-response (from {bad}:1)" in result.stderr
     assert not runs.exists() or not any(runs.iterdir())
     cases = (
-        ("[1, 2]\n", "line 1: expected a JSON object, found list"),
-        (f"{good}\n{{oops\n", "line 2: Expecting property name"),
-        ("\n\n", "has no records"),
+        ("[1, 2]\n", f"{bad}:1: expected a JSON object, found list"),
+        (f"{good}\n{{oops\n", f"{bad}:2: Expecting property name"),
+        ("\n\n", "holds no records"),
     )
     for text, said in cases:
         bad.write_text(text)

@@ -1,4 +1,4 @@
-"""Data path: tokenizer, synthetic dialogues, response-only labels, packing and rank sharding."""
+"""Decoder data: the byte tokenizer, synthetic dialogues and rank sharding (formats and packing: test_text_data.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,6 @@ import pytest
 import torch
 
 from training.common.sampling import StepSampler
-from training.llm.data import (
-    IGNORE_INDEX,
-    PackedDataset,
-    load_records,
-    to_prompt_response,
-    tokenize_examples,
-)
 from training.llm.dialogues import write_dialogues
 from training.llm.tokenizer import byte_tokenizer
 
@@ -38,45 +31,6 @@ def test_synthetic_dialogues_are_deterministic_and_summaries_follow_from_the_dia
         assert first in record["dialogue"] and second in record["dialogue"]
         place = record["summary"].split(" at ")[1]
         assert place in record["dialogue"]
-
-
-def test_labels_cover_only_the_response_and_eos():
-    tokenizer = byte_tokenizer()
-    ids, labels = tokenize_examples([{"prompt": "Q?", "response": "A."}], tokenizer)
-    assert ids == [1, *tokenizer("Q?", add_special_tokens=False)["input_ids"], *tokenizer("A.")["input_ids"], 2]
-    assert labels[:3] == [IGNORE_INDEX] * 3  # <s> Q ?
-    assert labels[3:] == ids[3:]
-
-
-def test_dialogsum_fields_and_unknown_fields():
-    prompt, response = to_prompt_response({"dialogue": "#Person1#: hi", "summary": "They greet."})
-    assert "#Person1#: hi" in prompt and response == "They greet."
-    with pytest.raises(ValueError, match="expected 'prompt' and 'response', or 'dialogue' and 'summary'"):
-        to_prompt_response({"text": "x"})
-
-
-def test_hugging_face_datasets_path_reads_a_local_dataset_directory(tmp_path):
-    directory = tmp_path / "dialogsum"
-    write_dialogues(directory / "train.jsonl", count=20, seed=1)
-    records = load_records(str(directory), split="train")  # the same call that reads a hub dataset name
-    assert len(records) == 20 and set(records[0]) >= {"dialogue", "summary"}
-    assert records == load_records(str(directory / "train.jsonl"))
-
-
-def test_packing_drops_the_remainder():
-    packed = PackedDataset.pack(list(range(10)), list(range(10)), seq_len=4)
-    assert packed.input_ids.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]] and packed.dropped == 0
-
-
-def test_packing_leaves_out_blocks_with_no_response_target():
-    ignore = IGNORE_INDEX
-    # Block 0: all prompt. Block 1: one target, at its last position. Block 2: only its first label is a
-    # response token, which no position predicts (the loss reads labels[:, 1:]), so it has no loss either.
-    labels = [ignore] * 4 + [ignore, ignore, ignore, 9] + [5, ignore, ignore, ignore]
-    packed = PackedDataset.pack(list(range(12)), labels, seq_len=4)
-    assert packed.input_ids.tolist() == [[4, 5, 6, 7]] and packed.dropped == 2
-    with pytest.raises(ValueError, match="no block of 4 tokens holds a response token.*longer --seq-len"):
-        PackedDataset.pack(list(range(8)), [ignore] * 8, seq_len=4)
 
 
 def test_ranks_read_disjoint_slices_that_cover_each_step_and_depend_only_on_the_step():

@@ -26,10 +26,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.bench import timing
-from training.common.job import MODEL_CONFIG, data_source
-from training.llm.data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
+from training.common.job import MODEL_CONFIG
 from training.llm.model import build_model
 from training.llm.tokenizer import load_tokenizer
+from training.text import dataset as text
+from training.text.formats import IGNORE_INDEX
 
 SHARDED = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}  # strategy -> reshard_after_forward
 
@@ -41,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"the reference shards with FSDP2 only ({', '.join(SHARDED)}), not {job.parallelism.sharding}")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    records = load_records(data_source(job, run_dir), job.data.dataset_split)
-    dataset = PackedDataset.pack(*tokenize_examples(records, load_tokenizer("byte")), job.data.seq_len)
+    dataset = text.load(job, run_dir, load_tokenizer("byte"), text.DECODER, rank)
+    # What the trainer passes the model (--packing masked: per-example positions, attention kept to each example).
+    names = ("input_ids", "labels", "position_ids" if (job.data.packing or "masked") == "masked" else None)
 
     model = build_model(str(run_dir / MODEL_CONFIG), None, job.run.seed)
     if job.parallelism.activation_checkpointing:
@@ -75,15 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         first = (step * opt.global_batch_size + rank * per_rank) % len(dataset)
         mine = order[torch.arange(first, first + per_rank) % len(dataset)]
         batches = [
-            (dataset.input_ids[mine[i : i + micro]].to(device), dataset.labels[mine[i : i + micro]].to(device))
+            [dataset.rows(name, mine[i : i + micro]).to(device) if name else None for name in names]
             for i in range(0, per_rank, micro)
         ]
         data_s = time.perf_counter() - started
         loss_sum = torch.zeros((), device=device)
-        for index, (inputs, labels) in enumerate(batches):
+        for index, (inputs, labels, positions) in enumerate(batches):
             model.set_requires_gradient_sync(index == len(batches) - 1)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = model(input_ids=inputs).logits
+                logits = model(input_ids=inputs, position_ids=positions).logits
             loss = F.cross_entropy(
                 logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX
             )

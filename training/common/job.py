@@ -104,6 +104,10 @@ def share(global_batch: int, world: int, rank: int) -> tuple[int, int]:
     return rank * base + min(rank, extra), base + (rank < extra)
 
 
+DATA_FORMATS = ("chat", "alpaca", "prompt-response", "dialogue-summary", "text")
+"""The record formats language models read (training/text/formats.py says what each trains on)."""
+PACKINGS = ("masked", "concat")
+
 WORKLOADS = ("recipe", "script", "nccl-test", "data")
 
 
@@ -148,10 +152,15 @@ class RunOptions:
 class ModelOptions:
     """What is trained, and from which weights."""
 
-    name: str = option("llama2-tiny", "Registry name of the model (training/registry.py).", flag="model")
+    name: str = option(
+        "llama2-tiny",
+        "The model: a registry name (training/registry.py), or a Hugging Face causal LM as a hub id, a local model "
+        "folder or its config.json.",
+        flag="model",
+    )
     family: str | None = option(
         None,
-        "`decoder`, `vision` or `bert`: which trainer runs the job (set from the model registry or the model's config).",
+        "`decoder`, `vision` or `bert`: which trainer runs the job (from the model registry or the model's config).",
         choices=FAMILIES,
         trains=False,
         cli=False,
@@ -183,12 +192,29 @@ class DataOptions:
 
     dataset: str = option(
         SYNTHETIC,
-        "`synthetic` (generated: dialogues for Llama, a text corpus for BERT, a 10-class JPEG tree for vision), a "
-        "local `.jsonl` file (BERT: also `.txt`) or ImageFolder root (train/<class>/, val/<class>/), or a Hugging "
-        "Face dataset name.",
+        "`synthetic` (generated: dialogues for decoders, a text corpus for BERT, a 10-class JPEG tree for vision); "
+        "for language models a local `.jsonl`, `.json` or `.parquet` file (BERT: also `.txt`), a folder of them, a "
+        "folder saved with `datasets`, or a Hugging Face dataset name; for vision an ImageFolder root "
+        "(train/<class>/, val/<class>/).",
         alias="data",
     )
     dataset_split: str = option("train", "Split to read from a Hugging Face dataset.")
+    data_format: str | None = option(
+        None,
+        "Format of the records: `chat` ({messages: [{role, content}, ...]}, loss on assistant turns), `alpaca` "
+        "(instruction, optional input, output), `prompt-response`, `dialogue-summary` (loss on the response or "
+        "summary) or `text` (loss on every token; BERT reads only this); default: detected from the records.",
+        choices=DATA_FORMATS,
+        family=LANGUAGE,
+    )
+    packing: str | None = option(
+        None,
+        "Decoders: how examples share a packed sequence. `masked` (default): each example attends only to itself "
+        "and its positions start at 0 (a block-diagonal mask built from per-example position ids); `concat`: "
+        "examples attend across their boundaries (needed for --attention flash, whose kernel takes no mask).",
+        choices=PACKINGS,
+        family="decoder",
+    )
     seq_len: int | None = option(
         None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family=LANGUAGE
     )
@@ -315,7 +341,8 @@ class ParallelismOptions:
         None,
         "FSDP strategy: FULL_SHARD, HYBRID_SHARD (shard in a node, replicate across), SHARD_GRAD_OP, "
         "NO_SHARD (DDP); or ZERO_1 (DeepSpeed ZeRO stage 1: the optimizer state partitioned over the ranks). "
-        "Decoder models (Llama, Mistral, Qwen, Gemma, ...) default to FULL_SHARD, BERT to ZERO_1 (or NO_SHARD); vision models always train NO_SHARD.",
+        "Decoder models (Llama, Mistral, Qwen, Gemma, ...) default to FULL_SHARD, BERT to ZERO_1 (or NO_SHARD); "
+        "vision models always train NO_SHARD.",
         choices=SHARDING_CHOICES,
     )
     precision: str = option(

@@ -83,14 +83,15 @@ class Trainer(abc.ABC):
 
     def token_mean_step(
         self,
-        batches: list[tuple[torch.Tensor, torch.Tensor]],
+        batches: list[tuple[torch.Tensor | None, ...]],
         weights: list[float],
         targets: Callable[[torch.Tensor], int],
-        summed_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        summed_loss: Callable[..., torch.Tensor],
         around: Callable[[bool], contextlib.AbstractContextManager],
         data_wait: float,
     ) -> Step:
-        """One optimizer step of a text model over its micro batches (inputs, labels): the loss is the mean over
+        """One optimizer step of a text model over its micro batches (inputs, labels, and whatever else the model
+        takes, such as position ids: `summed_loss(*batch)`): the loss is the mean over
         the global batch's target tokens (`targets(labels)` counts a micro batch's, `summed_loss` sums its token
         losses), so neither the loss nor the gradient depends on how the batch is split over ranks and
         accumulation steps. A micro batch of weight 0 (a rank's empty share, run on a stand-in so every rank
@@ -98,15 +99,15 @@ class Trainer(abc.ABC):
         backward: gradient sync on the last micro batch only."""
         device = self.accelerator.device
         counted = torch.tensor(
-            sum(targets(labels) for (_, labels), weight in zip(batches, weights, strict=True) if weight),
+            sum(targets(batch[1]) for batch, weight in zip(batches, weights, strict=True) if weight),
             device=device,
         )
         dist.all_reduce(counted)
         scale = self.accelerator.num_processes / counted.clamp(min=1)
         loss_sum = torch.zeros((), device=device)
-        for index, (inputs, labels) in enumerate(batches):
+        for index, batch in enumerate(batches):
             with around(index == len(batches) - 1):
-                token_loss = summed_loss(inputs, labels)
+                token_loss = summed_loss(*batch)
                 self.backward(token_loss * (scale * weights[index]))
             loss_sum += token_loss.detach() * weights[index]
         grad_norm, optimizer_s = self.optimizer_tail()

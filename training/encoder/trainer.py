@@ -23,9 +23,11 @@ from training.common.sampling import StepSampler
 from training.common.sharded_lamb import PartitionLamb
 from training.common.trainer import Step, Trainer
 from training.registry import load, model_entry
+from training.text import dataset as text
+from training.text.dataset import TextData
 from training.vision.lamb import Lamb, parameter_groups
 
-from .corpus import byte_tokenizer, pack, read_documents
+from .corpus import byte_tokenizer
 from .masking import IGNORE_INDEX, mask_tokens
 
 
@@ -80,6 +82,7 @@ class BertTrainer(Trainer):
             self.scheduler = self.schedule(min(o.warmup_steps or 0, self.total_steps))
             self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
         self.run = RunContext(acc, job, run_dir, self.nodes, state)
+        self.run.event("data", **self.sequences.event())
         shape = model_entry(job.model.name).arch.truncated(job.model.layers).shape()
         self.flops_per_token = shape.flops_per_token(job.data.seq_len)
         on_gpu = torch.cuda.is_available()
@@ -88,13 +91,12 @@ class BertTrainer(Trainer):
 
     # ------------------------------------------------------------------ data
 
-    def _build_data(self) -> tuple[torch.Tensor, StepSampler]:
+    def _build_data(self) -> tuple[TextData, StepSampler]:
         job = self.job
-        source = data_source(job, self.run_dir)
-        with doing(f"reading corpus {source}"):
-            documents = read_documents(source, job.data.dataset_split)
-            ids = self.tokenizer(documents, add_special_tokens=False)["input_ids"]
-            sequences = pack(ids, job.data.seq_len, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+        with doing(f"reading corpus {data_source(job, self.run_dir)}"):
+            sequences = text.load(job, self.run_dir, self.tokenizer, text.ENCODER, self.rank)
+        if self.accelerator.is_main_process:
+            print(sequences.said(), flush=True)
         sampler = StepSampler(
             len(sequences),
             job.optimisation.global_batch_size,
@@ -118,7 +120,7 @@ class BertTrainer(Trainer):
         batches = []
         for indices in micro:
             inputs, labels = mask_tokens(
-                self.sequences[indices],
+                self.sequences.rows("input_ids", indices),
                 indices,
                 seed=self.job.run.seed,
                 step=step,

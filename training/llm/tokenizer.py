@@ -8,6 +8,7 @@ ship it and `AutoTokenizer.from_pretrained` loads it back.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -29,11 +30,47 @@ def byte_tokenizer(specials: list[str] = SPECIAL_TOKENS, **roles: str) -> PreTra
     return PreTrainedTokenizerFast(tokenizer_object=core, **roles)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
-    """`byte`, or a hub id / local directory (token from HF_TOKEN in the environment, never argv)."""
+    """`byte`, or a hub id / local directory (token from HF_TOKEN in the environment, never argv). A tokenizer
+    without a chat template gets trainkit's stated default (training/text/formats.py), so a chat dataset renders
+    and the exported model carries the template it was trained with."""
+    from training.text.formats import DEFAULT_CHAT_TEMPLATE
+
     if source == BYTE_TOKENIZER:
-        return byte_tokenizer()
-    tokenizer = AutoTokenizer.from_pretrained(source, token=os.environ.get("HF_TOKEN"))
+        tokenizer = byte_tokenizer()
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(source, token=os.environ.get("HF_TOKEN"))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
     return tokenizer
+
+
+def tokenizer_source(model: str, init: str, weights: str | None, registry_name: bool) -> str:
+    """Where a decoder job's tokenizer comes from: the pretrained weights' own; else the model folder's (or the
+    folder of a config.json) when it holds one, a hub id's; a registry model built from its config: `byte` (no
+    download)."""
+    if init == "pretrained" and weights:
+        return weights
+    if registry_name:
+        return BYTE_TOKENIZER
+    path = Path(model).expanduser()
+    folder = path.parent if path.is_file() else path
+    if folder.is_dir():
+        return str(folder) if any((folder / name).is_file() for name in TOKENIZER_FILES) else BYTE_TOKENIZER
+    return model  # a hub id: its tokenizer
+
+
+def vocabulary_problem(tokenizer_size: int, vocab_size: int, source: str) -> str | None:
+    """Why a model cannot take a tokenizer's ids (one past its embedding would fail mid-step), or None."""
+    if tokenizer_size <= vocab_size:
+        return None
+    what = "the byte tokenizer (no download)" if source == BYTE_TOKENIZER else f"the tokenizer of {source}"
+    return (
+        f"{what} has {tokenizer_size} tokens and the model's vocabulary {vocab_size}: ids past it would index past "
+        f"the embedding; give a config with vocab_size >= {tokenizer_size}, or a model folder holding its own tokenizer"
+    )

@@ -1,5 +1,6 @@
-"""Llama fine-tuning with Accelerate FSDP: the model, the packed dialogue data and one optimizer step; the loop
-around them is `training.common.trainer.Trainer`'s."""
+"""Decoder fine-tuning with Accelerate FSDP (Llama 2 or any Hugging Face causal LM the registry can size): the model,
+the packed, tokenised-once data (training/text) and one optimizer step; the loop around them is
+`training.common.trainer.Trainer`'s."""
 
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ from transformers.utils import logging as hf_logging
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.failure import doing
-from training.common.flops import TransformerShape, peak_tflops_for_device
+from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.trainer import Step, Trainer
-from training.registry import load, model_entry
+from training.registry import REGISTRY, DecoderArch
+from training.text import dataset as text
+from training.text.dataset import TextData
+from training.text.formats import IGNORE_INDEX
 
 from . import fast_paths
-from .data import IGNORE_INDEX, PackedDataset, load_records, tokenize_examples
-from .model import DECODER_LAYER, consolidated_copy
-from .tokenizer import load_tokenizer
+from .model import build_model, consolidated_copy, decoder_layer_class, load_config
+from .tokenizer import load_tokenizer, tokenizer_source, vocabulary_problem
 
 
 class DecoderTrainer(Trainer):
@@ -39,28 +42,36 @@ class DecoderTrainer(Trainer):
         self.nodes = current_nodes(job.parallelism.nodes)
         parallel = job.parallelism
         selective = bool(parallel.activation_checkpointing) and (parallel.ac_every or 1) > 1
+        # The weights' config, or the run's (random init: no weights): its model class names the decoder layer.
+        layer_class = decoder_layer_class(load_config(str(run_dir / MODEL_CONFIG), job.model.weights))
         self.accelerator = acc = make_accelerator(
             parallel.sharding,
             parallel.precision,
             parallel.activation_checkpointing and not selective,  # selective: wrapped here, before prepare
-            DECODER_LAYER,
+            layer_class,
             self.nodes,
             job.elastic.collective_timeout,
             parallel.reduce_dtype,
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         pretrained = job.model.init == "pretrained"
-        self.tokenizer = load_tokenizer(job.model.weights if pretrained else "byte")
+        self.tokenizer = load_tokenizer(
+            tokenizer_source(job.model.name, job.model.init, job.model.weights, job.model.name in REGISTRY)
+        )
         self.dataset, self.sampler = self._build_data()
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.steps_per_epoch
 
         # Under FSDP only rank 0 builds real weights; the others get them, sharded, in prepare().
         model_config = None if pretrained else str(run_dir / MODEL_CONFIG)
-        model = load(model_entry(job.model.name).builder)(
+        model = build_model(
             model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
+        source = tokenizer_source(job.model.name, job.model.init, job.model.weights, job.model.name in REGISTRY)
+        problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, source)
+        if problem:
+            raise ValueError(problem)
         if parallel.compile:  # in place, before checkpoint wrappers and FSDP2 wrap the layers
             fast_paths.compile_layers(model)
         if selective:
@@ -86,27 +97,21 @@ class DecoderTrainer(Trainer):
         self.sharding_report = verify_sharding(self.model, job.parallelism.sharding, self.world, shard_group)
 
         self.run = RunContext(acc, job, run_dir, self.nodes)
-        self.flops_per_token = TransformerShape.from_hf_config(self.config).flops_per_token(job.data.seq_len)
+        self.run.event("data", **self.dataset.event())
+        self.flops_per_token = DecoderArch.from_config(self.config.to_dict()).shape().flops_per_token(job.data.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
         self.peak_tflops = job.run.peak_tflops or device_peak
 
     # ------------------------------------------------------------------ data
 
-    def _build_data(self) -> tuple[PackedDataset, StepSampler]:
+    def _build_data(self) -> tuple[TextData, StepSampler]:
         job = self.job
-        source = data_source(job, self.run_dir)
-        with doing(f"reading dataset {source}"):
-            ids, labels = tokenize_examples(load_records(source, job.data.dataset_split), self.tokenizer)
-            dataset = PackedDataset.pack(ids, labels, job.data.seq_len)
-        if dataset.dropped and self.accelerator.is_main_process:
-            total = len(dataset) + dataset.dropped
-            print(
-                f"NOTE: {dataset.dropped} of {total} blocks of {job.data.seq_len} tokens are all prompt (no loss): "
-                "left out",
-                flush=True,
-            )
+        with doing(f"reading dataset {data_source(job, self.run_dir)}"):
+            data = text.load(job, self.run_dir, self.tokenizer, text.DECODER, self.rank)
+        if self.accelerator.is_main_process:
+            print(data.said(), flush=True)
         sampler = StepSampler(
-            len(dataset),
+            len(data),
             job.optimisation.global_batch_size,
             job.optimisation.micro_batch_size,
             self.rank,
@@ -114,7 +119,7 @@ class DecoderTrainer(Trainer):
             job.run.seed,
             hint="use more data, a smaller --global-batch-size or a shorter --seq-len",
         )
-        return dataset, sampler
+        return data, sampler
 
     # ------------------------------------------------------------------ stages
 
@@ -133,14 +138,17 @@ class DecoderTrainer(Trainer):
         # rank) on a stand-in sample whose loss counts zero.
         weights = [1.0 if len(indices) else 0.0 for indices in micro]
         micro = [indices if len(indices) else torch.zeros(1, dtype=torch.long) for indices in micro]
-        batches = [(self.dataset.input_ids[i].to(device), self.dataset.labels[i].to(device)) for i in micro]
+        # --packing masked: each example's positions restart at 0, and the model masks attention at the restarts.
+        positions = "position_ids" if (self.job.data.packing or "masked") == "masked" else None
+        names = ("input_ids", "labels", positions)
+        batches = [tuple(self.dataset.rows(name, i).to(device) if name else None for name in names) for i in micro]
         data_wait = time.perf_counter() - waited
         # The attention kernel is pinned over forward and backward: a checkpointed layer recomputes its forward
         # in backward, and must pick the kernel it saved tensors for.
         kernel = self.job.parallelism.attention or "sdpa"
 
-        def summed_loss(inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            logits = self.model(input_ids=inputs).logits  # each position predicts the next token
+        def summed_loss(inputs: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+            logits = self.model(input_ids=inputs, position_ids=positions).logits  # each predicts the next token
             return F.cross_entropy(
                 logits[:, :-1].flatten(0, 1).float(),
                 labels[:, 1:].flatten(),
@@ -196,4 +204,5 @@ class DecoderTrainer(Trainer):
             "fast_paths": self.fast_paths | {"graphs_compiled": fast_paths.compiled_graphs()},
             "hf_model_dir": str(exported) if exported else None,
             "peak_tflops": self.peak_tflops,
+            "data": self.dataset.event(),
         }

@@ -11,7 +11,7 @@ CHAOS_HELP = {
     "rdzv": "Comma list of rendezvous backends or all: c10d, etcd (etcd: a local etcd is started per scenario).",
     "parallel": "Scenarios run at once (1 gives undisturbed timings).",
 }
-BENCHMARKS = ("elastic", "train", "runs")
+BENCHMARKS = ("elastic", "train", "runs", "startup")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
 TRAIN_FLAGS += ("attention", "fused_adamw", "compile")
@@ -63,7 +63,10 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "persistent-workers": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "prefetch-factor": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
-        "workdir": "train, runs: where the runs go (default: a new temporary directory).",
+        "workdir": "train, runs, startup: where the runs go (default: a new temporary directory).",
+        "records": "startup: chat conversations in the generated dataset (default 100000).",
+        "pairs": "startup: write the conversations as prompt/response records (what a checkout before chat reads).",
+        "checkout": "startup: time another trainkit checkout (e.g. a worktree of an older commit) instead of this one.",
     },
 )
 @user_errors
@@ -100,11 +103,15 @@ def bench(
     prefetch_factor=None,
     workdir=None,
     only=None,
+    records=100_000,
+    checkout=None,
+    pairs=False,
 ):
     """Run a benchmark and write its results file. elastic: recovery from every fault on both backends. train:
     trainkit's throughput against a bare FSDP2 loop (vision: DDP, and the JPEG pipeline against on-device input)
     on the same job, with MFU and a step-time breakdown. runs: the commands the docs quote, each run once (time,
-    rates, bytes written), which the docs' figures are rendered from."""
+    rates, bytes written), which the docs' figures are rendered from. startup: `invoke train` to the first step on
+    a large chat dataset, tokenised cache cold and warm."""
     from trainkit.bench import chaos as harness
 
     if what in HELP_WORDS:  # `invoke bench --help`: the positional took the word
@@ -122,6 +129,12 @@ def bench(
         benchtrain.stop_on_sigterm()
         _path, lines = benchtrain.bench(flags, int(repeats), output, workdir)
         print("\n".join(lines))
+        return
+    if what == "startup":
+        from trainkit.bench import startup
+
+        path = startup.bench(output, int(records), int(repeats), checkout, workdir, bool(pairs))
+        print(f"wrote {path}")
         return
     if what == "runs":
         from trainkit.bench import runs as benchruns

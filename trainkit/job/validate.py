@@ -12,7 +12,7 @@ from training.common.job import BY_KEY, FIELDS, LANGUAGE, SHARDING_STRATEGIES, Z
 from training.vision.layout import LayoutError, check_image_folder
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
-from trainkit.job.models import ModelEntry, get_model
+from trainkit.job.models import HUB_ID, ModelEntry, get_model
 
 FAMILY_KIND = {"decoder": "decoder", "vision": "vision", "bert": "BERT"}
 FAMILY_SHARDING = {"vision": ("NO_SHARD",), "bert": (ZERO_1, "NO_SHARD")}
@@ -123,8 +123,6 @@ def _validate_names(job: Job) -> None:
 # A run id names runs/<id>/, the PyTorchJob (after lower-casing) and label values (at most 63 characters).
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-# A Hugging Face hub id: owner/name (canonical one-word names moved under owners in 2024).
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 SYSTEM_TREES = ("/proc", "/sys", "/dev")
 SPLIT = re.compile(r"[A-Za-z0-9_.+%:\[\]-]+")  # datasets' split syntax: train, train[:10%], train+validation
 EKS_ONLY = ("instance_type", "image", "namespace")
@@ -271,6 +269,11 @@ def _validate_fast_paths(job: Job, machine: Machine) -> None:
         p.ac_every is None or bool(p.activation_checkpointing),
         f"--ac-every {p.ac_every}: selects the layers activation checkpointing recomputes; add "
         "--activation-checkpointing true (or drop it)",
+    )
+    require(
+        p.attention != "flash" or job.data.packing == "concat",
+        "--attention flash: FlashAttention in scaled_dot_product_attention takes no mask, and --packing masked (the "
+        "default) keeps each packed example to itself with one; give --packing concat, or drop --attention flash",
     )
 
 

@@ -24,7 +24,7 @@ from training.common.job import (
 )
 from training.llm.dialogues import write_dialogues
 from trainkit.errors import SpecError
-from trainkit.job.models import ModelEntry, get_model
+from trainkit.job.models import REGISTRY, ModelEntry, get_model
 from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
@@ -37,23 +37,50 @@ def _local_dataset(job: Job) -> Path | None:
     path = Path(dataset).expanduser()
     if path.exists():
         return path
-    if dataset.endswith((".jsonl", ".json", ".txt")) or dataset.startswith((".", "/", "~")):
-        kinds = "a JSONL or text file" if job.model.family == "bert" else "a JSONL file"
+    if dataset.endswith((".jsonl", ".json", ".parquet", ".txt")) or dataset.startswith((".", "/", "~")):
+        kinds = "a JSONL, JSON, Parquet or text file" if job.model.family == "bert" else "a JSONL, JSON or Parquet file"
         raise SpecError(f"--dataset {dataset} does not exist; give {kinds}, a dataset name or 'synthetic'")
     return None
 
 
-def _check_records(path: Path) -> None:
-    """Every record of a local JSONL file, read through before anything starts: one bad line found here
-    costs nothing; found by the workers, it costs a start and every elastic restart."""
-    from training.llm.data import check_records
+def _check_text(job: Job, path: Path) -> None:
+    """Every record of a local text dataset (a file or a folder of them), read through before anything starts: one
+    bad record found here costs nothing; found by the workers, it costs a start and every elastic restart. The
+    format is detected (or --data-format's checked) as the workers will."""
+    from training.common.failure import DataError
+    from training.text import formats, records
 
+    allowed = formats.ENCODER_FORMATS if job.model.family == "bert" else formats.FORMAT_NAMES
     try:
-        count = check_records(path)
-    except ValueError as error:
-        raise SpecError(f"--dataset {path} {error}; fix that record or remove it") from None
-    if count == 0:
-        raise SpecError(f"--dataset {path} has no records; give a JSONL file with one record per line")
+        source = records.resolve(str(path))
+        if source.kind == "files":
+            formats.dataset_format(source.records(), job.data.data_format, allowed)
+    except DataError as error:  # it names the file and line, what the record holds and what is accepted
+        said = str(error)
+        if said == "holds no records":
+            raise SpecError(f"--dataset {path} holds no records; give one record per line (JSONL)") from None
+        raise SpecError(said if said.startswith("--dataset") else f"--dataset {path}: {said}; fix it") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(f"--dataset {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
+def _check_vocabulary(job: Job) -> None:
+    """The tokenizer the workers will load fits the model's vocabulary (a hub tokenizer is checked by the workers,
+    which load it anyway)."""
+    from training.llm import tokenizer as tokenizers
+
+    entry = get_model(job.model.name)
+    registry = job.model.name in REGISTRY
+    source = tokenizers.tokenizer_source(job.model.name, job.model.init, job.model.weights, registry)
+    if source == tokenizers.BYTE_TOKENIZER:
+        size = len(tokenizers.SPECIAL_TOKENS) + 256
+    elif Path(source).expanduser().is_dir():
+        size = len(tokenizers.load_tokenizer(source))
+    else:
+        return
+    problem = tokenizers.vocabulary_problem(size, entry.arch.vocab_size, source)
+    if problem:
+        raise SpecError(f"--model {job.model.name}: {problem}")
 
 
 def _check_image_folder(job: Job) -> None:
@@ -70,27 +97,15 @@ def _check_inputs(job: Job) -> dict[str, str]:
     env: dict[str, str] = {}
     if job.model.init == "pretrained" and not Path(job.model.weights).expanduser().is_dir():
         env["HF_TOKEN"] = require_hf_token(job.model.weights, job.placement.hf_token_file)
+    if job.model.family == "decoder":
+        _check_vocabulary(job)
     if job.data.dataset != SYNTHETIC and job.model.family == "vision":
         _check_image_folder(job)
     elif job.data.dataset != SYNTHETIC:
         path = _local_dataset(job)
-        if path is not None and path.is_file():
-            (_check_corpus if job.model.family == "bert" else _check_records)(path)
+        if path is not None:
+            _check_text(job, path)
     return env
-
-
-def _check_corpus(path: Path) -> None:
-    """A local text or JSONL corpus, read through before anything starts (as _check_records does for records)."""
-    from training.common.failure import DataError
-    from training.encoder.corpus import read_documents
-
-    try:
-        read_documents(str(path))
-    except DataError as error:  # it names the dataset, or the line and what it holds
-        said = str(error)
-        raise SpecError(said if said.startswith("--dataset") else f"--dataset {path} {said}; fix that record") from None
-    except UnicodeDecodeError as error:
-        raise SpecError(f"--dataset {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def write_spec(job: Job) -> Path:

@@ -1,0 +1,253 @@
+"""The shared text path (training/text): records from every kind of source, each format's tokens and loss mask,
+format detection and its refusals, packing for decoders and encoders, and the tokenise-once cache's keys."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from training.common.failure import DataError
+from training.common.job import DATA_FORMATS
+from training.encoder.corpus import byte_tokenizer as bert_tokenizer
+from training.llm.tokenizer import load_tokenizer
+from training.text import cache, formats, packing, records
+from training.text.formats import IGNORE_INDEX
+
+CHAT = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi?"},
+    {"role": "assistant", "content": "Hello."},
+    {"role": "user", "content": "Bye?"},
+    {"role": "assistant", "content": "Bye."},
+]
+
+# A Llama-3-shaped template written for this test (header, content, end-of-turn marker), with no generation markers.
+HEADER_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ '<|h|>' + m['role'] + '<|/h|>\n' + m['content'] + '<|eot|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|h|>assistant<|/h|>\n' }}{% endif %}"
+)
+# The same with {% generation %} markers around the assistant's content and end marker.
+MARKED_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}{{ '<|h|>assistant<|/h|>\n' }}"
+    "{% generation %}{{ m['content'] + '<|eot|>' }}{% endgeneration %}{% else %}"
+    "{{ '<|h|>' + m['role'] + '<|/h|>\n' + m['content'] + '<|eot|>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|h|>assistant<|/h|>\n' }}{% endif %}"
+)
+
+
+def trained_text(name: str, record: dict, tokenizer) -> tuple[str, str]:
+    """(the whole example, the concatenation of its trained tokens) as text."""
+    encoded = formats.encode([("test", record)], name, tokenizer)
+    ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
+    kept = [token for token in labels if token != IGNORE_INDEX]
+    return tokenizer.decode(ids), tokenizer.decode(kept)
+
+
+def test_the_job_model_offers_exactly_the_formats_the_data_path_reads():
+    assert formats.FORMAT_NAMES == DATA_FORMATS
+
+
+def test_pair_formats_train_the_response_and_eos_only():
+    tokenizer = load_tokenizer("byte")
+    whole, trained = trained_text("prompt-response", {"prompt": "Q?", "response": "A."}, tokenizer)
+    assert (whole, trained) == ("<s>Q?A.</s>", "A.</s>")
+    whole, trained = trained_text("dialogue-summary", {"dialogue": " #P1#: hi ", "summary": " They greet. "}, tokenizer)
+    assert whole == "<s>" + formats.DIALOGUE_PROMPT.format(dialogue="#P1#: hi") + "They greet.</s>"
+    assert trained == "They greet.</s>"
+    whole, trained = trained_text("alpaca", {"instruction": "Add.", "input": "2, 3", "output": "5"}, tokenizer)
+    assert whole == "<s>### Instruction:\nAdd.\n\n### Input:\n2, 3\n\n### Response:\n5</s>" and trained == "5</s>"
+    for empty in ({"input": ""}, {"input": None}, {}):
+        whole, trained = trained_text("alpaca", {"instruction": "Greet.", "output": "Hi", **empty}, tokenizer)
+        assert whole == "<s>### Instruction:\nGreet.\n\n### Response:\nHi</s>" and trained == "Hi</s>"
+
+
+def test_text_trains_every_token():
+    tokenizer = load_tokenizer("byte")
+    encoded = formats.encode([("a", {"text": "abc"})], "text", tokenizer)
+    assert encoded.ids.tolist() == encoded.labels.tolist() and tokenizer.decode(encoded.ids.tolist()) == "<s>abc</s>"
+
+
+@pytest.mark.parametrize("template", [None, HEADER_TEMPLATE, MARKED_TEMPLATE], ids=["default", "plain", "marked"])
+def test_multi_turn_chat_trains_each_assistant_turn_with_its_end_and_nothing_else(template):
+    tokenizer = load_tokenizer("byte")
+    if template:
+        tokenizer.chat_template = template
+    encoded = formats.encode([("a", {"messages": CHAT})], "chat", tokenizer)
+    ids, labels = encoded.ids.tolist(), encoded.labels.tolist()
+    trained_runs, run = [], []
+    for token, label in zip(ids, labels, strict=True):
+        assert label in (IGNORE_INDEX, token)
+        if label == token:
+            run.append(token)
+        elif run:
+            trained_runs.append(tokenizer.decode(run))
+            run = []
+    if run:
+        trained_runs.append(tokenizer.decode(run))
+    if template is None:  # ChatML markers, each assistant turn ended by </s>
+        assert trained_runs == ["Hello.<|im_end|>\n</s>", "Bye.<|im_end|>\n</s>"]
+        assert tokenizer.decode(ids).startswith("<s><|im_start|>system\nBe brief.<|im_end|>\n")
+    else:
+        assert trained_runs == ["Hello.<|eot|>", "Bye.<|eot|>"]
+        assert "Be brief." in tokenizer.decode(ids) and "Hi?" in tokenizer.decode(ids)
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused():
+    tokenizer = load_tokenizer("byte")
+    # Shows only the last assistant turn: rendering up to turn 3 is not a prefix of the whole conversation.
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% if m['role'] != 'assistant' or loop.last %}{{ m['role'] + ': ' + m['content'] + "
+        "'\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    with pytest.raises(DataError, match="does not render the conversation up to assistant turn 3"):
+        formats.encode([("a", {"messages": CHAT})], "chat", tokenizer)
+
+
+def test_formats_are_detected_and_a_mixed_or_unknown_dataset_is_refused_with_line_fields_and_formats(tmp_path):
+    path = tmp_path / "data.jsonl"
+    lines = [{"messages": CHAT}, {"messages": CHAT, "id": 1}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert formats.dataset_format(records.resolve(str(path)).records(), None, formats.FORMAT_NAMES) == ("chat", 2)
+    path.write_text(path.read_text() + json.dumps({"instruction": "x", "output": "y"}) + "\n")
+    with pytest.raises(DataError) as mixed:
+        formats.dataset_format(records.resolve(str(path)).records(), None, formats.FORMAT_NAMES)
+    said = str(mixed.value)
+    assert said.startswith(f"{path}:3: record has fields ['instruction', 'output'], which is alpaca")
+    assert f"are chat (from {path}:1)" in said and "--data-format" in said
+    assert all(name in said for name in formats.FORMAT_NAMES)
+    path.write_text(json.dumps({"question": "x", "answer": "y"}) + "\n")
+    with pytest.raises(DataError, match=r":1: record has fields \['answer', 'question'\]; expected one of: chat"):
+        formats.dataset_format(records.resolve(str(path)).records(), None, formats.FORMAT_NAMES)
+    path.write_text(json.dumps({"text": "x"}) + "\n" + json.dumps({"prompt": "p"}) + "\n")
+    with pytest.raises(DataError, match=r":2: record has fields \['prompt'\], and --data-format text reads"):
+        formats.dataset_format(records.resolve(str(path)).records(), "text", formats.FORMAT_NAMES)
+    path.write_text(json.dumps({"messages": CHAT}) + "\n")
+    with pytest.raises(DataError, match="records are chat, and this model reads text"):
+        formats.dataset_format(records.resolve(str(path)).records(), None, formats.ENCODER_FORMATS)
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ({"prompt": 3, "response": "a"}, "field 'prompt' is int"),
+        ({"messages": "hi"}, "field 'messages' is \"hi\", not a list of turns"),
+        ({"messages": [{"role": "user"}]}, "turn 1 of 'messages' is"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "no assistant turn"),
+        ({"instruction": "x", "input": 4, "output": "y"}, "field 'input' is int"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_named(record, said):
+    with pytest.raises(DataError, match=f"^where: .*{said[:20]}"):
+        formats.dataset_format([("where", record)], None, formats.FORMAT_NAMES)
+
+
+def test_every_source_kind_gives_the_same_records(tmp_path):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"prompt": f"p{i}", "response": f"r{i}"} for i in range(5)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "b.json").write_text(json.dumps(rows))
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet")
+    for name in ("a.jsonl", "b.json", "c.parquet"):
+        assert [r for _, r in records.resolve(str(tmp_path / name)).records()] == rows, name
+    folder = records.resolve(str(tmp_path))
+    assert folder.kind == "files" and [r for _, r in folder.records()] == rows * 3
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_list(rows).save_to_disk(str(saved))
+    assert [r for _, r in records.resolve(str(saved)).records()] == rows
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "dict"))
+    assert [r for _, r in records.resolve(str(tmp_path / "dict")).records("train")] == rows
+    with pytest.raises(DataError, match=r"has splits \['train'\], not 'test'"):
+        list(records.resolve(str(tmp_path / "dict")).records("test"))
+    text = tmp_path / "wiki.txt"
+    text.write_text("First line.\nSecond line.\n\n\nAnother.\n")
+    assert [r["text"] for _, r in records.resolve(str(text)).records()] == ["First line. Second line.", "Another."]
+    assert records.resolve("owner/name").kind == "hub"
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(DataError, match="a .csv file; give .jsonl, .json or .parquet files"):
+        records.resolve(str(tmp_path / "x.csv"))
+
+
+def test_decoder_packing_restarts_positions_per_example_and_leaves_out_untrained_blocks():
+    encoded = formats.Encoded(
+        ids=np.arange(12, dtype=np.int32),
+        labels=np.asarray([IGNORE_INDEX] * 4 + [4, 5, 6, 7, IGNORE_INDEX, 9, 10, 11], dtype=np.int32),
+        lengths=np.asarray([3, 5, 4]),
+    )
+    packed = packing.pack_decoder(encoded, seq_len=4)
+    # Block 0 (tokens 0-3) is all prompt: left out. Positions restart at each example's first token.
+    assert packed["input_ids"].tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]] and int(packed["dropped"]) == 1
+    assert packed["position_ids"].tolist() == [[1, 2, 3, 4], [0, 1, 2, 3]]
+    with pytest.raises(DataError, match="fewer than one sequence of 16"):
+        packing.pack_decoder(encoded, seq_len=16)
+
+
+def test_encoder_packing_frames_documents_laid_end_to_end():
+    encoded = formats.Encoded(
+        ids=np.asarray([10, 11, 12, 20, 21, 30, 31, 32, 33], dtype=np.int32),
+        labels=None,
+        lengths=np.asarray([3, 2, 4]),
+    )
+    rows = packing.pack_encoder(encoded, seq_len=6, cls_id=2, sep_id=3)["input_ids"]
+    # the stream: 10 11 12 3 20 21 3 30 31 32 33 3 -> pieces of 4
+    assert rows.tolist() == [[2, 10, 11, 12, 3, 3], [2, 20, 21, 3, 30, 3], [2, 31, 32, 33, 3, 3]]
+    with pytest.raises(DataError, match="needs at least"):
+        packing.pack_encoder(encoded, seq_len=2, cls_id=2, sep_id=3)
+
+
+def test_the_encoder_reads_text_without_framing_and_skips_blank_documents():
+    tokenizer = bert_tokenizer()
+    encoded = formats.encode(
+        [("a", {"text": "ab"}), ("b", {"text": "  "}), ("c", {"text": "c"})], "text", tokenizer, False
+    )
+    assert encoded.lengths.tolist() == [2, 1] and tokenizer.decode(encoded.ids.tolist()) == "abc"
+
+
+def test_the_cache_key_follows_data_tokenizer_format_and_length_and_a_built_folder_is_reused(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"text": "hello"}) + "\n")
+    tokenizer = load_tokenizer("byte")
+    source = records.resolve(str(path))
+    key = cache.cache_key(source, "train", tokenizer, None, 8, "decoder")
+    assert key == cache.cache_key(records.resolve(str(path)), "train", load_tokenizer("byte"), None, 8, "decoder")
+    others = {
+        cache.cache_key(source, "train", tokenizer, None, 16, "decoder"),
+        cache.cache_key(source, "train", tokenizer, "text", 8, "decoder"),
+        cache.cache_key(source, "train", tokenizer, None, 8, "encoder"),
+        cache.cache_key(source, "train", bert_tokenizer(), None, 8, "decoder"),
+    }
+    assert key not in others and len(others) == 4
+    templated = load_tokenizer("byte")
+    templated.chat_template = HEADER_TEMPLATE
+    assert cache.cache_key(source, "train", templated, None, 8, "decoder") != key
+    path.write_text(json.dumps({"text": "hello!"}) + "\n")  # new size and time
+    assert cache.cache_key(records.resolve(str(path)), "train", tokenizer, None, 8, "decoder") != key
+
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"input_ids": np.arange(6, dtype=np.int32).reshape(2, 3)}, {"rows": 2}
+
+    first = cache.tokenized(tmp_path / "runs", key, build, builds_here=True)
+    again = cache.tokenized(tmp_path / "runs", key, build, builds_here=True)
+    waiter = cache.tokenized(tmp_path / "runs", key, build, builds_here=False)
+    assert calls == [1] and first.built and not again.built and not waiter.built
+    assert isinstance(again.arrays["input_ids"], np.memmap) and again.arrays["input_ids"].tolist() == [
+        [0, 1, 2],
+        [3, 4, 5],
+    ]
+    assert [p.name for p in (tmp_path / "runs" / cache.CACHE_DIR).iterdir()] == [key]  # no temporary left
+
+
+def test_a_failed_build_publishes_nothing(tmp_path):
+    def build():
+        raise DataError("bad record")
+
+    with pytest.raises(DataError):
+        cache.tokenized(tmp_path, "k", build, builds_here=True)
+    assert list((tmp_path / cache.CACHE_DIR).iterdir()) == []

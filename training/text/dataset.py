@@ -1,0 +1,102 @@
+"""A run's text data as its trainer reads it: the job's dataset, in its format, tokenised and packed once into the
+shared cache (cache.py), memory-mapped here. The decoder recipes and the BERT workload both start from `load`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from training.common.checkpoint import HOST_ENV, owns_disk
+from training.common.job import Job, data_source
+
+from . import cache, formats, packing, records
+
+DECODER, ENCODER = "decoder", "encoder"
+
+
+@dataclass
+class TextData:
+    """Packed rows (memory-mapped) and where they came from."""
+
+    arrays: dict[str, np.ndarray]
+    tokenized: cache.Tokenized
+
+    def __len__(self) -> int:
+        return self.arrays["input_ids"].shape[0]
+
+    def rows(self, name: str, indices: torch.Tensor) -> torch.Tensor:
+        """Rows `indices` of array `name` as an int64 tensor (a copy: the mapped file stays read-only)."""
+        return torch.from_numpy(self.arrays[name][indices.numpy()].astype(np.int64))
+
+    @property
+    def meta(self) -> dict:
+        return self.tokenized.meta
+
+    def said(self) -> str:
+        """One line for the console: what the data became, and whether this run tokenised it."""
+        m = self.meta
+        rows = f"{m['records']} {m['format']} records -> {m['rows']} sequences of {m['seq_len']} tokens"
+        if m.get("dropped"):
+            rows += f" ({m['dropped']} without a trained token left out)"
+        how = f"tokenised in {m['seconds']:.1f} s" if self.tokenized.built else "tokenised before, read from the cache"
+        return f"data: {rows}, {how} ({self.tokenized.folder})"
+
+    def event(self) -> dict:
+        m = self.meta
+        return {
+            "cache": self.tokenized.folder.name,
+            "built": self.tokenized.built,
+            "format": m["format"],
+            "records": m["records"],
+            "sequences": m["rows"],
+            "seconds": round(self.tokenized.seconds, 3),
+        }
+
+
+def builds_here(rank: int) -> bool:
+    """One process per disk tokenises (checkpoint.py's rule: the main rank, or each host's first where hosts share
+    no filesystem)."""
+    return owns_disk(os.environ.get(HOST_ENV), rank == 0, int(os.environ.get("LOCAL_RANK", rank)) == 0)
+
+
+def tokenising_processes() -> int:
+    """The builder tokenises on every core it may use (the other ranks only wait), at most 16 processes."""
+    return max(1, min(len(os.sched_getaffinity(0)), 16))
+
+
+def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int) -> TextData:
+    """The job's data for `layout` (DECODER blocks with labels and positions, or ENCODER rows), from the cache."""
+    source = records.resolve(data_source(job, run_dir))
+    split, forced, seq_len = job.data.dataset_split, job.data.data_format, job.data.seq_len
+    key = cache.cache_key(source, split, tokenizer, forced, seq_len, layout)
+    allowed = formats.ENCODER_FORMATS if layout == ENCODER else formats.FORMAT_NAMES
+
+    def build() -> tuple[dict[str, np.ndarray], dict]:
+        print(f"tokenising {source.name} into {cache.CACHE_DIR / key} (one process per disk)", flush=True)
+        name, checked = formats.in_format(source.records(split), forced, allowed)
+        encoded = formats.encode(checked, name, tokenizer, framed=layout == DECODER, workers=tokenising_processes())
+        if layout == DECODER:
+            arrays = packing.pack_decoder(encoded, seq_len)
+        else:
+            arrays = packing.pack_encoder(encoded, seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id)
+        dropped = int(arrays.pop("dropped", 0))
+        meta = {
+            "source": source.name,
+            "split": split,
+            "format": name,
+            "records": len(encoded.lengths),
+            "tokens": int(len(encoded.ids)),
+            "rows": int(arrays["input_ids"].shape[0]),
+            "dropped": dropped,
+            "seq_len": seq_len,
+            "layout": layout,
+            "tokenizer": getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__,
+        }
+        return arrays, meta
+
+    done = cache.tokenized(run_dir.parent, key, build, builds_here(rank))
+    return TextData(done.arrays, done)
