@@ -55,8 +55,9 @@ def tokenising_ranks(run_dir: Path) -> int:
 
 
 def data_event(run_dir: Path) -> dict:
-    (event,) = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "data"]
-    return event
+    """What the run's start event says of its data."""
+    (event,) = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "start"]
+    return event["data"]
 
 
 @pytest.fixture(scope="module")

@@ -100,6 +100,7 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "forced format the records lack": (("--data-format", "text"), ("--dataset", "{mixed}"), "missing 'text'"),
     "chat records for BERT": (("--model", "bert-tiny"), ("--dataset", "{mixed}"), "this model reads text"),
     "flash attention with masked packing": ((), ("--attention", "flash"), "--packing concat"),
+    "a format the generated data is not": ((), ("--data-format", "chat"), "generates dialogue-summary records"),
 }
 
 PLAN: dict[str, tuple[tuple[str, ...], str]] = {

@@ -163,6 +163,8 @@ class RunContext:
         self.saved_step: int | None = None
         self.save_seconds = 0.0
         self.profile = StepProfile()  # TRAINKIT_PROFILE_STEPS, set by `invoke bench train`
+        self.start_fields: dict = {}
+        """More of what this start is, for its start/resume event (a language model's data: tokenised or cached)."""
 
     def log_step(self, record: dict) -> None:
         """One step's metrics record, flagged `profiled` when it ran under the profiler (its overhead stays out of
@@ -226,6 +228,7 @@ class RunContext:
             world_size=self.accelerator.num_processes,
             restarts=self.restarts,
             agent_restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+            **self.start_fields,
         )
         return step
 

@@ -82,7 +82,7 @@ class BertTrainer(Trainer):
             self.scheduler = self.schedule(min(o.warmup_steps or 0, self.total_steps))
             self.replication = verify_sharding(self.model, "NO_SHARD", self.world, self.world)
         self.run = RunContext(acc, job, run_dir, self.nodes, state)
-        self.run.event("data", **self.sequences.event())
+        self.run.start_fields["data"] = self.sequences.event()
         shape = model_entry(job.model.name).arch.truncated(job.model.layers).shape()
         self.flops_per_token = shape.flops_per_token(job.data.seq_len)
         on_gpu = torch.cuda.is_available()

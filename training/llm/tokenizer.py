@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+if TYPE_CHECKING:  # the launcher reads `tokenizer_source` and the sizes without importing transformers
+    from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 BYTE_TOKENIZER = "byte"
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
@@ -20,6 +21,9 @@ SPECIAL_TOKENS = ["<unk>", "<s>", "</s>"]
 def byte_tokenizer(specials: list[str] = SPECIAL_TOKENS, **roles: str) -> PreTrainedTokenizerFast:
     """`specials` first (ids 0..), then one token per byte. `roles` name the special tokens' parts (unk_token,
     pad_token, ...); by default Llama 2's. The BERT corpus builds its own with [PAD], [UNK], [CLS], [SEP], [MASK]."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     roles = roles or {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "</s>"}
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {token: i for i, token in enumerate(specials)}
@@ -37,6 +41,8 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     """`byte`, or a hub id / local directory (token from HF_TOKEN in the environment, never argv). A tokenizer
     without a chat template gets trainkit's stated default (training/text/formats.py), so a chat dataset renders
     and the exported model carries the template it was trained with."""
+    from transformers import AutoTokenizer
+
     from training.text.formats import DEFAULT_CHAT_TEMPLATE
 
     if source == BYTE_TOKENIZER:

@@ -97,7 +97,7 @@ class DecoderTrainer(Trainer):
         self.sharding_report = verify_sharding(self.model, job.parallelism.sharding, self.world, shard_group)
 
         self.run = RunContext(acc, job, run_dir, self.nodes)
-        self.run.event("data", **self.dataset.event())
+        self.run.start_fields["data"] = self.dataset.event()
         self.flops_per_token = DecoderArch.from_config(self.config.to_dict()).shape().flops_per_token(job.data.seq_len)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
         self.peak_tflops = job.run.peak_tflops or device_peak

@@ -314,6 +314,12 @@ def _validate_vision(job: Job, machine: Machine) -> None:
 def check_language_model(job: Job, entry: ModelEntry) -> None:
     """What a language model's shape allows, for `invoke train` and `invoke plan` alike: a sequence within its
     context, no more layers than it has (with the recipe's sequence length filled in)."""
+    generated = "text" if entry.family == "bert" else "dialogue-summary"
+    require(
+        job.data.dataset != "synthetic" or job.data.data_format in (None, generated),
+        f"--data-format {job.data.data_format}: --dataset synthetic generates {generated} records for "
+        f"{job.model.name}; drop --data-format, or give a --dataset of {job.data.data_format} records",
+    )
     context = entry.arch.max_position_embeddings
     require(
         job.data.seq_len <= context,
