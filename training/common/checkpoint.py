@@ -163,6 +163,11 @@ def owns_disk(host: str | None, is_main: bool, is_local_main: bool) -> bool:
     return is_local_main if host else is_main
 
 
+def this_rank_owns_disk(rank: int) -> bool:
+    """`owns_disk` for this process, from what torchrun and the launcher tell it (HOST_ENV, LOCAL_RANK)."""
+    return owns_disk(os.environ.get(HOST_ENV), rank == 0, int(os.environ.get("LOCAL_RANK", rank)) == 0)
+
+
 class CheckpointManager:
     def __init__(
         self,

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .checkpoint import HOST_ENV, owns_disk
+from .checkpoint import this_rank_owns_disk
 from .distributed import ShardingError
 from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
 
@@ -167,7 +167,7 @@ class ZeroCheckpoint:
             raise FileNotFoundError(f"DeepSpeed found no checkpoint under {source / TAG}")
         if universal:  # every rank has its slice: the conversion has served (a later failure converts again)
             dist.barrier()
-            if _disk_owner(self.rank):
+            if this_rank_owns_disk(self.rank):
                 shutil.rmtree(source.parent, ignore_errors=True)
         self.scheduler.load_state_dict(client["scheduler"])
         rng = directory / TAG / f"rng_state_{self.rank}.pt"
@@ -178,16 +178,11 @@ class ZeroCheckpoint:
 UNIVERSAL_DIR = ".universal"
 
 
-def _disk_owner(rank: int) -> bool:
-    """checkpoint.py's rule (one rank per disk), from what torchrun tells this rank."""
-    return owns_disk(os.environ.get(HOST_ENV), rank == 0, int(os.environ.get("LOCAL_RANK", rank)) == 0)
-
-
 def universal_copy(checkpoint: Path, saved: int, world: int, rank: int) -> Path:
     """DeepSpeed's universal form of `checkpoint` (written by `saved` ranks), made once by the rank that owns this
     disk and read by every rank after a barrier: its folder (DeepSpeed's `save_dir`, holding `<TAG>/`)."""
     folder = checkpoint.parent / UNIVERSAL_DIR / checkpoint.name
-    if _disk_owner(rank):
+    if this_rank_owns_disk(rank):
         print(
             f"checkpoint {checkpoint.name} was written by {saved} ranks and this job has {world}: converting it to "
             f"DeepSpeed's universal checkpoint ({folder})",

@@ -56,6 +56,14 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def job_tokenizer_source(job) -> str:
+    """`tokenizer_source` of a decoder job (a registry model is known by its name)."""
+    from training.registry import REGISTRY
+
+    model = job.model
+    return tokenizer_source(model.name, model.init, model.weights, model.name in REGISTRY)
+
+
 def tokenizer_source(model: str, init: str, weights: str | None, registry_name: bool) -> str:
     """Where a decoder job's tokenizer comes from: the pretrained weights' own; else the model folder's (or the
     folder of a config.json) when it holds one, a hub id's; a registry model built from its config: `byte` (no

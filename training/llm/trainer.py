@@ -23,14 +23,14 @@ from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.trainer import Step, Trainer
-from training.registry import REGISTRY, DecoderArch
+from training.registry import DecoderArch
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
 
 from . import fast_paths
 from .model import build_model, consolidated_copy, decoder_layer_class, load_config
-from .tokenizer import load_tokenizer, tokenizer_source, vocabulary_problem
+from .tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 
 class DecoderTrainer(Trainer):
@@ -55,9 +55,8 @@ class DecoderTrainer(Trainer):
         )
         self.rank, self.world = acc.process_index, acc.num_processes
         pretrained = job.model.init == "pretrained"
-        self.tokenizer = load_tokenizer(
-            tokenizer_source(job.model.name, job.model.init, job.model.weights, job.model.name in REGISTRY)
-        )
+        self.tokenizer_source = job_tokenizer_source(job)
+        self.tokenizer = load_tokenizer(self.tokenizer_source)
         self.dataset, self.sampler = self._build_data()
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.steps_per_epoch
@@ -68,8 +67,7 @@ class DecoderTrainer(Trainer):
             model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
-        source = tokenizer_source(job.model.name, job.model.init, job.model.weights, job.model.name in REGISTRY)
-        problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, source)
+        problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, self.tokenizer_source)
         if problem:
             raise ValueError(problem)
         if parallel.compile:  # in place, before checkpoint wrappers and FSDP2 wrap the layers

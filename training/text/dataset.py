@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.common.checkpoint import HOST_ENV, owns_disk
+from training.common.checkpoint import this_rank_owns_disk
 from training.common.job import Job, data_source
 
 from . import cache, formats, packing, records
@@ -57,12 +57,6 @@ class TextData:
         }
 
 
-def builds_here(rank: int) -> bool:
-    """One process per disk tokenises (checkpoint.py's rule: the main rank, or each host's first where hosts share
-    no filesystem)."""
-    return owns_disk(os.environ.get(HOST_ENV), rank == 0, int(os.environ.get("LOCAL_RANK", rank)) == 0)
-
-
 def tokenising_processes() -> int:
     """The builder tokenises on every core it may use (the other ranks only wait), at most 16 processes."""
     return max(1, min(len(os.sched_getaffinity(0)), 16))
@@ -98,5 +92,7 @@ def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int) -> TextData
         }
         return arrays, meta
 
-    done = cache.tokenized(run_dir.parent, key, build, builds_here(rank))
+    # One process per disk tokenises (checkpoint.py's rule: the main rank, or each host's first where hosts share
+    # no filesystem); the others wait for its folder.
+    done = cache.tokenized(run_dir.parent, key, build, this_rank_owns_disk(rank))
     return TextData(done.arrays, done)

@@ -24,7 +24,7 @@ from training.common.job import (
 )
 from training.llm.dialogues import write_dialogues
 from trainkit.errors import SpecError
-from trainkit.job.models import REGISTRY, ModelEntry, get_model
+from trainkit.job.models import ModelEntry, get_model
 from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
@@ -70,8 +70,7 @@ def _check_vocabulary(job: Job) -> None:
     from training.llm import tokenizer as tokenizers
 
     entry = get_model(job.model.name)
-    registry = job.model.name in REGISTRY
-    source = tokenizers.tokenizer_source(job.model.name, job.model.init, job.model.weights, registry)
+    source = tokenizers.job_tokenizer_source(job)
     if source == tokenizers.BYTE_TOKENIZER:
         size = len(tokenizers.SPECIAL_TOKENS) + 256
     elif Path(source).expanduser().is_dir():
