@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_the_build_was_the_printed_command_and_names_the_tag(built):
     _env, _root, result = built
     lines = result.stdout.splitlines()
     assert f"image {IMAGE} (cpu), built with buildah" in lines and lines[-1] == f"built {IMAGE}"
-    (command,) = [line for line in lines if line.startswith("  command  buildah bud --layers ")]
+    (command,) = [line for line in lines if line.startswith("  command  buildah bud --file ")]
     assert "--build-arg FLAVOR=cpu" in command and f"--build-arg CPU_BASE={BASE}" in command
 
 
@@ -100,6 +101,9 @@ def test_the_ca_bundle_and_the_local_wheels_are_in_no_layer(built):
         same_size = [p for p in mounted.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_size == size]
         assert not [p for p in same_size if hashlib.sha256(p.read_bytes()).hexdigest() == digest]
         assert not list(mounted.rglob("torch-*.whl"))
+        # ... and the torch inside is the venv's own build from those wheels (the CPU one here), not PyPI's CUDA one.
+        installed = [p.name for p in (mounted / "opt" / "venv").glob("lib/python3*/site-packages/torch-*.dist-info")]
+        assert installed == [f"torch-{metadata.version('torch')}.dist-info"], installed
     finally:
         buildah(env, "umount", working)
         buildah(env, "rm", working)

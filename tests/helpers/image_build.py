@@ -13,6 +13,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from tests.helpers.background import Background
@@ -42,10 +43,22 @@ def debian_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
-def local_wheels() -> str | None:
-    """pip's find-links folder (where this machine keeps torch's CPU wheel), if pip has one configured."""
-    found = subprocess.run([str(BIN / "pip"), "config", "get", "global.find-links"], capture_output=True, text=True)
-    return (found.stdout.strip() or None) if found.returncode == 0 else None
+def torch_wheels() -> str:
+    """The folder holding the wheel of the torch this venv runs (`make setup` installed the CPU build from a folder
+    pip's find-links names): the image installs that same build. Every scope pip reads counts, the environment's
+    PIP_FIND_LINKS included: CI runs with an empty HOME, where the user's pip.conf is not read. Without it the build
+    would take PyPI's CUDA build (5 GB of NVIDIA libraries, copied whole per layer by the vfs driver), so its
+    absence stops the build here with what to change."""
+    version = metadata.version("torch")
+    listed = subprocess.run([str(BIN / "pip"), "config", "list"], capture_output=True, text=True).stdout
+    folders = [f for line in listed.splitlines() if ".find-links=" in line for f in line.split("=", 1)[1].strip("'").split()]
+    for folder in folders:
+        if list(Path(folder).glob(f"torch-{version}-*.whl")):
+            return folder
+    raise SystemExit(
+        f"no wheel of the venv's torch {version} in pip's find-links ({', '.join(folders) or 'none set'}): put it "
+        "in a folder and name that folder in PIP_FIND_LINKS, so the image installs the same CPU build"
+    )
 
 
 def run(command: list[str], env: dict | None = None) -> str:
@@ -62,6 +75,7 @@ def build(root: Path) -> None:
         raise SystemExit(f"{', '.join(missing)} not installed: run `make test-services`")
     if os.geteuid() != 0:
         raise SystemExit("the image test builds as root (debootstrap, buildah's chroot isolation)")
+    wheels = torch_wheels()
     (root / "storage.conf").write_text(
         f'[storage]\ndriver = "vfs"\ngraphroot = "{root / "graph"}"\nrunroot = "{root / "run"}"\n'
     )
@@ -76,8 +90,9 @@ def build(root: Path) -> None:
     run(["buildah", "rm", working], env)
     shutil.rmtree(rootfs)
     args = ["--target", "cpu", "--base", BASE, "--tag", TAG, "--torch-index", "", "--ca-bundle", str(HOST_CA)]
-    wheels = local_wheels()
-    os.execve(str(BIN / "invoke"), ["invoke", "images.build", *args, *(["--wheels", wheels] if wheels else [])], env)
+    # One commit per stage instead of one per step: the vfs driver keeps a whole copy of the tree per layer.
+    args += ["--wheels", wheels, "--no-layer-cache"]
+    os.execve(str(BIN / "invoke"), ["invoke", "images.build", *args], env)
 
 
 def start() -> Background:

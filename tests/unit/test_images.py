@@ -84,6 +84,16 @@ def test_the_gpu_plan_names_base_pins_tag_and_the_exact_command(tmp_path):
     assert "command  " + " ".join(command) in text
 
 
+def test_without_the_layer_cache_buildah_keeps_no_step_layers_and_docker_uses_no_cache(tmp_path):
+    """buildah without --layers commits each stage once: what keeps the tests' vfs storage (a whole copy of the tree
+    per layer) to a few GB."""
+    for tool, head in (("buildah", ["buildah", "bud", "--file"]), ("docker", ["docker", "buildx", "build", "--load"])):
+        plan = images.plan_build("cpu", tag="t", tool=tool, context=tmp_path, layer_cache=False)
+        command = plan.command()
+        assert command[: len(head)] == head and "--layers" not in command
+        assert ("--no-cache" in command) == (tool == "docker")
+
+
 def test_the_cpu_plan_takes_torch_from_the_cpu_index_and_a_given_base(tmp_path):
     plan = images.plan_build("cpu", tag="t", base="localhost/debian-base", tool="docker", context=tmp_path)
     assert plan.command()[:4] == ["docker", "buildx", "build", "--load"]

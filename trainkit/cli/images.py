@@ -15,15 +15,19 @@ from trainkit.cli.options import user_errors
         "ca-bundle": "CA bundle for pip behind a TLS-inspecting proxy; passed as a build secret, kept in no layer.",
         "torch-index": "Package index that serves torch (cpu default: PyTorch's CPU index; gpu: PyPI).",
         "wheels": "Folder of local wheels the build may use (e.g. a CPU torch wheel where no index serves one).",
+        "layer-cache": "Keep and reuse each step's layer (default). --no-layer-cache builds every step afresh and "
+        "keeps only the final image (buildah: one commit per stage, several times less disk; docker: --no-cache).",
         "dry-run": "Print the build (base, pins, tag, exact command) and build nothing.",
     }
 )
 @user_errors
-def build(c, target="gpu", tag=None, base=None, ca_bundle=None, torch_index=None, wheels=None, dry_run=False):
+def build(
+    c, target="gpu", tag=None, base=None, ca_bundle=None, torch_index=None, wheels=None, layer_cache=True, dry_run=False
+):
     """Build the training image with docker buildx, or buildah where there is no Docker engine."""
     from trainkit.infra import images
 
-    plan = images.plan_build(target, tag, base, ca_bundle, torch_index)
+    plan = images.plan_build(target, tag, base, ca_bundle, torch_index, layer_cache=layer_cache)
     print("\n".join(plan.describe()), flush=True)
     if not dry_run:
         print(f"built {images.build(plan, wheels)}")

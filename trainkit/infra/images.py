@@ -99,13 +99,20 @@ class BuildPlan:
     context: Path
     build_args: dict[str, str] = field(default_factory=dict)
     ca_bundle: Path | None = None
+    layer_cache: bool = True
 
     @property
     def image(self) -> str:
         return f"{LOCAL_NAME}:{self.tag}"
 
     def command(self) -> list[str]:
-        head = ["docker", "buildx", "build", "--load"] if self.tool == "docker" else ["buildah", "bud", "--layers"]
+        # Without the layer cache: docker ignores its build cache; buildah keeps no per-step layers and commits each
+        # stage once (buildah-build(1), --layers), which under its vfs driver (a whole copy of the tree per layer)
+        # needs a fraction of the disk.
+        if self.tool == "docker":
+            head = ["docker", "buildx", "build", "--load", *([] if self.layer_cache else ["--no-cache"])]
+        else:
+            head = ["buildah", "bud", *(["--layers"] if self.layer_cache else [])]
         command = [*head, "--file", str(self.root / DOCKERFILE), "--target", "app", "--tag", self.image]
         for name, value in sorted(self.build_args.items()):
             command += ["--build-arg", f"{name}={value}"]
@@ -140,6 +147,7 @@ def plan_build(
     torch_index: str | None = None,
     tool: str | None = None,
     context: Path | None = None,
+    layer_cache: bool = True,
 ) -> BuildPlan:
     """Everything about a build, decided and checked before anything is built."""
     if flavor not in FLAVORS:
@@ -164,6 +172,7 @@ def plan_build(
         context=context or outputs.aws_state_dir().parent / f"image-context-{flavor}",
         build_args=build_args,
         ca_bundle=bundle,
+        layer_cache=layer_cache,
     )
 
 
