@@ -24,7 +24,9 @@ The launcher sets, for every process of the run:
 torchrun adds TORCHELASTIC_RESTART_COUNT (how many times the workers were restarted). The script's own folder is
 copied into the run folder (<run folder>/code/<hash>/) and started from there, so its sibling modules import.
 
-`report_step(step, loss=..., **values)`: rank 0 appends {"step", "loss", "time", ...} to metrics.jsonl, which
+`report_step(step, loss=..., **values)` is also the step's heartbeat: the stall watchdog of the rank's torchrun agent
+restarts the job from its last checkpoint when a rank reports no step for far longer than its steps take (call it on
+every rank for that; docs/checkpoints.md). Rank 0 appends {"step", "loss", "time", ...} to metrics.jsonl, which
 `invoke status` and `invoke obs.report` read; every rank sets its Prometheus gauges (trainkit_train_step,
 trainkit_train_loss, trainkit_last_step_timestamp_seconds, and lr, samples_per_s, tokens_per_s, step_time_s when
 given: training/common/metrics.py) on the job's metrics port + its local rank, where the platform scrapes a
@@ -39,6 +41,7 @@ import os
 import time
 from pathlib import Path
 
+from training.common.heartbeat import process_heartbeat
 from training.common.job import (
     CHECKPOINT_DIR_ENV,
     METRICS_PORT_OFFSET_ENV,
@@ -96,6 +99,7 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
     if first:
         _sink = _metrics()
         _sink.truncate_after(step - 1)  # a resumed process redoes steps from its checkpoint: no line twice
+    process_heartbeat().beat(int(step))  # what the node's stall watchdog watches (training/common/heartbeat.py)
     record = {"step": int(step), "time": time.time(), **values}
     if loss is not None:
         record["loss"] = float(loss)

@@ -12,6 +12,7 @@ import signal
 
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke
+from training.common.faults import HANG_ENV
 from trainkit.services import EtcdServer
 
 
@@ -120,28 +121,39 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         assert invoke("status", "--run-id", "e2e").returncode == 2
 
 
-def test_no_pod_leaves_before_the_run_is_published(fake, tmp_path):
-    """v1.9.4 marks the job Succeeded when the first Worker pod succeeds and deletes the pods still running
+def test_a_frozen_rank_is_restarted_and_no_pod_leaves_before_the_run_is_published(fake, tmp_path):
+    """Rank 1 freezes (SIGSTOP) in step 6: its pod's watchdog finds it stopped, the other pod's finds its rank waiting
+    in a collective for a peer on another node; both restart from the step-4 checkpoint in place (the pods stay).
+    Then v1.9.4 marks the job Succeeded when the first Worker pod succeeds and deletes the pods still running
     (cleanPodPolicy Running). Rank 0 is made slow to publish (8 s): the other node's ranks wait for it at
     the final barrier, so the summary, the exported model and the finish event are all there."""
     fake.pod_env["TRAINKIT_TEST_PUBLISH_DELAY_S"] = "8"
+    fake.pod_env[HANG_ENV] = "sigstop@1:6"
+    stall = ("--checkpoint-interval", "4", "--stall-timeout", "6")
     with EtcdServer(tmp_path / "etcd") as etcd:
-        submitted = invoke("train", *job_flags(etcd, "slow", 8))
+        submitted = invoke("train", *job_flags(etcd, "slow", 8, *stall))
         assert submitted.returncode == 0, submitted.stderr
         job = fake.jobs[("trainkit-jobs", "slow")]
         fake.wait(lambda: job["status"]["conditions"][-1]["type"] == "Succeeded", 240, "the job to succeed")
         run = fake.fsx / "runs" / "slow"
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == 8 and summary["world_size"] == 2
-        events = [json.loads(line)["event"] for line in (run / "events.jsonl").read_text().splitlines()]
-        assert events[-1] == "finish"
+        records = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+        events = [record["event"] for record in records]
+        assert events[-1] == "finish" and events.count("stalled") >= 1, events
+        # Each node's watchdog sees its own rank: the frozen one stopped, the other waiting in a collective for a
+        # peer elsewhere. Whichever fires first restarts the job; the other node's agent then joins the new round.
+        seen = {rank: e["ranks"][rank]["doing"] for e in records if e["event"] == "stalled" for rank in e["ranks"]}
+        assert seen and seen.get("1", "stopped by a signal") == "stopped by a signal", records
+        assert seen.get("0", "waiting in a collective").startswith(("waiting in a collective", "exited")), records
+        assert [e["step"] for e in records if e["event"] == "resume"] == [4]
         model = run / "model"
         assert (model / "config.json").exists() and list(model.glob("*.safetensors"))
         assert (run / "checkpoints" / "latest").read_text().strip() == "step-00000008"
         # Rank 1 (the other node: whichever pod did not hold group rank 0) waited for rank 0 at the final barrier
         # before it left.
         other = ({"slow-worker-0", "slow-worker-1"} - {leader_pod(fake, "slow")}).pop()
-        log = next((run / "logs" / other).rglob("stdout.log"))
+        log = max((run / "logs" / other).rglob("stdout.log"), key=lambda path: path.stat().st_mtime)  # last attempt
         assert "rank 1: run published by rank 0, leaving" in log.read_text()
         assert log.stat().st_mtime >= (run / "summary.json").stat().st_mtime
         # Had the operator deleted the leader's pod (the one still running when another finished), `invoke

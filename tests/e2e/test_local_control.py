@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
-from tests.helpers.product import invoke, output, read_jsonl, start_invoke
-from tests.helpers.waiting import wait_for
+from tests.helpers.product import invoke, output, read_jsonl, start_invoke, tiny_args
+from tests.helpers.waiting import latest_step, wait_for
+from trainkit.backends.local.deadline import EXIT_DEADLINE
 
 
 def test_status_logs_stop_of_a_running_local_job(tmp_path):
@@ -43,3 +46,52 @@ def test_status_logs_stop_of_a_running_local_job(tmp_path):
     assert again.returncode == 2 and "is not running on this machine" in again.stderr
     missing = invoke("logs", *where, "--run-id", "nope", "--target", "local")  # without it: EKS is asked
     assert missing.returncode == 2 and "no run in" in missing.stderr and "runs there: ctl" in missing.stderr
+
+
+def run_processes(run_dir: Path) -> list[int]:
+    """The processes of a run on this machine: its torchrun agents and their workers, whose environment names the
+    run folder (the launcher's own does not)."""
+    wanted = f"TRAINKIT_RUN_DIR={run_dir}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if wanted in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def test_max_runtime_stops_a_local_run_with_a_checkpoint_and_says_why(tmp_path):
+    """A run of 2000 steps under a 22 s deadline: stopped as Ctrl-C stops it, failed with exit 124 and one line."""
+    runs = tmp_path / "runs"
+    args = tiny_args(runs, "--steps", "2000", "--checkpoint-interval", "3", "--max-runtime", "22", "--run-id", "dl")
+    began = time.monotonic()
+    result = invoke(*args, timeout=180)
+    took = time.monotonic() - began
+    assert result.returncode == EXIT_DEADLINE, result.stdout[-2000:] + result.stderr[-2000:]
+    run_dir = runs / "dl"
+    events = read_jsonl(run_dir / "events.jsonl")
+    stop, deadline = [e for e in events if e["event"] == "stop"][-1], events[-1]
+    assert deadline["event"] == "deadline" and deadline["source"] == "launcher", events[-3:]
+    assert [e["event"] for e in events].count("checkpoint") >= 2, "the run must get going before its deadline"
+    step = stop["step"]
+    assert deadline["max_runtime"] == 22 and deadline["step"] == step and deadline["checkpoint"] == latest_step(run_dir)
+    if stop["checkpoint"] is not None:  # the grace allowed a checkpoint at the step it stopped at
+        assert stop["checkpoint"] == step == latest_step(run_dir)
+        kept = f"checkpoint at step {step} saved; the same command resumes it with a fresh 22 s window"
+    else:
+        kept = f"its last checkpoint is at step {latest_step(run_dir)} (no time to save another)"
+    reason = f"run dl stopped at its --max-runtime deadline (22 s) at step {step}; {kept}"
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {reason}"), result.stderr[-2000:]
+    assert 22 < took < 22 + 40 + 30  # the deadline, the stop's grace at most, the launcher's own start
+
+    failure = json.loads((run_dir / "failure.json").read_text())
+    assert failure["line"] == last.removeprefix("error: ") and failure["exit_code"] == EXIT_DEADLINE
+    status = invoke("status", "--runs-dir", str(runs))
+    lines = status.stdout.splitlines()
+    assert lines[0] == "run dl (llama2-tiny, 1 node(s) x 2 process(es)): failed", status.stdout
+    assert f"  cause      {failure['line']}" in lines and any("fresh --max-runtime window" in x for x in lines)
+    wait_for(lambda: not run_processes(run_dir), 5, "every agent and worker of the run to be gone")
+    assert not (run_dir / "launcher.pid").exists() and not (run_dir / "launcher.json").exists()

@@ -18,7 +18,16 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.helpers.paths import HELPERS, REPO
-from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, run_folder, start_invoke, tiny_args
+from tests.helpers.product import (
+    invoke,
+    job_processes,
+    only_run_dir,
+    output,
+    read_jsonl,
+    run_folder,
+    start_invoke,
+    tiny_args,
+)
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.checkpoint import STALL_ENV
 from training.common.failure import EXIT_NO_RETRY
@@ -26,13 +35,6 @@ from training.llm.dialogues import write_dialogues
 from training.llm.tokenizer import load_tokenizer
 from training.text import formats, packing, records
 from trainkit.services import free_port_pair
-
-
-def job_processes(marker: str) -> list[str]:
-    """Command lines of live processes that belong to a run (its run dir is on their command line)."""
-    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
-
 
 # --------------------------------------------------------------------------- first contact
 

@@ -51,7 +51,9 @@ def torch_wheels() -> str:
     absence stops the build here with what to change."""
     version = metadata.version("torch")
     listed = subprocess.run([str(BIN / "pip"), "config", "list"], capture_output=True, text=True).stdout
-    folders = [f for line in listed.splitlines() if ".find-links=" in line for f in line.split("=", 1)[1].strip("'").split()]
+    folders = [
+        f for line in listed.splitlines() if ".find-links=" in line for f in line.split("=", 1)[1].strip("'").split()
+    ]
     for folder in folders:
         if list(Path(folder).glob(f"torch-{version}-*.whl")):
             return folder

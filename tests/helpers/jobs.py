@@ -61,6 +61,7 @@ WALKS = {
         "keep_checkpoints": 3,
         "max_restarts": 1,
         "collective_timeout": 120,
+        "stall_timeout": 300,
         "rdzv": "etcd",
         "rdzv_endpoint": "127.0.0.1:2379",
         "run_id": "walk-llama",

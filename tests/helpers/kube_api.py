@@ -36,6 +36,14 @@ elasticPolicy, restartPolicy ExitCode, OnFailure or Never, cleanPodPolicy Runnin
   controller's queue is util.FakeWorkQueue, whose NumRequeues is always 0
   (pkg/controller.v1/pytorch/pytorchjob_controller.go L82, pkg/common/util/fake_workqueue.go L56): so this
   fires only with backoffLimit 0, and pods replaced under ExitCode are replaced without bound.
+- active deadline (runPolicy.activeDeadlineSeconds): PyTorchJobReconciler.UpdateJobStatus
+  (pkg/controller.v1/pytorch/pytorchjob_controller.go) sets status.startTime at the job's first reconcile, whatever
+  its pods do, and replaced pods do not reset it; JobController.ReconcileJobs (pkg/controller.v1/common/job.go),
+  after the backoff checks and before anything else of the round, fails the job once core.PastActiveDeadline
+  (pkg/core/job.go: now - startTime >= activeDeadlineSeconds) holds: completionTime, then Failed
+  ("Job <name> has failed because it was active longer than specified deadline"), then the pods are deleted as
+  at any finish (cleanPodPolicy Running: the Running and Pending ones). startTime goes through the API with
+  whole seconds (RFC 3339), and so does the deadline's arithmetic here.
 - failed pods (UpdateJobStatus L434-447): with failed pods and fewer succeeded plus running than replicas, a
   replica spec with restartPolicy Never fails the job ("... is failed because N Worker replica(s) failed.").
 - finish (pkg/controller.v1/common/job.go L43-69, cleanPodPolicy Running): the pods still Running or
@@ -234,6 +242,16 @@ def set_condition(conditions: list[dict], kind: str, reason: str, message: str) 
                 condition["status"] = "False"
     condition = {"type": kind, "status": "True", "reason": reason, "message": message}
     conditions[:] = [*remaining, condition | {"lastUpdateTime": stamp, "lastTransitionTime": kept}]
+
+
+def past_active_deadline(job: dict) -> bool:
+    """pkg/core/job.go PastActiveDeadline: a deadline and a start time, and at least the deadline since the start."""
+    limit = job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
+    start = job["status"].get("startTime")
+    if limit is None or start is None:
+        return False
+    started = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - started).total_seconds() >= limit
 
 
 def finished(job: dict) -> bool:
@@ -595,6 +613,10 @@ class FakeCluster:
         if exceeds or (limit is not None and (restarts > 0 if limit == 0 else restarts >= limit)):
             message = f"Job {name} has failed because it has reached the specified backoff limit"
             set_condition(conditions, "Failed", "PyTorchJobFailed", message)
+        elif past_active_deadline(job):
+            job["status"].setdefault("completionTime", now())
+            message = f"Job {name} has failed because it was active longer than specified deadline"
+            set_condition(conditions, "Failed", "PyTorchJobFailed", message)
         if not finished(job):  # ReconcilePods: a pod for every index that has none (one deleted last round)
             for index in range(worker["replicas"]):
                 if (namespace, f"{name}-worker-{index}") not in self.pods:
@@ -604,6 +626,8 @@ class FakeCluster:
         # The replica status counts this round's failed pods, also the ones just deleted (updateJobReplicaStatuses
         # runs on the pods ReconcilePods was given).
         self._failures[(namespace, name)] = len(failed)
+        if not finished(job):  # UpdateJobStatus: the active deadline's clock starts at the first reconcile
+            job["status"].setdefault("startTime", now())
         if finished(job):
             pass
         elif succeeded and job["spec"].get("elasticPolicy") is not None:
@@ -619,7 +643,7 @@ class FakeCluster:
                 message = f"PyTorchJob {name} is restarting because {len(failed)} Worker replica(s) failed."
                 set_condition(conditions, "Restarting", "PyTorchJobRestarting", message)
         if finished(job) and job["spec"].get("runPolicy", {}).get("cleanPodPolicy", "None") == "Running":
-            for pod in running:
+            for pod in [pod for pod in pods if pod.phase in ("Running", "Pending")]:
                 self._delete_pod(namespace, pod)
 
     def _exit_code_policy(self, namespace: str, name: str, conditions: list, failed: list) -> None:

@@ -96,6 +96,12 @@ def tiny_args(runs: Path, *extra: str) -> list[str]:
     return ["train", "--model", "llama2-tiny", "--runs-dir", str(runs), "--metrics-port", "0", *extra]
 
 
+def job_processes(marker: str) -> list[str]:
+    """Command lines of live processes that belong to a run (its run dir is on their command line)."""
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 

@@ -70,6 +70,7 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "keep_checkpoints": ((), ("--keep-checkpoints", "0"), "--keep-checkpoints"),
     "max_restarts": ((), ("--max-restarts", "-1"), "--max-restarts"),
     "collective_timeout": ((), ("--collective-timeout", "0"), "--collective-timeout"),
+    "stall_timeout": ((), ("--stall-timeout", "-5"), "--stall-timeout"),
     "rdzv": ((), ("--rdzv", "zmq"), "--rdzv"),
     "rdzv_endpoint": ((), ("--rdzv-endpoint", "no-port-here"), "--rdzv-endpoint"),
     "target": ((), ("--target", "gcp"), "--target"),

@@ -4,6 +4,7 @@ source): pods here run a shell command instead of training, so each rule is seen
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from tests.helpers.eks import IMAGE, container, job_for, worker
 from trainkit.backends.eks.backend import status
@@ -114,3 +115,24 @@ def test_an_empty_termination_message_falls_back_to_the_log_tail(fake):
     message = fake.pod(f"{job['metadata']['name']}-worker-0").terminated["message"]
     assert message == "starting\nImportError: no module named flash_attn\n"  # FallbackToLogsOnError
     assert "  cause      ImportError: no module named flash_attn" in status("trainkit-jobs", "tail")
+
+
+def test_the_active_deadline_fails_the_job_and_deletes_its_pods_and_status_says_so(fake):
+    # Both workers would run a minute; each records the SIGTERM its deletion sends.
+    job = submit(fake, "late", 'trap "echo TERM; exit 143" TERM; sleep 60 & wait', activeDeadlineSeconds=2)
+    name = job["metadata"]["name"]
+    fake.wait(lambda: kinds(job)[-1] == ("Failed", "True"), 30, "the job to fail")
+    assert kinds(job) == [("Created", "True"), ("Running", "False"), ("Failed", "True")]
+    failed = job["status"]["conditions"][-1]
+    assert failed["reason"] == "PyTorchJobFailed"
+    assert failed["message"] == f"Job {name} has failed because it was active longer than specified deadline"
+    started, ended = (datetime.fromisoformat(job["status"][key]) for key in ("startTime", "completionTime"))
+    assert (ended - started).total_seconds() >= 2
+    assert sorted(fake.deleted) == [f"{name}-worker-0", f"{name}-worker-1"]  # Running pods go, as at any finish
+    for index in range(2):
+        log = fake.root / f"{name}-worker-{index}.log"
+        fake.wait(lambda log=log: "TERM" in log.read_text(), 10, f"SIGTERM to worker-{index}")
+    shown = status(NAMESPACE, "late")
+    assert shown.startswith(f"job {NAMESPACE}/{name} (run late): Failed") and "  (no pods left)" in shown
+    assert "  cause      stopped at its --max-runtime deadline (2 s from the job's start" in shown
+    assert "submit again with --run-id late to resume with a fresh window" in shown

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.eks import ECR, container, job_for
+from tests.helpers.crd import admission_errors
+from tests.helpers.eks import ECR, container, job_for, worker
+from training.common.lifecycle import STOP_GRACE_S
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import cluster, render
 from trainkit.infra import outputs
@@ -39,6 +41,16 @@ def test_pretrained_weights_require_the_secret(recorded_outputs):
     job = job_for({"model": "llama2-7b", "init": "pretrained"})
     secret_ref = {i["name"]: i for i in container(job)["env"]}["HF_TOKEN"]["valueFrom"]["secretKeyRef"]
     assert secret_ref["optional"] is False
+
+
+def test_max_runtime_is_the_active_deadline_and_the_pods_grace_covers_the_stop(recorded_outputs):
+    open_ended, timed = (job_for({"model": "llama2-7b", **flags}) for flags in ({}, {"max_runtime": "4h"}))
+    assert "activeDeadlineSeconds" not in open_ended["spec"]["runPolicy"]
+    assert timed["spec"]["runPolicy"] == {**open_ended["spec"]["runPolicy"], "activeDeadlineSeconds": 14400}
+    assert admission_errors(timed) is None
+    # Deleted at the deadline, a pod gets SIGTERM and this long before SIGKILL: the workers' own stop, a checkpoint
+    # included, must fit in it.
+    assert worker(timed)["template"]["spec"]["terminationGracePeriodSeconds"] > STOP_GRACE_S
 
 
 def test_job_names_are_dns_labels_and_stay_distinct():

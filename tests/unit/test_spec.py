@@ -97,6 +97,15 @@ def test_bad_input_names_the_flag(flags, message, monkeypatch):
         spec_of(**flags)
 
 
+@pytest.mark.parametrize("target", ["local", "eks"])
+def test_max_runtime_is_a_deadline_on_every_target(target, recorded_outputs):
+    """SageMaker and Batch map it too, with their own limits (tests/integration/test_sagemaker_dry_run.py,
+    tests/unit/test_aws_batch_request.py); the spot-only flags stay SageMaker's."""
+    assert spec_of(target=target, model="llama2-7b", max_runtime="90m").max_runtime == 5400
+    with pytest.raises(SpecError, match=r"--max-wait is for --target sagemaker \(managed spot training\); drop it"):
+        spec_of(target=target, model="llama2-7b", max_runtime="90m", max_wait="2h")
+
+
 def test_compile_without_a_compiler_is_refused_before_anything_starts(monkeypatch, tmp_path):
     monkeypatch.setattr(hardware, "local_gpu_count", lambda: 0)
     monkeypatch.setenv("PATH", str(tmp_path))  # no g++ on it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -44,6 +45,18 @@ def publish_bytes(path: Path, data: bytes) -> Path:
         raise
     fsync_dir(path.parent)
     return path
+
+
+EVENTS_FILE = "events.jsonl"
+
+
+def append_event(run_dir: Path, kind: str, **fields) -> None:
+    """One line of the run's events.jsonl ({"event": kind, "time": ..., **fields}), on disk when this returns. Its
+    writers (rank 0, the launcher, a node's agent) each append whole lines."""
+    with (run_dir / EVENTS_FILE).open("a") as handle:
+        handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def publish_rank_files(run_dir: Path, rank: int, files: dict[str, str]) -> None:

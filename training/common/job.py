@@ -447,6 +447,16 @@ class ElasticOptions:
         minimum=1,
         trains=False,
     )
+    stall_timeout: int | None = option(
+        None,
+        "Seconds a rank may go without finishing a step before the stall watchdog dumps every rank's stacks into "
+        "its log and restarts the job from its last checkpoint (one of --max-restarts); 0 turns the watchdog off. "
+        "Default: 10 x the median step, at least 60 s. A process's first steps, checkpoints and evaluations get "
+        "at least 10 min whatever this says. Also 90s, 5m.",
+        minimum=0,
+        trains=False,
+        duration=True,
+    )
     rdzv: str | None = option(
         None,
         "Rendezvous backend: `c10d` (a store hosted by node 0) or `etcd` (a store outside the nodes, which "
@@ -491,9 +501,11 @@ class PlacementOptions:
     )
     max_runtime: int | None = option(
         None,
-        "The job's deadline in seconds (or 90m, 4h, 2d), after which its target stops it; sagemaker: the "
-        "stopping condition, default SageMaker's own 1 day; batch: each attempt's timeout (at least 60 s), default "
-        "none.",
+        "The job's deadline in seconds (or 90m, 4h, 2d), counted afresh at each launch; past it the job stops (a "
+        "checkpoint when time allows) and fails. local: from when its processes start, exit code 124; eks: "
+        "runPolicy.activeDeadlineSeconds, from the PyTorchJob's first reconcile (the operator deletes its pods); "
+        "sagemaker: the stopping condition; batch: each attempt's timeout (at least 60 s). Default: none "
+        "(sagemaker: SageMaker's own 1 day).",
         minimum=1,
         trains=False,
         duration=True,
@@ -650,10 +662,11 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def duration_seconds(text: str, flag: str) -> int:
-    """`3600`, `90m`, `4h`, `2d` as seconds; anything else is refused naming the flag."""
+    """`3600`, `90m`, `4h`, `2d` as seconds; anything else is refused naming the flag (a field's minimum refuses 0
+    where 0 means nothing)."""
     value = text.strip().lower()
     number, unit = (value[:-1], value[-1]) if value[-1:] in DURATION_UNITS else (value, "s")
-    if not number.isdigit() or int(number) == 0:
+    if not number.isdigit():
         raise ValueError(f"{flag} {text!r}: give a whole number of seconds, or minutes, hours or days (90m, 4h, 2d)")
     return int(number) * DURATION_UNITS[unit]
 

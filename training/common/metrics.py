@@ -14,6 +14,7 @@ Metric names (all carry labels run_id, model, rank, node):
     trainkit_last_step_timestamp_seconds Unix time of the last logged step (stall detection)
     trainkit_checkpoint_duration_seconds wall time of the last checkpoint save
     trainkit_restarts                    times this run resumed from a checkpoint (0 from the first step)
+    trainkit_stall_restarts              of those, the restarts the stall watchdog made (a rank stopped stepping)
     trainkit_val_top1_ratio              top-1 accuracy on the validation set after the last epoch (0..1)
     trainkit_val_top5_ratio              top-5 accuracy on the validation set after the last epoch (0..1)
     trainkit_epoch_time_seconds          wall time of the last complete epoch (training only)
@@ -46,6 +47,7 @@ GAUGES = {
     "trainkit_last_step_timestamp_seconds": "Unix time at which the last logged step completed.",
     "trainkit_checkpoint_duration_seconds": "Wall time of the last checkpoint save in seconds.",
     "trainkit_restarts": "Times this run resumed from a checkpoint.",
+    "trainkit_stall_restarts": "Times the stall watchdog restarted this run (a rank stopped stepping).",
     "trainkit_val_top1_ratio": "Top-1 validation accuracy after the last epoch, 0..1.",
     "trainkit_val_top5_ratio": "Top-5 validation accuracy after the last epoch, 0..1.",
     "trainkit_epoch_time_seconds": "Wall time of the last complete training epoch in seconds.",

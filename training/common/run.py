@@ -10,6 +10,7 @@ whatever is being trained.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,7 +27,8 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
 from .failure import NoRetry, doing
-from .files import publish_text
+from .files import EVENTS_FILE, append_event, publish_text
+from .heartbeat import process_heartbeat
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink, metrics_address
@@ -158,8 +160,9 @@ class RunContext:
         address = metrics_address(job.placement.target)
         self.metrics = MetricsSink(self.run_dir, labels, acc.is_main_process, port, address)
         self.restarts = 0
-        self.events = self.run_dir / "events.jsonl"
+        self.events = self.run_dir / EVENTS_FILE
         self.stop_signal = StopSignal().install()
+        self.heartbeat = process_heartbeat()  # what the node's stall watchdog reads (trainkit/run/watchdog.py)
         self.saved_step: int | None = None
         self.save_seconds = 0.0
         self.profile = StepProfile()  # TRAINKIT_PROFILE_STEPS, set by `invoke bench train`
@@ -177,10 +180,8 @@ class RunContext:
     def event(self, kind: str, **fields) -> None:
         """Append one line to events.jsonl (main rank)."""
         if self.accelerator.is_main_process:
-            with doing(f"writing the {kind} event"), self.events.open("a") as handle:
-                handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
+            with doing(f"writing the {kind} event"):
+                append_event(self.run_dir, kind, **fields)
 
     def resume(self) -> int:
         """Load the newest checkpoint that is whole (every object registered with the accelerator); returns the
@@ -222,6 +223,7 @@ class RunContext:
         self.metrics.truncate_after(step)  # lines of steps after the checkpoint (all, without one) are redone
         # Exported from the start (0), so the first restart is a change a rule can see.
         self.metrics.set("trainkit_restarts", self.restarts)
+        self.metrics.set("trainkit_stall_restarts", self._stall_restarts())
         self.event(
             "resume" if latest is not None else "start",
             step=step,
@@ -230,7 +232,25 @@ class RunContext:
             agent_restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
             **self.start_fields,
         )
+        self.heartbeat.beat(step)  # the watchdog watches this process's steps from here
         return step
+
+    def _stall_restarts(self) -> int:
+        """How many of the run's resumes followed a stall: starts and resumes in events.jsonl with a `stalled` event
+        of a node's watchdog before them, since the one before (on several nodes each node may record one)."""
+        try:
+            lines = self.events.read_text().splitlines()
+        except OSError:
+            return 0
+        count, stalled = 0, False
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                kind = json.loads(line).get("event")
+                if kind == "stalled":
+                    stalled = True
+                elif kind in ("start", "resume"):
+                    count, stalled = count + stalled, False
+        return count + stalled  # this resume, when a stall came after the last one
 
     def _unusable(self, checkpoint: Path) -> str | None:
         """Why `checkpoint` cannot be resumed from (None: it loaded), the same answer on every rank."""
@@ -305,7 +325,7 @@ class RunContext:
 
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()
-        with doing(f"writing checkpoint {step_dir_name(step)}"):
+        with doing(f"writing checkpoint {step_dir_name(step)}"), self.heartbeat.phase("checkpoint"):
             self.checkpoints.save(
                 step,
                 self.state.save,
@@ -337,6 +357,7 @@ class RunContext:
         """Every step boundary but the last (which save_final covers): checkpoint every `interval` steps
         (0: never) or when the trainer asks (`save_anyway`, e.g. an epoch end), then stop here if a stop
         was asked for."""
+        self.heartbeat.beat(step)
         if step == total_steps:
             return
         if save_anyway or (interval and step % interval == 0):

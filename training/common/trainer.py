@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 
+from training.common.faults import hang_here
 from training.common.flops import mfu
 from training.common.job import Job
 from training.common.run import RunContext, peak_memory_bytes, synchronize
@@ -192,13 +193,18 @@ class Trainer(abc.ABC):
             lr = self.scheduler.get_last_lr()[0]
             run.profile.before(step + 1)
             started = time.perf_counter()
+            hang_here("step", step + 1)
             result = self.train_step(step)
             run.check_finite(step + 1, result.loss, result.grad_norm)
             elapsed = time.perf_counter() - started
             run.profile.after(step + 1)
             done = step + 1
             epoch_end = self.epoch_end(done)
-            extra = {"warmup": first} | (self.at_epoch_end(done) if epoch_end else {})
+            if epoch_end:
+                with run.heartbeat.phase("evaluate"):
+                    extra = {"warmup": first} | self.at_epoch_end(done)
+            else:
+                extra = {"warmup": first}
             if done % job.run.log_interval == 0 or done == self.total_steps or epoch_end:
                 record = self.log(done, result, lr, elapsed, extra)
                 bar.set_postfix(loss=f"{result.loss:.4f}", **{short: f"{record[field]:.0f}"})
@@ -206,6 +212,7 @@ class Trainer(abc.ABC):
             bar.update(1)
             run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval, save_anyway=epoch_end)
         bar.close()
+        run.heartbeat.beat(self.total_steps, "export")  # the final save and the report (an export) take their time
         self.before_final_save()
         run.save_final(self.total_steps)
         run.finish(start, self.report())

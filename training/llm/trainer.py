@@ -18,6 +18,7 @@ from transformers.utils import logging as hf_logging
 
 from training.common.distributed import make_accelerator, verify_sharding
 from training.common.failure import doing
+from training.common.faults import hang_here
 from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
@@ -139,6 +140,7 @@ class DecoderTrainer(Trainer):
         # --packing masked: each example's positions restart at 0, and the model masks attention at the restarts.
         positions = "position_ids" if (self.job.data.packing or "masked") == "masked" else None
         names = ("input_ids", "labels", positions)
+        hang_here("data", step + 1)
         batches = [tuple(self.dataset.rows(name, i).to(device) if name else None for name in names) for i in micro]
         data_wait = time.perf_counter() - waited
         # The attention kernel is pinned over forward and backward: a checkpointed layer recomputes its forward

@@ -127,18 +127,12 @@ SYSTEM_TREES = ("/proc", "/sys", "/dev")
 SPLIT = re.compile(r"[A-Za-z0-9_.+%:\[\]-]+")  # datasets' split syntax: train, train[:10%], train+validation
 EKS_ONLY = ("instance_type", "image", "namespace")
 MAX_PORT = 65535
-DEADLINE_TARGETS = ("sagemaker", "batch")
-"""The targets that map --max-runtime onto their own limit so far (SageMaker's stopping condition, Batch's timeout)."""
 
 
 def _validate_deadline(job: Job) -> None:
-    """--max-runtime where the target applies it; --spot and --max-wait on SageMaker only, the wait covering the run."""
+    """--spot and --max-wait on SageMaker only, the wait covering the run. --max-runtime is every target's deadline
+    (docs/checkpoints.md "Deadlines"); Batch's own minimum is its backend's check."""
     placement = job.placement
-    require(
-        placement.max_runtime is None or placement.target in DEADLINE_TARGETS,
-        f"--max-runtime is applied on --target {' or '.join(DEADLINE_TARGETS)} only so far; drop it for --target "
-        f"{placement.target}",
-    )
     for key in ("spot", "max_wait"):
         value = BY_KEY[key].get(job)
         require(

@@ -25,13 +25,20 @@ line too: the launcher says the cause itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, node_name, send
-from training.common.job import RUN_DIR_ENV
+from training.common.files import append_event
+from training.common.heartbeat import HEARTBEAT_DIR_ENV
+from training.common.job import RUN_DIR_ENV, SPEC_FILE, read_job
+from trainkit.run import watchdog
 
 EXIT_RENDEZVOUS = 4
 
@@ -98,11 +105,19 @@ def _agent_class():
     from training.common.files import publish_rank_files
 
     class NoRetryAgent(LocalElasticAgent):
-        """LocalElasticAgent that spends no restart on a failure its worker called permanent, and records where
+        """LocalElasticAgent that spends no restart on a failure its worker called permanent, records where
         each worker's output goes under the run folder (for the console and `invoke logs --rank`, whatever the
-        workload: a user's script records nothing itself)."""
+        workload: a user's script records nothing itself), and ends workers that stall (trainkit/run/watchdog.py)."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._watchdog = make_watchdog()
+            self._stalled: set[int] = set()
 
         def _start_workers(self, worker_group):
+            if self._watchdog is not None:
+                self._watchdog.reset()
+            self._stalled = set()
             pids = super()._start_workers(worker_group)
             run_dir = os.environ.get(RUN_DIR_ENV)
             if run_dir:
@@ -115,20 +130,89 @@ def _agent_class():
                         publish_rank_files(Path(run_dir), worker.global_rank, files)
             return pids
 
+        def _stop_workers(self, worker_group, *args, **kwargs):
+            # Before torch's stop (SIGTERM, then SIGKILL after 30 s): a rank already past its allowance is shown and
+            # killed now. A frozen process does not take SIGTERM, and a peer node's new round brings this agent here
+            # before its own next look.
+            if self._watchdog is not None and not self._stalled:
+                stalled = self._watchdog.look(force=True)
+                if stalled is not None:
+                    self._end_stalled(stalled, worker_group)
+            return super()._stop_workers(worker_group, *args, **kwargs)
+
         def _monitor_workers(self, worker_group):
+            if self._watchdog is not None and not self._stalled:
+                stalled = self._watchdog.look()
+                if stalled is not None:
+                    self._end_stalled(stalled, worker_group)
             result = super()._monitor_workers(worker_group)
             if result.is_failed():
                 spec = worker_group.spec
                 attempt = spec.max_restarts - self._remaining_restarts
                 stderrs = getattr(self._pcontext, "stderrs", None) or {}
                 for rank, failure in sorted(result.failures.items()):
-                    send(agent_record(rank, failure, attempt, stderrs.get(failure.local_rank) or None))
+                    if rank not in self._stalled:  # the watchdog's own record says why those were ended
+                        send(agent_record(rank, failure, attempt, stderrs.get(failure.local_rank) or None))
                 if any(failure.exitcode == EXIT_NO_RETRY for failure in result.failures.values()):
                     assert hasattr(self, "_remaining_restarts"), "torch's agent no longer counts restarts this way"
                     self._remaining_restarts = 0
             return result
 
+        def _end_stalled(self, stalled, worker_group):
+            """Show where every rank of the node is (stacks into their logs), say why, and kill them: torchrun then
+            restarts the group from the last checkpoint, or ends the job when no restart is left."""
+            stderrs = getattr(self._pcontext, "stderrs", None) or {}
+            workers = [
+                watchdog.Worker(w.global_rank, w.id, str(stderrs.get(w.local_rank) or "") or None)
+                for w in worker_group.workers
+                if w.id is not None
+            ]
+            report = watchdog.examine(stalled, workers)
+            line = watchdog.cause(report)
+            attempt = worker_group.spec.max_restarts - self._remaining_restarts
+            restarting = self._remaining_restarts > 0
+            run_dir = os.environ.get(RUN_DIR_ENV)
+            if run_dir:
+                with contextlib.suppress(OSError):
+                    append_event(
+                        Path(run_dir), "stalled", node=node_name(), attempt=attempt, restart=restarting, **report
+                    )
+            log = next((w.log for w in workers if w.rank == stalled.rank), None)
+            send(
+                {
+                    "source": "agent",
+                    "rank": stalled.rank,
+                    "attempt": attempt,
+                    "time": time.time(),
+                    "node_name": node_name(),
+                    "cause": line,
+                    "stalled": True,
+                    "permanent": False,
+                    "log": log,
+                }
+            )
+            then = "restarting from the last checkpoint" if restarting else "no restart left: the job ends"
+            print(f"watchdog on {node_name()}: {line}; {then}", file=sys.stderr, flush=True)
+            for worker in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGKILL)
+            self._stalled = {worker.rank for worker in workers}
+
     return NoRetryAgent
+
+
+def make_watchdog() -> watchdog.Watchdog | None:
+    """The node's watchdog over the heartbeat folder main() made, with the job's --stall-timeout (0: none)."""
+    folder = os.environ.get(HEARTBEAT_DIR_ENV)
+    if not folder:
+        return None
+    stall_timeout = None
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        stall_timeout = read_job(Path(run_dir) / SPEC_FILE).elastic.stall_timeout if run_dir else None
+    if stall_timeout == 0:
+        return None
+    return watchdog.Watchdog(Path(folder), stall_timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     launcher.LocalElasticAgent = agent_class
+    # The ranks' heartbeats (training/common/heartbeat.py): on this node's own disk, gone with the agent.
+    beats = tempfile.mkdtemp(prefix="trainkit-heartbeat-")
+    os.environ[HEARTBEAT_DIR_ENV] = beats
     try:
         run(parse_args(argv))
     except SignalException as error:  # torch's handler for SIGTERM/SIGINT/...: the workers were stopped
@@ -172,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         send(record)
         print(record["cause"], file=sys.stderr, flush=True)
         return record["exit_code"]
+    finally:
+        shutil.rmtree(beats, ignore_errors=True)
     return 0
 
 

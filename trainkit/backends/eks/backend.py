@@ -179,6 +179,26 @@ def failure_cause(pods: list) -> str | None:
     return min(ended)[1] if ended else None
 
 
+DEADLINE_MESSAGE = "was active longer than specified deadline"
+"""In the Failed condition of a job past runPolicy.activeDeadlineSeconds (--max-runtime; training-operator v1.9.4,
+JobController.ReconcileJobs in pkg/controller.v1/common/job.go; the reason is PyTorchJobFailed, as for any failure)."""
+
+
+def deadline_cause(job: dict) -> str | None:
+    """The one line of a job the operator failed at its --max-runtime deadline, or None."""
+    conditions = job.get("status", {}).get("conditions", [])
+    failed = next((c for c in conditions if c["type"] == "Failed" and c.get("status") == "True"), None)
+    if failed is None or DEADLINE_MESSAGE not in failed.get("message", ""):
+        return None
+    limit = job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
+    run = job["metadata"]["annotations"][render.LABEL_RUN]
+    return (
+        f"stopped at its --max-runtime deadline ({limit} s from the job's start, runPolicy.activeDeadlineSeconds): "
+        "the operator deleted its running pods, which checkpoint at the step boundary when time allows; submit "
+        f"again with --run-id {run} to resume with a fresh window"
+    )
+
+
 def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
     the job ends), its pods, and why a failed container ended (its termination message). The state is the
@@ -203,7 +223,7 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
         )
     if not pods:
         lines.append("  (no pods yet)" if state not in ("Succeeded", "Failed") else "  (no pods left)")
-    cause = failure_cause(pods)
+    cause = deadline_cause(job) or failure_cause(pods)
     if cause and state != "Succeeded":
         lines.append(f"  cause      {cause}")
     limit = job["spec"].get("runPolicy", {}).get("backoffLimit")

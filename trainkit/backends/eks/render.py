@@ -29,7 +29,7 @@ LABEL_MODEL = "trainkit/model"
 LABEL_RDZV = "trainkit/rdzv-id"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "trainkit"}
 # torchrun gives workers 30 s to stop after SIGTERM (they checkpoint when time allows, README
-# "Elastic training"); the kubelet must wait at least that long before it kills the pod.
+# "Elastic training"); the kubelet must wait at least that long before it kills the pod (also at --max-runtime).
 TERMINATION_GRACE_S = 60
 # Environment for NCCL over EFA (aws-ofi-nccl), set on the pod so that an image of the user's gets it too (the
 # training image sets the first two as well): the EFA libfabric provider only; NCCL's sockets not on loopback,
@@ -268,6 +268,14 @@ def render_pytorchjob(job: Job, rdzv_id: str, job_workload: Workload, code: dict
     template = render_pod_template(job, rdzv_id, workload)
     if code is not None:
         _with_code(job, template, code)
+    run_policy = {"cleanPodPolicy": "Running", "backoffLimit": restarts}
+    if job.placement.max_runtime is not None:
+        # training-operator v1.9.4: the clock starts when PyTorchJobReconciler.UpdateJobStatus first sets
+        # status.startTime (pkg/controller.v1/pytorch/pytorchjob_controller.go): scheduling and image pulls count.
+        # Past core.PastActiveDeadline (pkg/core/job.go), JobController.ReconcileJobs (pkg/controller.v1/common/
+        # job.go) fails the job and deletes its running pods, which get TERMINATION_GRACE_S. A new submission is a
+        # new job: a fresh window.
+        run_policy["activeDeadlineSeconds"] = job.placement.max_runtime
     return {
         "apiVersion": API_VERSION,
         "kind": "PyTorchJob",
@@ -278,7 +286,7 @@ def render_pytorchjob(job: Job, rdzv_id: str, job_workload: Workload, code: dict
             "annotations": {LABEL_RUN: job.run.run_id},
         },
         "spec": {
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": restarts},
+            "runPolicy": run_policy,
             "elasticPolicy": {**_elastic_policy(job, rdzv_id), "maxRestarts": restarts},
             "nprocPerNode": str(job.parallelism.nproc),
             "pytorchReplicaSpecs": {

@@ -14,6 +14,9 @@ Every agent runs in its own session (process group). Ctrl-C or SIGTERM to the la
 as SIGTERM to every agent's group, which torchrun turns into an orderly stop of its workers;
 whatever is still alive after a grace period is killed, so no process outlives the launcher.
 `runs/<id>/launcher.pid` lists the agents' process-group ids, one line per node.
+
+`--max-runtime` is the same stop, sent by the launcher itself when that many seconds have passed since it started
+the agents (trainkit/backends/local/deadline.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from trainkit import hardware
 from trainkit.backends.base import Backend, RunRef, Workload, ready
 from trainkit.backends.local import runs as local_runs
 from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors, summary_block
+from trainkit.backends.local.deadline import EXIT_DEADLINE, record_deadline
 from trainkit.backends.local.task import run_task
 from trainkit.errors import JobFailed
 from trainkit.job.build import Machine, local_machine
@@ -133,6 +137,8 @@ class LocalJob:
         self.agents: dict[int, subprocess.Popen] = {}
         self.pid_file = job.run_dir / PID_FILE
         self.scrape_file: Path | None = None
+        self.deadline_at: float | None = None
+        """When (wall clock) `wait` stopped the job at its `stop_at` deadline; None while it has not."""
 
     def start(self) -> None:
         job = self.run.job
@@ -172,11 +178,15 @@ class LocalJob:
             self.scrape_file.unlink(missing_ok=True)
         self.failures.close()
 
-    def wait(self, stopping: list[int] | None = None, deadline: float | None = None) -> list[int | None] | None:
+    def wait(
+        self, stopping: list[int] | None = None, deadline: float | None = None, stop_at: float | None = None
+    ) -> list[int | None] | None:
         """Every agent's exit code, or None when `deadline` (monotonic) passes or the job outlives the
         grace period after a stop was requested (`stopping` becomes non-empty). A failure no restart mends
-        stops the agents still running NO_RETRY_STOP_S after it was reported."""
-        grace_ends = stop_at = None
+        stops the agents still running NO_RETRY_STOP_S after it was reported. At `stop_at` (monotonic: the
+        --max-runtime deadline) the agents are stopped as a user's stop does it, with the same grace, unless a
+        stop is already under way; `deadline_at` then says when."""
+        grace_ends = no_retry_at = None
         while True:
             codes = self.codes()
             if all(code is not None for code in codes):
@@ -185,13 +195,17 @@ class LocalJob:
                 return codes
             self.failures.poll()
             now = time.monotonic()
-            if stop_at is None and self.failures.permanent():
-                stop_at = now + NO_RETRY_STOP_S
-            if stop_at is not None and now > stop_at:
+            if no_retry_at is None and self.failures.permanent():
+                no_retry_at = now + NO_RETRY_STOP_S
+            if no_retry_at is not None and now > no_retry_at:
                 self.signal_all(signal.SIGTERM)
-                stop_at = float("inf")  # once
+                no_retry_at = float("inf")  # once
                 grace_ends = now + GRACE_SECONDS
             if stopping and grace_ends is None:
+                grace_ends = now + GRACE_SECONDS
+            if stop_at is not None and now > stop_at and grace_ends is None:
+                self.deadline_at = time.time()  # before the signal: the ranks' stop events come after it
+                self.signal_all(signal.SIGTERM)
                 grace_ends = now + GRACE_SECONDS
             if (grace_ends is not None and now > grace_ends) or (deadline is not None and now > deadline):
                 return None
@@ -221,9 +235,10 @@ class LocalJob:
 
 def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
     """Run a prepared job to its end here; Ctrl-C (or SIGTERM) stops it at a step boundary, a second one
-    kills it. Returns 0 when it finished; a failed or stopped run raises JobFailed with its exit code and, in
-    one line, why (a failure's cause is also kept for `invoke status`). `keep_open`: descriptors the agents
-    inherit (the run lock)."""
+    kills it; so does --max-runtime, once that many seconds have passed since the agents started. Returns 0 when it
+    finished; a failed or stopped run raises JobFailed with its exit code (EXIT_DEADLINE at the deadline) and, in
+    one line, why (a failure's or deadline's cause is also kept for `invoke status`). `keep_open`: descriptors the
+    agents inherit (the run lock)."""
     if sys.stdout.isatty() and sys.stderr.isatty() and PROGRESS_ENV not in os.environ:
         run.env[PROGRESS_ENV] = "bar"  # rank 0's output reaches a terminal (RankZeroConsole)
     started = time.monotonic()
@@ -240,13 +255,19 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
     # Before the agents start: a Ctrl-C at any moment stops them (they run in sessions of their own).
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     forget_failure(run.job.run_dir)
-    failed = None
+    failed = expired = None
+    limit = run.job.placement.max_runtime
     try:
         job.start()
         console.start()
-        codes = job.wait(received)
-        if not received and (codes is None or job_exit_code(codes)):  # None: agents that outlived their stop
-            failed = job.failure(codes if codes is not None else job.codes())
+        codes = job.wait(received, stop_at=None if limit is None else time.monotonic() + limit)
+        ended = codes if codes is not None else job.codes()  # None: agents that outlived their stop
+        if job.deadline_at is not None and not job.failures.permanent() and job_exit_code(ended):
+            # The deadline's stop came first (a user's stop after it only hurries it); a run that finished
+            # during the grace period finished.
+            expired = record_deadline(run.job, job.deadline_at)
+        elif not received and (codes is None or job_exit_code(codes)):
+            failed = job.failure(ended)
     finally:
         job.kill_all()
         if console.is_alive():
@@ -254,11 +275,13 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
         owner.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if failed is not None or received:
+    if failed is not None or expired is not None or received:
         # Every rank is gone, so nothing still writes into a save that never published: its space (a full
         # volume's) comes back now, not at the next start.
         remove_partial(run.job.run_dir / CHECKPOINTS_DIR)
     run_id = run.job.run.run_id
+    if expired is not None:
+        raise JobFailed(EXIT_DEADLINE, expired)
     if received:
         name = signal.Signals(received[0]).name
         raise JobFailed(128 + received[0], f"run {run_id} stopped ({name}); the same command resumes it")

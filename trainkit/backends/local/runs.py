@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from training.common.files import append_event
 from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, RunRef
 from trainkit.errors import SpecError
@@ -143,8 +144,7 @@ def workload_label(run_dir: Path, kind: str) -> str:
 
 def record_finished(run_dir: Path) -> None:
     """A workload that writes no summary.json of its own (a script, the sweep) ended well: say so for `status`."""
-    with (run_dir / "events.jsonl").open("a") as events:
-        events.write(json.dumps({"event": FINISHED_EVENT, "time": time.time(), "source": "launcher"}) + "\n")
+    append_event(run_dir, FINISHED_EVENT, source="launcher")
 
 
 def status(ref: RunRef) -> str:
@@ -179,6 +179,11 @@ def status(ref: RunRef) -> str:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
     if state == "failed" and failure.get("type") == "Diverged":  # its settings are what diverged
         lines.append("  again      not resumed: change --lr, --warmup-steps or --grad-clip; train under a new --run-id")
+    elif state == "failed" and failure.get("deadline"):  # stopped at --max-runtime, nothing to mend
+        lines.append(
+            "  again      the same command resumes from the last checkpoint with a fresh --max-runtime window "
+            "(a larger --max-runtime gives it more time)"
+        )
     elif state == "failed":
         lines.append("  again      mend the cause; the same `invoke train` command resumes from the last checkpoint")
     lines.append(f"  folder     {run_dir}")

@@ -1,0 +1,63 @@
+"""The stall watchdog on real 2-process FSDP runs: a rank made to hang (training/common/faults.py) while every
+process stays alive, with --collective-timeout at its 600 s default, which alone would leave the job waiting. The
+node's torchrun agent (trainkit/run/watchdog.py) finds the stall, dumps every rank's stacks into its log, records a
+`stalled` event and restarts the job from its last checkpoint; with no restart left the job fails with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.helpers.product import invoke, job_processes, only_run_dir, read_jsonl, tiny_args
+from tests.helpers.waiting import wait_for
+from training.common.faults import HANG_ENV
+
+STALL = "6"  # seconds: far above a tiny step here (~0.3 s), far below what the CI run may wait
+
+
+def events(run_dir, kind: str) -> list[dict]:
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind]
+
+
+def test_a_data_hang_and_a_deadlock_restart_from_the_checkpoint_and_finish_with_the_same_losses(tiny_run, tmp_path):
+    """In step 22, rank 0's read of its data never returns and rank 1 deadlocks (a lock taken twice), both outside any
+    collective. The same command as the session's undisturbed `make train` run otherwise."""
+    hangs = {HANG_ENV: "data@0:22,deadlock@1:22"}
+    result = invoke(*tiny_args(tmp_path, "--stall-timeout", STALL), env=hangs, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    (stalled,) = events(run_dir, "stalled")
+    # who did not arrive, from the stacks each rank wrote: both ranks outside any collective
+    assert stalled["step"] == 21 and stalled["not_arrived"] == [0, 1] and stalled["in_collective"] == [], stalled
+    assert all("not in a collective: " in stalled["ranks"][r]["doing"] for r in "01"), stalled["ranks"]
+    assert stalled["restart"] and stalled["allowance"] == "--stall-timeout" and stalled["seconds"] >= float(STALL)
+    assert [e["step"] for e in events(run_dir, "resume")] == [20]
+    # every rank's stacks are in its log, showing where it hung: the data read, the second take of the lock
+    logs = sorted((run_dir / "logs").glob("*/attempt_0/*/stderr.log"))
+    texts = [log.read_text() for log in logs]
+    assert len(texts) == 2 and all("most recent call first" in text for text in texts)
+    called_from = r'in hang_here\n  File ".*/training/(llm|common)/trainer.py", line \d+ in '
+    assert re.search(called_from + "train_step", texts[0]) and re.search(called_from + "fit", texts[1])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["restarts"] == 1 and summary["steps"] == 60
+    losses = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
+    reference = {r["step"]: r["loss"] for r in read_jsonl(tiny_run / "metrics.jsonl")}
+    assert sorted(losses) == list(range(1, 61))
+    for step in range(1, 61):
+        assert abs(losses[step] - reference[step]) <= 1e-4, (step, losses[step], reference[step])
+
+
+def test_with_no_restart_left_a_frozen_rank_fails_the_run_with_the_reason_and_nothing_stays(tmp_path):
+    """Rank 1 frozen from outside (SIGSTOP), the case measured before the watchdog: the job sat for good."""
+    flags = ("--steps", "12", "--checkpoint-interval", "4", "--stall-timeout", STALL, "--max-restarts", "0")
+    result = invoke(*tiny_args(tmp_path, *flags, "--run-id", "frozen"), env={HANG_ENV: "sigstop@1:7"}, timeout=300)
+    assert result.returncode != 0
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: run frozen failed: stalled: ") and "after step 6" in line, result.stderr[-3000:]
+    assert "did not arrive: rank 1 stopped by a signal" in line
+    status = invoke("status", "--run-id", "frozen", "--runs-dir", str(tmp_path))
+    assert "stalled: " in status.stdout and "rank 1 stopped by a signal" in status.stdout, status.stdout
+    (stalled,) = events(tmp_path / "frozen", "stalled")
+    assert not stalled["restart"] and stalled["in_collective"] == [0]
+    wait_for(lambda: not job_processes(str(tmp_path)), 10, "every process of the run gone")

@@ -1,0 +1,170 @@
+"""The stall watchdog's rules (trainkit/run/watchdog.py) and the ranks' heartbeats (training/common/heartbeat.py), on
+a fake clock."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training.common import heartbeat as hb
+from trainkit.run import watchdog as wd
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write(folder, rank: int, **beat) -> None:
+    (folder / f"rank-{rank}").write_text(json.dumps({"phase": "step", "timed": 0, "median_s": None, **beat}))
+
+
+def test_a_step_gets_ten_medians_at_least_a_minute_and_the_first_steps_ten_minutes(tmp_path):
+    clock = Clock()
+    dog = wd.Watchdog(tmp_path, clock=clock)
+    write(tmp_path, 0, step=2, time=clock.now, timed=2, median_s=0.5)
+    assert dog.look() is None
+    clock.now += wd.FIRST_STEPS_S - 1  # two steps timed: still the first steps' allowance
+    assert dog.look() is None
+    clock.now += 2
+    stalled = dog.look()
+    assert stalled.rank == 0 and stalled.allowance == wd.FIRST_STEPS_S and "first steps" in stalled.why
+    write(tmp_path, 0, step=30, time=clock.now, timed=30, median_s=0.5)  # 10 x 0.5 s < the 60 s minimum
+    clock.now += wd.MIN_STALL_S - 1
+    assert dog.look() is None
+    clock.now += 2
+    assert dog.look().allowance == wd.MIN_STALL_S
+    write(tmp_path, 0, step=40, time=clock.now, timed=40, median_s=12.0)
+    clock.now += 119
+    assert dog.look() is None
+    clock.now += 2
+    stalled = dog.look()
+    assert stalled.allowance == 120 and stalled.why.startswith("10 x the median step of 12.00 s")
+
+
+def test_stall_timeout_sets_a_steps_allowance_but_not_a_checkpoints(tmp_path):
+    clock = Clock()
+    dog = wd.Watchdog(tmp_path, stall_timeout=5, clock=clock)
+    write(tmp_path, 1, step=10, time=clock.now, timed=10, median_s=0.3)
+    clock.now += 4.5
+    assert dog.look() is None
+    clock.now += 1
+    assert dog.look().why == "--stall-timeout"
+    write(tmp_path, 1, step=10, time=clock.now, phase="checkpoint", timed=10, median_s=0.3)
+    clock.now += wd.SLOW_PHASE_S - 1
+    assert dog.look() is None
+    clock.now += 2
+    assert "a checkpoint" in dog.look().why
+
+
+def test_a_slow_phase_gets_ten_times_the_longest_one_seen(tmp_path):
+    watch = wd.RankWatch(wd.Beat(10, "checkpoint", 0.0, timed=10, median_s=1.0))
+    watch.see(wd.Beat(10, "step", 200.0, timed=10, median_s=1.0))  # a 200 s checkpoint
+    watch.see(wd.Beat(20, "checkpoint", 210.0, timed=20, median_s=1.0))
+    assert watch.allowance(None) == (2000.0, "a checkpoint: at least 600 s")
+
+
+def test_the_agent_times_steps_itself_where_the_beat_is_a_bare_number(tmp_path):
+    """A user's script that writes its step into the file: the agent's own look gives the medians."""
+    clock = Clock()
+    dog = wd.Watchdog(tmp_path, clock=clock)
+    path = tmp_path / "rank-3"
+    for step in range(0, 12, 2):
+        path.write_text(str(step))
+        beat = wd.read_beat(path)
+        assert beat.step == step and not beat.dumps
+        dog.ranks.setdefault(3, wd.RankWatch(beat)).see(wd.Beat(step, "step", 100.0 + step))
+    assert dog.ranks[3].timed_steps == 10 and dog.ranks[3].allowance(None) == (60.0, dog.ranks[3].allowance(None)[1])
+
+
+def test_unreadable_beats_are_skipped_and_reset_forgets_a_round(tmp_path):
+    (tmp_path / "rank-0").write_text("{half")
+    (tmp_path / "rank-x").write_text("3")
+    clock = Clock()
+    dog = wd.Watchdog(tmp_path, clock=clock)
+    assert dog.look() is None and dog.ranks == {}
+    write(tmp_path, 0, step=1, time=clock.now - 10_000)
+    assert dog.look(force=True).rank == 0
+    dog.reset()
+    assert dog.ranks == {} and not list(tmp_path.iterdir())
+
+
+def test_the_heartbeat_times_only_steps_and_restores_the_phase_it_left(tmp_path, monkeypatch):
+    times = iter([0.0, 1.0, 2.0, 3.0, 50.0, 51.0, 52.0, 60.0, 61.0])
+    monkeypatch.setattr(hb.time, "time", lambda: next(times))
+    beat = hb.Heartbeat(str(tmp_path), rank=2)
+    read = lambda: json.loads((tmp_path / "rank-2").read_text())  # noqa: E731
+    beat.beat(0)
+    beat.beat(1)
+    beat.beat(3)  # two steps in one second
+    assert read()["timed"] == 3 and read()["median_s"] == pytest.approx(0.75)  # of 1.0 and 0.5 s
+    with beat.phase("checkpoint"):  # 3 -> 50: the save
+        assert read()["phase"] == "checkpoint"
+    assert read()["phase"] == "step" and read()["time"] == 50.0
+    beat.beat(4)  # one second after the save, not 48
+    assert read()["timed"] == 4 and read()["median_s"] == pytest.approx(1.0)  # of 1.0, 0.5 and 1.0 s
+    beat.beat(4, "export")
+    with beat.phase("checkpoint"):
+        pass
+    assert read()["phase"] == "export"  # back to what it did before, not to stepping
+
+
+def test_outside_a_job_a_beat_does_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(hb.HEARTBEAT_DIR_ENV, raising=False)
+    beat = hb.Heartbeat()
+    beat.beat(5)
+    assert beat.path is None and beat.step == 5
+
+
+def test_innermost_frame_of_the_main_thread_in_a_faulthandler_dump():
+    dump = (
+        "Thread 0x00007f0000000002 (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 331 in wait\n\n'
+        "Current thread 0x00007f0000000001 (most recent call first):\n"
+        '  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+        '  File "/w/training/common/trainer.py", line 106 in token_mean_step\n'
+    )
+    frame = wd.innermost_frame(dump, 0x7F0000000001)
+    assert frame == ("/v/site-packages/torch/distributed/distributed_c10d.py", 3252, "all_reduce")
+    assert wd.where("S", frame, True) == (
+        "waiting in a collective (torch/distributed/distributed_c10d.py:3252 in all_reduce)",
+        True,
+    )
+    other = wd.innermost_frame(dump, 0x7F0000000002)
+    assert wd.where("S", other, True) == ("not in a collective: /usr/lib/python3.11/threading.py:331 in wait", False)
+    assert wd.where("T", None, True) == ("stopped by a signal", False)
+    assert wd.where(None, None, True)[1] is None  # gone: tells nothing either way
+
+
+def test_the_cause_names_who_did_not_arrive_or_says_the_peer_is_elsewhere():
+    report = {
+        "rank": 0,
+        "seconds": 65.2,
+        "step": 11,
+        "allowance_s": 60.0,
+        "allowance": "10 x the median step of 0.30 s, at least 60 s",
+        "ranks": {"0": {"doing": "waiting in a collective (x.py:1 in f)"}, "1": {"doing": "stopped by a signal"}},
+        "not_arrived": [1],
+        "in_collective": [0],
+    }
+    line = wd.cause(report)
+    assert line.startswith("stalled: rank 0 finished no step for 65 s after step 11 (allowed 60 s: 10 x the median")
+    assert "did not arrive: rank 1 stopped by a signal" in line
+    assert "on another node" in wd.cause({**report, "not_arrived": [], "in_collective": [0, 1]})
+
+
+def test_stall_restarts_count_the_resumes_that_followed_a_stall(tmp_path):
+    from types import SimpleNamespace
+
+    from training.common.run import RunContext
+
+    events = tmp_path / "events.jsonl"
+    kinds = ["start", "checkpoint", "stalled", "stalled", "resume", "resume", "stalled"]  # two nodes saw one stall
+    events.write_text("".join(json.dumps({"event": kind, "time": 1.0}) + "\n" for kind in kinds))
+    # the resume being made now follows the last stall: 2 in all (the second resume followed a lost node)
+    assert RunContext._stall_restarts(SimpleNamespace(events=events)) == 2
+    assert RunContext._stall_restarts(SimpleNamespace(events=tmp_path / "none.jsonl")) == 0

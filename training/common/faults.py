@@ -1,0 +1,72 @@
+"""Hangs that tests inject into a run, to show that the stall watchdog (trainkit/run/watchdog.py) finds each kind.
+Never set by a user; unset, every call here returns at once.
+
+    TRAINKIT_TEST_HANG="sigstop@1:8,data@0:14"
+
+Each entry is `<kind>@<global rank>:<step>`: while training step <step> (1-based), that rank hangs, once per run (a
+marker in the run folder, which every node shares: the rank that redoes the step after the restart, on whichever
+node, goes on; an agent's own restart count would not do, since an agent that restarts for a peer's new round does
+not count one):
+
+- sigstop:  freezes its whole process (SIGSTOP to itself), as seen from outside when a host stalls;
+- sleep:    sleeps in the step, before the forward pass: a hang outside any collective;
+- deadlock: takes a lock it already holds, in the step: a deadlock outside any collective, blocked in C;
+- data:     never gets its batch (the read of the step's data does not return).
+
+Its peers then wait in the step's first collective, which only --collective-timeout would end, if ever.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from .job import RUN_DIR_ENV
+
+HANG_ENV = "TRAINKIT_TEST_HANG"
+KINDS = {"sigstop": "step", "sleep": "step", "deadlock": "step", "data": "data"}
+"""Each kind and the point of the step where it strikes."""
+
+
+def _entries() -> list[tuple[str, int, int]]:
+    found = []
+    for entry in filter(None, os.environ.get(HANG_ENV, "").split(",")):
+        kind, _, place = entry.partition("@")
+        rank, step = (int(part) for part in place.split(":"))
+        if kind not in KINDS:
+            raise ValueError(f"{HANG_ENV}: unknown kind {kind!r} (one of {', '.join(KINDS)})")
+        found.append((kind, rank, step))
+    return found
+
+
+def _first_time(entry: str) -> bool:
+    """Whether this entry strikes now: the first rank to get here in the run takes its marker."""
+    folder = Path(os.environ.get(RUN_DIR_ENV, ".")) / ".test-faults"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(folder / entry, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def hang_here(point: str, step: int) -> None:
+    """Hang as an entry of HANG_ENV says, if one names this rank, `step` and `point` and has not struck yet."""
+    if HANG_ENV not in os.environ:
+        return
+    rank = int(os.environ.get("RANK", 0))
+    for kind, at_rank, at_step in _entries():
+        if (KINDS[kind], at_rank, at_step) != (point, rank, step) or not _first_time(f"{kind}@{rank}:{step}"):
+            continue
+        print(f"rank {rank}: test fault: {kind} at step {step}", flush=True)
+        if kind == "sigstop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif kind == "deadlock":
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()
+        while True:  # sleep, data (and a sigstop resumed by hand)
+            time.sleep(3600)
