@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .contract import NODE_LABEL as NODE
+
 GPU_UTIL_LOW_PERCENT = 50
 GPU_UTIL_LOW_FOR = "10m"
 # H100/H200 SXM slow their clocks near 87 C (NVIDIA's thermal slowdown); warn before that.
 GPU_TEMP_HIGH_C = 85
 STALL_SECONDS = 300
+# The idle guard's own rule (trainkit/backends/eks/idle_decision.py: every sample below 5%), over its suggested window.
+GPU_IDLE_PERCENT = 5
+GPU_IDLE_FOR = "30m"
 RESTART_WINDOW = "15m"
 RULE_LABELS = {"app.kubernetes.io/part-of": "trainkit"}
 
@@ -67,6 +72,18 @@ GPU_ALERTS = [
         "warning",
         "5m",
     ),
+    Alert(
+        "GpuNodeIdle",
+        # every 5-minute window under the threshold, for the whole time: a spike between evaluations counts, and a
+        # node that just came up is not idle yet
+        f"max by ({NODE}) (max_over_time(DCGM_FI_DEV_GPU_UTIL[5m])) < {GPU_IDLE_PERCENT}",
+        "GPU node {{ $labels.Hostname }} has been idle for " + GPU_IDLE_FOR,
+        f"Every GPU of the node stayed below {GPU_IDLE_PERCENT}% for {GPU_IDLE_FOR}, and it costs its hourly "
+        "price all the same. The idle guard (idle_guard_minutes at `make up`, docs/eks.md) scales an idle GPU node "
+        "group to zero; without it, `make down` or lower the node group's size.",
+        "warning",
+        GPU_IDLE_FOR,
+    ),
 ]
 
 TRAINING_ALERTS = [
@@ -75,7 +92,9 @@ TRAINING_ALERTS = [
         f"time() - max by (run_id, model) (trainkit_last_step_timestamp_seconds) > {STALL_SECONDS}",
         "run {{ $labels.run_id }} has logged no step for {{ $value | humanizeDuration }}",
         "Ranks are up but not stepping: a hung collective, a dead peer or a stuck input pipeline. "
-        "`invoke logs --run-id <run>` shows the ranks; stopping the job keeps its last checkpoint.",
+        "`invoke logs --run-id <run>` shows the ranks; stopping the job keeps its last checkpoint. The stall "
+        "watchdog restarts such a job once a rank passes its allowance (at least 10 min in a checkpoint or a "
+        "process's first steps; off with --stall-timeout 0).",
         "critical",
     ),
     Alert(
@@ -93,6 +112,17 @@ TRAINING_ALERTS = [
         "run {{ $labels.run_id }} restarted from a checkpoint (restart {{ $value }})",
         "A rank or node was lost and the job re-formed. Check `invoke status` for the cause; repeated "
         "restarts on one node point at its hardware.",
+        "warning",
+    ),
+    Alert(
+        "TrainingStallRestarted",
+        # Across series, as TrainingRankRestarted: the restarted ranks may be new series.
+        f"max by (run_id, model) (max_over_time(trainkit_stall_restarts[{RESTART_WINDOW}]))"
+        f" > min by (run_id, model) (min_over_time(trainkit_stall_restarts[{RESTART_WINDOW}]))",
+        "run {{ $labels.run_id }} was restarted by the stall watchdog (stall restart {{ $value }})",
+        "A rank stopped stepping while its process stayed alive; the watchdog dumped every rank's stacks into its "
+        "log and restarted the job from its last checkpoint. The `stalled` event in the run's events.jsonl names "
+        "the ranks that did not arrive and what each was doing.",
         "warning",
     ),
 ]

@@ -26,6 +26,12 @@ def _fleet_total(title: str, description: str, aggregate: str, metric: str) -> o
 def utilisation_row() -> tuple[str, list]:
     return "Utilisation", [
         _fleet_total("GPUs reporting", "GPUs with a utilisation sample.", "count", "DCGM_FI_DEV_GPU_UTIL"),
+        stat_panel(
+            "GPU nodes up",
+            "Nodes whose GPUs report; it falls to 0 when the idle guard scales the GPU node group to zero.",
+            "none",
+            [query(f"count(count by ({NODE_LABEL}) (DCGM_FI_DEV_GPU_UTIL{SELECTED}))")],
+        ),
         _fleet_total("Mean GPU utilisation", "Mean over the selected GPUs.", "avg", "DCGM_FI_DEV_GPU_UTIL"),
         _fleet_total("Memory used", "Framebuffer memory in use, selected GPUs.", "sum", "DCGM_FI_DEV_FB_USED"),
         _fleet_total("Power draw", "Total power draw of the selected GPUs.", "sum", "DCGM_FI_DEV_POWER_USAGE"),

@@ -22,6 +22,12 @@ def progress_row() -> tuple[str, list]:
             "Restarts", "Times the run resumed from a checkpoint.", "none", [query(f"max(trainkit_restarts{RUN})")]
         ),
         stat_panel(
+            "Stall restarts",
+            "Of those, the restarts the stall watchdog made after a rank stopped stepping (events.jsonl: stalled).",
+            "none",
+            [query(f"max(trainkit_stall_restarts{RUN})")],
+        ),
+        stat_panel(
             "Ranks reporting",
             "Ranks whose metrics Prometheus scrapes.",
             "none",
