@@ -18,7 +18,16 @@ INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROF
     "fsx_storage_capacity_gib": 2400,
     "gpu_nodes_max": 2,
     "gpus_per_node": 8,
+    "idle_guard": {  # idle_guard_minutes = 30
+        "cluster_name": "trainkit",
+        "region": "us-east-1",
+        "nodegroup": "gpu",
+        "window_minutes": 30,
+        "namespace": "trainkit-system",
+        "service_account": "trainkit-idle-guard",
+    },
 }
+TRAINING_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train:v1"  # what trainkit passes
 
 
 def unquote(value):
@@ -77,8 +86,18 @@ def resolve(value, context: dict):
 def base_context() -> dict:
     context = {"var": DEFAULTS, "local": {"infra": INFRA_SAMPLE}}
     context["local"]["gpu_quota"] = INFRA_SAMPLE["gpu_nodes_max"] * INFRA_SAMPLE["gpus_per_node"]
-    for name in ("labels", "fsx_size", "fsx_claims", "charts", "monitoring_charts", "training_pod_monitor"):
+    for name in (
+        "labels",
+        "fsx_size",
+        "fsx_claims",
+        "charts",
+        "monitoring_charts",
+        "training_pod_monitor",
+        "idle_guard_name",
+    ):
         context["local"][name] = resolve(LOCALS[name], context)
+    # the guard's one instance, as `local.idle_guard` makes it when the infra stack has one and an image is known
+    context["local"]["idle_guard"] = {"guard": {**INFRA_SAMPLE["idle_guard"], "image": TRAINING_IMAGE}}
     return context
 
 

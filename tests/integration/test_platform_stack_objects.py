@@ -15,11 +15,16 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
     objects = manifests()
     kinds = sorted({obj["kind"] for _, obj in objects})
     assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CronJob",
         "Namespace",
         "NetworkPolicy",
         "PersistentVolume",
         "PersistentVolumeClaim",
         "ResourceQuota",
+        "Role",
+        "RoleBinding",
         "Service",
         "ServiceAccount",
         "StatefulSet",

@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from trainkit.errors import SpecError
 from trainkit.hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
-from trainkit.infra.outputs import BATCH_ACTIVE, STACK_TAG, aws_state_dir
+from trainkit.infra.outputs import BATCH_ACTIVE, STACK_TAG, aws_state_dir, load_outputs
 from trainkit.infra.terraform import PlanSummary, TerraformStack
 from trainkit.paths import terraform_dir
 
@@ -97,8 +97,12 @@ def stack(name: str = "infra") -> TerraformStack:
     if name == "infra":
         return TerraformStack(stacks_dir() / name, state)
     # Later stacks read the infra stack's outputs from its state file (terraform_remote_state).
-    infra_state = {"TF_VAR_infra_state_path": str(state / "terraform.tfstate")}
-    return TerraformStack(stacks_dir() / name, state / name, extra_env=infra_state)
+    env = {"TF_VAR_infra_state_path": str(state / "terraform.tfstate")}
+    # The idle guard's CronJob runs the training image `invoke images.push` pushed last (none yet: no CronJob).
+    pushed = load_outputs().pushed_image
+    if pushed:
+        env["TF_VAR_training_image"] = pushed
+    return TerraformStack(stacks_dir() / name, state / name, extra_env=env)
 
 
 def teardown_order() -> list[str]:

@@ -65,6 +65,12 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
         plan = platform.plan()
         if plan.has_changes:
             platform.apply(plan)
+        if outputs.get("idle_guard") and "TF_VAR_training_image" not in platform.env:
+            print(
+                "note: the idle guard (idle_guard_minutes) runs in the training image and none is pushed yet: "
+                "`invoke images.push`, then `invoke infra.up --profile aws --stack platform` starts it",
+                flush=True,
+            )
     return f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
 
 

@@ -66,6 +66,7 @@ class InfraOutputs:
     sagemaker: dict | None = None  # the infra stack's `sagemaker` output (trainkit/backends/sagemaker/stack.py)
     batch: dict | None = None  # the infra stack's `batch` output (terraform/modules/batch/README.md)
     stack_id: str | None = None  # the value of STACK_TAG on everything the stack made (the audit's key)
+    idle_guard: dict | None = None  # the infra stack's `idle_guard` output (trainkit/backends/eks/idle_guard.py)
 
     @property
     def default_image(self) -> str:
@@ -94,6 +95,7 @@ def load_outputs() -> InfraOutputs:
         sagemaker=data.get("sagemaker"),
         batch=data.get("batch"),
         stack_id=data.get("stack_id"),
+        idle_guard=data.get("idle_guard"),
         # a record from an earlier stack's repository is not this stack's image
         pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,
     )

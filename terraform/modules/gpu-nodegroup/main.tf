@@ -169,5 +169,74 @@ resource "aws_eks_node_group" "this" {
     max_unavailable = 1
   }
 
+  # The idle guard and `invoke train --target eks` set the desired size (to zero and back); a later
+  # `make up` must not undo either. min_size and max_size stay Terraform's.
+  lifecycle {
+    ignore_changes = [scaling_config[0].desired_size]
+  }
+
   tags = var.tags
+}
+
+################################################################################
+# Idle guard identity (EKS Pod Identity)
+#
+# The platform stack's idle-guard CronJob runs as idle_guard.service_account; its role may read and set
+# the scaling config of these node groups and nothing else (tests/unit/test_idle_guard_policy.py).
+################################################################################
+
+locals {
+  idle_guard = var.create && var.idle_guard != null
+}
+
+data "aws_iam_policy_document" "idle_guard_assume" {
+  count = local.idle_guard ? 1 : 0
+
+  statement {
+    actions = ["sts:AssumeRole", "sts:TagSession"]
+    principals {
+      type        = "Service"
+      identifiers = ["pods.eks.amazonaws.com"]
+    }
+  }
+}
+
+data "aws_iam_policy_document" "idle_guard" {
+  count = local.idle_guard ? 1 : 0
+
+  statement {
+    sid       = "ReadNodeGroup"
+    actions   = ["eks:DescribeNodegroup"]
+    resources = [for ng in aws_eks_node_group.this : ng.arn]
+  }
+  statement {
+    sid       = "ScaleNodeGroup"
+    actions   = ["eks:UpdateNodegroupConfig"]
+    resources = [for ng in aws_eks_node_group.this : ng.arn]
+  }
+}
+
+resource "aws_iam_role" "idle_guard" {
+  count = local.idle_guard ? 1 : 0
+
+  name_prefix        = "${substr(var.cluster_name, 0, 24)}-idle-"
+  assume_role_policy = data.aws_iam_policy_document.idle_guard_assume[0].json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy" "idle_guard" {
+  count = local.idle_guard ? 1 : 0
+
+  role   = aws_iam_role.idle_guard[0].id
+  policy = data.aws_iam_policy_document.idle_guard[0].json
+}
+
+resource "aws_eks_pod_identity_association" "idle_guard" {
+  count = local.idle_guard ? 1 : 0
+
+  cluster_name    = var.cluster_name
+  namespace       = var.idle_guard.namespace
+  service_account = var.idle_guard.service_account
+  role_arn        = aws_iam_role.idle_guard[0].arn
+  tags            = var.tags
 }

@@ -31,3 +31,13 @@ output "efa_security_group_id" {
   description = "Security group that lets GPU nodes reach each other over EFA."
   value       = try(aws_security_group.efa[0].id, null)
 }
+
+output "idle_guard" {
+  description = "The idle guard's role ARN, namespace, service account and node group names; null when idle_guard is null."
+  value = local.idle_guard ? {
+    role_arn        = try(aws_iam_role.idle_guard[0].arn, null)
+    namespace       = var.idle_guard.namespace
+    service_account = var.idle_guard.service_account
+    node_groups     = [for ng in aws_eks_node_group.this : ng.node_group_name]
+  } : null
+}

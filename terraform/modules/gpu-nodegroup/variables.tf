@@ -94,6 +94,19 @@ variable "node_groups" {
   }
 }
 
+variable "idle_guard" {
+  description = <<-EOT
+    The idle guard's identity: a Pod Identity role for service_account in namespace (the platform stack's
+    CronJob) whose only write is UpdateNodegroupConfig on these node groups. null (default): none. Needs the
+    cluster's EKS Pod Identity agent add-on.
+  EOT
+  type = object({
+    namespace       = optional(string, "trainkit-system")
+    service_account = optional(string, "trainkit-idle-guard")
+  })
+  default = null
+}
+
 variable "tags" {
   description = "Tags added to every resource."
   type        = map(string)

@@ -144,6 +144,8 @@ module "gpu_nodegroup" {
   kms_key_arn               = aws_kms_key.this.arn
   enable_placement_group    = var.enable_placement_group
 
+  idle_guard = var.idle_guard_minutes != null && var.enable_pod_identity ? {} : null
+
   node_groups = {
     gpu = {
       instance_type           = var.gpu_instance_type

@@ -82,6 +82,18 @@ output "data_reader" {
   value       = { for key in ["namespace", "service_account", "buckets"] : key => module.eks.data_reader[key] }
 }
 
+output "idle_guard" {
+  description = "The idle guard the platform stack runs (cluster, node group, window, namespace, service account); null unless idle_guard_minutes is set."
+  value = module.gpu_nodegroup.idle_guard == null ? null : {
+    cluster_name    = module.eks.cluster_name
+    region          = var.region
+    nodegroup       = module.gpu_nodegroup.idle_guard.node_groups[0]
+    window_minutes  = var.idle_guard_minutes
+    namespace       = module.gpu_nodegroup.idle_guard.namespace
+    service_account = module.gpu_nodegroup.idle_guard.service_account
+  }
+}
+
 output "sagemaker" {
   description = "The SageMaker part (role, bucket, subnets, security group, token secret); null unless sagemaker_enabled."
   value       = module.sagemaker.sagemaker

@@ -127,6 +127,27 @@ variable "gpu_max_nodes" {
   }
 }
 
+variable "idle_guard_minutes" {
+  description = <<-EOT
+    Opt-in idle guard: when no trainkit job has run on the GPU node group for this many minutes and every GPU's
+    DCGM utilisation stayed below 5% for as long, a CronJob scales the group to zero (docs/eks.md, "Idle guard").
+    null (default): off. 30 is the suggested value: two p5.48xlarge idle for 30 minutes cost about $98, while
+    nodes take 10-15 minutes to come back, so a shorter window makes users wait more often than it saves.
+    Needs gpu_min_nodes = 0 and enable_pod_identity.
+  EOT
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.idle_guard_minutes == null || try(var.idle_guard_minutes >= 10 && var.idle_guard_minutes <= 1440, false)
+    error_message = "idle_guard_minutes must be null (off) or 10 to 1440 minutes; 30 is the suggested value."
+  }
+  validation {
+    condition     = var.idle_guard_minutes == null || var.gpu_min_nodes == 0
+    error_message = "idle_guard_minutes needs gpu_min_nodes = 0: the guard scales the GPU node group to zero nodes."
+  }
+}
+
 variable "gpu_market" {
   description = "on-demand, or capacity-block (needs gpu_capacity_reservation_id)."
   type        = string

@@ -422,3 +422,204 @@ resource "kubernetes_config_map_v1" "grafana_dashboard" {
 
   depends_on = [kubernetes_manifest.namespace]
 }
+
+################################################################################
+# Idle guard (opt-in: the infra stack's idle_guard_minutes)
+#
+# A CronJob in the training image (trainkit/backends/eks/idle_guard.py) scales the GPU node group to zero
+# after a window without trainkit jobs and with near-zero DCGM utilisation. Its AWS rights come from the
+# infra stack's Pod Identity association for this service account (UpdateNodegroupConfig on that node group
+# only); here it gets the Kubernetes reads it needs and its own status ConfigMap and Events.
+################################################################################
+
+locals {
+  # One instance (key "guard") when the infra stack made the guard's role and an image is known.
+  idle_guard = try(local.infra.idle_guard, null) != null && var.training_image != null ? {
+    guard = merge(local.infra.idle_guard, { image = var.training_image })
+  } : {}
+  idle_guard_name = "trainkit-idle-guard"
+}
+
+resource "kubernetes_manifest" "idle_guard_service_account" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "v1"
+    kind       = "ServiceAccount"
+    metadata = {
+      name      = each.value.service_account
+      namespace = each.value.namespace
+      labels    = local.labels
+    }
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# Its status ConfigMap (create, then read and replace it) and an Event when it scales down.
+resource "kubernetes_manifest" "idle_guard_status_role" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "Role"
+    metadata = {
+      name      = local.idle_guard_name
+      namespace = each.value.namespace
+      labels    = local.labels
+    }
+    rules = [
+      { apiGroups = [""], resources = ["configmaps"], verbs = ["create"] },
+      { apiGroups = [""], resources = ["configmaps"], resourceNames = [local.idle_guard_name], verbs = ["get", "update"] },
+      { apiGroups = [""], resources = ["events"], verbs = ["create"] },
+    ]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+resource "kubernetes_manifest" "idle_guard_status_binding" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "RoleBinding"
+    metadata = {
+      name      = local.idle_guard_name
+      namespace = each.value.namespace
+      labels    = local.labels
+    }
+    roleRef  = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = local.idle_guard_name }
+    subjects = [{ kind = "ServiceAccount", name = each.value.service_account, namespace = each.value.namespace }]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# Read-only: trainkit's PyTorchJobs in the jobs namespace.
+resource "kubernetes_manifest" "idle_guard_jobs_role" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "Role"
+    metadata = {
+      name      = local.idle_guard_name
+      namespace = var.jobs_namespace
+      labels    = local.labels
+    }
+    rules = [{ apiGroups = ["kubeflow.org"], resources = ["pytorchjobs"], verbs = ["list"] }]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+resource "kubernetes_manifest" "idle_guard_jobs_binding" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "RoleBinding"
+    metadata = {
+      name      = local.idle_guard_name
+      namespace = var.jobs_namespace
+      labels    = local.labels
+    }
+    roleRef  = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = local.idle_guard_name }
+    subjects = [{ kind = "ServiceAccount", name = each.value.service_account, namespace = each.value.namespace }]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# Read-only: the GPU nodes (how many GPUs should report utilisation).
+resource "kubernetes_manifest" "idle_guard_nodes_role" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "ClusterRole"
+    metadata = {
+      name   = local.idle_guard_name
+      labels = local.labels
+    }
+    rules = [{ apiGroups = [""], resources = ["nodes"], verbs = ["list"] }]
+  }
+}
+
+resource "kubernetes_manifest" "idle_guard_nodes_binding" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "ClusterRoleBinding"
+    metadata = {
+      name   = local.idle_guard_name
+      labels = local.labels
+    }
+    roleRef  = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = local.idle_guard_name }
+    subjects = [{ kind = "ServiceAccount", name = each.value.service_account, namespace = each.value.namespace }]
+  }
+}
+
+resource "kubernetes_manifest" "idle_guard" {
+  for_each = local.idle_guard
+
+  manifest = {
+    apiVersion = "batch/v1"
+    kind       = "CronJob"
+    metadata = {
+      name      = local.idle_guard_name
+      namespace = each.value.namespace
+      labels    = local.labels
+    }
+    spec = {
+      # Every 5 minutes: a scale-down comes at most 5 minutes after the window ends; a run takes seconds.
+      schedule                   = "*/5 * * * *"
+      concurrencyPolicy          = "Forbid"
+      successfulJobsHistoryLimit = 1
+      failedJobsHistoryLimit     = 3
+      jobTemplate = {
+        spec = {
+          backoffLimit            = 0 # the next schedule is the retry
+          activeDeadlineSeconds   = 240
+          ttlSecondsAfterFinished = 3600
+          template = {
+            metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "trainkit-idle-guard" }) }
+            spec = {
+              serviceAccountName = each.value.service_account
+              restartPolicy      = "Never"
+              securityContext = {
+                runAsNonRoot   = true
+                runAsUser      = 1000
+                seccompProfile = { type = "RuntimeDefault" }
+              }
+              containers = [{
+                name    = "idle-guard"
+                image   = each.value.image
+                command = ["python", "-m", "trainkit.backends.eks.idle_guard"]
+                args = [
+                  "--cluster=${each.value.cluster_name}",
+                  "--nodegroup=${each.value.nodegroup}",
+                  "--region=${each.value.region}",
+                  "--window-minutes=${each.value.window_minutes}",
+                ]
+                resources = {
+                  requests = { cpu = "100m", memory = "256Mi" }
+                  limits   = { cpu = "1", memory = "512Mi" }
+                }
+                securityContext = {
+                  allowPrivilegeEscalation = false
+                  readOnlyRootFilesystem   = true
+                  capabilities             = { drop = ["ALL"] }
+                }
+              }]
+            }
+          }
+        }
+      }
+    }
+  }
+
+  depends_on = [kubernetes_manifest.idle_guard_service_account]
+}

@@ -48,3 +48,9 @@ variable "monitoring_namespace" {
   type        = string
   default     = "trainkit-monitoring"
 }
+
+variable "training_image" {
+  description = "The training image (ECR URI with its tag) the idle guard's CronJob runs; trainkit sets it to the image `invoke images.push` pushed last. null: no idle guard CronJob yet, even when the infra stack's idle_guard_minutes is set."
+  type        = string
+  default     = null
+}

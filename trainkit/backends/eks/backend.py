@@ -16,7 +16,7 @@ import yaml
 
 from training.common.job import Job
 from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine
-from trainkit.backends.eks import cluster, preflight, render, rules, task
+from trainkit.backends.eks import cluster, idle_guard, preflight, render, rules, task
 from trainkit.backends.eks.kube import (
     GROUP,
     PLURAL,
@@ -105,7 +105,10 @@ def submit(job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdz
     check_workload(workload)
     code = code_of(workload)
     kube = kube or Kube.connect()
-    for note in preflight.preflight(kube, job, ecr, training=job.run.workload == "recipe"):
+    woken = idle_guard.wake(outputs.load_outputs(), job.parallelism.nodes)  # the guard's zero undone
+    if woken:
+        print(f"note: {woken}", flush=True)
+    for note in preflight.preflight(kube, job, ecr, training=job.run.workload == "recipe", waking=bool(woken)):
         print(f"note: {note}", flush=True)
     manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
     namespace = job.placement.namespace
@@ -226,6 +229,7 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     cause = deadline_cause(job) or failure_cause(pods)
     if cause and state != "Succeeded":
         lines.append(f"  cause      {cause}")
+    lines.extend(idle_guard.describe(kube, outputs.load_outputs()))
     limit = job["spec"].get("runPolicy", {}).get("backoffLimit")
     in_place = job["spec"]["pytorchReplicaSpecs"]["Worker"].get("restartPolicy") in ("OnFailure", "Always")
     if limit is not None and in_place and state not in ("Succeeded", "Failed"):

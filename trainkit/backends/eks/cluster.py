@@ -26,6 +26,10 @@ FSX_MOUNT = "/fsx"
 """Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "token"
+IDLE_GUARD = "trainkit-idle-guard"
+"""The idle guard's CronJob, ServiceAccount and status ConfigMap, in PLATFORM_NAMESPACE (trainkit/backends/eks/
+idle_guard.py; the platform stack creates the first two when the infra stack's idle_guard_minutes is set)."""
+GUARD_LABELS = {"app.kubernetes.io/name": IDLE_GUARD, "app.kubernetes.io/part-of": "trainkit"}
 C10D_PORT = 29400
 """Port of the c10d rendezvous store on worker 0 (torchrun's default)."""
 

@@ -39,8 +39,9 @@ def check_operator(kube: Kube) -> None:
         )
 
 
-def check_capacity(kube: Kube, job: Job) -> str | None:
-    """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for."""
+def check_capacity(kube: Kube, job: Job, waking: bool = False) -> str | None:
+    """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for. `waking`: the node
+    group was just asked for its nodes back (idle_guard.wake), so too few now is no error: the job waits."""
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     nodes = kube.core.list_node(
         label_selector=f"node.kubernetes.io/instance-type={job.placement.instance_type}", _request_timeout=TIMEOUT_S
@@ -56,7 +57,7 @@ def check_capacity(kube: Kube, job: Job) -> str | None:
 
     usable = sum(1 for node in nodes if fits(node) and not node.spec.unschedulable)
     need = f"{job.parallelism.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
-    if usable < job.parallelism.min_nodes:
+    if usable < job.parallelism.min_nodes and not waking:
         raise SpecError(
             f"the job needs {job.parallelism.min_nodes} {job.placement.instance_type} node(s) with {need} allocatable "
             "each and the "
@@ -112,13 +113,13 @@ def check_not_running(kube: Kube, job: Job) -> None:
     )
 
 
-def preflight(kube: Kube, job: Job, ecr=None, training: bool = True) -> list[str]:
+def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, waking: bool = False) -> list[str]:
     """Every check, in order; returns notes (things that are fine but worth saying). `training` False (another
     workload on the job's placement, e.g. the NCCL test): the model's storage and token are not its concern."""
     check_cluster(kube)
     check_operator(kube)
     check_not_running(kube, job)
-    notes = [check_capacity(kube, job)]
+    notes = [check_capacity(kube, job, waking)]
     check_volume(kube, job.placement.namespace)
     if training:
         check_storage(job)

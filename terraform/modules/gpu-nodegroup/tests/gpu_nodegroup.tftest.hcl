@@ -132,3 +132,33 @@ run "desired_above_max_is_rejected" {
 
   expect_failures = [var.node_groups]
 }
+
+run "idle_guard_role_may_only_read_and_scale_its_node_group" {
+  command = apply
+
+  variables {
+    idle_guard = {}
+  }
+
+  assert {
+    condition     = toset(flatten([for s in data.aws_iam_policy_document.idle_guard[0].statement : s.actions])) == toset(["eks:DescribeNodegroup", "eks:UpdateNodegroupConfig"])
+    error_message = "The idle guard may describe and update the node group's config, nothing else."
+  }
+  assert {
+    condition     = alltrue([for s in data.aws_iam_policy_document.idle_guard[0].statement : toset(s.resources) == toset([aws_eks_node_group.this["gpu"].arn])])
+    error_message = "Every statement of the idle guard's policy names only the GPU node group's ARN."
+  }
+  assert {
+    condition     = aws_eks_pod_identity_association.idle_guard[0].namespace == "trainkit-system" && aws_eks_pod_identity_association.idle_guard[0].service_account == "trainkit-idle-guard"
+    error_message = "The role goes to the platform stack's idle-guard service account."
+  }
+}
+
+run "no_idle_guard_role_unless_asked" {
+  command = plan
+
+  assert {
+    condition     = length(aws_iam_role.idle_guard) == 0 && output.idle_guard == null
+    error_message = "The idle guard is opt-in."
+  }
+}

@@ -1,0 +1,187 @@
+"""What the idle guard's tests run against: a stand-in for dcgm-exporter that serves DCGM_FI_DEV_GPU_UTIL for one
+node's GPUs, moto's EKS with a GPU node group (each request checked against botocore's model), and the Kubernetes
+test API server (tests/helpers/kube_api.py) with the two calls the guard makes beyond the EKS backend's.
+
+dcgm-exporter 4.8.2's rules for this series (observability/contract.py cites them): a gauge per GPU with the labels
+GPU_LABELS in that order; a GPU that a pod holds also carries the pod's namespace, pod and container, so its series
+changes when a job starts or ends; a node without the exporter serves nothing at all.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import kubernetes_validate
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from observability.contract import GPU_LABELS, GPU_METRICS, NODE_LABEL, POD_LABELS
+from tests.helpers.aws_model import problems
+from tests.helpers.containers import free_port
+from tests.helpers.kube_api import FakeCluster, now, status_body
+from tests.helpers.kubernetes import kubernetes_version
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+NODE = "ip-10-0-0-1.ec2.internal"  # FakeCluster.add_nodes' first node name
+EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
+CONFIGMAP = re.compile(r"^/api/v1/namespaces/([^/]+)/configmaps/([^/]+)$")
+
+
+class DcgmStandIn:
+    """`gpus` GPUs of node NODE; `util[gpu]` is served as that GPU's percentage, `held[gpu]` (namespace, pod,
+    container) adds the pod labels; `serving = False` serves no series (the exporter gone with its node)."""
+
+    def __init__(self, gpus: int = 8):
+        self.util = dict.fromkeys(range(gpus), 0.0)
+        self.held: dict[int, tuple[str, str, str]] = {}
+        self.serving = True
+        self.lock = threading.Lock()
+        registry = CollectorRegistry()
+        registry.register(self)
+        self.port = free_port()
+        self.server, self.thread = start_http_server(self.port, addr="127.0.0.1", registry=registry)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def labels(self, gpu: int) -> dict:
+        by_name = {
+            "gpu": str(gpu),
+            "UUID": f"GPU-00000000-0000-0000-0000-00000000000{gpu}",
+            "pci_bus_id": f"00000000:{0x53 + gpu:02X}:00.0",
+            "device": f"nvidia{gpu}",
+            "modelName": "NVIDIA H100 80GB HBM3",
+            NODE_LABEL: NODE,
+            "DCGM_FI_DRIVER_VERSION": "570.172.08",
+        }
+        return {name: by_name[name] for name in GPU_LABELS}
+
+    def collect(self):
+        with self.lock:
+            if not self.serving:
+                return
+            held = {gpu: self.held.get(gpu) for gpu in self.util}
+            values = dict(self.util)
+        plain = GaugeMetricFamily(UTIL, GPU_METRICS[UTIL][0], labels=GPU_LABELS)
+        allocated = GaugeMetricFamily(UTIL, GPU_METRICS[UTIL][0], labels=(*GPU_LABELS, *POD_LABELS))
+        for gpu, value in values.items():
+            labels = list(self.labels(gpu).values())
+            if held[gpu]:
+                allocated.add_metric([*labels, *held[gpu]], value)
+            else:
+                plain.add_metric(labels, value)
+        # one family in the exposition, as dcgm-exporter writes it (HELP and TYPE once)
+        plain.samples.extend(allocated.samples)
+        yield plain
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@dataclass
+class GuardCluster(FakeCluster):
+    """The test API server plus what only the guard asks of it, as the v1.33 API server does it:
+    - PUT of a ConfigMap (update): the object is validated as on create; a ConfigMap may be updated without a
+      resourceVersion (pkg/registry/core/configmap/strategy.go AllowUnconditionalUpdate); a missing one is 404;
+    - POST of a core/v1 Event: validated (the v1.33 schema, strictly) and kept; a name taken is 409."""
+
+    events: list = field(default_factory=list)
+
+    def __post_init__(self):
+        super().__post_init__()
+        base, cluster = self.server.RequestHandlerClass, self
+
+        class Handler(base):
+            def _route(self, method: str) -> None:
+                path = urlparse(self.path).path
+                if method == "POST" and (m := EVENTS.match(path)):
+                    return self._send(*cluster.create_event(m[1], self._body()))
+                if method == "PUT" and (m := CONFIGMAP.match(path)):
+                    return self._send(*cluster.replace_configmap(m[1], m[2], self._body()))
+                return super()._route(method)
+
+        self.server.RequestHandlerClass = Handler
+
+    def _sync(self, namespace: str, name: str, job: dict) -> None:
+        """Jobs here are put in the state the operator leaves them (add_job); no operator runs them."""
+
+    def replace_configmap(self, namespace: str, name: str, body: dict):
+        try:
+            kubernetes_validate.validate(body, kubernetes_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return 422, status_body(422, "Invalid", f"ConfigMap is invalid: {error}")
+        if body["metadata"].get("name") != name:
+            return 400, status_body(400, "BadRequest", "the name of the object does not match the name on the URL")
+        with self.lock:
+            old = self.configmaps.get((namespace, name))
+            if old is None:
+                return 404, status_body(404, "NotFound", f'configmaps "{name}" not found')
+            body["metadata"].update(
+                namespace=namespace, uid=old["metadata"]["uid"], creationTimestamp=old["metadata"]["creationTimestamp"]
+            )
+            self.configmaps[(namespace, name)] = body
+        return 200, body
+
+    def create_event(self, namespace: str, body: dict):
+        try:
+            kubernetes_validate.validate(body, kubernetes_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return 422, status_body(422, "Invalid", f"Event is invalid: {error}")
+        with self.lock:
+            if any(e["metadata"]["name"] == body["metadata"]["name"] for e in self.events):
+                return 409, status_body(409, "AlreadyExists", f'events "{body["metadata"]["name"]}" already exists')
+            body["metadata"].update(namespace=namespace, creationTimestamp=now())
+            self.events.append(body)
+        return 201, body
+
+    def add_job(self, name: str, conditions: list[dict]) -> None:
+        """A trainkit PyTorchJob as the operator leaves it (no pods: the guard reads only the job)."""
+        self.jobs[("trainkit-jobs", name)] = {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {
+                "name": name,
+                "namespace": "trainkit-jobs",
+                "labels": {"app.kubernetes.io/managed-by": "trainkit"},
+            },
+            "spec": {},
+            "status": {"conditions": conditions},
+        }
+
+
+def checked_eks(moto) -> tuple[object, list]:
+    """An EKS client on moto whose every request is first checked against botocore's model; the list collects
+    (operation, params) of each call."""
+    eks = moto.client("eks")
+    calls: list = []
+
+    def check(params, model, **_):
+        found = problems("eks", model.name, params)
+        assert not found, f"{model.name}: {found}"
+        calls.append((model.name, params))
+
+    eks.meta.events.register("before-parameter-build.eks", check)
+    return eks, calls
+
+
+def gpu_nodegroup(eks, name: str, desired: int = 2, minimum: int = 0) -> None:
+    """A cluster `trainkit` (once) and a node group like terraform/modules/gpu-nodegroup's."""
+    if "trainkit" not in eks.list_clusters()["clusters"]:
+        eks.create_cluster(
+            name="trainkit",
+            roleArn="arn:aws:iam::123456789012:role/cluster",
+            resourcesVpcConfig={"subnetIds": ["subnet-0f9e8d7c6b5a40312"]},
+        )
+    eks.create_nodegroup(
+        clusterName="trainkit",
+        nodegroupName=name,
+        scalingConfig={"minSize": minimum, "maxSize": 2, "desiredSize": desired},
+        subnets=["subnet-0f9e8d7c6b5a40312"],
+        nodeRole="arn:aws:iam::123456789012:role/node",
+        instanceTypes=["p5.48xlarge"],
+        amiType="AL2023_x86_64_NVIDIA",
+    )
