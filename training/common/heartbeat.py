@@ -41,6 +41,7 @@ HEARTBEAT_DIR_ENV = "TRAINKIT_HEARTBEAT_DIR"
 DUMP_SIGNAL = signal.SIGUSR2
 """Not SIGUSR1: Lightning's SLURM support and other schedulers' tools use that one for their own requests."""
 PHASES = ("step", "checkpoint", "evaluate", "export")
+"""What a rank may be doing; every phase but `step` gets the watchdog's longer allowance."""
 
 
 def beat_file(directory: str | Path, rank: int) -> Path:

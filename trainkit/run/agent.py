@@ -134,17 +134,11 @@ def _agent_class():
             # Before torch's stop (SIGTERM, then SIGKILL after 30 s): a rank already past its allowance is shown and
             # killed now. A frozen process does not take SIGTERM, and a peer node's new round brings this agent here
             # before its own next look.
-            if self._watchdog is not None and not self._stalled:
-                stalled = self._watchdog.look(force=True)
-                if stalled is not None:
-                    self._end_stalled(stalled, worker_group)
+            self._end_if_stalled(worker_group, force=True)
             return super()._stop_workers(worker_group, *args, **kwargs)
 
         def _monitor_workers(self, worker_group):
-            if self._watchdog is not None and not self._stalled:
-                stalled = self._watchdog.look()
-                if stalled is not None:
-                    self._end_stalled(stalled, worker_group)
+            self._end_if_stalled(worker_group)
             result = super()._monitor_workers(worker_group)
             if result.is_failed():
                 spec = worker_group.spec
@@ -158,9 +152,15 @@ def _agent_class():
                     self._remaining_restarts = 0
             return result
 
-        def _end_stalled(self, stalled, worker_group):
-            """Show where every rank of the node is (stacks into their logs), say why, and kill them: torchrun then
-            restarts the group from the last checkpoint, or ends the job when no restart is left."""
+        def _end_if_stalled(self, worker_group, force: bool = False):
+            """When a rank is past its allowance (`force`: look now, not at the watchdog's pace): show where every rank
+            of the node is (stacks into their logs), say why, and kill them: torchrun then restarts the group from the
+            last checkpoint, or ends the job when no restart is left. Once per round of workers."""
+            if self._watchdog is None or self._stalled:
+                return
+            stalled = self._watchdog.look(force=force)
+            if stalled is None:
+                return
             stderrs = getattr(self._pcontext, "stderrs", None) or {}
             workers = [
                 watchdog.Worker(w.global_rank, w.id, str(stderrs.get(w.local_rank) or "") or None)

@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.common.heartbeat import DUMP_SIGNAL
+from training.common.heartbeat import DUMP_SIGNAL, PHASES
 
 STALL_FACTOR = 10
 MIN_STALL_S = 60.0
@@ -45,7 +45,7 @@ LOOK_EVERY_S = 1.0
 """How often the agent reads the beats (its own monitor loop runs every 0.1 s)."""
 DUMP_WAIT_S = 2.0
 """How long the ranks get to write their stacks before they are killed (faulthandler writes at once)."""
-SLOW_PHASES = ("checkpoint", "evaluate", "export")
+SLOW_PHASES = tuple(phase for phase in PHASES if phase != "step")
 COLLECTIVE_PATH = "torch/distributed/"
 """A main thread whose innermost frame is in torch.distributed waits in a collective (or its wait)."""
 STATES = {"T": "stopped by a signal", "t": "stopped by a debugger"}
