@@ -5,7 +5,8 @@ node). GPU metrics use the NVIDIA DCGM exporter's names and units (dcgm-exporter
 `etc/default-counters.csv`) and label names (GPU_LABELS below, from its source at the pinned chart),
 whether dcgm-exporter serves them (EKS) or `observability.gpu_exporter` does from NVML (a machine
 without DCGM). EFA counters come from the exporter's reading of
-`/sys/class/infiniband/<device>/ports/<port>/hw_counters/`.
+`/sys/class/infiniband/<device>/ports/<port>/hw_counters/`. On EKS kube-state-metrics serves the Kubernetes
+objects' `kube_*` series; KUBE_STATE_METRICS lists the ones the rules use.
 """
 
 from __future__ import annotations
@@ -60,6 +61,23 @@ EFA_COUNTERS = {
 EFA_LABELS = ("device", "port", NODE_LABEL)  # our exporter; the node label named as the GPU series'
 
 
+# Kubernetes objects, from kube-state-metrics. kube-prometheus-stack 88.5.3 (pinned in
+# terraform/stacks/platform/main.tf) deploys it as its subchart kube-state-metrics 8.4.0 (the chart's Chart.yaml
+# dependencies; app v2.20.0), on by default (values.yaml kubeStateMetrics.enabled), with the cronjobs collector in
+# the subchart's default `collectors`, and scrapes it through a ServiceMonitor with honorLabels, so a series keeps
+# its own `namespace`. Names and labels as v2.20.0 writes them
+# (github.com/kubernetes/kube-state-metrics/blob/v2.20.0/docs/metrics/workload/cronjob-metrics.md and
+# internal/store/cronjob.go there: labels namespace and cronjob; a family is absent while its field is unset).
+CRONJOB_LABELS = ("namespace", "cronjob")
+KUBE_STATE_METRICS = {
+    "kube_cronjob_created": "Unix time the CronJob was created.",
+    "kube_cronjob_status_last_successful_time": (
+        "Unix time the CronJob's last successful Job completed (status.lastSuccessfulTime, which the CronJob "
+        "controller sets from the Job's completionTime); absent until one has."
+    ),
+}
+
+
 def known_metrics() -> set[str]:
     """Every metric name a query may use."""
-    return set(TRAINING_GAUGES) | set(GPU_METRICS) | set(EFA_COUNTERS.values())
+    return set(TRAINING_GAUGES) | set(GPU_METRICS) | set(EFA_COUNTERS.values()) | set(KUBE_STATE_METRICS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .contract import CRONJOB_LABELS
 from .contract import NODE_LABEL as NODE
 
 GPU_UTIL_LOW_PERCENT = 50
@@ -19,6 +20,12 @@ STALL_SECONDS = 300
 GPU_IDLE_PERCENT = 5
 GPU_IDLE_FOR = "30m"
 RESTART_WINDOW = "15m"
+# The idle guard's CronJob (terraform/stacks/platform/main.tf, in the platform namespace; a run that cannot check or
+# act exits non-zero, so its Job fails and the CronJob's last success stops moving). One failed run is retried by the
+# next; no success for four schedules is a cause that stays (a role, RBAC, Prometheus, the node group).
+IDLE_GUARD_CRONJOB = "trainkit-idle-guard"
+IDLE_GUARD_EVERY_MINUTES = 5
+IDLE_GUARD_SILENT_SECONDS = 4 * IDLE_GUARD_EVERY_MINUTES * 60
 RULE_LABELS = {"app.kubernetes.io/part-of": "trainkit"}
 
 
@@ -127,7 +134,30 @@ TRAINING_ALERTS = [
     ),
 ]
 
-GROUPS = {"trainkit-gpu": GPU_ALERTS, "trainkit-training": TRAINING_ALERTS}
+_GUARD = f'{{cronjob="{IDLE_GUARD_CRONJOB}"}}'
+_BY_CRONJOB = ", ".join(CRONJOB_LABELS)
+
+PLATFORM_ALERTS = [
+    Alert(
+        "IdleGuardFailing",
+        # Seconds since its last successful run; a guard that has never succeeded counts from its creation.
+        f"(time() - max by ({_BY_CRONJOB}) (kube_cronjob_status_last_successful_time{_GUARD}))"
+        f" > {IDLE_GUARD_SILENT_SECONDS}"
+        f" or ((time() - max by ({_BY_CRONJOB}) (kube_cronjob_created{_GUARD})) > {IDLE_GUARD_SILENT_SECONDS}"
+        f" unless on ({_BY_CRONJOB}) kube_cronjob_status_last_successful_time{_GUARD})",
+        "the idle guard {{ $labels.namespace }}/{{ $labels.cronjob }} has had no successful run for "
+        "{{ $value | humanizeDuration }}",
+        f"None of the guard's runs (every {IDLE_GUARD_EVERY_MINUTES} minutes) has succeeded for "
+        f"{IDLE_GUARD_SILENT_SECONDS // 60} minutes, "
+        "so an idle GPU node group is not scaled to zero and keeps costing its hourly price. Each failed run says why "
+        "in one line: `kubectl -n {{ $labels.namespace }} get jobs` lists the last runs, `kubectl -n "
+        "{{ $labels.namespace }} logs job/<name>` prints it (an AWS or Kubernetes refusal names the role or Role to "
+        "fix). `invoke status` shows its last successful check.",
+        "warning",
+    ),
+]
+
+GROUPS = {"trainkit-gpu": GPU_ALERTS, "trainkit-training": TRAINING_ALERTS, "trainkit-platform": PLATFORM_ALERTS}
 
 
 def alerts() -> list[Alert]:

@@ -15,14 +15,17 @@ from moto import mock_aws
 from tests.helpers.ecr_blobs import EcrBlobs
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke
+from trainkit import hardware
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import backend as eks
-from trainkit.backends.eks import image, preflight
+from trainkit.backends.eks import cluster, image, preflight
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
+from trainkit.infra import outputs
 from trainkit.workloads.recipe import recipe
 
 TOKEN = "hf_never_print_me_42"
+GUARD = {"cluster_name": "trainkit", "region": "us-east-1", "nodegroup": "gpu", "window_minutes": 30}
 
 
 def spec_of(**flags):
@@ -215,9 +218,31 @@ def test_secret_from_a_file_never_printed(fake, tmp_path):
     assert TOKEN not in first.stdout + first.stderr + again.stdout + again.stderr
 
 
-def test_status_logs_stop_without_a_job_say_what_to_do(fake):
-    result = invoke("status")
+def test_status_without_a_job_shows_what_is_up_and_the_idle_guard(fake):
+    """No job is the normal state between runs: `invoke status` says so, then what the GPU nodes cost and what the
+    idle guard last did (its status ConfigMap as the guard writes it), and exits 0."""
+    outputs.save_outputs({"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "idle_guard": GUARD})
+    fake.configmaps[(cluster.PLATFORM_NAMESPACE, cluster.IDLE_GUARD)] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": cluster.IDLE_GUARD, "namespace": cluster.PLATFORM_NAMESPACE},
+        "data": {"checked_at": "2026-05-04T10:15:02Z", "decision": "keep", "reason": "job llama-run ended 3 min ago"},
+    }
+    result = invoke("status", "--target", "eks")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "no trainkit job in namespace trainkit-jobs (`invoke train --target eks` submits one)",
+        f"GPU nodes up: 2 x p5.48xlarge, about $196.64/h (on-demand us-east-1, {hardware.PRICE_TABLE_AS_OF})",
+        "idle guard: on (30 min window); last check 2026-05-04T10:15:02Z: keep, job llama-run ended 3 min ago",
+    ]
+
+
+def test_a_run_id_without_a_job_and_logs_or_stop_without_one_say_what_to_do(fake):
+    result = invoke("status", "--target", "eks", "--run-id", "nope")
     assert result.returncode == 2
     assert (
-        "no job from trainkit in namespace trainkit-jobs: submit one with `invoke train --target eks`" in result.stderr
+        "no job for run nope in namespace trainkit-jobs: submit one with `invoke train --target eks`" in result.stderr
     )
+    for command in (lambda: list(eks.logs("trainkit-jobs", None)), lambda: eks.stop("trainkit-jobs", None)):
+        with pytest.raises(SpecError, match=r"^no job from trainkit in namespace trainkit-jobs: submit one with "):
+            command()

@@ -9,6 +9,8 @@ guard with a fake clock set to the end of the phase it needs, with the real quer
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -16,7 +18,9 @@ import urllib.request
 import pytest
 
 from tests.helpers.aws import ThreadedMoto
+from tests.helpers.containers import free_port
 from tests.helpers.idle_guard import DcgmStandIn, GuardCluster, checked_eks, gpu_nodegroup
+from tests.helpers.paths import REPO
 from trainkit.backends.eks import cluster, idle_guard
 from trainkit.backends.eks.kube import Kube
 from trainkit.services.prometheus import GPU_JOB, PrometheusServer, write_targets
@@ -197,3 +201,82 @@ def test_status_shows_the_guards_last_action_and_the_cost_per_hour(history, moto
         and "scaled-down, no trainkit job" in lines[1]
     )
     assert "scaled to zero at 20" in lines[1]
+
+
+# ---------------------------------------------------------------- the CronJob's command: main()
+
+
+@pytest.fixture
+def pod_env(moto, api, monkeypatch):
+    """What the CronJob's pod has: AWS credentials and region in its environment (here moto's) and an API server."""
+    for key, value in moto.env.items():
+        monkeypatch.setenv(key, value)
+
+
+def guard_args(history, nodegroup: str, *extra: str) -> list[str]:
+    return [
+        "--cluster=trainkit",
+        f"--nodegroup={nodegroup}",
+        f"--window-minutes={WINDOW_S / 60}",
+        f"--step-seconds={STEP_S}",
+        f"--prometheus={history[1]}",
+        *extra,
+    ]
+
+
+def test_main_prints_one_line_for_keep_and_for_scale_down(history, moto, api, request, pod_env, capsys):
+    name = request.node.name.replace("_", "-")[:56]
+    gpu_nodegroup(moto.client("eks"), name)
+    api.add_job("llama-run", [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}])
+    at_idle_end = lambda: history[0]["idle"]  # noqa: E731
+    assert idle_guard.main(guard_args(history, name), clock=at_idle_end) == 0
+    assert capsys.readouterr() == ("idle guard: keep: job llama-run has not ended\n", "")
+
+    api.jobs.clear()
+    assert idle_guard.main(guard_args(history, name), clock=at_idle_end) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("idle guard: scale down: ") and out.count("\n") == 1 and err == ""
+    group = moto.client("eks").describe_nodegroup(clusterName="trainkit", nodegroupName=name)["nodegroup"]
+    assert group["scalingConfig"]["desiredSize"] == 0
+    assert api.configmaps[(cluster.PLATFORM_NAMESPACE, cluster.IDLE_GUARD)]["data"]["decision"] == "scaled-down"
+
+
+def test_main_refuses_bad_arguments_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as exited:
+        idle_guard.main(["--cluster=trainkit", "--nodegroup=gpu", "--window-minutes=0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "error: --window-minutes and --step-seconds must be positive (got 0 min, 60 s)\n"
+    )
+
+
+def test_main_fails_with_one_line_when_prometheus_is_unreachable(history, moto, api, request, pod_env, capsys):
+    name = request.node.name.replace("_", "-")[:56]
+    gpu_nodegroup(moto.client("eks"), name)
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    args = [*guard_args(history, name), f"--prometheus={unreachable}"]
+    assert idle_guard.main(args, clock=lambda: history[0]["idle"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"idle guard: failed: cannot query Prometheus at {unreachable} (")
+    assert err.endswith("); nothing was changed\n")
+    group = moto.client("eks").describe_nodegroup(clusterName="trainkit", nodegroupName=name)["nodegroup"]
+    assert group["scalingConfig"]["desiredSize"] == 2 and not api.configmaps and not api.events
+
+
+def test_the_cronjobs_command_fails_with_one_line_when_the_node_group_is_missing(history, moto, api, pod_env):
+    """As the CronJob runs it: `python -m ...`, whose failed exit fails the Job (what IdleGuardFailing sees)."""
+    gpu_nodegroup(moto.client("eks"), "gpu-other")  # the cluster exists; the named group does not
+    result = subprocess.run(
+        [sys.executable, "-m", "trainkit.backends.eks.idle_guard", *guard_args(history, "gpu-missing")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (
+        "idle guard: failed: EKS DescribeNodegroup failed: ResourceNotFoundException: No node group found for name: "
+        "gpu-missing. (check --cluster, --nodegroup and --region, and the guard's Pod Identity role in "
+        "terraform/modules/gpu-nodegroup)\n"
+    )

@@ -1,12 +1,15 @@
 """The idle guard's decision (trainkit/backends/eks/idle_decision.py), pure: what keeps the GPU nodes and
-what lets them go. The guard against a real Prometheus and moto's EKS: tests/integration/test_idle_guard.py."""
+what lets them go; and the one line a failed run prints. The guard against a real Prometheus and moto's EKS:
+tests/integration/test_idle_guard.py."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from trainkit.backends.eks.idle_decision import GpuSeries, JobSeen, NodeGroup, Utilisation, decide
-from trainkit.backends.eks.idle_guard import GuardSettings, job_seen
+from trainkit.backends.eks.idle_guard import GuardSettings, failure, job_seen
 from trainkit.errors import SpecError
 
 NOW, WINDOW, STEP = 10_000.0, 1800.0, 60.0
@@ -73,3 +76,34 @@ def test_a_job_ends_only_with_succeeded_or_failed():
 def test_bad_settings_are_refused(window, step):
     with pytest.raises(SpecError, match="window|step"):
         GuardSettings("trainkit", "gpu", window, step)
+
+
+def test_what_a_run_cannot_get_past_is_one_line_and_a_bug_is_not_hidden():
+    from botocore.exceptions import ClientError, NoCredentialsError
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import MaxRetryError
+
+    denied = ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": "not authorized to perform: eks:DescribeNodegroup"}},
+        "DescribeNodegroup",
+    )
+    forbidden = ApiException(status=403, reason="Forbidden")
+    refusal = (  # the API server's wording (k8s.io/apiserver, forbidden responses)
+        'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:trainkit-system:trainkit-idle-guard" '
+        'cannot list resource "pytorchjobs"'
+    )
+    forbidden.body = json.dumps({"kind": "Status", "code": 403, "reason": "Forbidden", "message": refusal})
+    lines = [failure(denied), failure(NoCredentialsError()), failure(forbidden)]
+    assert lines == [
+        "EKS DescribeNodegroup failed: AccessDeniedException: not authorized to perform: eks:DescribeNodegroup (check "
+        "--cluster, --nodegroup and --region, and the guard's Pod Identity role in terraform/modules/gpu-nodegroup)",
+        "AWS: Unable to locate credentials (in the cluster the guard's credentials come from its Pod Identity "
+        "association)",
+        f"the Kubernetes API refused a request (HTTP 403): {refusal} (the guard's Roles are in "
+        "terraform/stacks/platform)",
+    ]
+    refused = MaxRetryError(None, "/api/v1/nodes", ConnectionRefusedError(111, "Connection refused"))
+    unreachable = failure(refused)
+    assert unreachable.startswith("cannot reach the Kubernetes API (MaxRetryError: ") and "\n" not in unreachable
+    assert "Max retries exceeded with url: /api/v1/nodes" in unreachable and "Connection refused" in unreachable
+    assert failure(KeyError("scalingConfig")) is None  # a bug keeps its traceback

@@ -1,5 +1,6 @@
 """Dashboards and alert rules as code: generated files are current, every alert has a unit test that fires
-it, every query names a metric of the contract, GPU panels say "no data". The rules through promtool:
+it, every query and rule names a metric of the contract, the idle guard's alert watches the CronJob the platform
+stack creates, GPU panels say "no data". The rules through promtool:
 tests/integration/test_observability_promtool.py."""
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from observability.contract import GPU_METRICS, known_metrics
 from observability.dashboards import DASHBOARDS
 from observability.dashboards.common import GPU_NO_DATA, expand, panel_queries, variable_queries
 from tests.helpers.observability_files import RULES_FILE, UNIT_TESTS
+from tests.helpers.platform_stack import ROOT, base_context, manifests
+from trainkit.backends.eks import cluster
 
-METRIC_NAME = re.compile(r"\b(trainkit_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+)\b")
+METRIC_NAME = re.compile(r"\b(trainkit_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+|kube_[a-z0-9_]+)\b")
 
 
 def test_regenerating_changes_nothing():
@@ -45,6 +48,31 @@ def test_prometheus_rule_carries_the_same_groups():
     rule = yaml.safe_load((RULES_FILE.parent / "trainkit-alerts.prometheusrule.yaml").read_text())
     assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["kind"] == "PrometheusRule"
     assert rule["spec"] == yaml.safe_load(RULES_FILE.read_text())
+
+
+def test_every_rule_names_metrics_of_the_contract():
+    named = {alert.name: set(METRIC_NAME.findall(alert.expr)) for alert in rules.alerts()}
+    assert all(named.values()), f"rules whose metric the pattern does not see: {named}"
+    unknown = {name: metrics - known_metrics() for name, metrics in named.items() if metrics - known_metrics()}
+    assert not unknown, f"rules use metrics nobody exports: {unknown}"
+
+
+def test_the_idle_guard_alert_watches_the_cronjob_the_platform_stack_creates():
+    """IdleGuardFailing reads kube-state-metrics' series of the guard's CronJob: that chart is on in the platform's
+    kube-prometheus-stack (the pinned release the contract cites), the CronJob carries the name the alert selects,
+    and it runs on the schedule the alert's threshold and text assume, with no retry inside a run."""
+    chart = base_context()["local"]["monitoring_charts"]["kube-prometheus-stack"]
+    assert chart["version"] == "88.5.3", "re-read kube-state-metrics' names at the new pin (observability/contract.py)"
+    values = yaml.safe_load((ROOT / "values" / "kube-prometheus-stack.yaml").read_text())
+    assert values.get("kubeStateMetrics", {}).get("enabled", True) is not False
+    assert "collectors" not in values.get("kube-state-metrics", {})  # the chart's default list has cronjobs
+    (guard,) = [o for _, o in manifests() if o["kind"] == "CronJob"]
+    assert guard["metadata"]["name"] == rules.IDLE_GUARD_CRONJOB == cluster.IDLE_GUARD
+    assert f'cronjob="{rules.IDLE_GUARD_CRONJOB}"' in next(
+        a.expr for a in rules.alerts() if a.name == "IdleGuardFailing"
+    )
+    assert guard["spec"]["schedule"] == f"*/{rules.IDLE_GUARD_EVERY_MINUTES} * * * *"
+    assert guard["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))

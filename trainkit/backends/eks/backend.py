@@ -135,18 +135,28 @@ def submit(job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdz
 # ---------------------------------------------------------------- following a job
 
 
-def find_job(kube: Kube, namespace: str, run_id: str | None) -> dict:
-    """The job of `run_id`, or the newest trainkit job in the namespace."""
+def newest_job(kube: Kube, namespace: str, run_id: str | None) -> dict | None:
+    """The job of `run_id`, or the newest trainkit job in the namespace; None when there is none."""
     selector = ",".join(f"{k}={v}" for k, v in render.MANAGED_BY.items())
     if run_id:
         selector += f",{render.LABEL_RUN}={render.label_value(run_id)}"
     jobs = kube.custom.list_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, label_selector=selector, _request_timeout=TIMEOUT_S
     )["items"]
-    if not jobs:
-        which = f"for run {run_id}" if run_id else "from trainkit"
-        raise SpecError(f"no job {which} in namespace {namespace}: submit one with `invoke train --target eks`")
-    return max(jobs, key=lambda job: job["metadata"].get("creationTimestamp", ""))
+    return max(jobs, key=lambda job: job["metadata"].get("creationTimestamp", "")) if jobs else None
+
+
+def no_job(namespace: str, run_id: str | None) -> SpecError:
+    which = f"for run {run_id}" if run_id else "from trainkit"
+    return SpecError(f"no job {which} in namespace {namespace}: submit one with `invoke train --target eks`")
+
+
+def find_job(kube: Kube, namespace: str, run_id: str | None) -> dict:
+    """The job of `run_id`, or the newest trainkit job in the namespace."""
+    job = newest_job(kube, namespace, run_id)
+    if job is None:
+        raise no_job(namespace, run_id)
+    return job
 
 
 def job_pods(kube: Kube, job: dict) -> list:
@@ -208,9 +218,16 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     newest condition that holds. Jobs restart by exit code (render.RESTART_BY_EXIT_CODE): a failed pod is
     replaced, or fails the job when its code says no restart helps. Under the OnFailure policy of jobs from
     earlier versions containers restart in place and the operator fails the job when their restart counts reach
-    runPolicy.backoffLimit, so that sum is shown for them."""
+    runPolicy.backoffLimit, so that sum is shown for them. With no trainkit job in the namespace (and no run id
+    asked for) that is said, with what the GPU nodes up cost and the idle guard's last check: between runs
+    those are what matter."""
     kube = kube or Kube.connect()
-    job = find_job(kube, namespace, run_id)
+    job = newest_job(kube, namespace, run_id)
+    if job is None and run_id:
+        raise no_job(namespace, run_id)
+    if job is None:
+        idle = idle_guard.describe(kube, outputs.load_outputs())
+        return "\n".join([f"no trainkit job in namespace {namespace} (`invoke train --target eks` submits one)", *idle])
     meta = job["metadata"]
     conditions = job.get("status", {}).get("conditions", [])
     state = (holding(job) or ["Pending"])[-1]

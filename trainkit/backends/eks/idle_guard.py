@@ -12,6 +12,8 @@ gpu-nodegroup). Each run gathers three things, then `decide` (pure) says scale d
 - the node group (EKS DescribeNodegroup): already at zero, or changing, is left alone.
 What it found and did goes into the ConfigMap `trainkit-idle-guard` (trainkit-system), which `invoke status`
 reads, and a scale-down also into a Kubernetes Event on that ConfigMap (`kubectl get events -n trainkit-system`).
+A run that cannot check or act exits 1 with one line on why, so its Job fails; the alert IdleGuardFailing
+(observability/rules.py) fires when the CronJob has had no successful run for a while.
 """
 
 from __future__ import annotations
@@ -317,7 +319,40 @@ def connect() -> Kube:
     return Kube(client.CoreV1Api(api), client.CustomObjectsApi(api), client.VersionApi(api), configuration.host)
 
 
-def main(argv: list[str] | None = None) -> int:
+def failure(error: Exception) -> str | None:
+    """One line for what a run could not get past, or None for anything else (a bug: its traceback is what to
+    read). Either way the run exits non-zero, so the CronJob's Job fails and IdleGuardFailing (observability/
+    rules.py) sees it."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    api_error, connection_error = api_errors()
+    if isinstance(error, SpecError):
+        return str(error)
+    if isinstance(error, ClientError):
+        found = error.response.get("Error", {})
+        return (
+            f"EKS {error.operation_name} failed: {found.get('Code')}: {found.get('Message')} (check --cluster, "
+            "--nodegroup and --region, and the guard's Pod Identity role in terraform/modules/gpu-nodegroup)"
+        )
+    if isinstance(error, BotoCoreError):
+        return f"AWS: {error} (in the cluster the guard's credentials come from its Pod Identity association)"
+    if isinstance(error, api_error):
+        try:
+            message = json.loads(error.body or "{}").get("message") or error.reason
+        except ValueError:
+            message = error.reason
+        return (
+            f"the Kubernetes API refused a request (HTTP {error.status}): {message} (the guard's Roles are in "
+            "terraform/stacks/platform)"
+        )
+    if isinstance(error, connection_error):
+        return f"cannot reach the Kubernetes API ({type(error).__name__}: {error})"
+    return None
+
+
+def main(argv: list[str] | None = None, clock: Callable[[], float] = time.time) -> int:
+    """Exit 0 when it decided (one line: keep or scale down, and why), 1 when it could not check or act (one line
+    on stderr), 2 on bad arguments."""
     parser = argparse.ArgumentParser(
         prog="python -m trainkit.backends.eks.idle_guard", description=__doc__.split("\n")[0]
     )
@@ -330,8 +365,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="decide and record, change nothing")
     args = parser.parse_args(argv)
     try:
-        import boto3
-
         settings = GuardSettings(
             args.cluster,
             args.nodegroup,
@@ -340,10 +373,18 @@ def main(argv: list[str] | None = None) -> int:
             args.prometheus,
             dry_run=args.dry_run,
         )
-        decision = run_once(settings, connect(), boto3.client("eks", region_name=args.region))
     except SpecError as error:
-        print(f"idle guard: {error}", file=sys.stderr, flush=True)
-        return 2
+        parser.error(str(error))
+    try:
+        import boto3
+
+        decision = run_once(settings, connect(), boto3.client("eks", region_name=args.region), clock)
+    except Exception as error:
+        line = failure(error)
+        if line is None:
+            raise
+        print(f"idle guard: failed: {line}", file=sys.stderr, flush=True)
+        return 1
     print(f"idle guard: {'scale down' if decision.scale_down else 'keep'}: {decision.reason}", flush=True)
     return 0
 
