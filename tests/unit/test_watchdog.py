@@ -157,6 +157,42 @@ def test_the_cause_names_who_did_not_arrive_or_says_the_peer_is_elsewhere():
     assert "on another node" in wd.cause({**report, "not_arrived": [], "in_collective": [0, 1]})
 
 
+def stalled_event(node: str, when: float, not_arrived: list[int]) -> str:
+    """A node's `stalled` event: its rank 1 stopped (not_arrived [1]), or its rank 0 waiting for a peer elsewhere."""
+    rank = 1 if not_arrived else 0
+    doing = "stopped by a signal" if not_arrived else "waiting in a collective (x.py:1 in all_reduce)"
+    report = {"rank": rank, "step": 5, "seconds": 7.0, "allowance_s": 6.0, "allowance": "--stall-timeout"}
+    report |= {"ranks": {str(rank): {"doing": doing}}, "not_arrived": not_arrived}
+    report["in_collective"] = [] if not_arrived else [0]
+    return json.dumps({"event": "stalled", "time": when, "node": node, **report}) + "\n"
+
+
+def test_a_node_whose_ranks_waited_for_a_hung_rank_elsewhere_names_that_rank(tmp_path):
+    """Both nodes' watchdogs fire on one stall: a node whose ranks waited for a peer elsewhere, or whose collective
+    broke when the other node ended its ranks, takes the finding of the node whose rank hung (waiting a moment for
+    it); that node keeps its own; a permanent failure, or a stall long before, is not this one."""
+    import threading
+
+    events = tmp_path / "events.jsonl"
+    events.write_text(stalled_event("node-0", 100.0, []))
+    waited = {"source": "agent", "rank": 0, "node_name": "node-0", "time": 100.1, "stalled": True, "cause": "stalled"}
+    assert wd.stall_elsewhere(tmp_path, waited, wait_s=0.1) is None  # the hung rank's node never said
+
+    def hung_node_says() -> None:
+        with events.open("a") as handle:
+            handle.write(stalled_event("node-1", 101.0, [1]))
+
+    threading.Timer(0.3, hung_node_says).start()
+    found = wd.stall_elsewhere(tmp_path, waited, wait_s=5)
+    assert found["node_name"] == "node-1" and found["rank"] == 1 and not found["permanent"], found
+    assert found["cause"].startswith("stalled: rank 1 ") and "did not arrive: rank 1 stopped by a" in found["cause"]
+    broken = {"source": "worker", "rank": 0, "node_name": "node-0", "time": 101.2, "cause": "RuntimeError: closed"}
+    assert wd.stall_elsewhere(tmp_path, broken, wait_s=0)["node_name"] == "node-1"
+    assert wd.stall_elsewhere(tmp_path, {**waited, "node_name": "node-1"}, wait_s=0) is None
+    assert wd.stall_elsewhere(tmp_path, {**broken, "permanent": True}, wait_s=0) is None
+    assert wd.stall_elsewhere(tmp_path, {**broken, "time": 200.0}, wait_s=0) is None
+
+
 def test_stall_restarts_count_the_resumes_that_followed_a_stall(tmp_path):
     from types import SimpleNamespace
 
@@ -166,5 +202,5 @@ def test_stall_restarts_count_the_resumes_that_followed_a_stall(tmp_path):
     kinds = ["start", "checkpoint", "stalled", "stalled", "resume", "resume", "stalled"]  # two nodes saw one stall
     events.write_text("".join(json.dumps({"event": kind, "time": 1.0}) + "\n" for kind in kinds))
     # the resume being made now follows the last stall: 2 in all (the second resume followed a lost node)
-    assert RunContext._stall_restarts(SimpleNamespace(events=events)) == 2
-    assert RunContext._stall_restarts(SimpleNamespace(events=tmp_path / "none.jsonl")) == 0
+    assert RunContext._stall_restarts(SimpleNamespace(run_dir=tmp_path)) == 2
+    assert RunContext._stall_restarts(SimpleNamespace(run_dir=tmp_path / "none")) == 0

@@ -25,8 +25,8 @@ names this host and HOSTS_ENV all of them. Each host's local main rank renames i
 so the union keeps every host's); the main rank adds `trainer_state.json` and `HOSTS`, and after a barrier that
 every host has published, `latest`. A step is complete where `HOSTS` is and every host it names has its marker
 and a manifest that matches the files: that is, in the union a job's start restores. Within one job no host holds
-the others' parts, so a SageMaker job does not restart its workers (trainkit/backends/sagemaker/host.py): the next
-job, or a spot restart, resumes from the union.
+the others' parts: before its workers restart in place, each host fetches them from S3
+(trainkit/backends/sagemaker/restore.py), and the next job, or a spot restart, resumes from the union.
 """
 
 from __future__ import annotations
@@ -143,6 +143,11 @@ def complete_steps(root: Path) -> list[Path]:
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def step_of_dir(name: str) -> int:
+    """The step of a checkpoint folder named by step_dir_name."""
+    return int(name.removeprefix("step-"))
 
 
 def remove_partial(root: Path) -> list[Path]:

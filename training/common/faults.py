@@ -4,9 +4,9 @@ Never set by a user; unset, every call here returns at once.
     TRAINKIT_TEST_HANG="sigstop@1:8,data@0:14"
 
 Each entry is `<kind>@<global rank>:<step>`: while training step <step> (1-based), that rank hangs, once per run (a
-marker in the run folder, which every node shares: the rank that redoes the step after the restart, on whichever
-node, goes on; an agent's own restart count would not do, since an agent that restarts for a peer's new round does
-not count one):
+marker in the run folder, which every node shares, or in MARKERS_ENV's folder where the nodes share none, as
+SageMaker's hosts: the rank that redoes the step after the restart, on whichever node, goes on; an agent's own
+restart count would not do, since an agent that restarts for a peer's new round does not count one):
 
 - sigstop:  freezes its whole process (SIGSTOP to itself), as seen from outside when a host stalls;
 - sleep:    sleeps in the step, before the forward pass: a hang outside any collective;
@@ -27,6 +27,8 @@ from pathlib import Path
 from .job import RUN_DIR_ENV
 
 HANG_ENV = "TRAINKIT_TEST_HANG"
+MARKERS_ENV = "TRAINKIT_TEST_HANG_MARKERS"
+"""A folder every node of the run reaches, for the markers, where the run folder is not shared."""
 KINDS = {"sigstop": "step", "sleep": "step", "deadlock": "step", "data": "data"}
 """Each kind and the point of the step where it strikes."""
 
@@ -44,7 +46,8 @@ def _entries() -> list[tuple[str, int, int]]:
 
 def _first_time(entry: str) -> bool:
     """Whether this entry strikes now: the first rank to get here in the run takes its marker."""
-    folder = Path(os.environ.get(RUN_DIR_ENV, ".")) / ".test-faults"
+    shared = os.environ.get(MARKERS_ENV)
+    folder = Path(shared) if shared else Path(os.environ.get(RUN_DIR_ENV, ".")) / ".test-faults"
     folder.mkdir(parents=True, exist_ok=True)
     try:
         os.close(os.open(folder / entry, os.O_CREAT | os.O_EXCL | os.O_WRONLY))

@@ -1,7 +1,9 @@
-"""Publishing files that several processes (or pods on one shared volume) may write at once."""
+"""Publishing files that several processes (or pods on one shared volume) may write at once, and reading the run's
+JSON-lines files back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -50,13 +52,44 @@ def publish_bytes(path: Path, data: bytes) -> Path:
 EVENTS_FILE = "events.jsonl"
 
 
-def append_event(run_dir: Path, kind: str, **fields) -> None:
+def node_events_file(node: str) -> str:
+    """Where a node's agent appends its events when the nodes' run folders are not one folder but copies synced to
+    one place (SageMaker's hosts: each host's copy of events.jsonl would replace the others' in S3)."""
+    return f"events.{node}.jsonl"
+
+
+def append_event(run_dir: Path, kind: str, *, file: str = EVENTS_FILE, **fields) -> None:
     """One line of the run's events.jsonl ({"event": kind, "time": ..., **fields}), on disk when this returns. Its
-    writers (rank 0, the launcher, a node's agent) each append whole lines."""
-    with (run_dir / EVENTS_FILE).open("a") as handle:
+    writers (rank 0, the launcher, a node's agent) each append whole lines. `file`: another of the run's event files
+    (node_events_file)."""
+    with (run_dir / file).open("a") as handle:
         handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file its writers append to (events.jsonl, metrics.jsonl), in order; none when it
+    is missing or cannot be read. A line that is not a whole JSON object is skipped: the last one may be torn (being
+    written now, or its writer killed mid-append), and a line appended after a torn one joins it."""
+    try:
+        text = path.read_text(errors="replace")  # a torn multi-byte character spoils its own line only
+    except OSError:
+        return []
+    records = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """The run's events in time order: events.jsonl and every node's own file (node_events_file)."""
+    files = [run_dir / EVENTS_FILE, *sorted(run_dir.glob(node_events_file("*")))]
+    records = [record for path in files for record in read_jsonl(path)]
+    return sorted(records, key=lambda record: record.get("time", 0)) if len(files) > 1 else records
 
 
 def publish_rank_files(run_dir: Path, rank: int, files: dict[str, str]) -> None:

@@ -10,7 +10,6 @@ whatever is being trained.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -27,7 +26,7 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
 from .failure import NoRetry, doing
-from .files import EVENTS_FILE, append_event, publish_text
+from .files import EVENTS_FILE, append_event, publish_text, read_events
 from .heartbeat import process_heartbeat
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from .lifecycle import StopSignal
@@ -238,18 +237,13 @@ class RunContext:
     def _stall_restarts(self) -> int:
         """How many of the run's resumes followed a stall: starts and resumes in events.jsonl with a `stalled` event
         of a node's watchdog before them, since the one before (on several nodes each node may record one)."""
-        try:
-            lines = self.events.read_text().splitlines()
-        except OSError:
-            return 0
         count, stalled = 0, False
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                kind = json.loads(line).get("event")
-                if kind == "stalled":
-                    stalled = True
-                elif kind in ("start", "resume"):
-                    count, stalled = count + stalled, False
+        for record in read_events(self.run_dir):
+            kind = record.get("event")
+            if kind == "stalled":
+                stalled = True
+            elif kind in ("start", "resume"):
+                count, stalled = count + stalled, False
         return count + stalled  # this resume, when a stall came after the last one
 
     def _unusable(self, checkpoint: Path) -> str | None:

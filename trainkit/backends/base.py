@@ -128,6 +128,15 @@ def cloud_machine(job: Job, default_image: str, prefix: str = "") -> Machine:
     return Machine(gpus)
 
 
+def deadline_cause_line(limit: int | None, held_by: str, done: str, run_id: str) -> str:
+    """The one line `invoke status` gives a job its target stopped at its --max-runtime deadline, the same on every
+    target: the limit and what held it (`held_by`), what the target did then (`done`), how to resume."""
+    return (
+        f"stopped at its --max-runtime deadline ({limit} s {held_by}): {done}; submit again with --run-id {run_id} "
+        "to resume with a fresh window"
+    )
+
+
 class Backend(abc.ABC):
     name = ""
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from training.common.files import read_events
 from training.common.job import Job
 from trainkit.errors import SpecError
 
@@ -39,13 +40,8 @@ class RunFiles:
     @property
     def world_size(self) -> int:
         """Processes in the run's last (re)start (elastic runs change it), else as submitted."""
-        events = self.run_dir / "events.jsonl"
-        if events.exists():
-            sizes = [json.loads(line).get("world_size") for line in events.read_text().splitlines() if line]
-            sizes = [size for size in sizes if size]
-            if sizes:
-                return sizes[-1]
-        return self.job.world_size
+        sizes = [size for event in read_events(self.run_dir) if (size := event.get("world_size"))]
+        return sizes[-1] if sizes else self.job.world_size
 
     @property
     def throughput_key(self) -> str:

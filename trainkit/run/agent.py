@@ -34,13 +34,37 @@ import tempfile
 import time
 from pathlib import Path
 
+from training.common.checkpoint import HOST_ENV
 from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, node_name, send
-from training.common.files import append_event
+from training.common.files import EVENTS_FILE, append_event, node_events_file
 from training.common.heartbeat import HEARTBEAT_DIR_ENV
 from training.common.job import RUN_DIR_ENV, SPEC_FILE, read_job
 from trainkit.run import watchdog
 
 EXIT_RENDEZVOUS = 4
+SCHEDULER_RESTARTS_ENV = "TRAINKIT_SCHEDULER_RESTARTS_LEFT"
+"""Where torchrun restarts nobody and the job's scheduler starts the job again instead (Batch: its retry strategy's
+attempts left after this one, trainkit/backends/batch/node.py), how many times it still will."""
+RESTART_HOOK_ENV = "TRAINKIT_RESTART_HOOK"
+"""`module:function` the agent calls before it starts its workers again in a new round (not the first), after the
+rendezvous, while every node's workers are stopped: where the nodes share no disk, the SageMaker host's hook puts the
+others' checkpoint parts here (trainkit/backends/sagemaker/restore.py). It returns a line for the log."""
+
+
+def before_restart() -> None:
+    """RESTART_HOOK_ENV's function, when set; a failure of it is said and the workers start with what is here (a
+    checkpoint left incomplete is passed over, training/common/checkpoint.py)."""
+    hook = os.environ.get(RESTART_HOOK_ENV)
+    if not hook:
+        return
+    module, _, function = hook.partition(":")
+    try:
+        import importlib
+
+        said = getattr(importlib.import_module(module), function)()
+    except Exception as error:  # noqa: BLE001 - whatever it was, the restart goes on and the log says why
+        said = f"failed ({type(error).__name__}: {error}); the workers start from what this node holds"
+    print(f"{node_name()}: before the restart: {said}", file=sys.stderr, flush=True)
 
 
 def agent_record(rank: int, failure, attempt: int, log: str | None) -> dict:
@@ -113,8 +137,12 @@ def _agent_class():
             super().__init__(*args, **kwargs)
             self._watchdog = make_watchdog()
             self._stalled: set[int] = set()
+            self._rounds = 0
 
         def _start_workers(self, worker_group):
+            if self._rounds:
+                before_restart()
+            self._rounds += 1
             if self._watchdog is not None:
                 self._watchdog.reset()
             self._stalled = set()
@@ -171,11 +199,18 @@ def _agent_class():
             line = watchdog.cause(report)
             attempt = worker_group.spec.max_restarts - self._remaining_restarts
             restarting = self._remaining_restarts > 0
+            by_scheduler = not restarting and int(os.environ.get(SCHEDULER_RESTARTS_ENV) or 0) > 0
             run_dir = os.environ.get(RUN_DIR_ENV)
             if run_dir:
                 with contextlib.suppress(OSError):
                     append_event(
-                        Path(run_dir), "stalled", node=node_name(), attempt=attempt, restart=restarting, **report
+                        Path(run_dir),
+                        "stalled",
+                        file=events_file(),
+                        node=node_name(),
+                        attempt=attempt,
+                        restart=restarting or by_scheduler,
+                        **report,
                     )
             log = next((w.log for w in workers if w.rank == stalled.rank), None)
             send(
@@ -192,6 +227,8 @@ def _agent_class():
                 }
             )
             then = "restarting from the last checkpoint" if restarting else "no restart left: the job ends"
+            if by_scheduler:
+                then = "the job's next attempt restarts it from the last checkpoint"
             print(f"watchdog on {node_name()}: {line}; {then}", file=sys.stderr, flush=True)
             for worker in workers:
                 with contextlib.suppress(ProcessLookupError):
@@ -199,6 +236,13 @@ def _agent_class():
             self._stalled = {worker.rank for worker in workers}
 
     return NoRetryAgent
+
+
+def events_file() -> str:
+    """This node's events file: the run's events.jsonl, or the node's own where each host has a copy of the run
+    folder synced to one place (SageMaker: HOST_ENV), so the hosts' copies do not replace each other's."""
+    host = os.environ.get(HOST_ENV)
+    return node_events_file(host) if host else EVENTS_FILE
 
 
 def make_watchdog() -> watchdog.Watchdog | None:

@@ -39,6 +39,7 @@ from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.torchrun import torchrun_command
+from trainkit.run.watchdog import stall_elsewhere
 
 SUMMARY_FILE = "summary.json"  # training/common/metrics.py publishes it when the training ends
 
@@ -116,7 +117,11 @@ def run_node(
         # record its replacement kept as its peers' news) is history now, not why the run stands where it is.
         forget_failure(job.run_dir)
     elif cause is not None:
-        line = f"{name}: {failure_summary(cause)}"
+        # A stall another node's watchdog pinned on its rank is the cause here too (this node's ranks waited for that
+        # rank), so every node's line, whichever its scheduler shows, names the rank that hung.
+        elsewhere = None if received else stall_elsewhere(job.run_dir, cause)
+        who, cause = (elsewhere["node_name"], elsewhere) if elsewhere else (name, cause)
+        line = f"{who}: {failure_summary(cause)}"
         print(f"error: {line}", file=sys.stderr, flush=True)
         report(line)
         record_failure(job.run_dir, cause, exit_code, rdzv_id)  # beside the run too, when its volume takes it

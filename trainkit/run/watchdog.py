@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.common.files import read_events
 from training.common.heartbeat import DUMP_SIGNAL, PHASES
 
 STALL_FACTOR = 10
@@ -50,6 +51,11 @@ COLLECTIVE_PATH = "torch/distributed/"
 """A main thread whose innermost frame is in torch.distributed waits in a collective (or its wait)."""
 STATES = {"T": "stopped by a signal", "t": "stopped by a debugger"}
 GONE = "exited before its stacks were read"
+PEER_WAIT_S = LOOK_EVERY_S + DUMP_WAIT_S + 1.0
+"""How long a node whose ranks all waited for a peer elsewhere waits for that node's watchdog to name the rank."""
+SAME_STALL_S = 10.0
+"""Two nodes' findings this close in time are one stall: each node's watchdog looks every LOOK_EVERY_S and gives the
+ranks DUMP_WAIT_S for their stacks, and a collective broken by a peer's kill fails at once."""
 
 
 @dataclass
@@ -326,3 +332,35 @@ def cause(report: dict) -> str:
     elif report["in_collective"]:
         text += "; every rank here waits in a collective: the one that did not arrive is on another node"
     return text + "; every rank's stacks are in its log"
+
+
+def stall_elsewhere(run_dir: Path, failure: dict, wait_s: float = PEER_WAIT_S) -> dict | None:
+    """The stall another node's watchdog pinned on one of its ranks, when this node's `failure` (its cause record)
+    followed from it: its ranks waited in a collective for that rank (its own watchdog then says the rank is on
+    another node, and waits up to `wait_s` for that node's finding), or their collective broke when that node ended
+    its ranks. That stall is the job's cause, as a record naming the node that saw it; None when this node's own
+    rank hung, or no other node found a hung rank (the run folder is not shared: SageMaker's hosts)."""
+    if failure.get("permanent"):
+        return None
+    here, when = failure.get("node_name"), float(failure.get("time", 0))
+    deadline = time.monotonic() + (wait_s if failure.get("stalled") else 0.0)
+    while True:
+        found = [e for e in read_events(Path(run_dir)) if e.get("event") == "stalled" and e.get("not_arrived")]
+        found = sorted((e for e in found if abs(e["time"] - when) <= SAME_STALL_S), key=lambda e: e["time"])
+        # The first finding is the hung rank's node's: a later one may name ranks that were failing after its kill.
+        if found and found[0].get("node") == here:
+            return None
+        if found:
+            event = found[0]
+            return {
+                "source": "agent",
+                "rank": event["rank"],
+                "node_name": event["node"],
+                "time": event["time"],
+                "cause": cause(event),
+                "stalled": True,
+                "permanent": False,
+            }
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from trainkit.backends.aws import Clients
+from trainkit.backends.base import deadline_cause_line
 from trainkit.backends.batch import api
 from trainkit.backends.batch.node import RESULT_PREFIX
 from trainkit.backends.batch.request import FSX_MOUNT_ENV
@@ -97,6 +98,25 @@ def _exit(container: dict | None) -> str:
     return (f"exit {code}" if code is not None else "no exit code") + (f" ({reason})" if reason else "")
 
 
+TIMED_OUT = "Job attempt duration exceeded timeout"
+"""The statusReason of a job Batch terminated at its timeout.attemptDurationSeconds (--max-runtime), as Batch writes it
+(the User Guide's "Job timeouts" says only that Batch terminates the job and does not retry it)."""
+
+
+def deadline_cause(job: dict, run_id: str) -> str | None:
+    """The one line of a job Batch ended at its --max-runtime deadline (DescribeJobs), or None."""
+    if job["status"] != "FAILED" or not job.get("statusReason", "").startswith(TIMED_OUT):
+        return None
+    limit = job.get("timeout", {}).get("attemptDurationSeconds")
+    return deadline_cause_line(
+        limit,
+        "from the attempt's start, timeout.attemptDurationSeconds",
+        "Batch stopped the containers (SIGTERM, SIGKILL 30 s later) and retries no timed-out attempt, and the run "
+        "saves a checkpoint on FSx at the step boundary when time allows",
+        run_id,
+    )
+
+
 def status_text(clients: Clients, run_id: str, job_id: str) -> str:
     """The job's status and reason, each attempt's end, each node's state, and the cause its main node logged."""
     job = described_job(clients, job_id)
@@ -124,7 +144,9 @@ def status_text(clients: Clients, run_id: str, job_id: str) -> str:
         ended = f", {_exit(node.get('container'))}" if node["status"] in ("SUCCEEDED", "FAILED") else ""
         reason = f", {node['statusReason']}" if node.get("statusReason") and node["status"] == "FAILED" else ""
         lines.append(f"  node {node_index(node)}{main} {node['status']}{ended}{reason}")
-    cause = main_cause(clients, job, found) if job["status"] == "FAILED" or done else None
+    cause = deadline_cause(job, run_id) or (
+        main_cause(clients, job, found) if job["status"] == "FAILED" or done else None
+    )
     if cause:
         lines.append(f"  cause: {cause}")
     mount = {e["name"]: e["value"] for e in container.get("environment", [])}.get(FSX_MOUNT_ENV)

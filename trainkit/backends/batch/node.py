@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -45,7 +46,8 @@ from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.common.files import publish_text
 from training.common.job import Job
 from trainkit.backends.base import WORKLOAD_ENV, Workload
-from trainkit.backends.batch.request import CODE_ENV, FSX_MOUNT_ENV, SPEC_ENV, unpack_code
+from trainkit.backends.batch.request import CODE_ENV, FSX_MOUNT_ENV, SPEC_ENV, attempts, unpack_code
+from trainkit.run.agent import SCHEDULER_RESTARTS_ENV
 from trainkit.run.node import EXIT_CANNOT_START, EXIT_REPLACE, run_node
 
 RDZV_PORT = 29400
@@ -172,7 +174,10 @@ MEANING = {EXIT_CANNOT_START: "cannot start", EXIT_NO_RETRY: "not retried", EXIT
 def run(found: Place, env: dict) -> int:
     os.chdir(env.get(FSX_ROOT_ENV) or env.get(FSX_MOUNT_ENV, "/fsx"))  # runs/<run-id> is on FSx, as on EKS
     job = Job.from_dict(json.loads(env[SPEC_ENV]))
-    workload = replace(Workload.from_json(env[WORKLOAD_ENV]), restarts=False)
+    submitted = Workload.from_json(env[WORKLOAD_ENV])
+    workload = replace(submitted, restarts=False)
+    # torchrun restarts nobody here; the retry strategy's attempts left restart the job (the watchdog says which)
+    os.environ[SCHEDULER_RESTARTS_ENV] = str(max(0, attempts(job, submitted) - found.attempt))
     if CODE_ENV in env:  # a script's folder, here on the node until prepare copies it into the run folder
         folder = unpack_code(env[CODE_ENV], Path(tempfile.mkdtemp(prefix="trainkit-code-")))
         workload = replace(workload, code=str(folder))
@@ -197,7 +202,12 @@ def main() -> int:
     except ValueError as error:
         print(f"{RESULT_PREFIX}cannot start: {error}", file=sys.stderr, flush=True)
         return EXIT_CANNOT_START
-    return run(found, env)
+    code = run(found, env)
+    # The node's result is decided and recorded: a stop now (Batch stops the child nodes once the main node exits,
+    # which may be while this one exits too) must not end it with 143 instead, as SIGTERM's default action would
+    # once the interpreter, shutting down, restores it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from training.common.job import Job
-from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine
+from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine, deadline_cause_line
 from trainkit.backends.eks import cluster, idle_guard, preflight, render, rules, task
 from trainkit.backends.eks.kube import (
     GROUP,
@@ -205,10 +205,11 @@ def deadline_cause(job: dict) -> str | None:
         return None
     limit = job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
     run = job["metadata"]["annotations"][render.LABEL_RUN]
-    return (
-        f"stopped at its --max-runtime deadline ({limit} s from the job's start, runPolicy.activeDeadlineSeconds): "
-        "the operator deleted its running pods, which checkpoint at the step boundary when time allows; submit "
-        f"again with --run-id {run} to resume with a fresh window"
+    return deadline_cause_line(
+        limit,
+        "from the job's start, runPolicy.activeDeadlineSeconds",
+        "the operator deleted its running pods, which checkpoint at the step boundary when time allows",
+        run,
     )
 
 

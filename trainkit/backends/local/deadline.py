@@ -11,12 +11,11 @@ under Batch's timeout.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from pathlib import Path
 
-from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
-from training.common.files import EVENTS_FILE, append_event
+from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps, step_of_dir
+from training.common.files import append_event, read_events
 from training.common.job import Job
 from trainkit.run.failures import record_failure
 
@@ -27,16 +26,8 @@ DEADLINE_EVENT = "deadline"
 def stop_event(run_dir: Path, since: float) -> dict:
     """The main rank's last `stop` event written after `since` (wall clock), or {} (a user's script writes none; a
     line cut short by a kill is skipped)."""
-    try:
-        lines = (run_dir / EVENTS_FILE).read_text().splitlines()
-    except OSError:
-        return {}
-    for line in reversed(lines):
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and record.get("event") == "stop" and record.get("time", 0) >= since:
-                return record
-    return {}
+    stops = [e for e in read_events(run_dir) if e.get("event") == "stop" and e.get("time", 0) >= since]
+    return stops[-1] if stops else {}
 
 
 def deadline_reason(job: Job, since: float) -> tuple[str, dict]:
@@ -47,7 +38,7 @@ def deadline_reason(job: Job, since: float) -> tuple[str, dict]:
     stop = stop_event(job.run_dir, since)
     step, saved = stop.get("step"), stop.get("checkpoint")
     latest = complete_steps(job.run_dir / CHECKPOINTS_DIR)
-    last = int(latest[-1].name.removeprefix("step-")) if latest else None
+    last = step_of_dir(latest[-1].name) if latest else None
     line = f"run {job.run.run_id} stopped at its --max-runtime deadline ({limit} s)"
     if step is not None:
         line += f" at step {step}"

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.common.files import append_event
+from training.common.files import append_event, read_events, read_jsonl
 from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, RunRef
 from trainkit.errors import SpecError
@@ -127,12 +127,6 @@ def find_run(ref: RunRef) -> Path:
     return specs[-1].parent
 
 
-def _jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def workload_label(run_dir: Path, kind: str) -> str:
     """What a run that is not a recipe ran, from the workload.json its launcher wrote (the script's name)."""
     try:
@@ -152,7 +146,7 @@ def status(ref: RunRef) -> str:
     job = read_job(run_dir / SPEC_FILE)
     p, o = job.parallelism, job.optimisation
     pid = owner_pid(run_dir)
-    events = _jsonl(run_dir / "events.jsonl")
+    events = read_events(run_dir)
     failure = recorded_failure(run_dir)
     if pid is not None:
         state = "running"
@@ -166,7 +160,7 @@ def status(ref: RunRef) -> str:
     lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {state}"]
     if state == "failed":
         lines.append(f"  cause      {failure['line']}")
-    metrics = _jsonl(run_dir / "metrics.jsonl")
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
     if metrics:
         last = metrics[-1]
         total = f" of {o.steps}" if o.steps else ""

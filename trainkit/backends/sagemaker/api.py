@@ -21,17 +21,19 @@ SageMaker run without `--target`.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+from training.common.files import node_events_file
 from training.common.job import SPEC_FILE, Job
 from trainkit.backends.aws import Clients, Submissions
 from trainkit.backends.aws import error_code as _error_code
 from trainkit.backends.aws import of_run as _of_run
-from trainkit.backends.base import Workload
+from trainkit.backends.base import Workload, deadline_cause_line
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.errors import SpecError
@@ -232,9 +234,27 @@ def _clock(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else str(value)
 
 
+MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+"""The SecondaryStatus of a job SageMaker stopped at its StoppingCondition.MaxRuntimeInSeconds (--max-runtime); its
+TrainingJobStatus is Stopped and it has no FailureReason (API reference, DescribeTrainingJob: SecondaryStatus)."""
+
+
+def deadline_cause(job: dict, run_id: str) -> str | None:
+    """The one line of a job SageMaker stopped at its --max-runtime deadline (DescribeTrainingJob), or None."""
+    if job.get("SecondaryStatus") != MAX_RUNTIME_EXCEEDED:
+        return None
+    limit = job.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
+    return deadline_cause_line(
+        limit,
+        "of training, StoppingCondition.MaxRuntimeInSeconds",
+        "SageMaker sent SIGTERM, and the run saves a checkpoint at the step boundary when its 120 s grace allows",
+        run_id,
+    )
+
+
 def status_text(clients: Clients, run_id: str, name: str) -> str:
-    """Status, the secondary status transitions with their times, the failure reason, billable and spot-saved
-    seconds (DescribeTrainingJob)."""
+    """Status, the secondary status transitions with their times, the failure reason or the deadline that stopped
+    the job, billable and spot-saved seconds (DescribeTrainingJob)."""
     job = clients("sagemaker").describe_training_job(TrainingJobName=name)
     resources = job.get("ResourceConfig", {})
     lines = [
@@ -245,6 +265,9 @@ def status_text(clients: Clients, run_id: str, name: str) -> str:
     ]
     if job.get("FailureReason"):
         lines.append(f"  failed: {job['FailureReason']}")
+    cause = deadline_cause(job, run_id)
+    if cause:
+        lines.append(f"  cause: {cause}")
     training, billable = job.get("TrainingTimeInSeconds"), job.get("BillableTimeInSeconds")
     if training is not None:
         saved = f", spot saved {1 - billable / training:.0%}" if billable is not None and training else ""
@@ -306,7 +329,7 @@ def log_lines(clients: Clients, name: str, host: str, follow: bool = False) -> I
 
 
 RUN_FILES = ("spec.json", "metrics.jsonl", "summary.json", "events.jsonl")
-"""What `invoke obs.report` reads of a run (trainkit/plan/report.py)."""
+"""What `invoke obs.report` reads of a run (trainkit/plan/report.py), with each host agent's events file."""
 
 
 def fetch_run_files(clients: Clients, name: str, run_id: str, into: Path) -> list[str]:
@@ -316,9 +339,13 @@ def fetch_run_files(clients: Clients, name: str, run_id: str, into: Path) -> lis
     bucket, _, prefix = described["CheckpointConfig"]["S3Uri"].removeprefix("s3://").partition("/")
     s3, fetched = clients("s3"), []
     into.mkdir(parents=True, exist_ok=True)
-    for file in RUN_FILES:
+    folder = f"{prefix.rstrip('/')}/{run_id}/"
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=folder + "events.", Delimiter="/").get("Contents", [])
+    names = [item["Key"][len(folder) :] for item in listed]
+    nodes = [name for name in names if fnmatch.fnmatch(name, node_events_file("*"))]  # each host's agent's events
+    for file in (*RUN_FILES, *nodes):
         try:
-            body = s3.get_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{run_id}/{file}")["Body"].read()
+            body = s3.get_object(Bucket=bucket, Key=folder + file)["Body"].read()
         except s3.exceptions.NoSuchKey:
             continue
         (into / file).write_bytes(body)

@@ -32,7 +32,10 @@ from pathlib import Path
 from training.common.checkpoint import HOST_ENV, HOSTS_ENV
 from training.common.job import DATA_MOUNT_ENV, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, Workload
+from trainkit.backends.sagemaker import restore
 from trainkit.backends.sagemaker.request import DATA_CHANNEL
+from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV, LOCAL_PATH_ENV
+from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
 
 ROOT_ENV = "TRAINKIT_SAGEMAKER_ROOT"
@@ -121,11 +124,14 @@ def main() -> int:
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)
     os.environ.update(hf_token(secret))  # this host's processes only, as the Secret is a pod's environment on EKS
     endpoint = os.environ.get(LEADER_ENV) or endpoint
-    # The hosts share no filesystem: checkpoints publish per host (training/common/checkpoint.py), and as no host
-    # holds the others' parts until the next job restores the union from S3, a failure ends the job instead of
-    # restarting the workers here.
+    # The hosts share no filesystem: checkpoints publish per host (training/common/checkpoint.py). Before torchrun
+    # restarts the workers in place, each host fetches the others' parts from the checkpoint prefix (restore.py); a
+    # job from before that prefix was in its environment ends at its first failure instead.
     os.environ.update({HOST_ENV: host, HOSTS_ENV: ",".join(hosts)})
-    workload = replace(workload, restarts=False)
+    if os.environ.get(CHECKPOINT_S3_ENV):
+        os.environ.update({RESTART_HOOK_ENV: f"{restore.__name__}:before_restart", LOCAL_PATH_ENV: job.run.runs_dir})
+    else:
+        workload = replace(workload, restarts=False)
     code = run_node(job, workload, endpoint, rdzv_id, host, report_failure)
     if code == 0:
         publish_model(job.run_dir)

@@ -23,6 +23,7 @@ import re
 
 from training.common.job import Job
 from trainkit.backends.base import Workload
+from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.infra.outputs import STACK_TAG
 from trainkit.job.models import get_model
@@ -125,7 +126,11 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> di
     """The CreateTrainingJob request: everything in it may be shown to anyone who can describe the job."""
     run_id, p = job.run.run_id, job.parallelism
     prefix = run_prefix(stack, run_id)
-    environment = {**TORCH_ENV, "TRAINKIT_LAUNCH_CHANNEL": LAUNCH_CHANNEL}
+    environment = {
+        **TORCH_ENV,
+        "TRAINKIT_LAUNCH_CHANNEL": LAUNCH_CHANNEL,
+        CHECKPOINT_S3_ENV: checkpoint_prefix(stack, run_id),  # where a host finds the others' parts (restore.py)
+    }
     if workload.token and stack.hf_token_secret_arn:
         environment["TRAINKIT_HF_TOKEN_SECRET_ARN"] = stack.hf_token_secret_arn  # the secret's name, not its value
     algorithm = {

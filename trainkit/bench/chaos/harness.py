@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
+from training.common.files import read_events, read_jsonl
 from trainkit.backends import job_from_flags
 from trainkit.backends.base import ready
 from trainkit.backends.local.backend import LocalJob, explain_failure, job_exit_code, signal_group
@@ -22,19 +23,6 @@ from trainkit.errors import SpecError
 from trainkit.run.failures import failure_summary
 from trainkit.services import EtcdServer
 from trainkit.workloads.recipe import recipe
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written right now
-            break
-    return records
 
 
 def _children(pid: int) -> list[int]:
@@ -90,7 +78,7 @@ class _Run:
         self.events_seen = 0
 
     def steps(self) -> list[dict]:
-        records = _read_jsonl(self.run_dir / "metrics.jsonl")
+        records = read_jsonl(self.run_dir / "metrics.jsonl")
         for record in records:
             if record["time"] not in self.seen:
                 self.limit.progress()
@@ -98,7 +86,7 @@ class _Run:
         return records
 
     def events(self) -> list[dict]:
-        events = _read_jsonl(self.run_dir / "events.jsonl")
+        events = read_events(self.run_dir)
         if len(events) > self.events_seen:
             self.events_seen = len(events)
             self.limit.progress()

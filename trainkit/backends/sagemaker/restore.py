@@ -1,0 +1,167 @@
+"""Before a SageMaker job's workers restart in place: the other hosts' parts of the newest checkpoint, from S3.
+
+The hosts of a job share no disk. Each publishes its own part of a checkpoint (training/common/checkpoint.py,
+per-host mode), and SageMaker uploads every host's checkpoint folder to the job's checkpoint prefix while the job
+runs; it downloads the union onto every host only when a job, or a spot restart, starts (Developer Guide, "Use
+checkpoints in Amazon SageMaker AI"). So when torchrun restarts the workers inside a job (the watchdog ended a
+stalled rank, a rank crashed), each host's agent first calls `before_restart` (trainkit/run/agent.py,
+RESTART_HOOK_ENV), which puts the parts this host lacks into its checkpoint folder, the way the job's start would:
+
+- the step: the newest one this host published itself (its own `COMPLETE.<host>`: the hosts publish a step
+  together, so the others' parts follow it to S3, an upload taking as long as its size needs); up to WAIT_S for
+  them to arrive whole, then the newest step that S3 and this disk hold whole, if any;
+- whole: the step's HOSTS file names its hosts, each host's marker and manifest are there, and every file each
+  manifest lists is here or in S3 at the size it records (a file still uploading is not yet);
+- written so a cut download is never mistaken for a checkpoint: each file under a temporary name renamed into place,
+  the data first, the markers last (a step counts only once every host's marker is there).
+
+The job's role may read its checkpoint prefix (terraform/modules/sagemaker: ListRuns, ReadRuns). Tested on the
+stand-in, which uploads like SageMaker (tests/e2e/test_sagemaker_runs.py: a stalled rank restarted in place).
+Cloud-only: how long SageMaker takes to upload a large part after it is written (WAIT_S bounds the wait).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from training.common.checkpoint import (
+    CHECKPOINTS_DIR,
+    HOST_ENV,
+    HOSTS_FILE,
+    STATE_FILE,
+    host_manifest,
+    host_marker,
+)
+from training.common.job import RUN_DIR_ENV
+
+CHECKPOINT_S3_ENV = "TRAINKIT_CHECKPOINT_S3"
+"""The job's CheckpointConfig.S3Uri (trainkit/backends/sagemaker/request.py): what its LocalPath is mirrored to."""
+LOCAL_PATH_ENV = "TRAINKIT_CHECKPOINT_LOCAL_PATH"
+"""The job's CheckpointConfig.LocalPath on this host (host.py: /opt/ml/checkpoints, elsewhere on the stand-in)."""
+WAIT_S = 300.0
+POLL_S = 1.0
+
+
+def _bucket_key(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key.rstrip("/")
+
+
+class Remote:
+    """One step folder's objects under the checkpoint prefix."""
+
+    def __init__(self, s3, bucket: str, prefix: str):
+        self.s3, self.bucket, self.prefix = s3, bucket, prefix
+
+    def sizes(self) -> dict[str, int]:
+        found = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + "/"):
+            for item in page.get("Contents", []):
+                found[item["Key"][len(self.prefix) + 1 :]] = item["Size"]
+        return found
+
+    def read(self, name: str) -> bytes:
+        return self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")["Body"].read()
+
+
+def missing_parts(local: Path, remote: Remote) -> dict[str, int] | None:
+    """{name: size} of the step's files this host lacks, every one of them in S3; None when this disk and S3
+    together do not hold the step whole (yet)."""
+    here = (
+        {str(p.relative_to(local)): p.stat().st_size for p in local.rglob("*") if p.is_file()} if local.is_dir() else {}
+    )
+    there = remote.sizes()
+
+    def text(name: str) -> str | None:
+        if name in here:
+            return (local / name).read_text()
+        return remote.read(name).decode() if name in there else None
+
+    hosts_text = text(HOSTS_FILE)
+    if hosts_text is None or STATE_FILE not in {**there, **here}:
+        return None
+    wanted: dict[str, int | None] = {HOSTS_FILE: None, STATE_FILE: None}
+    for host in hosts_text.split():
+        manifest = text(host_manifest(host))
+        if manifest is None or host_marker(host) not in {**there, **here}:
+            return None
+        wanted |= {host_manifest(host): None, host_marker(host): None} | json.loads(manifest)
+    fetch = {}
+    for name, size in wanted.items():
+        if name in here and size in (None, here[name]):
+            continue
+        if name not in there or size not in (None, there[name]):
+            return None  # not uploaded yet, or still being uploaded
+        fetch[name] = there[name]
+    return fetch
+
+
+def download(local: Path, remote: Remote, names: dict[str, int]) -> None:
+    """Data first, bookkeeping after, the hosts' markers last; each file renamed into place once whole."""
+
+    def order(name: str) -> tuple[int, str]:
+        return (
+            2 if name.startswith("COMPLETE") else 1 if name in (HOSTS_FILE, STATE_FILE) or "MANIFEST" in name else 0,
+            name,
+        )
+
+    for name in sorted(names, key=order):
+        path = local / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".{path.name}.part-{os.getpid()}")
+        part.write_bytes(remote.read(name))
+        part.replace(path)
+
+
+def restore(checkpoints: Path, bucket: str, prefix: str, host: str, s3, wait_s: float = WAIT_S) -> str:
+    """Make the newest step this host can have whole complete here (see the module's docstring); a line saying what
+    it did."""
+
+    def complete(name: str) -> int | None:
+        """The step made whole here: how many files it took; None while S3 and this disk do not hold it whole."""
+        remote = Remote(s3, bucket, f"{prefix}/{name}")
+        fetch = missing_parts(checkpoints / name, remote)
+        if fetch is not None:
+            download(checkpoints / name, remote, fetch)
+        return None if fetch is None else len(fetch)
+
+    own = [p.name for p in checkpoints.glob("step-*") if (p / host_marker(host)).is_file()]
+    newest = max(own, default=None)
+    deadline = time.monotonic() + wait_s
+    while newest is not None:
+        fetched = complete(newest)
+        if fetched is not None:
+            return f"{newest}: {fetched} file(s) of the other hosts' parts restored from S3"
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    for name in sorted({*own, *_remote_steps(s3, bucket, prefix)} - {newest}, reverse=True):
+        fetched = complete(name)
+        if fetched is not None:
+            return f"{name}: {fetched} file(s) restored from S3 ({newest} never arrived whole within {wait_s:g} s)"
+    return f"no checkpoint whole in S3 and here{f' ({newest} never arrived whole)' if newest else ''}"
+
+
+def _remote_steps(s3, bucket: str, prefix: str) -> list[str]:
+    found = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/", Delimiter="/"):
+        for common in page.get("CommonPrefixes", []):
+            name = common["Prefix"][len(prefix) + 1 :].rstrip("/")
+            if name.startswith("step-"):
+                found.add(name)
+    return sorted(found)
+
+
+def before_restart() -> str:
+    """The agent's hook: this host's checkpoint folder made whole from the job's checkpoint prefix."""
+    import boto3
+
+    run_dir = Path(os.environ[RUN_DIR_ENV])
+    local_root = Path(os.environ[LOCAL_PATH_ENV])
+    bucket, key = _bucket_key(os.environ[CHECKPOINT_S3_ENV])
+    checkpoints = run_dir / CHECKPOINTS_DIR
+    prefix = "/".join(filter(None, (key, str(checkpoints.relative_to(local_root)))))
+    return restore(checkpoints, bucket, prefix, os.environ[HOST_ENV], boto3.client("s3"))
