@@ -2,10 +2,12 @@
 batch` submits them, each node's entry point as local processes with the Batch variables, the run folder on one
 shared folder standing for FSx, the states, attempts, node jobs and CloudWatch streams as Batch makes them.
 
-One test runs three 2-node bert-tiny jobs at once (most of a job's time here is processes starting, which they
-share): one undisturbed, one whose child node's instance is lost after the first checkpoint, and one stopped with
-`invoke stop` as soon as it runs (the run's own stop at a step boundary is tests/e2e/test_local_control.py's).
-BERT trains with the recipe's sharding, whatever it is."""
+One test runs four 2-node bert-tiny jobs at once (most of a job's time here is processes starting, which they
+share): one undisturbed; one whose rank 1 hangs in a step (training/common/faults.py), which the nodes' stall
+watchdogs end and the retry strategy restarts from the checkpoint; one whose child node's instance is lost after
+the first checkpoint and whose rank 1 then freezes with no attempt left, which fails the job with the stall's cause;
+and one stopped with `invoke stop` as soon as it runs (the run's own stop at a step boundary is
+tests/e2e/test_local_control.py's). BERT trains with the recipe's sharding, whatever it is."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ import re
 import pytest
 
 from tests.helpers.batch_moto import P_QUOTA, batch_account
+from tests.helpers.containers import processes_with
 from tests.helpers.product import invoke_in, read_jsonl
 from tests.helpers.waiting import latest_step, wait_for
+from training.common.faults import HANG_ENV
 
 JOB = ("--model", "bert-tiny", "--nodes", "2", "--nproc", "1", "--seq-len", "32", "--checkpoint-interval", "4")
 
@@ -41,10 +45,19 @@ def losses(run_dir) -> dict[int, str]:
     return {r["step"]: f"{r['loss']:.4f}" for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r}
 
 
-def test_two_node_jobs_complete_resume_after_a_lost_node_and_stop(tmp_path, account):
+def events(run_dir, kind: str) -> list[dict]:
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind]
+
+
+def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp_path, account):
     runs = account.service.fsx / "runs"
+    # Rank 1 of run stl sleeps in step 6 (outside any collective); rank 1 of run lost freezes (SIGSTOP) in step 10,
+    # after the host loss (each hang strikes once in a run). The longest jobs first: each submission takes seconds.
+    account.service.run_env |= {"stl": {HANG_ENV: "sleep@1:6"}, "lost": {HANG_ENV: "sigstop@1:10"}}
+    stall = ("--stall-timeout", "6")
+    hung = submit(tmp_path, account, "stl", *JOB, "--steps", "24", *stall)
+    lost = submit(tmp_path, account, "lost", *JOB, "--steps", "24", *stall, "--max-restarts", "1")
     reference = submit(tmp_path, account, "ref", *JOB, "--steps", "24")
-    lost = submit(tmp_path, account, "lost", *JOB, "--steps", "24")
     stopped = submit(tmp_path, account, "stp", *JOB, "--steps", "400")
     batch = account.client("batch")
     wait_for(lambda: batch.describe_jobs(jobs=[stopped])["jobs"][0]["status"] == "RUNNING", 120, "stp running")
@@ -60,29 +73,57 @@ def test_two_node_jobs_complete_resume_after_a_lost_node_and_stop(tmp_path, acco
     assert done["status"] == "SUCCEEDED" and len(done["attempts"]) == 1, done
     summary = json.loads((runs / "ref" / "summary.json").read_text())
     assert summary["steps"] == 24 and summary["world_size"] == 2, summary
+    reference_losses = losses(runs / "ref")
+    assert sorted(reference_losses) == list(range(1, 25))
 
-    done = account.wait(lost, timeout=300)
+    # The stall: each node's watchdog ends its ranks, the main node exits EXIT_REPLACE (192), and the retry strategy
+    # starts a second attempt, which resumes from the step-4 checkpoint on FSx and finishes.
+    done = account.wait(hung, timeout=300)
     assert done["status"] == "SUCCEEDED", done
     first, second = done["attempts"]
     assert first["container"]["exitCode"] == 192 and second["container"]["exitCode"] == 0, done["attempts"]
+    run = runs / "stl"
+    assert [e["step"] for e in events(run, "resume")] == [4]
+    assert losses(run) == reference_losses
+    # The node whose rank hung names it (the other node's rank waited in a collective for it): rank 1, in the hook's
+    # sleep after step 5. Its stacks went into its log: the hook, called from the training step.
+    (culprit,) = [e for e in events(run, "stalled") if 1 in e["not_arrived"]]
+    assert culprit["step"] == 5 and culprit["not_arrived"] == [1] and culprit["allowance"] == "--stall-timeout"
+    assert culprit["restart"]  # by the retry strategy's next attempt: torchrun restarts nobody inside one
+    assert re.fullmatch(r"not in a collective: .*faults\.py:\d+ in hang_here", culprit["ranks"]["1"]["doing"])
+    dumps = [log.read_text() for log in (run / "logs").rglob("attempt_0/0/stderr.log")]
+    assert any(re.search(r'in hang_here\n  File ".*/training/\S+", line \d+ in ', text) for text in dumps), dumps
+    status = invoke_in(tmp_path, "status", "--run-id", "stl")
+    assert status.returncode == 0, status.stderr
+    text = status.stdout
+    assert "status SUCCEEDED, 2 x p5.48xlarge, attempt 2 of 4" in text, text
+    assert "  attempt 1: " in text and "exit 192" in text and "node 1 SUCCEEDED, exit 0" in text, text
+    assert "run folder /fsx/runs/stl (FSx)" in text, text
+
+    # The lost host's attempt is retried; the second attempt resumes from the step-4 checkpoint, its rank 1 freezes,
+    # and with no attempt left (--max-restarts 1) the job fails with the stall's cause, not retried.
+    done = account.wait(lost, timeout=300)
+    assert done["status"] == "FAILED" and done["statusReason"] == "Essential container in task exited", done
+    assert [a["container"]["exitCode"] for a in done["attempts"]] == [192, 192], done["attempts"]
     (child,) = batch.describe_jobs(jobs=[f"{lost}#1"])["jobs"]
     assert child["attempts"][0]["statusReason"].startswith("Host EC2 ("), child["attempts"]
-    resumed = [e for e in read_jsonl(runs / "lost" / "events.jsonl") if e["event"] == "resume"]
-    assert resumed and resumed[-1]["step"] >= 4, resumed
-    reference_losses = losses(runs / "ref")
-    assert sorted(reference_losses) == list(range(1, 25))
-    assert losses(runs / "lost") == reference_losses
+    run = runs / "lost"
+    assert [e["step"] for e in events(run, "resume")] == [4]
+    assert {step: losses(run)[step] for step in range(1, 10)} == {step: reference_losses[step] for step in range(1, 10)}
+    (culprit,) = [e for e in events(run, "stalled") if 1 in e["not_arrived"]]
+    assert culprit["step"] == 9 and culprit["ranks"]["1"]["doing"] == "stopped by a signal", culprit
+    assert not culprit["restart"], culprit  # the last attempt
+    text = invoke_in(tmp_path, "status", "--run-id", "lost").stdout
+    assert "status FAILED, 2 x p5.48xlarge, attempt 2 of 2" in text, text
+    cause = next((line for line in text.splitlines() if line.startswith("  cause: ")), text)
+    assert " exit 192 " in cause and ": stalled: rank " in cause and " after step 9 " in cause, text
+    assert "did not arrive: rank 1 stopped by a signal" in cause, text
+    wait_for(lambda: not processes_with(f"AWS_BATCH_JOB_ID={lost}#"), 30, "every process of the lost job gone")
 
     done = account.wait(stopped, timeout=300)
     assert done["status"] == "FAILED" and done["statusReason"] == "stopped with `invoke stop`", done
     assert len(done["attempts"]) == 1 and done["attempts"][0]["container"]["exitCode"] >= 128  # not retried
 
-    status = invoke_in(tmp_path, "status", "--run-id", "lost")
-    assert status.returncode == 0, status.stderr
-    text = status.stdout
-    assert "status SUCCEEDED, 2 x p5.48xlarge, attempt 2 of 4" in text, text
-    assert "  attempt 1: " in text and "exit 192" in text and "node 1 SUCCEEDED, exit 0" in text, text
-    assert "run folder /fsx/runs/lost (FSx)" in text, text
     rank1 = invoke_in(tmp_path, "logs", "--run-id", "ref", "--rank", "1")
     assert rank1.returncode == 0, rank1.stderr
     lines = rank1.stdout.splitlines()

@@ -10,6 +10,7 @@ import json
 import re
 import signal
 
+from tests.helpers.containers import processes_with
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke
 from training.common.faults import HANG_ENV
@@ -126,13 +127,34 @@ def test_a_frozen_rank_is_restarted_and_no_pod_leaves_before_the_run_is_publishe
     in a collective for a peer on another node; both restart from the step-4 checkpoint in place (the pods stay).
     Then v1.9.4 marks the job Succeeded when the first Worker pod succeeds and deletes the pods still running
     (cleanPodPolicy Running). Rank 0 is made slow to publish (8 s): the other node's ranks wait for it at
-    the final barrier, so the summary, the exported model and the finish event are all there."""
+    the final barrier, so the summary, the exported model and the finish event are all there.
+    Beside it (sharing the processes' start-up), the same job with `--max-restarts 0` fails with the stall's cause,
+    and none of its pods' processes is left."""
     fake.pod_env["TRAINKIT_TEST_PUBLISH_DELAY_S"] = "8"
-    fake.pod_env[HANG_ENV] = "sigstop@1:6"
+    fake.pod_env[HANG_ENV] = "sigstop@1:6"  # every pod: each run's rank 1 freezes once (a marker in its folder)
     stall = ("--checkpoint-interval", "4", "--stall-timeout", "6")
     with EtcdServer(tmp_path / "etcd") as etcd:
         submitted = invoke("train", *job_flags(etcd, "slow", 8, *stall))
         assert submitted.returncode == 0, submitted.stderr
+        submitted = invoke("train", *job_flags(etcd, "frozen", 8, *stall, "--max-restarts", "0"))
+        assert submitted.returncode == 0, submitted.stderr
+        frozen = fake.jobs[("trainkit-jobs", "frozen")]
+
+        # --max-restarts 0: torchrun has no restart left, the pods exit 1 (permanent), the operator fails the job and
+        # deletes the pods still running. The cause is the node's whose rank froze, whichever pod ended first.
+        fake.wait(lambda: frozen["status"]["conditions"][-1]["type"] == "Failed", 120, "the frozen job to fail")
+        status = invoke("status", "--run-id", "frozen")
+        assert status.returncode == 0 and "frozen (run frozen): Failed" in status.stdout, status.stderr
+        cause = next((line for line in status.stdout.splitlines() if line.startswith("  cause ")), status.stdout)
+        assert "stalled: rank " in cause and "after step 5" in cause, status.stdout
+        assert "did not arrive: rank 1 stopped by a signal" in cause, status.stdout
+        events_file = fake.fsx / "runs" / "frozen" / "events.jsonl"
+        records = [json.loads(line) for line in events_file.read_text().splitlines()]
+        stalled = [record for record in records if record["event"] == "stalled"]
+        assert stalled and not any(record["restart"] for record in stalled), stalled
+        assert "resume" not in [record["event"] for record in records]
+        fake.wait(lambda: not processes_with("POD_NAME=frozen-worker-"), 30, "every process of the frozen pods gone")
+
         job = fake.jobs[("trainkit-jobs", "slow")]
         fake.wait(lambda: job["status"]["conditions"][-1]["type"] == "Succeeded", 240, "the job to succeed")
         run = fake.fsx / "runs" / "slow"

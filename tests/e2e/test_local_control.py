@@ -11,7 +11,13 @@ from tests.helpers.waiting import latest_step, wait_for
 from trainkit.backends.local.deadline import EXIT_DEADLINE
 
 
-def test_status_logs_stop_of_a_running_local_job(tmp_path):
+def test_status_logs_stop_of_a_running_local_job_and_another_stopped_by_its_deadline(tmp_path):
+    """Two runs at once: one under a 22 s deadline (checked at the end), one stopped with `invoke stop` once it
+    trains (most of the deadline's time is waiting: the machine has room for both)."""
+    deadline_runs = tmp_path / "deadline-runs"
+    flags = ("--steps", "2000", "--checkpoint-interval", "3", "--max-runtime", "22", "--run-id", "dl")
+    began = time.time()
+    bounded = start_invoke(*tiny_args(deadline_runs, *flags))
     runs = tmp_path / "runs"
     where = ["--runs-dir", str(runs)]
     job = start_invoke("train", *where, "--steps", "400", "--metrics-port", "0", "--run-id", "ctl")
@@ -47,6 +53,8 @@ def test_status_logs_stop_of_a_running_local_job(tmp_path):
     missing = invoke("logs", *where, "--run-id", "nope", "--target", "local")  # without it: EKS is asked
     assert missing.returncode == 2 and "no run in" in missing.stderr and "runs there: ctl" in missing.stderr
 
+    check_deadline(bounded, deadline_runs, began)
+
 
 def run_processes(run_dir: Path) -> list[int]:
     """The processes of a run on this machine: its torchrun agents and their workers, whose environment names the
@@ -62,14 +70,9 @@ def run_processes(run_dir: Path) -> list[int]:
     return found
 
 
-def test_max_runtime_stops_a_local_run_with_a_checkpoint_and_says_why(tmp_path):
+def check_deadline(process, runs: Path, began: float) -> None:
     """A run of 2000 steps under a 22 s deadline: stopped as Ctrl-C stops it, failed with exit 124 and one line."""
-    runs = tmp_path / "runs"
-    args = tiny_args(runs, "--steps", "2000", "--checkpoint-interval", "3", "--max-runtime", "22", "--run-id", "dl")
-    began = time.monotonic()
-    result = invoke(*args, timeout=180)
-    took = time.monotonic() - began
-    assert result.returncode == EXIT_DEADLINE, result.stdout[-2000:] + result.stderr[-2000:]
+    assert process.wait(timeout=180) == EXIT_DEADLINE, output(process)[-3000:]
     run_dir = runs / "dl"
     events = read_jsonl(run_dir / "events.jsonl")
     stop, deadline = [e for e in events if e["event"] == "stop"][-1], events[-1]
@@ -83,9 +86,9 @@ def test_max_runtime_stops_a_local_run_with_a_checkpoint_and_says_why(tmp_path):
     else:
         kept = f"its last checkpoint is at step {latest_step(run_dir)} (no time to save another)"
     reason = f"run dl stopped at its --max-runtime deadline (22 s) at step {step}; {kept}"
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"error: {reason}"), result.stderr[-2000:]
-    assert 22 < took < 22 + 40 + 30  # the deadline, the stop's grace at most, the launcher's own start
+    last = output(process).strip().splitlines()[-1]
+    assert last.startswith(f"error: {reason}"), output(process)[-2000:]
+    assert 22 < deadline["time"] - began < 22 + 40 + 30  # the deadline, the stop's grace at most, the launcher's start
 
     failure = json.loads((run_dir / "failure.json").read_text())
     assert failure["line"] == last.removeprefix("error: ") and failure["exit_code"] == EXIT_DEADLINE

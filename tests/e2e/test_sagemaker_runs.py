@@ -16,8 +16,10 @@ import time
 import pytest
 
 from tests.helpers.paths import REPO
-from tests.helpers.product import invoke_in
+from tests.helpers.product import invoke_in, job_processes
 from tests.helpers.sagemaker_moto import sagemaker_account
+from tests.helpers.waiting import wait_for
+from training.common.faults import HANG_ENV, MARKERS_ENV
 from training.vision.synthetic import SyntheticTree, write_tree
 
 P5 = "ml.p5.48xlarge for training job usage"
@@ -81,20 +83,46 @@ def upload_tree(account, tree, prefix: str) -> str:
 
 
 def events(account, run_id: str) -> list[dict]:
-    lines = s3_object(account, f"checkpoints/{run_id}/{run_id}/events.jsonl").decode().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The run's events from its checkpoint prefix: events.jsonl and each host agent's events.<host>.jsonl."""
+    s3, prefix = account.client("s3"), f"checkpoints/{run_id}/{run_id}/"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=account.stack["bucket"], Prefix=prefix)["Contents"]]
+    names = [key for key in keys if re.fullmatch(r"events(\.[^/]+)?\.jsonl", key[len(prefix) :])]
+    lines = [line for key in names for line in s3_object(account, key).decode().splitlines()]
+    return sorted((json.loads(line) for line in lines if line.strip()), key=lambda e: e["time"])
 
 
 # long enough that the interruption lands while it trains (about 1 s a step on two CPU cores, slower with two jobs)
 JOB = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "24", "--checkpoint-interval", "4")
 
 
-def test_a_two_host_job_completes_and_a_spot_interrupted_copy_resumes_with_the_same_losses(tmp_path, account):
+def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resumes_with_the_same_losses(
+    tmp_path, account
+):
+    """`spot` hangs in step 6 (rank 1 sleeps, outside any collective; rank 0 waits for it in one): the hosts'
+    watchdogs end the ranks, each host fetches the other's part of the step-4 checkpoint from S3 and the workers
+    restart in place; after its step-8 checkpoint its instances are lost. `hung` freezes with no restart left."""
+    markers = str(tmp_path / "hang-markers")  # the hosts share no disk: the fault strikes once per run from here
+    account.run_env["spot"] = {HANG_ENV: "sleep@1:6", MARKERS_ENV: markers}
+    account.run_env["hung"] = {HANG_ENV: "sigstop@1:5", MARKERS_ENV: markers}
+    stall = ("--stall-timeout", "6")
     reference = submit(tmp_path, account, "ref", *JOB)
-    spot = submit(tmp_path, account, "spot", *JOB, "--spot")
-    # the first checkpoint, whole: both hosts' markers are in the prefix
+    spot = submit(tmp_path, account, "spot", *JOB, "--spot", *stall)
+    hung = submit(tmp_path, account, "hung", *JOB, *stall, "--max-restarts", "0")
+
+    # no restart left: the job fails with the stall's cause, and none of its processes stays
+    described = account.wait(hung, timeout=240)
+    assert described["TrainingJobStatus"] == "Failed", described
+    reason = described["FailureReason"]
+    assert reason.startswith("AlgorithmError: algo-") and "stalled: " in reason and "after step 4" in reason, reason
+    assert "every rank's stacks are in its log" in reason, reason
+    assert all(process.poll() is not None for process in account.runners[hung].processes.values())
+    wait_for(lambda: not job_processes(f"/{hung}/"), 10, "every process of the failed job gone")
+    status = invoke_in(tmp_path, "status", "--run-id", "hung")
+    assert "stalled: " in status.stdout, status.stdout
+
+    # the checkpoint after the restart, whole: both hosts' markers are in the prefix
     for host in ("algo-1", "algo-2"):
-        wait_for_key(account, spot, f"checkpoints/spot/spot/checkpoints/step-00000004/COMPLETE.{host}")
+        wait_for_key(account, spot, f"checkpoints/spot/spot/checkpoints/step-00000008/COMPLETE.{host}")
     account.runners[spot].interrupt(grace=False)  # the instances are gone at once: no upload after this
 
     described = account.wait(reference, timeout=240)
@@ -129,8 +157,13 @@ def test_a_two_host_job_completes_and_a_spot_interrupted_copy_resumes_with_the_s
     assert described["TrainingJobStatus"] == "Completed", described.get("FailureReason")
     statuses = [t["Status"] for t in described["SecondaryStatusTransitions"]]
     assert "Interrupted" in statuses and statuses.count("Training") == 2, statuses
-    resumed = [e for e in events(account, "spot") if e["event"] == "resume"]
-    assert resumed and resumed[-1]["step"] >= 4, resumed
+    found = events(account, "spot")
+    stalled = [e for e in found if e["event"] == "stalled"]
+    assert stalled and all(e["restart"] and e["step"] == 5 for e in stalled), stalled
+    # a host's watchdog saw its rank hung outside any collective, or waiting in one for the other host's
+    doing = {e["ranks"][r]["doing"] for e in stalled for r in e["ranks"]}
+    assert any(d.startswith(("not in a collective: ", "waiting in a collective")) for d in doing), doing
+    assert [e["step"] for e in found if e["event"] == "resume"] == [4, 8], found
     assert losses(account, "spot") == losses(account, "ref")
 
 

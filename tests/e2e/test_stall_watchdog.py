@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.helpers.product import invoke, job_processes, only_run_dir, read_jsonl, tiny_args
+from tests.helpers.product import invoke, job_processes, only_run_dir, output, read_jsonl, start_invoke, tiny_args
 from tests.helpers.waiting import wait_for
 from training.common.faults import HANG_ENV
 
@@ -20,13 +20,23 @@ def events(run_dir, kind: str) -> list[dict]:
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind]
 
 
-def test_a_data_hang_and_a_deadlock_restart_from_the_checkpoint_and_finish_with_the_same_losses(tiny_run, tmp_path):
-    """In step 22, rank 0's read of its data never returns and rank 1 deadlocks (a lock taken twice), both outside any
-    collective. The same command as the session's undisturbed `make train` run otherwise."""
+def test_hangs_outside_collectives_restart_with_the_same_losses_and_a_frozen_rank_with_no_restart_fails(
+    tiny_run, tmp_path
+):
+    """Two runs at once (most of either's time is waiting: the machine has room for both).
+
+    - In step 22, rank 0's read of its data never returns and rank 1 deadlocks (a lock taken twice), both outside any
+      collective; otherwise the same command as the session's undisturbed `make train` run.
+    - Rank 1 frozen from outside (SIGSTOP) with `--max-restarts 0`: the case measured before the watchdog, when the
+      job sat for good."""
+    frozen_runs = tmp_path / "frozen-runs"
+    flags = ("--steps", "12", "--checkpoint-interval", "4", "--stall-timeout", STALL, "--max-restarts", "0")
+    frozen = start_invoke(*tiny_args(frozen_runs, *flags, "--run-id", "frozen"), env={HANG_ENV: "sigstop@1:7"})
+    runs = tmp_path / "runs"
     hangs = {HANG_ENV: "data@0:22,deadlock@1:22"}
-    result = invoke(*tiny_args(tmp_path, "--stall-timeout", STALL), env=hangs, timeout=300)
+    result = invoke(*tiny_args(runs, "--stall-timeout", STALL), env=hangs, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
+    run_dir = only_run_dir(runs)
     (stalled,) = events(run_dir, "stalled")
     # who did not arrive, from the stacks each rank wrote: both ranks outside any collective
     assert stalled["step"] == 21 and stalled["not_arrived"] == [0, 1] and stalled["in_collective"] == [], stalled
@@ -47,17 +57,12 @@ def test_a_data_hang_and_a_deadlock_restart_from_the_checkpoint_and_finish_with_
     for step in range(1, 61):
         assert abs(losses[step] - reference[step]) <= 1e-4, (step, losses[step], reference[step])
 
-
-def test_with_no_restart_left_a_frozen_rank_fails_the_run_with_the_reason_and_nothing_stays(tmp_path):
-    """Rank 1 frozen from outside (SIGSTOP), the case measured before the watchdog: the job sat for good."""
-    flags = ("--steps", "12", "--checkpoint-interval", "4", "--stall-timeout", STALL, "--max-restarts", "0")
-    result = invoke(*tiny_args(tmp_path, *flags, "--run-id", "frozen"), env={HANG_ENV: "sigstop@1:7"}, timeout=300)
-    assert result.returncode != 0
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: run frozen failed: stalled: ") and "after step 6" in line, result.stderr[-3000:]
+    assert frozen.wait(timeout=240) != 0
+    line = output(frozen).strip().splitlines()[-1]
+    assert line.startswith("error: run frozen failed: stalled: ") and "after step 6" in line, output(frozen)[-3000:]
     assert "did not arrive: rank 1 stopped by a signal" in line
-    status = invoke("status", "--run-id", "frozen", "--runs-dir", str(tmp_path))
+    status = invoke("status", "--run-id", "frozen", "--runs-dir", str(frozen_runs))
     assert "stalled: " in status.stdout and "rank 1 stopped by a signal" in status.stdout, status.stdout
-    (stalled,) = events(tmp_path / "frozen", "stalled")
+    (stalled,) = events(frozen_runs / "frozen", "stalled")
     assert not stalled["restart"] and stalled["in_collective"] == [0]
-    wait_for(lambda: not job_processes(str(tmp_path)), 10, "every process of the run gone")
+    wait_for(lambda: not job_processes(str(frozen_runs)), 10, "every process of the run gone")

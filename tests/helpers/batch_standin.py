@@ -37,11 +37,15 @@ brackets:
   alone matches anything) gives the action, case aside; no entry matching, or no evaluateOnExit, retries. "Child
   node failures don't cause more attempts"; a new attempt starts every node afresh from RUNNABLE, and each node job's
   attempts grow with the job's. Jobs that are terminated, or time out, are not retried.
-- Timeout ["Job timeouts"]: attemptDurationSeconds counts from the attempt's start, for the whole MNP job; then the
-  job is terminated as by TerminateJob and not retried.
-- TerminateJob (API reference): a STARTING or RUNNING job's containers are stopped and it ends FAILED with the
-  given reason; an earlier one is cancelled. A container is stopped as ECS stops a task: SIGTERM to its first
-  process, SIGKILL after ECS_CONTAINER_STOP_TIMEOUT, 30 s (Amazon ECS API reference, StopTask).
+- Timeout ["Job timeouts"; API reference, JobTimeout]: attemptDurationSeconds counts from the attempt's startedAt,
+  for the whole MNP job ("not ... the individual nodes"); then the job is terminated as by TerminateJob (its
+  containers get SIGTERM, and SIGKILL "if the container is still running after 30 seconds") and not retried, with
+  statusReason TIMED_OUT (as Batch writes it; the guide does not quote it). Its 60 s minimum is not enforced here,
+  so a test can pass the deadline in seconds.
+- TerminateJob (API reference: "Jobs that are in the STARTING or RUNNING state are terminated, which causes them to
+  transition to FAILED"): a STARTING or RUNNING job's containers are stopped and it ends FAILED with the given
+  reason, whatever their exit codes; an earlier one is cancelled. A container is stopped as ECS stops a task:
+  SIGTERM to its first process, SIGKILL after ECS_CONTAINER_STOP_TIMEOUT, 30 s (Amazon ECS API reference, StopTask).
 - Logs ["Use the awslogs log driver", "Job states"; API reference, ContainerDetail.logStreamName]: each node's
   output goes to the definition's awslogs-group (/aws/batch/job by default), one stream per container attempt,
   `<definition name>/default/<ECS task id>`, named when the container reaches RUNNING.
@@ -65,6 +69,7 @@ from pathlib import Path
 
 from tests.helpers.containers import free_port, kill_after_grace, pump_lines, running, signal_container, start_container
 from tests.helpers.paths import REPO
+from trainkit.backends.batch.request import TAG_RUN
 
 ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 STOP_GRACE_S = 30.0
@@ -300,7 +305,8 @@ class Job:
             "TRAINKIT_BATCH_RDZV_PORT": str(port),
             "PYTHONPATH": str(REPO),
         }
-        return {**os.environ, **env, **batch, **here}
+        extra = self.service.run_env.get((self.request.get("tags") or {}).get(TAG_RUN), {})
+        return {**os.environ, **env, **extra, **batch, **here}
 
     # ---------------------------------------------------------------- the run
 
@@ -326,7 +332,10 @@ class Job:
                 break
             self.status = "RUNNABLE"
             self.nodes = [self._next_node(node) for node in self.nodes]
-        self._finish("SUCCEEDED" if exit_code == 0 else "FAILED", self.terminated or status_reason)
+        # A terminated job (TerminateJob, the timeout) ends FAILED whatever its containers' exit codes.
+        self._finish(
+            "SUCCEEDED" if exit_code == 0 and not self.terminated else "FAILED", self.terminated or status_reason
+        )
 
     def _next_node(self, node: Node) -> Node:
         fresh = Node(self, node.index)
@@ -445,6 +454,7 @@ class Service:
         self.fsx.mkdir(parents=True, exist_ok=True)
         self.jobs: dict[str, Job] = {}
         self.metadata = Metadata()
+        self.run_env: dict[str, dict] = {}  # run id -> variables a test adds to that run's containers (its tag)
 
     def submit(self, request: dict, account: str, region: str) -> dict:
         from moto.batch.exceptions import ClientException

@@ -81,3 +81,15 @@ def kill_after_grace(
         if reap_s is not None and process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=reap_s)
+
+
+def processes_with(variable: str) -> list[int]:
+    """The live processes whose environment has an entry starting with `variable` (`NAME=value`): what is left of
+    a container, whichever session its processes made (torchrun starts each worker in a session of its own)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            entries = environ.read_bytes().split(b"\0")
+            if any(entry.startswith(variable.encode()) for entry in entries):
+                found.append(int(environ.parent.name))
+    return found

@@ -45,6 +45,7 @@ INSTANCES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 class Account(MotoAccount):
     quotas: dict = field(default_factory=dict)  # quota name -> applied value (absent: the default, 0)
     runners: dict = field(default_factory=dict)  # job name -> the stand-in's run of it (run_jobs)
+    run_env: dict = field(default_factory=dict)  # run id -> variables a test adds to its jobs' hosts (run_jobs)
 
     def wait(self, name: str, timeout: float = 600) -> dict:
         """DescribeTrainingJob once the job has ended (Completed, Failed, Stopped)."""
@@ -100,7 +101,7 @@ def patched_moto(account_quotas: dict, run_jobs: dict | None = None, runners: di
 
             name = self._get_param("TrainingJobName")
             fake = sagemaker_backends[self.current_account][self.region].training_jobs[name]
-            job = Job(fake, json.loads(self.body), run_jobs["folder"], run_jobs["clients"])
+            job = Job(fake, json.loads(self.body), run_jobs["folder"], run_jobs["clients"], run_jobs["run_env"])
             runners[name] = job
             threading.Thread(target=job.run, name=f"sagemaker-{name}", daemon=True).start()
         return result
@@ -126,7 +127,8 @@ def sagemaker_account(folder: Path, quotas: dict | None = None, run_jobs: bool =
     applied = dict(quotas or {})
     moto = ThreadedMoto()
     runners: dict = {}
-    jobs = {"folder": folder / "jobs", "clients": moto.client} if run_jobs else None
+    run_env: dict = {}
+    jobs = {"folder": folder / "jobs", "clients": moto.client, "run_env": run_env} if run_jobs else None
     with patched_moto(applied, jobs, runners), EcrBlobs(folder / "blobs") as blobs, moto:
         role = moto.client("iam").create_role(RoleName="trainkit-sagemaker", AssumeRolePolicyDocument="{}")
         bucket = f"trainkit-runs-{ACCOUNT}"
@@ -140,4 +142,4 @@ def sagemaker_account(folder: Path, quotas: dict | None = None, run_jobs: bool =
             "hf_token_secret_arn": secret,
         }
         image = push_image_and_save(moto, blobs, STACK_ID, {"sagemaker": stack})
-        yield Account(moto.endpoint, moto.env, stack, image, applied, runners)
+        yield Account(moto.endpoint, moto.env, stack, image, applied, runners, run_env)

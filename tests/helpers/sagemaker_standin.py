@@ -23,6 +23,16 @@ job moves through SageMaker's states while they run. Each rule is SageMaker's, f
   seconds"): SIGTERM to every host's entry point (a container's first process), SIGKILL to all its processes after
   the grace (GRACE_S here, shorter than 120 s so tests stay short),
   the checkpoints uploaded, then Stopped.
+- The stopping condition (API reference, StoppingCondition: "When the job reaches the time limit, SageMaker ends
+  the job ... SageMaker sends the algorithm the SIGTERM signal, which delays job termination for 120 seconds";
+  MaxRuntimeInSeconds: "The default value is 1 day"): once the job has trained MaxRuntimeInSeconds it is stopped as
+  StopTrainingJob stops it (Stopping, SIGTERM, the grace, SIGKILL, the checkpoints uploaded) and ends Stopped with
+  SecondaryStatus MaxRuntimeExceeded and no FailureReason (DescribeTrainingJob: under Stopped, "MaxRuntimeExceeded -
+  The job stopped because it exceeded the maximum allowed runtime"; FailureReason is a failed job's). The clock is
+  this stand-in's reading: it starts with the first Training status, as waiting for instances is what
+  MaxWaitTimeInSeconds adds ("the amount of time spent waiting for Spot capacity plus the amount of time the job can
+  run"), and a spot restart does not reset it (with a RetryStrategy "the maximum time for all of the attempts in
+  total").
 
 The hosts share this machine, so `algo-1` does not resolve: the first host's address is handed to them as
 TRAINKIT_SAGEMAKER_LEADER (host.py), a port of its own per job.
@@ -43,17 +53,22 @@ from pathlib import Path
 
 from tests.helpers.containers import free_port, kill_after_grace, pump_lines, signal_container, start_container
 from tests.helpers.paths import REPO
+from trainkit.backends.sagemaker.request import TAG_RUN
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SYNC_S = 1.0
 GRACE_S = 30.0
+DEFAULT_MAX_RUNTIME_S = 86400  # StoppingCondition.MaxRuntimeInSeconds when the request has none: 1 day
 
 
 class Job:
     """One training job's run: its hosts' processes, the S3 sync, the states."""
 
-    def __init__(self, fake, request: dict, folder: Path, clients):
+    def __init__(self, fake, request: dict, folder: Path, clients, run_env: dict | None = None):
+        """`run_env`: run id -> variables a test adds to the hosts of that run's jobs (its trainkit:run-id tag)."""
         self.fake, self.request, self.clients = fake, request, clients
+        run = {tag["Key"]: tag["Value"] for tag in request.get("Tags", [])}.get(TAG_RUN)
+        self.extra_env = dict((run_env or {}).get(run, {}))
         self.name = request["TrainingJobName"]
         self.count = request["ResourceConfig"]["InstanceCount"]
         self.hosts = [f"algo-{i + 1}" for i in range(self.count)]
@@ -62,6 +77,10 @@ class Job:
         self.stopping = threading.Event()
         self.no_sync = threading.Event()  # set: the instances are gone at once, nothing more is uploaded
         self.interrupted: str | None = None
+        condition = request.get("StoppingCondition") or {}
+        self.max_runtime = condition.get("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S)
+        self.training_since: float | None = None  # when the job first reached Training: the stopping condition's clock
+        self.expired = False  # stopped at MaxRuntimeInSeconds
         self.attempt = 0
         self.started = time.time()
         self.stamp = 0  # the epoch seconds in the log streams' names of the latest start of the instances
@@ -78,7 +97,7 @@ class Job:
             if transitions and "EndTime" not in transitions[-1]:
                 transitions[-1]["EndTime"] = now
             transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": message})
-            if secondary in ("Completed", "Failed", "Stopped"):
+            if status in ("Completed", "Failed", "Stopped"):  # the job has ended
                 transitions[-1]["EndTime"] = now
                 seconds = int(now - self.started)
                 self.fake.training_time_in_seconds = self.fake.billable_time_in_seconds = seconds
@@ -175,6 +194,7 @@ class Job:
         while True:
             roots = {host: self._prepare(host) for host in self.hosts}
             self._state("InProgress", "Training", "Training image download completed. Training in progress.")
+            self.training_since = self.training_since or time.time()
             codes, failed = self._run_hosts(roots)
             if self.interrupted is None:
                 break
@@ -183,7 +203,9 @@ class Job:
             self.interrupted = None
             self.attempt += 1
             self._state("InProgress", "Starting", "Restarting training on new spot capacity after an interruption")
-        if self.stopping.is_set():
+        if self.expired:
+            self._state("Stopped", "MaxRuntimeExceeded", "The job exceeded MaxRuntimeInSeconds and was stopped")
+        elif self.stopping.is_set():
             self._state("Stopped", "Stopped", "The job was stopped")
         elif failed is not None or any(codes.values()):
             host, code = failed or next((h, c) for h, c in codes.items() if c)
@@ -206,6 +228,7 @@ class Job:
             env = {
                 **os.environ,
                 **self.request.get("Environment", {}),
+                **self.extra_env,
                 "TRAINING_JOB_NAME": self.name,
                 "TRAINKIT_SAGEMAKER_ROOT": str(root),
                 "TRAINKIT_SAGEMAKER_LEADER": leader,
@@ -220,6 +243,9 @@ class Job:
         uploaded: dict = {host: {} for host in roots}
         failed = None
         while any(p.poll() is None for p in self.processes.values()):
+            if self._past_max_runtime():
+                self.expired = True
+                self.stop()
             if not self.no_sync.is_set():
                 for host, root in roots.items():
                     self._sync_up(root, uploaded[host])
@@ -236,6 +262,13 @@ class Job:
                 self._sync_up(root, uploaded[host])
         self.no_sync.clear()
         return {host: process.returncode for host, process in self.processes.items()}, failed
+
+    def _past_max_runtime(self) -> bool:
+        """Whether the stopping condition ends the job now: trained MaxRuntimeInSeconds, and neither stopping nor
+        between a spot interruption and its restart already."""
+        if self.stopping.is_set() or self.interrupted is not None or self.training_since is None:
+            return False
+        return time.time() - self.training_since >= self.max_runtime
 
     def _upload_model(self, roots: dict) -> None:
         buffer = io.BytesIO()
