@@ -116,7 +116,8 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     text = invoke_in(tmp_path, "status", "--run-id", "lost").stdout
     assert "status FAILED, 2 x p5.48xlarge, attempt 2 of 2" in text, text
     cause = next((line for line in text.splitlines() if line.startswith("  cause: ")), text)
-    assert " exit 192 " in cause and ": stalled: rank " in cause and " after step 9 " in cause, text
+    assert " exit 192 (no attempt left: the job ends): " in cause and ": stalled: rank " in cause, text
+    assert " after step 9 " in cause, text
     assert "did not arrive: rank 1 stopped by a signal" in cause, text
     wait_for(lambda: not processes_with(f"AWS_BATCH_JOB_ID={lost}#"), 30, "every process of the lost job gone")
 

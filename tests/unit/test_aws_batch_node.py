@@ -70,3 +70,11 @@ def test_the_main_node_takes_a_childs_permanent_failure_as_its_own(tmp_path):
     verdict = node.peer_verdict(tmp_path, rdzv, main, wait_s=0.2)  # node 2 never reports: its instance is gone
     assert verdict == {"code": 3, "line": "rank 1: bad data", "node": "node-1"}
     assert node.peer_verdict(tmp_path, "another-attempt", main, wait_s=0.1) is None  # results are per attempt
+
+
+def test_a_retryable_end_in_the_last_attempt_is_said_to_end_the_job():
+    from trainkit.backends.batch.node import EXIT_NO_RETRY, EXIT_REPLACE, meaning
+
+    assert meaning(EXIT_REPLACE, 2) == "a new attempt may mend it"
+    assert meaning(EXIT_REPLACE, 0) == "no attempt left: the job ends"
+    assert meaning(EXIT_NO_RETRY, 0) == "not retried" and meaning(143, 1) == "stopped"

@@ -171,13 +171,22 @@ def peer_verdict(run_dir: Path, rdzv_id: str, found: Place, wait_s: float = PEER
 MEANING = {EXIT_CANNOT_START: "cannot start", EXIT_NO_RETRY: "not retried", EXIT_REPLACE: "a new attempt may mend it"}
 
 
+def meaning(code: int, attempts_left: int) -> str:
+    """What the node's exit code means to the job, in its result line: a retryable end in the last attempt is the
+    job's end."""
+    if code == EXIT_REPLACE and attempts_left <= 0:
+        return "no attempt left: the job ends"
+    return MEANING.get(code, "stopped")
+
+
 def run(found: Place, env: dict) -> int:
     os.chdir(env.get(FSX_ROOT_ENV) or env.get(FSX_MOUNT_ENV, "/fsx"))  # runs/<run-id> is on FSx, as on EKS
     job = Job.from_dict(json.loads(env[SPEC_ENV]))
     submitted = Workload.from_json(env[WORKLOAD_ENV])
     workload = replace(submitted, restarts=False)
     # torchrun restarts nobody here; the retry strategy's attempts left restart the job (the watchdog says which)
-    os.environ[SCHEDULER_RESTARTS_ENV] = str(max(0, attempts(job, submitted) - found.attempt))
+    attempts_left = max(0, attempts(job, submitted) - found.attempt)
+    os.environ[SCHEDULER_RESTARTS_ENV] = str(attempts_left)
     if CODE_ENV in env:  # a script's folder, here on the node until prepare copies it into the run folder
         folder = unpack_code(env[CODE_ENV], Path(tempfile.mkdtemp(prefix="trainkit-code-")))
         workload = replace(workload, code=str(folder))
@@ -191,7 +200,7 @@ def run(found: Place, env: dict) -> int:
             code, line = verdict["code"], f"{verdict['node']}: {verdict['line']}"
     record_result(job.run_dir, found.rendezvous_id, found, code, line)
     if code:
-        print(f"{RESULT_PREFIX}{found.name} exit {code} ({MEANING.get(code, 'stopped')}): {line or '-'}", flush=True)
+        print(f"{RESULT_PREFIX}{found.name} exit {code} ({meaning(code, attempts_left)}): {line or '-'}", flush=True)
     return code
 
 
