@@ -75,7 +75,8 @@ def host_manifest(host: str) -> str:
     return f"MANIFEST.{host}.json"
 
 
-def _bookkeeping(name: str) -> bool:
+def is_bookkeeping(name: str) -> bool:
+    """A checkpoint's own bookkeeping file (its markers, manifests, trainer state, HOSTS), not data it holds."""
     return name in (COMPLETE_MARKER, STATE_FILE, MANIFEST, HOSTS_FILE) or (
         name.startswith(f"{COMPLETE_MARKER}.") or (name.startswith("MANIFEST.") and name.endswith(".json"))
     )
@@ -86,7 +87,7 @@ def manifest_of(directory: Path) -> dict[str, int]:
     return {
         str(p.relative_to(directory)): p.stat().st_size
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and not _bookkeeping(p.name)
+        if p.is_file() and not is_bookkeeping(p.name)
     }
 
 

@@ -41,6 +41,12 @@ class AwsBackend(Backend):
         return self._clients
 
 
+def s3_parts(uri: str) -> tuple[str, str]:
+    """(bucket, key) of an s3:// URI; the key as written (a prefix keeps its trailing slash)."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key
+
+
 def error_code(error: Exception) -> str | None:
     """The AWS error code of a botocore ClientError (None for anything else)."""
     return getattr(error, "response", {}).get("Error", {}).get("Code")

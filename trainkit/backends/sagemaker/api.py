@@ -30,7 +30,7 @@ from pathlib import Path
 
 from training.common.files import node_events_file
 from training.common.job import SPEC_FILE, Job
-from trainkit.backends.aws import Clients, Submissions
+from trainkit.backends.aws import Clients, Submissions, s3_parts
 from trainkit.backends.aws import error_code as _error_code
 from trainkit.backends.aws import of_run as _of_run
 from trainkit.backends.base import Workload, deadline_cause_line
@@ -131,7 +131,7 @@ def _data_problems(job: Job, stack: SageMakerStack) -> list[str]:
     data = job.data.dataset
     if job.run.workload != "recipe" or not data.startswith("s3://"):
         return []
-    bucket, _, key = data.removeprefix("s3://").partition("/")
+    bucket, key = s3_parts(data)
     if (bucket == stack.bucket and key.startswith(DATASETS_PREFIX)) or bucket in stack.data_buckets:
         return []
     readable = ", ".join((f"s3://{stack.bucket}/{DATASETS_PREFIX}", *(f"s3://{b}/" for b in stack.data_buckets)))
@@ -204,7 +204,7 @@ def upload(clients: Clients, files: dict[str, bytes]) -> None:
     """The launch channel's files, each to its s3:// URI (the bucket encrypts with its own key)."""
     s3 = clients("s3")
     for uri, data in files.items():
-        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        bucket, key = s3_parts(uri)
         s3.put_object(Bucket=bucket, Key=key, Body=data)
 
 
@@ -285,7 +285,7 @@ def status_text(clients: Clients, run_id: str, name: str) -> str:
 def launch_spec(clients: Clients, described: dict) -> Job:
     """The job as submitted: spec.json in the job's launch channel (its processes per host, its run id)."""
     channel = next(c for c in described["InputDataConfig"] if c["ChannelName"] == request.LAUNCH_CHANNEL)
-    bucket, _, key = channel["DataSource"]["S3DataSource"]["S3Uri"].removeprefix("s3://").partition("/")
+    bucket, key = s3_parts(channel["DataSource"]["S3DataSource"]["S3Uri"])
     body = clients("s3").get_object(Bucket=bucket, Key=key.rstrip("/") + "/" + SPEC_FILE)["Body"].read()
     return Job.from_dict(json.loads(body))
 
@@ -336,7 +336,7 @@ def fetch_run_files(clients: Clients, name: str, run_id: str, into: Path) -> lis
     """The run's small files from its checkpoint prefix, where the hosts' run folder is synced (the run folder is
     <LocalPath>/<run id>); the names fetched."""
     described = clients("sagemaker").describe_training_job(TrainingJobName=name)
-    bucket, _, prefix = described["CheckpointConfig"]["S3Uri"].removeprefix("s3://").partition("/")
+    bucket, prefix = s3_parts(described["CheckpointConfig"]["S3Uri"])
     s3, fetched = clients("s3"), []
     into.mkdir(parents=True, exist_ok=True)
     folder = f"{prefix.rstrip('/')}/{run_id}/"

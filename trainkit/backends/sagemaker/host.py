@@ -34,7 +34,7 @@ from training.common.job import DATA_MOUNT_ENV, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, Workload
 from trainkit.backends.sagemaker import restore
 from trainkit.backends.sagemaker.request import DATA_CHANNEL
-from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV, LOCAL_PATH_ENV
+from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
 
@@ -129,7 +129,7 @@ def main() -> int:
     # job from before that prefix was in its environment ends at its first failure instead.
     os.environ.update({HOST_ENV: host, HOSTS_ENV: ",".join(hosts)})
     if os.environ.get(CHECKPOINT_S3_ENV):
-        os.environ.update({RESTART_HOOK_ENV: f"{restore.__name__}:before_restart", LOCAL_PATH_ENV: job.run.runs_dir})
+        os.environ[RESTART_HOOK_ENV] = f"{restore.__name__}:before_restart"
     else:
         workload = replace(workload, restarts=False)
     code = run_node(job, workload, endpoint, rdzv_id, host, report_failure)

@@ -29,25 +29,22 @@ from pathlib import Path
 
 from training.common.checkpoint import (
     CHECKPOINTS_DIR,
+    COMPLETE_MARKER,
     HOST_ENV,
     HOSTS_FILE,
     STATE_FILE,
     host_manifest,
     host_marker,
+    is_bookkeeping,
 )
 from training.common.job import RUN_DIR_ENV
+from trainkit.backends.aws import s3_parts
 
 CHECKPOINT_S3_ENV = "TRAINKIT_CHECKPOINT_S3"
-"""The job's CheckpointConfig.S3Uri (trainkit/backends/sagemaker/request.py): what its LocalPath is mirrored to."""
-LOCAL_PATH_ENV = "TRAINKIT_CHECKPOINT_LOCAL_PATH"
-"""The job's CheckpointConfig.LocalPath on this host (host.py: /opt/ml/checkpoints, elsewhere on the stand-in)."""
+"""The job's CheckpointConfig.S3Uri (trainkit/backends/sagemaker/request.py): what its LocalPath is mirrored to. The
+run folder is `<LocalPath>/<run id>` (host.py), so its checkpoints are under `<S3Uri>/<run id>/checkpoints/`."""
 WAIT_S = 300.0
 POLL_S = 1.0
-
-
-def _bucket_key(uri: str) -> tuple[str, str]:
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    return bucket, key.rstrip("/")
 
 
 class Remote:
@@ -74,6 +71,7 @@ def missing_parts(local: Path, remote: Remote) -> dict[str, int] | None:
         {str(p.relative_to(local)): p.stat().st_size for p in local.rglob("*") if p.is_file()} if local.is_dir() else {}
     )
     there = remote.sizes()
+    present = here.keys() | there.keys()
 
     def text(name: str) -> str | None:
         if name in here:
@@ -81,12 +79,12 @@ def missing_parts(local: Path, remote: Remote) -> dict[str, int] | None:
         return remote.read(name).decode() if name in there else None
 
     hosts_text = text(HOSTS_FILE)
-    if hosts_text is None or STATE_FILE not in {**there, **here}:
+    if hosts_text is None or STATE_FILE not in present:
         return None
     wanted: dict[str, int | None] = {HOSTS_FILE: None, STATE_FILE: None}
     for host in hosts_text.split():
         manifest = text(host_manifest(host))
-        if manifest is None or host_marker(host) not in {**there, **here}:
+        if manifest is None or host_marker(host) not in present:
             return None
         wanted |= {host_manifest(host): None, host_marker(host): None} | json.loads(manifest)
     fetch = {}
@@ -103,10 +101,7 @@ def download(local: Path, remote: Remote, names: dict[str, int]) -> None:
     """Data first, bookkeeping after, the hosts' markers last; each file renamed into place once whole."""
 
     def order(name: str) -> tuple[int, str]:
-        return (
-            2 if name.startswith("COMPLETE") else 1 if name in (HOSTS_FILE, STATE_FILE) or "MANIFEST" in name else 0,
-            name,
-        )
+        return (2 if name.startswith(COMPLETE_MARKER) else 1 if is_bookkeeping(name) else 0, name)
 
     for name in sorted(names, key=order):
         path = local / name
@@ -160,8 +155,6 @@ def before_restart() -> str:
     import boto3
 
     run_dir = Path(os.environ[RUN_DIR_ENV])
-    local_root = Path(os.environ[LOCAL_PATH_ENV])
-    bucket, key = _bucket_key(os.environ[CHECKPOINT_S3_ENV])
-    checkpoints = run_dir / CHECKPOINTS_DIR
-    prefix = "/".join(filter(None, (key, str(checkpoints.relative_to(local_root)))))
-    return restore(checkpoints, bucket, prefix, os.environ[HOST_ENV], boto3.client("s3"))
+    bucket, key = s3_parts(os.environ[CHECKPOINT_S3_ENV])
+    prefix = "/".join(filter(None, (key.rstrip("/"), run_dir.name, CHECKPOINTS_DIR)))
+    return restore(run_dir / CHECKPOINTS_DIR, bucket, prefix, os.environ[HOST_ENV], boto3.client("s3"))
