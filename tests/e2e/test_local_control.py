@@ -6,6 +6,7 @@ import json
 import time
 from pathlib import Path
 
+from tests.helpers.containers import processes_with
 from tests.helpers.product import invoke, output, read_jsonl, start_invoke, tiny_args
 from tests.helpers.waiting import latest_step, wait_for
 from trainkit.backends.local.deadline import EXIT_DEADLINE
@@ -59,15 +60,7 @@ def test_status_logs_stop_of_a_running_local_job_and_another_stopped_by_its_dead
 def run_processes(run_dir: Path) -> list[int]:
     """The processes of a run on this machine: its torchrun agents and their workers, whose environment names the
     run folder (the launcher's own does not)."""
-    wanted = f"TRAINKIT_RUN_DIR={run_dir}".encode()
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if wanted in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
-        except OSError:  # gone, or not ours to read
-            continue
-    return found
+    return processes_with(f"TRAINKIT_RUN_DIR={run_dir}")
 
 
 def check_deadline(process, runs: Path, began: float) -> None:
