@@ -422,6 +422,30 @@ def gpu_sweeps() -> str:
     return "\n".join(out)
 
 
+def vision_workers() -> str:
+    """The loader-worker measurements (benchmarks/*-workers-*.json): the JPEG pipeline against on-device input."""
+    out = [NOTICE.format(source="benchmarks/*-workers-*.json")]
+    for path in sorted((ROOT / "benchmarks").glob("*-workers-*.json")):
+        record = json.loads(path.read_text())
+        job, v = record["job"], record["versions"]
+        out += [
+            f"{job['model']}, {job['image_size']} px, batch {job['global_batch_size']} on {job['processes']} "
+            f"process(es), {job['precision']}: {record['device']['name']} with {record['device']['cpu_cores']} CPU "
+            f"cores, torch {v['torch']} (`{path.name}`, {record['measured']}); data: {_cell(record['dataset'])}",
+            "",
+            "| input | loader workers a process | images/s | of on-device | step | input wait |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name, run in record["runs"].items():
+            workers = run["loader_workers"] if run["loader_workers"] is not None else "-"
+            out.append(
+                f"| {name} | {workers} | {run['images_per_s']:,.0f} | {run['share_of_on_device']:.0%} | "
+                f"{run['step_time_s'] * 1e3:.1f} ms | {run['input_wait_s'] * 1e3:.1f} ms |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
 def record_suite(log: Path) -> dict:
     """benchmarks/suite.json from a passing fresh-clone CI log: its commit, machine, tests and times."""
     text = log.read_text(errors="replace")
@@ -518,6 +542,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/generated/bench-llm.md": lambda: bench_results("tokens"),
     "docs/generated/bench-vision.md": lambda: bench_results("images"),
     "docs/generated/gpu-sweep.md": gpu_sweeps,
+    "docs/generated/vision-workers.md": vision_workers,
 }
 
 

@@ -162,7 +162,9 @@ def test_training_flops_per_image_are_three_times_torchvisions_published_forward
     assert flops == pytest.approx(3 * 2 * 4.089e9, rel=0.01)
 
 
-def test_the_vision_benchs_on_device_run_leaves_the_loader_flags_out():
-    """--synthetic has no loader, so its run drops the loader's settings (they would be refused) and keeps the rest."""
+def test_the_vision_benchs_on_device_run_leaves_the_data_and_loader_flags_out():
+    """--synthetic reads no data and has no loader, so its run drops the dataset and the loader's settings (they
+    would be refused) and keeps the rest."""
     flags = ["--model", "resnet-tiny", "--prefetch-factor", "2", "--steps", "6", "--pin-memory", "false"]
+    flags += ["--dataset", "/data/imagenet"]
     assert benchtrain.without(flags, benchtrain.LOADER_FLAGS) == ["--model", "resnet-tiny", "--steps", "6"]

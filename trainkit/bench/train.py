@@ -115,8 +115,8 @@ def run_reference(run: Path, nproc: int, out: Path, family: str = "decoder") -> 
     return json.loads(out.read_text())
 
 
-# What the on-device (--synthetic) run of the vision bench leaves out: it has no loader to set.
-LOADER_FLAGS = ("--pin-memory", "--persistent-workers", "--prefetch-factor")
+# What the on-device (--synthetic) run of the vision bench leaves out: it has no data to read and no loader to set.
+LOADER_FLAGS = ("--dataset", "--pin-memory", "--persistent-workers", "--prefetch-factor")
 
 
 def without(flags: list[str], names: tuple[str, ...]) -> list[str]:

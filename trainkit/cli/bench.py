@@ -16,6 +16,7 @@ TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
 TRAIN_FLAGS += ("attention", "fused_adamw", "compile")
 TRAIN_FLAGS += ("loader_workers", "channels_last", "pin_memory", "persistent_workers", "prefetch_factor")
+TRAIN_FLAGS += ("dataset",)
 
 
 @task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
@@ -59,6 +60,9 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "fused-adamw": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "compile": "train: as for invoke train (trainkit's side; the reference stays plain).",
         "loader-workers": "train, vision: as for invoke train (both sides).",
+        "dataset": "train: as for invoke train (both sides read it; default `synthetic`: generated dialogues, or a "
+        "10-class JPEG tree of a few hundred images for vision; give a larger tree, e.g. from "
+        "`invoke data.synthetic-imagenet`, for a vision model's full batch).",
         "channels-last": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "persistent-workers": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
@@ -101,6 +105,7 @@ def bench(
     pin_memory=None,
     persistent_workers=None,
     prefetch_factor=None,
+    dataset=None,
     workdir=None,
     only=None,
     records=100_000,
