@@ -111,6 +111,9 @@ class Recipe:
     optimizer: str | None = None
     label_smoothing: float | None = None
     loader_workers: int | None = None
+    loader_workers_from_cpus: bool = False
+    """On GPUs, size the loader workers from the node's CPUs (trainkit/job/derive.py `cpu_sized_loader_workers`),
+    never below `loader_workers`; a given --loader-workers is kept."""
     ac_every: int | None = None
     compile: bool | None = None
     cpu: dict = field(default_factory=dict)
@@ -221,8 +224,8 @@ def _tiny_recipe() -> Recipe:
 def _imagenet_recipe(global_batch: int, micro_batch: int, image_size: int) -> Recipe:
     """ImageNet from scratch with SGD + Nesterov: 90 epochs, 5 warmup epochs, cosine, label smoothing
     0.1, weight decay 1e-4 on conv/linear weights. The learning rate follows the linear scaling rule
-    (0.1 per 256 images, Goyal et al. 2017) unless --lr is given. Four loader workers per process
-    were the seeds' best on p4d."""
+    (0.1 per 256 images, Goyal et al. 2017) unless --lr is given. On GPUs the loader workers per process
+    follow the node's CPUs, 4 to 12 (trainkit/job/derive.py says why)."""
     return Recipe(
         epochs=90,
         global_batch_size=global_batch,
@@ -236,6 +239,7 @@ def _imagenet_recipe(global_batch: int, micro_batch: int, image_size: int) -> Re
         optimizer="sgd",
         label_smoothing=0.1,
         loader_workers=4,
+        loader_workers_from_cpus=True,
         # A CPU smoke run: small batches, one loader worker per process on a two-core machine.
         cpu={"global_batch_size": 8, "micro_batch_size": 4, "loader_workers": 1},
     )
@@ -248,6 +252,7 @@ def _resnet_tiny_recipe() -> Recipe:
         epochs=6,
         warmup_epochs=1,
         loader_workers=1,
+        loader_workers_from_cpus=False,  # the demo's one worker everywhere: the rule was measured on 224 px crops
         cpu={},
     )
 

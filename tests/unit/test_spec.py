@@ -137,11 +137,13 @@ def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path)
 
 def test_vision_recipe_on_gpus_scales_the_learning_rate_with_the_batch(monkeypatch, tmp_path):
     monkeypatch.setattr(hardware, "local_gpu_count", lambda: 8)
+    monkeypatch.setattr(hardware, "local_cpu_count", lambda: 96)
     spec = spec_of(model="resnet50", runs_dir=str(tmp_path))
     assert (spec.global_batch_size, spec.micro_batch_size, spec.nproc) == (1024, 128, 8)
     assert spec.sharding == "NO_SHARD" and spec.epochs == 90 and spec.steps is None
     assert spec.lr == pytest.approx(0.4)  # 0.1 per 256 images x 1024
-    assert (spec.warmup_epochs, spec.warmup_steps, spec.loader_workers, spec.image_size) == (5, None, 4, 224)
+    assert (spec.warmup_epochs, spec.warmup_steps, spec.image_size) == (5, None, 224)
+    assert spec.loader_workers == 10  # this machine's 96 CPUs / 8 processes, less 2 (tests/unit/test_loader_workers.py)
     assert (spec.grad_clip, spec.weight_decay, spec.label_smoothing) == (0.0, 1e-4, 0.1)
     lamb = spec_of(model="resnet50", optimizer="lamb", global_batch_size="4096", runs_dir=str(tmp_path))
     assert lamb.lr == pytest.approx(0.005 * 4)  # square root of 4096/256

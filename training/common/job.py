@@ -232,7 +232,8 @@ class DataOptions:
     )
     loader_workers: int | None = option(
         None,
-        "Vision: data loader worker processes per training process (recipe: 4; 1 on a CPU-only machine).",
+        "Vision: data loader worker processes per training process (recipe: on GPUs the node's vCPUs / its "
+        "processes, less 2, within 4-12; 1 on a CPU-only machine and for resnet-tiny).",
         minimum=0,
         family="vision",
         trains=False,

@@ -120,12 +120,12 @@ def cloud_machine(job: Job, default_image: str, prefix: str = "") -> Machine:
             f"--instance-type {prefix + placement.instance_type!r} is not in the instance table; choose one of: "
             f"{', '.join(prefix + name for name in known)}"
         )
-    gpus = known[placement.instance_type].gpus
+    instance = known[placement.instance_type]
     if job.parallelism.nproc is None:
-        job.parallelism.nproc = gpus
+        job.parallelism.nproc = instance.gpus
     if placement.image is None:
         placement.image = default_image
-    return Machine(gpus)
+    return Machine(instance.gpus, cpus_per_node=instance.vcpus)
 
 
 def deadline_cause_line(limit: int | None, held_by: str, done: str, run_id: str) -> str:

@@ -29,6 +29,8 @@ class Machine:
     """Training processes one machine can host when every node shares it (local), else None."""
     described: str = ""
     """The machine in words, for errors ("2 CPU core(s) and no GPU")."""
+    cpus_per_node: int | None = None
+    """vCPUs of one node (local: those this process may run on), or None where unknown."""
 
 
 def compiler_missing(machine: Machine) -> str | None:
@@ -48,11 +50,10 @@ def compiler_missing(machine: Machine) -> str | None:
 
 def local_machine() -> Machine:
     """This machine as the job model sees it: one training process per GPU, else one per CPU core."""
-    gpus = hardware.local_gpu_count()
+    gpus, cpus = hardware.local_gpu_count(), hardware.local_cpu_count()
     if gpus:
-        return Machine(gpus, process_limit=gpus, described=f"{gpus} GPU(s)")
-    cpus = hardware.local_cpu_count()
-    return Machine(0, process_limit=cpus, described=f"{cpus} CPU core(s) and no GPU")
+        return Machine(gpus, process_limit=gpus, described=f"{gpus} GPU(s)", cpus_per_node=cpus)
+    return Machine(0, process_limit=cpus, described=f"{cpus} CPU core(s) and no GPU", cpus_per_node=cpus)
 
 
 def profiles() -> dict[str, Any]:

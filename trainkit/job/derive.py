@@ -16,6 +16,12 @@ from trainkit.job.models import get_model
 SYNTHETIC_STEPS = 50
 # Fields that are alternatives: giving one (flag or profile) drops the recipe's value for the other.
 ALTERNATIVES = {"steps": "epochs", "epochs": "steps", "warmup_steps": "warmup_epochs", "warmup_epochs": "warmup_steps"}
+# Loader workers where a recipe follows the CPUs (training/registry.py `loader_workers_from_cpus`), measured in
+# benchmarks/resnet50-workers-h200.json (2026-11-27: one NVIDIA H200 on a 16-core node, torch 2.11.0+cu130; resnet50
+# at 224 px, batch 128, bf16, channels-last, 256 px JPEGs): 4 workers fed 3,039 images/s, 79% of on-device input
+# (3,844), and 12 fed 3,746 (97%), so the workers' decoding, not the GPU, was the limit. More than 12 was not measured.
+LOADER_WORKERS_MAX = 12
+CPUS_KEPT = 2  # one core for the training process itself, one for the rest of the node
 
 
 def _value(job: Job, key: str):
@@ -36,6 +42,7 @@ def derive(job: Job, machine: Machine) -> None:
     batch_given, lr_given = o.global_batch_size is not None, o.lr is not None
     recipe = dataclasses.asdict(entry.recipe)
     cpu = recipe.pop("cpu")
+    workers_from_cpus = recipe.pop("loader_workers_from_cpus")
     if cpu and machine.gpus_per_node == 0:
         _apply_cpu_recipe(job, cpu)
     if job.data.synthetic:
@@ -54,6 +61,8 @@ def derive(job: Job, machine: Machine) -> None:
         if key in GPU_ONLY and not _gpu_default_applies(job, machine, key):
             continue
         BY_KEY[key].set(job, value)
+    if workers_from_cpus and "loader_workers" not in given:
+        _size_loader_workers(job, machine)
     if not batch_given:
         choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family in LANGUAGE)
     elif fit_micro_batch:
@@ -86,6 +95,29 @@ def _gpu_default_applies(job: Job, machine: Machine, key: str) -> bool:
             job.run.notes.append(f"not compiling the layers (the recipe's GPU default): {missing}")
         return not missing
     return True
+
+
+def cpu_sized_loader_workers(cpus: int, processes: int, floor: int) -> int:
+    """Loader workers per training process: the node's vCPUs shared by its processes, less CPUS_KEPT, between the
+    recipe's value (`floor`) and LOADER_WORKERS_MAX. p5.48xlarge, 192 / 8 - 2 = 22: 12; p4d.24xlarge, 96 / 8 - 2: 10."""
+    return max(floor, min(LOADER_WORKERS_MAX, cpus // processes - CPUS_KEPT))
+
+
+def _size_loader_workers(job: Job, machine: Machine) -> None:
+    """The recipe's loader workers, sized from the node's CPUs on GPUs; kept where the CPUs are unknown, or with
+    --synthetic (no loader). A changed value is announced."""
+    data, p, cpus = job.data, job.parallelism, machine.cpus_per_node
+    if machine.gpus_per_node == 0 or cpus is None or data.synthetic:
+        return
+    processes = p.nproc * (p.nodes if machine.process_limit is not None else 1)  # local nodes share one machine
+    workers = cpu_sized_loader_workers(cpus, processes, floor=data.loader_workers)
+    if workers == data.loader_workers:
+        return
+    data.loader_workers = workers
+    job.run.notes.append(
+        f"{workers} loader workers a process: {cpus} vCPUs a node / {processes} process(es), less {CPUS_KEPT}, "
+        f"at most {LOADER_WORKERS_MAX} (set --loader-workers to change it)"
+    )
 
 
 def _apply_cpu_recipe(job: Job, cpu: dict) -> None:
