@@ -1,14 +1,21 @@
 """Every decoder type trainkit sizes, trained from a model folder the way users start it (`invoke train --model
 <folder>`): Llama 3's and Qwen2's shapes by two FSDP2 processes on chat records (each with its folder's own chat
-template), the others in one process; each resumed exactly from its halfway checkpoint; every export loaded back by
-plain transformers and made to generate.
+template and tokenizer), the others in one process from a folder of config.json alone (so with the byte tokenizer such
+a folder trains with); each run of 4 steps resumed exactly from its step-2 checkpoint (two steps after it: the second
+shows that the optimizer state and the schedule came back as well); every export loaded back by plain transformers
+and made to generate.
 
-All runs start at once and a resumed copy as soon as its run ends (about a minute on two CPU cores)."""
+What costs is starting 14 jobs on two CPU cores, not their steps: the launcher, the torchrun agent and every worker
+import torch, and a launcher whose model folder holds a tokenizer imports transformers to count its ids (about 5 s of
+CPU), so only the two folders that need one of their own (for their chat templates) hold one. All runs start at once,
+a resumed copy as soon as its run ends, every worker on one thread (the launcher would give a one-process run both
+cores, and the threads of seven runs at once would only wait for each other)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -21,10 +28,12 @@ from tests.helpers.tiny_decoders import TEMPLATES, TINY, tiny_config, write_tiny
 from training.common.checkpoint import LATEST, step_dir_name
 from training.registry import DecoderArch
 
-SHARDED = ("llama3", "qwen2")  # two processes, FULL_SHARD (the default), 8 steps with a checkpoint every 4
-ONE_PROCESS = tuple(kind for kind in TINY if kind not in SHARDED)  # 4 steps with a checkpoint every 2
+SHARDED = ("llama3", "qwen2")  # two processes, FULL_SHARD (the default)
+ONE_PROCESS = tuple(kind for kind in TINY if kind not in SHARDED)
+MIDDLE, LAST = 2, 4  # the checkpoint a resumed copy starts from; the run's last step (a checkpoint every MIDDLE)
 SMALL = ("--seq-len", "64", "--global-batch-size", "4", "--micro-batch-size", "2", "--metrics-port", "0")
 WAIT_S = 300
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def write_chat(path: Path) -> Path:
@@ -42,11 +51,15 @@ def write_chat(path: Path) -> Path:
 
 
 def train_args(folder: Path, runs: Path, kind: str) -> list[str]:
-    nproc, steps, interval = ("2", "8", "4") if kind in SHARDED else ("1", "4", "2")
-    flags = ["--nproc", nproc, "--steps", steps, "--checkpoint-interval", interval]
+    nproc = "2" if kind in SHARDED else "1"
+    flags = ["--nproc", nproc, "--steps", str(LAST), "--checkpoint-interval", str(MIDDLE)]
     if kind in TEMPLATES:
         flags += ["--dataset", str(write_chat(folder.parent / "chat.jsonl"))]
     return ["train", "--model", str(folder), "--runs-dir", str(runs), *flags, *SMALL]
+
+
+def start(folder: Path, runs: Path, kind: str) -> tuple[subprocess.Popen, Path]:
+    return start_invoke(*train_args(folder, runs, kind), env=ONE_THREAD), runs
 
 
 def only_dir(runs: Path) -> Path:
@@ -54,20 +67,14 @@ def only_dir(runs: Path) -> Path:
     return run
 
 
-def halfway(kind: str) -> tuple[int, int]:
-    """(the checkpoint a resumed copy starts from, the run's last step)."""
-    return (4, 8) if kind in SHARDED else (2, 4)
-
-
-def back_to_halfway(run: Path, copy: Path, kind: str) -> None:
+def back_to_halfway(run: Path, copy: Path) -> None:
     """A copy of a finished run as it was when its halfway checkpoint was the newest: what a crash after that step
     leaves (the launcher resumes from `latest`)."""
-    middle, last = halfway(kind)
     shutil.copytree(run, copy)
     checkpoints = copy / "checkpoints"
-    shutil.rmtree(checkpoints / step_dir_name(last))
-    (checkpoints / LATEST).write_text(step_dir_name(middle) + "\n")
-    kept = [record for record in read_jsonl(copy / "metrics.jsonl") if record["step"] <= middle]
+    shutil.rmtree(checkpoints / step_dir_name(LAST))
+    (checkpoints / LATEST).write_text(step_dir_name(MIDDLE) + "\n")
+    kept = [record for record in read_jsonl(copy / "metrics.jsonl") if record["step"] <= MIDDLE]
     (copy / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in kept))
     (copy / "summary.json").unlink()
     shutil.rmtree(copy / "model")
@@ -79,8 +86,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("architectures")
     started, done = {}, {}
     for kind in (*SHARDED, *ONE_PROCESS):  # the sharded ones first: their resumed copies follow them
-        folder = write_tiny(root / "models" / kind, kind, tokenizer=True)
-        started[kind] = (start_invoke(*train_args(folder, root / kind, kind)), root / kind)
+        folder = write_tiny(root / "models" / kind, kind, tokenizer=kind in TEMPLATES)
+        started[kind] = start(folder, root / kind, kind)
     deadline = time.monotonic() + WAIT_S
     while started:
         assert time.monotonic() < deadline, f"still running after {WAIT_S} s: {sorted(started)}"
@@ -92,9 +99,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             done[name] = only_dir(runs_dir)
             if not name.endswith("-resumed"):
                 resumed_runs = root / f"{name}-resumed"
-                back_to_halfway(done[name], resumed_runs / done[name].name, name)
-                folder = root / "models" / name
-                started[f"{name}-resumed"] = (start_invoke(*train_args(folder, resumed_runs, name)), resumed_runs)
+                back_to_halfway(done[name], resumed_runs / done[name].name)
+                started[f"{name}-resumed"] = start(root / "models" / name, resumed_runs, name)
         time.sleep(0.2)
     return done
 
@@ -113,21 +119,20 @@ def test_two_fsdp_processes_shard_each_layer_and_resume_exactly(runs, kind):
 def test_one_process_trains_checkpoints_and_exports(runs, kind):
     run = runs[kind]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["steps"] == 4 and summary["sharding"]["world_size"] == 1
+    assert summary["steps"] == LAST and summary["sharding"]["world_size"] == 1
     assert all(record["loss"] == record["loss"] for record in read_jsonl(run / "metrics.jsonl"))  # no NaN
-    assert (run / "checkpoints" / LATEST).read_text().strip() == step_dir_name(4)
+    assert (run / "checkpoints" / LATEST).read_text().strip() == step_dir_name(LAST)
     assert summary["hf_model_dir"] == str(run / "model")
 
 
 @pytest.mark.parametrize("kind", sorted(TINY))
 def test_a_run_resumed_from_its_halfway_checkpoint_repeats_the_same_losses(runs, kind):
-    middle, last = halfway(kind)
     resumed = runs[f"{kind}-resumed"]
-    assert json.loads((resumed / "summary.json").read_text())["resumed_from"] == middle
+    assert json.loads((resumed / "summary.json").read_text())["resumed_from"] == MIDDLE
     again = {record["step"]: record["loss"] for record in read_jsonl(resumed / "metrics.jsonl")}
     first = {record["step"]: record["loss"] for record in read_jsonl(runs[kind] / "metrics.jsonl")}
-    assert sorted(again) == sorted(first) == list(range(1, last + 1))
-    for step in range(middle + 1, last + 1):
+    assert sorted(again) == sorted(first) == list(range(1, LAST + 1))
+    for step in range(MIDDLE + 1, LAST + 1):
         assert abs(again[step] - first[step]) <= 1e-5, (step, again[step], first[step])
 
 
