@@ -6,9 +6,7 @@ of an uninterrupted run; a ZeRO-1 checkpoint resumes at another world size throu
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -16,8 +14,14 @@ import pytest
 import torch
 
 from tests.helpers.paths import REPO
-from tests.helpers.product import invoke, only_run_dir, output, read_jsonl, run_folder, start_invoke
-from tests.helpers.waiting import latest_step, wait_for
+from tests.helpers.product import (
+    invoke,
+    killed_after_checkpoint,
+    only_run_dir,
+    output,
+    read_jsonl,
+    start_invoke,
+)
 
 STEPS = 60
 
@@ -67,13 +71,7 @@ def test_two_processes_learn_the_corpus_and_report_sequences_and_mfu(bert_run):
 
 def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(bert_run, tmp_path):
     reference = {r["step"]: r["loss"] for r in read_jsonl(bert_run[0] / "metrics.jsonl")}
-    process = start_invoke(*args(tmp_path))
-    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
-    wait_for(lambda: latest_step(run_dir) >= 20, 240, "the checkpoint at step 20")
-    os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
-    process.kill()
-    process.wait()
-    resumed_from = latest_step(run_dir)
+    _launcher, run_dir, resumed_from = killed_after_checkpoint(tmp_path, 20, *args(tmp_path))
     assert 20 <= resumed_from < STEPS
 
     result = invoke(*args(tmp_path))

@@ -9,7 +9,15 @@ from __future__ import annotations
 import json
 import re
 
-from tests.helpers.product import invoke, job_processes, only_run_dir, output, read_jsonl, start_invoke, tiny_args
+from tests.helpers.product import (
+    invoke,
+    job_processes,
+    killed_after_checkpoint,
+    output,
+    read_jsonl,
+    start_invoke,
+    tiny_args,
+)
 from tests.helpers.waiting import wait_for
 from training.common.faults import HANG_ENV
 
@@ -20,40 +28,51 @@ def events(run_dir, kind: str) -> list[dict]:
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind]
 
 
-def test_hangs_outside_collectives_restart_with_the_same_losses_and_a_frozen_rank_with_no_restart_fails(
+def test_a_hang_restarts_in_place_a_sigkill_resumes_on_rerun_and_a_frozen_rank_with_no_restart_fails(
     tiny_run, tmp_path
 ):
     """Two runs at once (most of either's time is waiting: the machine has room for both).
 
     - In step 22, rank 0's read of its data never returns and rank 1 deadlocks (a lock taken twice), both outside any
-      collective; otherwise the same command as the session's undisturbed `make train` run.
+      collective: the watchdog restarts the job in place from step 20. After its step-40 checkpoint the whole job is
+      SIGKILLed, and the same command run again takes the run over and resumes it. Otherwise the same command as the
+      session's undisturbed `make train` run, whose losses it repeats on all 60 steps. One run for both recoveries:
+      the SIGKILL had a run of its own before (38 s of the fresh-clone CI).
     - Rank 1 frozen from outside (SIGSTOP) with `--max-restarts 0`: the case measured before the watchdog, when the
       job sat for good."""
     frozen_runs = tmp_path / "frozen-runs"
     flags = ("--steps", "12", "--checkpoint-interval", "4", "--stall-timeout", STALL, "--max-restarts", "0")
     frozen = start_invoke(*tiny_args(frozen_runs, *flags, "--run-id", "frozen"), env={HANG_ENV: "sigstop@1:7"})
     runs = tmp_path / "runs"
+    runs.mkdir()
+    command = tiny_args(runs, "--stall-timeout", STALL)
     hangs = {HANG_ENV: "data@0:22,deadlock@1:22"}
-    result = invoke(*tiny_args(runs, "--stall-timeout", STALL), env=hangs, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_dir = only_run_dir(runs)
+    launcher, run_dir, resumed_from = killed_after_checkpoint(runs, 40, *command, env=hangs)  # after the restart
+    assert 40 <= resumed_from < 60
+
     (stalled,) = events(run_dir, "stalled")
     # who did not arrive, from the stacks each rank wrote: both ranks outside any collective
     assert stalled["step"] == 21 and stalled["not_arrived"] == [0, 1] and stalled["in_collective"] == [], stalled
     assert all("not in a collective: " in stalled["ranks"][r]["doing"] for r in "01"), stalled["ranks"]
     assert stalled["restart"] and stalled["allowance"] == "--stall-timeout" and stalled["seconds"] >= float(STALL)
     assert [e["step"] for e in events(run_dir, "resume")] == [20]
-    # every rank's stacks are in its log, showing where it hung: the data read, the second take of the lock
-    logs = sorted((run_dir / "logs").glob("*/attempt_0/*/stderr.log"))
-    texts = [log.read_text() for log in logs]
+    # every rank's stacks are in its log of the round that hung, showing where: the data read, the lock's second take
+    (launch,) = [path for path in (run_dir / "logs").iterdir() if (path / "attempt_1").is_dir()]
+    texts = [log.read_text() for log in sorted(launch.glob("attempt_0/*/stderr.log"))]
     assert len(texts) == 2 and all("most recent call first" in text for text in texts)
     called_from = r'in hang_here\n  File ".*/training/(llm|common)/trainer.py", line \d+ in '
     assert re.search(called_from + "train_step", texts[0]) and re.search(called_from + "fit", texts[1])
+
+    result = invoke(*command, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # The killed launcher's lock went with it: the run is taken over, and said so.
+    assert f"was last launched by pid {launcher}" in result.stdout and "taking it over" in result.stdout
+    assert [e["step"] for e in events(run_dir, "resume")] == [20, resumed_from]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["restarts"] == 1 and summary["steps"] == 60
+    assert summary["resumed_from"] == resumed_from and summary["restarts"] == 2 and summary["steps"] == 60
     losses = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
     reference = {r["step"]: r["loss"] for r in read_jsonl(tiny_run / "metrics.jsonl")}
-    assert sorted(losses) == list(range(1, 61))
+    assert sorted(losses) == list(range(1, 61)), "steps must not repeat or vanish"
     for step in range(1, 61):
         assert abs(losses[step] - reference[step]) <= 1e-4, (step, losses[step], reference[step])
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.paths import HELPERS
-from tests.helpers.product import invoke, only_run_dir, read_jsonl, run_folder, start_invoke, torchrun
-from tests.helpers.waiting import latest_step, wait_for
+from tests.helpers.product import (
+    invoke,
+    killed_after_checkpoint,
+    only_run_dir,
+    read_jsonl,
+    torchrun,
+)
 
 EPOCHS, STEPS_PER_EPOCH = 6, 10  # resnet-tiny recipe: 400 training images / global batch 40
 
@@ -75,13 +78,7 @@ def test_two_process_ddp_learns_the_classes_with_identical_replicas(vision_run):
 def test_sigkill_mid_epoch_then_rerun_resumes_with_identical_losses(vision_run, image_tree, tmp_path):
     """Checkpoints every 7 steps (mid-epoch) as well as at epoch ends; killed, re-run, compared."""
     args = vision_args(tmp_path, image_tree, "--checkpoint-interval", "7")
-    process = start_invoke(*args)
-    run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
-    wait_for(lambda: latest_step(run_dir) >= 14, 240, "the checkpoint at step 14")
-    os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
-    process.kill()
-    process.wait()
-    resumed_from = latest_step(run_dir)
+    _launcher, run_dir, resumed_from = killed_after_checkpoint(tmp_path, 14, *args)
     assert 14 <= resumed_from < 60
     assert resumed_from % STEPS_PER_EPOCH, f"killed after the checkpoint at {resumed_from}: meant to land mid-epoch"
 

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from tests.helpers.paths import BIN, REPO
+from tests.helpers.waiting import latest_step, wait_for
 
 
 def invoke(
@@ -109,6 +110,19 @@ def read_jsonl(path: Path) -> list[dict]:
 def run_folder(runs_dir: Path) -> Path | None:
     """The first run folder in `runs_dir` (not `.cache`, the tokenised data), or None while there is none."""
     return next((p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")), None)
+
+
+def killed_after_checkpoint(runs_dir: Path, step: int, *args: str, env: dict | None = None) -> tuple[int, Path, int]:
+    """`invoke *args` started into `runs_dir`, and its whole job SIGKILLed (launcher, agents, workers: what a lost
+    machine leaves) once a checkpoint at `step` or later is published: (the launcher's pid, the run folder, the step
+    a re-run resumes from)."""
+    process = start_invoke(*args, env=env)
+    run_dir = wait_for(lambda: run_folder(runs_dir), 60, "run dir")
+    wait_for(lambda: latest_step(run_dir) >= step, 300, f"a checkpoint at step {step} or later")
+    os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
+    process.kill()
+    process.wait()
+    return process.pid, run_dir, latest_step(run_dir)
 
 
 def only_run_dir(runs_dir: Path) -> Path:
