@@ -167,4 +167,4 @@ def test_the_vision_benchs_on_device_run_leaves_the_data_and_loader_flags_out():
     would be refused) and keeps the rest."""
     flags = ["--model", "resnet-tiny", "--prefetch-factor", "2", "--steps", "6", "--pin-memory", "false"]
     flags += ["--dataset", "/data/imagenet"]
-    assert benchtrain.without(flags, benchtrain.LOADER_FLAGS) == ["--model", "resnet-tiny", "--steps", "6"]
+    assert benchtrain.without(flags, benchtrain.NOT_ON_DEVICE) == ["--model", "resnet-tiny", "--steps", "6"]

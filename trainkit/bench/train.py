@@ -116,7 +116,7 @@ def run_reference(run: Path, nproc: int, out: Path, family: str = "decoder") -> 
 
 
 # What the on-device (--synthetic) run of the vision bench leaves out: it has no data to read and no loader to set.
-LOADER_FLAGS = ("--dataset", "--pin-memory", "--persistent-workers", "--prefetch-factor")
+NOT_ON_DEVICE = ("--dataset", "--pin-memory", "--persistent-workers", "--prefetch-factor")
 
 
 def without(flags: list[str], names: tuple[str, ...]) -> list[str]:
@@ -199,7 +199,7 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
             f"(steady window, wall clock), ratio {ours[-1][key] / theirs[-1][key]:.3f}"
         )
         if family == "vision":
-            ceiling.append(trainkit_run(["--synthetic"], f"bench-{stamp}-{repeat}-synthetic", LOADER_FLAGS)[0])
+            ceiling.append(trainkit_run(["--synthetic"], f"bench-{stamp}-{repeat}-synthetic", NOT_ON_DEVICE)[0])
             share = ours[-1]["images_per_s"] / ceiling[-1]["images_per_s"]
             line += f"; JPEG pipeline {share:.0%} of on-device input ({ceiling[-1]['images_per_s']:,.0f} images/s)"
         lines.append(line)

@@ -32,6 +32,10 @@ class Machine:
     cpus_per_node: int | None = None
     """vCPUs of one node (local: those this process may run on), or None where unknown."""
 
+    def processes(self, nproc: int, nodes: int) -> int:
+        """Training processes on one machine: every node's where the nodes share it (local), else one node's."""
+        return nproc * nodes if self.process_limit is not None else nproc
+
 
 def compiler_missing(machine: Machine) -> str | None:
     """Why torch.compile cannot build kernels here, or None: inductor's CPU kernels need a C++ compiler ($CXX,

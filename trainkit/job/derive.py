@@ -109,7 +109,7 @@ def _size_loader_workers(job: Job, machine: Machine) -> None:
     data, p, cpus = job.data, job.parallelism, machine.cpus_per_node
     if machine.gpus_per_node == 0 or cpus is None or data.synthetic:
         return
-    processes = p.nproc * (p.nodes if machine.process_limit is not None else 1)  # local nodes share one machine
+    processes = machine.processes(p.nproc, p.nodes)
     workers = cpu_sized_loader_workers(cpus, processes, floor=data.loader_workers)
     if workers == data.loader_workers:
         return

@@ -63,7 +63,7 @@ def validate(job: Job, machine: Machine) -> None:
     # The sweep over gloo on CPU cores measures the collective path, not speed: more processes than cores is fine.
     cpu_sweep = job.run.workload == "nccl-test" and machine.gpus_per_node == 0
     if machine.process_limit is not None and not cpu_sweep:
-        per_machine = p.nproc * p.nodes
+        per_machine = machine.processes(p.nproc, p.nodes)
         require(
             per_machine <= machine.process_limit,
             f"--nproc {p.nproc} x --nodes {p.nodes} needs {per_machine} processes but this "
