@@ -11,32 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.product import invoke, output, read_jsonl, start_invoke, tiny_args
+from tests.helpers.volumes import small_volume
 from tests.helpers.waiting import wait_for
 from training.common.failure import EXIT_NO_RETRY
 from training.vision.synthetic import SyntheticTree, write_tree
 from trainkit.services import EtcdServer
-
-
-@contextlib.contextmanager
-def small_volume(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` at `path`, unmounted after (lazily: a process that still holds a file must not fail it)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def fill(volume: Path) -> Path:
@@ -61,6 +44,11 @@ def last_line(text: str) -> str:
 
 
 def test_a_run_whose_volume_fills_says_why_keeps_its_checkpoint_and_resumes(tmp_path, monkeypatch):
+    """Before the rerun the test leaves in the run folder what a write the full volume cut short leaves: half a
+    metrics record at the end of metrics.jsonl, and a corrupt line in the middle of events.jsonl (an older version
+    appended after its torn line). It writes them itself because where the volume cuts this run's writes depends on
+    page boundaries and on how far the run got: a run may end with no torn line at all (issue 45's run did not).
+    tests/integration/test_jsonl_full_volume.py proves on a real full volume that the appender leaves none."""
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))  # the launcher's spare copy of the cause
     with small_volume(tmp_path / "volume", "160m") as volume:
         args = tiny_args(volume / "runs", "--run-id", "full", "--steps", "8", "--checkpoint-interval", "4")
@@ -89,8 +77,18 @@ def test_a_run_whose_volume_fills_says_why_keeps_its_checkpoint_and_resumes(tmp_
         assert "  cause      rank " in status.stdout and "while writing checkpoint step-00000008" in status.stdout
 
         filler.unlink()  # the other writer is gone
+        metrics, events_file = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+        whole = metrics.read_text()
+        last = whole.splitlines()[-1]
+        metrics.write_text(whole + last[: len(last) // 2])  # the next step's line, cut short
+        first, *rest = events_file.read_text().splitlines(keepends=True)
+        events_file.write_text(first + rest[0][:20] + "\n" + "".join(rest))  # line 2: a torn one, in the middle
         again = invoke(*args)
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        said = again.stdout + again.stderr
+        assert f"note: {events_file}:2: skipped a line that is not a JSON object" in said, said[-3000:]
+        assert said.count("dropped its torn last line") == 1 and f"note: {metrics}: dropped" in said, said[-3000:]
+        assert [r["step"] for r in read_jsonl(metrics)] == list(range(1, 9)) and metrics.read_text().endswith("\n")
         events = read_jsonl(run_dir / "events.jsonl")
         assert [(e["event"], e.get("step")) for e in events if e["event"] in ("start", "resume")] == [
             ("start", 0),

@@ -1,12 +1,14 @@
-"""Publishing files that several processes (or pods on one shared volume) may write at once, and reading the run's
-JSON-lines files back."""
+"""Publishing files that several processes (or pods on one shared volume) may write at once, and the one appender and
+the one reader of the run's JSON-lines files (append_jsonl, read_jsonl)."""
 
 from __future__ import annotations
 
-import contextlib
+import errno
+import fcntl
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -60,29 +62,143 @@ def node_events_file(node: str) -> str:
 
 def append_event(run_dir: Path, kind: str, *, file: str = EVENTS_FILE, **fields) -> None:
     """One line of the run's events.jsonl ({"event": kind, "time": ..., **fields}), on disk when this returns. Its
-    writers (rank 0, the launcher, a node's agent) each append whole lines. `file`: another of the run's event files
-    (node_events_file)."""
-    with (run_dir / file).open("a") as handle:
-        handle.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    writers (rank 0, the launcher, a node's agent) each append whole lines (append_jsonl). `file`: another of the
+    run's event files (node_events_file)."""
+    append_jsonl(run_dir / file, {"event": kind, "time": time.time(), **fields}, durable=True)
+
+
+# Errors of flock(2) on a file system that has no locks (Lustre mounted without `flock`, NFS without its lock
+# service): appenders then go unlocked, as before there was a lock.
+NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP})
+TAIL_BLOCK = 64 * 1024
+
+
+def append_jsonl(path: Path, record: dict, *, durable: bool = False) -> None:
+    """Append `record` to the JSON-lines file `path` (made if missing) as one whole line, or change nothing.
+
+    The line goes in one write on an O_APPEND descriptor, so concurrent appenders never interleave. A write that
+    fails part-way (a full volume, a quota, a file-size limit) is cut back to where its own bytes started and its
+    OSError raised as it came: a full volume leaves no half line that would make the file unreadable at the next
+    start. A torn last line already there (an older writer's, a machine that went down mid-write) is cut off first,
+    so the new line is not glued onto it. Appenders hold an exclusive flock while they look at the tail and write,
+    so one never cuts another's line. `durable`: fsynced before this returns (events, which restarts read back).
+    NaN and Infinity are refused (ValueError): they are not JSON."""
+    line = _line(record).encode()
+    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:
+        _lock(descriptor)
+        _write_all(descriptor, _mend_tail(descriptor) + line)
+        if durable:
+            os.fsync(descriptor)
+    finally:
+        os.close(descriptor)  # and with it the lock
+
+
+def publish_jsonl(path: Path, records: list[dict]) -> Path:
+    """Replace the JSON-lines file `path` with `records` at once (publish_text), in append_jsonl's line format."""
+    return publish_text(path, "".join(_line(record) for record in records))
+
+
+def _line(record: dict) -> str:
+    return json.dumps(record, allow_nan=False) + "\n"
+
+
+def _lock(descriptor: int) -> None:
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    except OSError as error:
+        if error.errno not in NO_LOCKS:
+            raise
+
+
+def _mend_tail(descriptor: int) -> bytes:
+    """Make the file end at a line's end before a line is appended; returns what must go before that line. A last
+    line without its newline that is a whole record (a write cut just before it) gets one, as read_jsonl keeps
+    it; any other is torn, and cut off."""
+    end = os.lseek(descriptor, 0, os.SEEK_END)
+    if end == 0 or os.pread(descriptor, 1, end - 1) == b"\n":
+        return b""
+    start = _last_line_start(descriptor, end)
+    try:
+        _record(os.pread(descriptor, end - start, start))
+    except ValueError:
+        os.ftruncate(descriptor, start)
+        return b""
+    return b"\n"
+
+
+def _last_line_start(descriptor: int, end: int) -> int:
+    """Where the line that ends at `end` starts: after the newline before it, or at 0."""
+    while end > 0:
+        start = max(0, end - TAIL_BLOCK)
+        newline = os.pread(descriptor, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    """`data` at the end of the file, or nothing of it: a short write goes on with the rest; an error cuts off the
+    bytes this call wrote (after an O_APPEND write the offset is the end of its own bytes) and is raised unchanged."""
+    written = 0
+    try:
+        while written < len(data):
+            written += os.write(descriptor, data[written:])
+    except OSError:
+        if written:
+            os.ftruncate(descriptor, os.lseek(descriptor, 0, os.SEEK_CUR) - written)
+        raise
 
 
 def read_jsonl(path: Path) -> list[dict]:
     """The records of a JSON-lines file its writers append to (events.jsonl, metrics.jsonl), in order; none when it
-    is missing or cannot be read. A line that is not a whole JSON object is skipped: the last one may be torn (being
-    written now, or its writer killed mid-append), and a line appended after a torn one joins it."""
+    is missing or cannot be read. Nothing in it makes this fail: a torn last line (a write cut short by a full volume
+    or a kill) is dropped, a line in the middle that is not a JSON object is skipped, each said once per process on
+    stderr (file and line), and blank lines are passed over."""
     try:
-        text = path.read_text(errors="replace")  # a torn multi-byte character spoils its own line only
+        data = path.read_bytes()
     except OSError:
         return []
+    *lines, tail = data.split(b"\n")  # tail: what follows the last newline, empty when the file ends whole
     records = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict):
-                records.append(record)
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                records.append(_record(line))
+            except ValueError as error:
+                _note_once(f"{path}:{number}", f"skipped a line that is not a JSON object ({error}); mend or delete it")
+    if tail.strip():
+        try:
+            records.append(_record(tail))
+        except ValueError:
+            _note_once(
+                f"{path}",
+                f"dropped its torn last line ({len(tail)} bytes): a write cut short (a full volume, a kill) leaves "
+                "one; the next append cuts it off",
+            )
     return records
+
+
+def _record(line: bytes) -> dict:
+    """One line's record; ValueError when it is not a JSON object (a torn character spoils its own line only)."""
+    try:
+        record = json.loads(line.decode(errors="replace"))
+    except RecursionError:  # "[[[[...": damage too, not a reason to fail
+        raise ValueError("nested too deep") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"it holds a {type(record).__name__}")
+    return record
+
+
+_NOTED: set[str] = set()
+
+
+def _note_once(where: str, what: str) -> None:
+    """A reader polls its files: each damaged place is said once per process, not at every read."""
+    if where not in _NOTED:
+        _NOTED.add(where)
+        print(f"note: {where}: {what}", file=sys.stderr, flush=True)
 
 
 def read_events(run_dir: Path) -> list[dict]:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from .files import publish_text
+from .files import append_jsonl, publish_jsonl, publish_text, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,15 @@ class MetricsSink:
         self._gauges[gauge].labels(**self._labels).set(value)
 
     def truncate_after(self, step: int) -> None:
-        """Drop lines for steps beyond `step` (written before a crash and now redone)."""
+        """Drop lines for steps beyond `step` (written before a crash and now redone), and any torn or corrupt one."""
         if not self.is_main or not self.jsonl.exists():
             return
-        kept = [line for line in self.jsonl.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        publish_text(self.jsonl, "".join(line + "\n" for line in kept))
+        kept = [
+            record
+            for record in read_jsonl(self.jsonl)
+            if isinstance(record.get("step"), int) and record["step"] <= step
+        ]
+        publish_jsonl(self.jsonl, kept)
 
     def log_step(self, record: dict) -> None:
         record.setdefault("time", time.time())  # wall clock: recovery times are measured across restarts
@@ -114,13 +118,10 @@ class MetricsSink:
             if record.get(field) is not None:
                 self.set(gauge, record[field])
         if self.is_main:
-            with self.jsonl.open("a") as handle:
-                handle.write(json.dumps(record, allow_nan=False) + "\n")  # NaN/Infinity are not JSON
+            append_jsonl(self.jsonl, record)  # not fsynced at every step; NaN/Infinity refused (not JSON)
 
     def read_records(self) -> list[dict]:
-        if not self.jsonl.exists():
-            return []
-        return [json.loads(line) for line in self.jsonl.read_text().splitlines() if line]
+        return read_jsonl(self.jsonl)
 
     def write_summary(self, extra: dict) -> Path:
         records = self.read_records()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import sys
 import threading
@@ -27,6 +26,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from training.common.files import append_jsonl, read_jsonl
 
 from .layout import VAL_CSV_NAME, LayoutError, check_image_folder, file_delay, read_val_labels, relayout_val
 
@@ -92,33 +93,22 @@ def list_objects(client, bucket: str, prefix: str) -> list[S3Object]:
 
 
 class Manifest:
-    """Finished downloads, key -> (size, etag); append-only, a torn last line is ignored."""
+    """Finished downloads, key -> (size, etag), in an append-only JSON-lines file (append_jsonl, read_jsonl: a line
+    a full volume or a kill cut short is dropped). The copy's threads append one at a time."""
 
     def __init__(self, path: Path):
         self.path = path
         self._lock = threading.Lock()
-        self.done: dict[str, tuple[int, str]] = {}
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                self.done[entry["key"]] = (entry["size"], entry["etag"])
+        self.done: dict[str, tuple[int, str]] = {e["key"]: (e["size"], e["etag"]) for e in read_jsonl(path)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = path.open("a")
 
     def matches(self, obj: S3Object) -> bool:
         return self.done.get(obj.key) == (obj.size, obj.etag)
 
     def record(self, obj: S3Object) -> None:
         with self._lock:
-            self._handle.write(json.dumps({"key": obj.key, "size": obj.size, "etag": obj.etag}) + "\n")
-            self._handle.flush()
+            append_jsonl(self.path, {"key": obj.key, "size": obj.size, "etag": obj.etag})
             self.done[obj.key] = (obj.size, obj.etag)
-
-    def close(self) -> None:
-        self._handle.close()
 
 
 def _md5(path: Path) -> str:
@@ -231,7 +221,6 @@ def copy_prefix(
                 bar.set_postfix(files=f"{report.copied}/{len(todo)}")
     finally:
         bar.close()
-        manifest.close()
     if report.failed:
         raise PrepError(
             f"{len(report.failed)} of {len(todo)} files failed after {RETRIES} attempts (first: {report.failed[0]}); "
@@ -268,12 +257,9 @@ def _fetch_val_csv(val_csv: str | None, source: str, dest: Path, client) -> Path
     obj = S3Object(key, VAL_CSV_NAME, head["ContentLength"], head["ETag"].strip('"'))
     target = dest / VAL_CSV_NAME
     manifest = Manifest(dest / MANIFEST)
-    try:
-        if not already_present(obj, target, manifest):
-            download(client, bucket, obj, target)
-            manifest.record(obj)
-    finally:
-        manifest.close()
+    if not already_present(obj, target, manifest):
+        download(client, bucket, obj, target)
+        manifest.record(obj)
     return target
 
 

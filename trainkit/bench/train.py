@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from training.common.files import read_jsonl
 from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, SPEC_FILE
 from training.common.profiling import ENV as PROFILE_ENV
@@ -95,7 +96,7 @@ def run_trainkit(flags: list[str], runs: Path, run_id: str, profile: str | None 
     env = {**os.environ, PROFILE_ENV: profile} if profile else None
     _run([*command, "--metrics-port", "0"], runs / f"{run_id}.log", env)
     run = runs / run_id
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = read_jsonl(run / "metrics.jsonl")
     steps = [r for r in records if "optimizer_s" in r and r.get("optimizer_s") is not None]
     if not steps:
         raise SpecError(f"{run}/metrics.jsonl has no timed steps (log every step: the bench passes --log-interval 1)")

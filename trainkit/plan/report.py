@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.common.files import read_events
+from training.common.files import read_events, read_jsonl
 from training.common.job import Job
 from trainkit.errors import SpecError
 
@@ -31,8 +31,7 @@ class RunFiles:
             raise SpecError(
                 f"{run_dir} is not a run with metrics (spec.json and metrics.jsonl); check --run and --runs-dir"
             )
-        lines = metrics.read_text().splitlines() if with_records else []
-        records = [json.loads(line) for line in lines if line]
+        records = read_jsonl(metrics) if with_records else []
         summary_path = run_dir / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
         return cls(run_dir, Job.from_dict(json.loads(spec_path.read_text())), records, summary)
