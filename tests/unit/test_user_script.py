@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,18 @@ def job(**flags):
 
 def test_the_code_that_travels_leaves_out_hidden_entries_and_caches(folder):
     assert sorted(code_files(folder)) == ["pkg/__init__.py", "train.py"]
+
+
+def test_a_runs_folder_inside_the_scripts_folder_is_no_code(folder, monkeypatch):
+    """`invoke run --script train.py` typed in the script's folder keeps its runs in ./runs: what the preparation
+    writes there while it hashes the code (and any checkpoint) never travels, and the hash does not move."""
+    monkeypatch.chdir(folder)
+    spec = job(runs_dir="runs")
+    workload = script_workload(spec, "train.py", [])
+    (folder / "runs" / "mine").mkdir(parents=True)
+    (folder / "runs" / "mine" / "spec.json").write_text("{}")
+    assert sorted(code_files(folder, "runs")) == ["pkg/__init__.py", "train.py"]
+    assert Path(workload.script).parent.name == code_digest(read_code(folder, spec.run.runs_dir))
 
 
 def test_a_configmap_volume_of_links_reads_as_the_same_code(folder, tmp_path):

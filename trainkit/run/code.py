@@ -16,13 +16,20 @@ CODE_LIMIT_BYTES = 900 * 1024
 CODE_LIMIT_FILES = 200
 
 
-def code_files(folder: Path) -> dict[str, Path]:
-    """The files of a script's folder that travel with it: relative POSIX path -> file, without hidden entries
-    and __pycache__; refused when they would not fit what carries them."""
+def code_files(folder: Path, runs_dir: str | Path | None = None) -> dict[str, Path]:
+    """The files of a script's folder that travel with it: relative POSIX path -> file, without hidden entries,
+    __pycache__ and the runs folder when it lies inside (`invoke run --script train.py` in the script's own folder
+    keeps its runs there: their checkpoints are no code, and the preparation writes there while the code is hashed);
+    refused when they would not fit what carries them."""
     found: dict[str, Path] = {}
+    runs = Path(runs_dir).resolve() if runs_dir is not None else None
     # Links followed: a ConfigMap volume is a tree of links into a hidden `..data` folder.
     for root, folders, names in os.walk(folder, followlinks=True):
-        folders[:] = [name for name in folders if not (name.startswith(".") or name == "__pycache__")]
+        folders[:] = [
+            name
+            for name in folders
+            if not (name.startswith(".") or name == "__pycache__" or (Path(root) / name).resolve() == runs)
+        ]
         for name in names:
             path = Path(root) / name
             if not name.startswith(".") and path.is_file():
@@ -47,5 +54,6 @@ def code_digest(files: dict[str, bytes]) -> str:
     return digest.hexdigest()[:12]
 
 
-def read_code(folder: Path) -> dict[str, bytes]:
-    return {name: path.read_bytes() for name, path in code_files(folder).items()}
+def read_code(folder: Path, runs_dir: str | Path | None = None) -> dict[str, bytes]:
+    """What travels of `folder` (see code_files), by relative path."""
+    return {name: path.read_bytes() for name, path in code_files(folder, runs_dir).items()}

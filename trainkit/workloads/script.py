@@ -68,7 +68,7 @@ def script_workload(
     if not path.is_file() or path.suffix != ".py":
         raise SpecError(f"--script {script}: not a Python file; give the path of the .py file torchrun should start")
     folder = path.parent.resolve()
-    digest = code_digest(read_code(folder))
+    digest = code_digest(read_code(folder, job.run.runs_dir))
     lines = read_requirements(requirements)
     if wheelhouse is not None and not lines:
         raise SpecError("--wheelhouse is where --requirements are installed from; give --requirements too")
@@ -91,7 +91,7 @@ def prepare(job: Job, workload: Workload) -> dict[str, str]:
     source, target = Path(str(workload.code)), Path(str(workload.script)).parent
     if not source.is_dir():
         raise SpecError(f"the script's code is not at {source} on this node")
-    files = read_code(source)
+    files = read_code(source, job.run.runs_dir)
     if code_digest(files) != target.name:
         raise SpecError(f"the script's folder {source} changed since it was submitted; submit it again")
     for name, data in files.items():

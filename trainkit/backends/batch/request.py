@@ -188,11 +188,11 @@ def register_request(job: Job, workload: Workload, stack: BatchStack, token_secr
     return {"jobDefinitionName": definition_name(job, body), **body}
 
 
-def pack_code(folder: Path) -> str:
+def pack_code(folder: Path, runs_dir: str | None = None) -> str:
     """A script's folder (what travels with any job, trainkit/run/code.py) as one value: gzipped tar, base64."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as archive:
-        for name, data in sorted(read_code(folder).items()):
+        for name, data in sorted(read_code(folder, runs_dir).items()):
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             archive.addfile(info, io.BytesIO(data))
@@ -210,7 +210,7 @@ def launch_environment(job: Job, workload: Workload) -> list[dict]:
     """What this submission's nodes start from: the spec, the workload and a script's code."""
     values = {SPEC_ENV: json.dumps(job.to_dict(), sort_keys=True), WORKLOAD_ENV: workload.to_json()}
     if workload.code is not None:
-        values[CODE_ENV] = pack_code(Path(workload.code))
+        values[CODE_ENV] = pack_code(Path(workload.code), job.run.runs_dir)
     return [{"name": name, "value": value} for name, value in values.items()]
 
 

@@ -59,14 +59,14 @@ def resolve(job: Job) -> Machine:
     return machine
 
 
-def code_of(workload: Workload) -> dict[str, bytes] | None:
+def code_of(job: Job, workload: Workload) -> dict[str, bytes] | None:
     """The user's code the workload brings (a script's folder), for its ConfigMap; None when it brings none."""
-    return read_code(Path(workload.code)) if workload.code is not None else None
+    return read_code(Path(workload.code), job.run.runs_dir) if workload.code is not None else None
 
 
 def manifest_yaml(job: Job, workload: Workload, rdzv_id: str | None = None) -> str:
     """The PyTorchJob, after the ConfigMap of the code it brings, if any (one YAML document each)."""
-    code = code_of(workload)
+    code = code_of(job, workload)
     manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
     documents = [render.render_code_configmap(job, code)] if code is not None else []
     return yaml.safe_dump_all([*documents, manifest], sort_keys=False, width=120)
@@ -103,7 +103,7 @@ def create_code(kube: Kube, job: Job, code: dict[str, bytes], owner: dict) -> No
 def submit(job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdzv_id: str | None = None) -> str:
     """Preflight, then create the job that runs the workload on every worker pod."""
     check_workload(workload)
-    code = code_of(workload)
+    code = code_of(job, workload)
     kube = kube or Kube.connect()
     woken = idle_guard.wake(outputs.load_outputs(), job.parallelism.nodes)  # the guard's zero undone
     if woken:

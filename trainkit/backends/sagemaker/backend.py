@@ -77,7 +77,7 @@ def launch_files(job: Job, workload: Workload) -> dict[str, bytes]:
         WORKLOAD_FILE: workload.to_json().encode(),
     }
     if workload.code is not None:
-        files |= {f"code/{name}": data for name, data in read_code(Path(workload.code)).items()}
+        files |= {f"code/{name}": data for name, data in read_code(Path(workload.code), job.run.runs_dir).items()}
     return files
 
 
