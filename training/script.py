@@ -31,16 +31,25 @@ every rank for that; docs/checkpoints.md). Rank 0 appends {"step", "loss", "time
 trainkit_train_loss, trainkit_last_step_timestamp_seconds, and lr, samples_per_s, tokens_per_s, step_time_s when
 given: training/common/metrics.py) on the job's metrics port + its local rank, where the platform scrapes a
 recipe's, so dashboards, the stall alert and `invoke status` follow a script as they follow a recipe. The first
-report of a process that redoes steps (a restart resumed from an earlier checkpoint) drops the lines it redoes.
+report of a process that redoes steps (a restart resumed from an earlier checkpoint) drops the lines it redoes, and
+notes in events.jsonl that the run started, or resumed after the last step it reported, as a recipe does.
 Outside trainkit (no TRAINKIT_RUN_DIR) both calls work on ./runs/script/ and serve no metrics.
+
+trainkit starts the script through this module, `python -m training.script FILE ARGS` (see `main`), so that an
+uncaught exception, or a `sys.exit` with a failure such as argparse's, reaches the launcher as the run's cause
+without the script changing.
 """
 
 from __future__ import annotations
 
 import os
+import runpy
+import sys
 import time
 from pathlib import Path
 
+from training.common.failure import reported
+from training.common.files import append_event
 from training.common.heartbeat import process_heartbeat
 from training.common.job import (
     CHECKPOINT_DIR_ENV,
@@ -50,6 +59,7 @@ from training.common.job import (
     SPEC_FILE,
     read_job,
 )
+from training.common.lifecycle import die_with_parent
 
 OUTSIDE = Path("runs") / "script"
 _sink = None
@@ -95,12 +105,35 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
     """Report that optimizer step `step` completed (see the module's docstring). Call it on every rank, or on rank
     0 only (then only rank 0's gauges move)."""
     global _sink
-    first = _sink is None
-    if first:
+    if _sink is None:
         _sink = _metrics()
         _sink.truncate_after(step - 1)  # a resumed process redoes steps from its checkpoint: no line twice
+        if _sink.is_main:  # the run's story, as a recipe tells it (`invoke status` counts the resumes)
+            kind = "start" if step <= 1 else "resume"
+            append_event(
+                _sink.run_dir, kind, step=max(0, int(step) - 1), world_size=int(os.environ.get("WORLD_SIZE", 1))
+            )
     process_heartbeat().beat(int(step))  # what the node's stall watchdog watches (training/common/heartbeat.py)
     record = {"step": int(step), "time": time.time(), **values}
     if loss is not None:
         record["loss"] = float(loss)
     _sink.log_step(record)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m training.script FILE [ARGS]`: run FILE as `python FILE ARGS` would (as `__main__`, with its own
+    folder first on sys.path and FILE ARGS as sys.argv), inside the failure channel's `reported(exits=True)`, and
+    ended with the agent that started it."""
+    words = sys.argv[1:] if argv is None else argv
+    if not words:
+        raise SystemExit("usage: python -m training.script FILE [ARGS ...]")
+    path = os.path.abspath(words[0])
+    sys.argv = list(words)
+    sys.path[0] = os.path.dirname(path)
+    die_with_parent()
+    with reported(exits=True):
+        runpy.run_path(path, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -65,7 +65,8 @@ def test_a_run_whose_volume_fills_says_why_keeps_its_checkpoint_and_resumes(tmp_
         assert "Traceback" not in console.split("torchrun:")[-1]  # no ChildFailedError wall after the agent's lines
         # Not restarted: one attempt of each rank, one start of the run.
         assert {p.name for p in (run_dir / "logs").glob("*/attempt_*")} == {"attempt_0"}
-        assert [e["event"] for e in read_jsonl(run_dir / "events.jsonl")] == ["start", "checkpoint"]
+        events = [e["event"] for e in read_jsonl(run_dir / "events.jsonl")]
+        assert events == ["launch", "attempt", "start", "checkpoint"]  # one launch, one attempt of torchrun
         # The last good checkpoint is kept and nothing half-written takes space.
         checkpoints = run_dir / "checkpoints"
         assert (checkpoints / "latest").read_text().strip() == "step-00000004"

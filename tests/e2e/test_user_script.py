@@ -14,14 +14,16 @@ import json
 import os
 import re
 import signal
+import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.eks import IMAGE
-from tests.helpers.product import invoke, output, read_jsonl, run_folder, start_invoke
+from tests.helpers.product import invoke, invoke_in, output, read_jsonl, run_folder, start_invoke
 from tests.helpers.waiting import wait_for
+from training.common.failure import EXIT_NO_RETRY
 from trainkit.services import EtcdServer
 
 
@@ -97,6 +99,64 @@ def test_a_script_run_is_followed_stopped_and_resumed_by_the_same_command(tmp_pa
     assert "step       32, loss" in finished.stdout
     rank_1 = invoke("logs", "--runs-dir", str(tmp_path), "--rank", "1")
     assert f"rank 1: starting at step {resumed[1]} of 32" in rank_1.stdout
+
+
+FAILING_SCRIPT = """
+import torch
+import torch.distributed as dist
+
+from training.script import report_step
+
+dist.init_process_group("gloo")
+for step in range(1, 6):
+    if dist.get_rank() == 1 and step == 3:
+        raise ValueError("bad label 7 in shard 3 (expected 0..4)")
+    dist.all_reduce(torch.ones(1))
+    report_step(step, loss=1.0 / step)
+"""
+
+REFUSING_SCRIPT = """
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, required=True)
+parser.parse_args()
+"""
+
+
+def failed_script(tmp_path: Path, name: str, text: str, *flags: str) -> tuple[subprocess.CompletedProcess, str]:
+    """`invoke run --script NAME` of a script that fails, typed in the script's own folder, which then also holds
+    the runs folder (the default, ./runs): (what it printed, what `invoke status` says)."""
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / name).write_text(text)
+    failed = invoke_in(code, "run", "--script", name, "--nproc", "2", "--metrics-port", "0", *flags)
+    assert failed.returncode != 0, failed.stdout[-2000:]
+    shown = invoke_in(code, "status")
+    assert shown.returncode == 0, shown.stderr
+    return failed, shown.stdout
+
+
+def test_a_scripts_exception_on_rank_1_is_the_cause_on_the_console_and_in_status(tmp_path):
+    """The script knows nothing of trainkit's failure channel: the runner it starts through records the exception.
+    Rank 0, stopped by its agent mid-collective (or failing on the broken collective), is not the cause."""
+    failed, shown = failed_script(tmp_path, "failing.py", FAILING_SCRIPT, "--max-restarts", "1")
+    cause = "rank 1: ValueError: bad label 7 in shard 3 (expected 0..4); full log: "
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: run failing-") and f"failed: {cause}" in last, failed.stderr[-3000:]
+    assert "attempt_1/1/stderr.log" in last  # the last attempt's log of rank 1
+    assert f"  cause      {cause}" in shown, shown
+    assert "  restarts   torchrun restarted the workers 1 time (2 attempts in 1 launch)" in shown
+    assert "  again      mend the cause; the same command runs it again" in shown
+    assert "--search-root" in shown and "run --script failing.py --nproc 2 --metrics-port 0 --max-restarts 1" in shown
+
+
+def test_a_script_that_argparse_refuses_says_argparses_own_line_and_is_not_restarted(tmp_path):
+    failed, shown = failed_script(tmp_path, "refusing.py", REFUSING_SCRIPT)
+    said = "exited with code 2: refusing.py: error: the following arguments are required: --lr"
+    assert failed.returncode == EXIT_NO_RETRY, failed.stderr[-3000:]
+    assert said in failed.stderr.strip().splitlines()[-1], failed.stderr[-3000:]
+    assert said in shown and "(1 attempt in 1 launch)" in shown, shown
 
 
 EKS_SCRIPT = """

@@ -6,6 +6,7 @@ an agent's start and no training."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -215,3 +216,64 @@ def test_a_node_stopped_after_the_run_finished_records_no_failure(tmp_path, monk
     else:
         assert code == 143 and len(reports) == 1 and "stopped by SIGTERM at step 3" in reports[0]
         assert json.loads((job.run_dir / "failure.json").read_text())["exit_code"] == 143
+
+
+RAISES_ON_RANK_1 = """
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    raise ValueError("bad label 7 in shard 3 (expected 0..4)")
+dist.barrier()
+"""
+
+EXITS_ON_RANK_1 = """
+import os, sys, time
+
+if os.environ["RANK"] == "1":
+    print("fatal: the shard index /data/idx is missing", file=sys.stderr, flush=True)
+    os._exit(5)
+time.sleep(60)
+"""
+
+REFUSED_BY_ARGPARSE = """
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", required=True)
+parser.parse_args()
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "line"),
+    [
+        (RAISES_ON_RANK_1, 1, r"node-a: rank 1: ValueError: bad label 7 in shard 3 \(expected 0\.\.4\); full log: "),
+        # both ranks refuse at once: either is the cause
+        (REFUSED_BY_ARGPARSE, EXIT_NO_RETRY, r"node-a: rank [01]: exited with code 2: s\.py: error: the following "),
+        # no record at all: the agent tells rank 1's exit by its last line; rank 0, which it stopped, is no cause
+        (EXITS_ON_RANK_1, 1, r"node-a: rank 1: exited with code 5: fatal: the shard index /data/idx is missing"),
+    ],
+    ids=["raises", "argparse", "exits"],
+)
+def test_on_a_cluster_node_a_scripts_own_failure_is_the_line_its_scheduler_shows(
+    tmp_path, monkeypatch, text, code, line
+):
+    """run_node is what every cloud node runs (the EKS pod's entry point, a SageMaker host, a Batch node) and
+    `report` is where each puts the line (termination message, failure file, status reason: tested with a recipe's
+    cause on each target). A user's script, prepared and started as on a node, gives its own cause there."""
+    from trainkit.backends import job_from_flags
+    from trainkit.run import node
+    from trainkit.services import free_port_pair
+    from trainkit.workloads.script import script_workload
+
+    monkeypatch.setattr(node.signal, "signal", lambda signum, handler: None)  # pytest keeps its own handlers
+    monkeypatch.chdir(REPO)  # where a node's workers find `training` (an image has it installed)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "s.py").write_text(text)
+    flags = {"workload": "script", "run_id": "s", "runs_dir": str(tmp_path / "runs"), "nproc": 2}
+    job = job_from_flags({**flags, "max_restarts": 0, "metrics_port": 0})
+    workload = script_workload(job, str(tmp_path / "code" / "s.py"), [])
+    reports: list[str] = []
+    exit_code = node.run_node(job, workload, f"127.0.0.1:{free_port_pair()}", "s-1", "node-a", reports.append)
+    assert exit_code == code and len(reports) == 1 and re.match(line, reports[0]), reports

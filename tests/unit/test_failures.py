@@ -20,13 +20,16 @@ from training.common.failure import (
     cause_line,
     describe,
     doing,
+    exit_record,
+    last_line,
     permanent,
     send,
     worker_record,
 )
+from training.common.files import append_event
 from training.common.run import Diverged
 from trainkit.backends import RunRef
-from trainkit.backends.local.runs import status
+from trainkit.backends.local.runs import launch_command, record_launch, status
 from trainkit.run.failures import (
     FailureChannel,
     forget_failure,
@@ -132,6 +135,40 @@ def test_the_cause_is_the_failure_that_ended_the_job():
     assert cause_line({**full, "log": "/r/0/stderr.log"}) == "rank 0: OSError: y; full log: /r/0/stderr.log"
 
 
+def test_the_cause_is_the_first_failure_in_time_never_a_rank_the_agent_stopped_after_it():
+    """The issue's run: rank 1 raised; rank 0, still in a collective, was stopped by its agent (SIGTERM) and may
+    have reported the broken collective first, in rank order or even in time."""
+    raised = {"source": "worker", "rank": 1, "node_name": "n", "attempt": 3, "time": 2.0, "cause": "ValueError: 7"}
+    broken = {**raised, "rank": 0, "time": 2.01, "cause": "RuntimeError: Connection closed by peer"}
+    term = {"source": "agent", "rank": 0, "node_name": "n", "attempt": 3, "time": 2.1, "signal": "SIGTERM"}
+    term["stopped"], exited = True, {**term, "rank": 1, "signal": None, "exit_code": 1, "stopped": False}
+    assert pick_cause([term, exited, broken, raised]) is raised
+    # what a rank reported while its agent stopped it is an effect, even when it arrived first
+    assert pick_cause([{**broken, "time": 1.0}, term, exited, raised]) is raised
+    # a rank that exits with a code and records nothing (os._exit, a crash in C): its own last words
+    argv = {**exited, "exit_code": 2, "last_line": "train.py: error: the following arguments are required: --lr"}
+    assert pick_cause([term, {**broken, "time": 1.0}, argv]) is argv
+    assert cause_line(argv) == "rank 1: exited with code 2: train.py: error: the following arguments are required: --lr"
+    assert pick_cause([term]) is term  # nothing else was reported: better than nothing
+
+
+def test_a_script_that_exits_with_a_failure_says_why(tmp_path, monkeypatch):
+    """A script's sys.exit: a text code is its message; a number, what it wrote last to stderr (argparse prints its
+    refusal, then exits 2: a usage error, which every restart would repeat)."""
+    log = tmp_path / "stderr.log"
+    log.write_text("usage: train.py [-h] --lr LR\ntrain.py: error: the following arguments are required: --lr\n\n")
+    monkeypatch.setattr("training.common.failure._log_file", lambda: str(log))
+    monkeypatch.setenv("RANK", "3")
+    usage = exit_record(2)
+    assert usage["cause"] == "exited with code 2: train.py: error: the following arguments are required: --lr"
+    assert usage["permanent"] and usage["rank"] == 3 and usage["type"] == "SystemExit"
+    said = exit_record("no GPU visible; set CUDA_VISIBLE_DEVICES\nsecond line")
+    assert said["cause"] == "exited with code 1: no GPU visible; set CUDA_VISIBLE_DEVICES" and not said["permanent"]
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnop")
+    log.write_text("denied: https://u:hf_abcdefghijklmnop@hub\n")
+    assert last_line(str(log)) == "denied: https://u:<HF_TOKEN>@hub" and last_line(str(tmp_path / "none")) is None
+
+
 def test_each_node_counts_its_own_attempts_and_a_torchrun_that_cannot_meet_its_peers_comes_first():
     a = {"source": "worker", "rank": 0, "node_name": "a", "attempt": 3, "time": 5.0, "cause": "RuntimeError: x"}
     b = {"source": "worker", "rank": 1, "node_name": "b", "attempt": 1, "time": 4.0, "cause": "OSError: y"}
@@ -210,13 +247,24 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
     spec = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path / "runs"), "run_id": "broke"})
     write_spec(spec.job)
+    monkeypatch.setattr("sys.argv", ["/venv/bin/invoke", "train", "--run-id", "broke", "--lr", "1e-3"])
+    record_launch(spec.run_dir)
+    for submission, node, attempt in [("a", "node-0", 0), ("a", "node-0", 1), ("b", "node-0", 0), ("b", "node-1", 0)]:
+        append_event(spec.run_dir, "attempt", node=node, attempt=attempt, submission=submission)
+    append_event(spec.run_dir, "resume", step=20)
     cause = {"source": "worker", "rank": 1, "time": 5.0, "permanent": True, "cause": "DataError: line 3", "log": "/l"}
     assert record_failure(spec.run_dir, cause, EXIT_NO_RETRY) == spec.run_dir / "failure.json"
     shown = status(RunRef("broke", str(tmp_path / "runs")))
     assert shown.splitlines()[0].endswith(": failed")
     assert "  cause      rank 1: DataError: line 3; full log: /l (not restarted: a restart would fail" in shown
     assert recorded_failure(spec.run_dir)["exit_code"] == EXIT_NO_RETRY
-    assert "  again      mend the cause; the same `invoke train` command resumes" in shown
+    # 3 attempts in 2 launches (two nodes of one launch count once): 1 restart by torchrun
+    restarts = (
+        "torchrun restarted the workers 1 time (3 attempts in 2 launches); the job resumed from a checkpoint 1 time"
+    )
+    assert f"  restarts   {restarts}\n" in shown
+    again = "mend the cause; the same command resumes from the last checkpoint: invoke train --run-id broke --lr 1e-3"
+    assert f"  again      {again}\n" in shown
     record_failure(spec.run_dir, {**cause, "type": "Diverged", "time": 6.0}, EXIT_NO_RETRY)
     assert "  again      not resumed: change --lr" in status(RunRef("broke", str(tmp_path / "runs")))
     forget_failure(spec.run_dir)
@@ -264,3 +312,10 @@ def test_a_closed_rendezvous_is_permanent_and_a_lost_store_is_not():
     assert ": rendezvous closed: RendezvousClosedError" in closed["cause"]
     assert node_exit_code(EXIT_NO_RETRY, closed, None) == EXIT_NO_RETRY
     assert node_exit_code(EXIT_RENDEZVOUS, lost, None) > 128
+
+
+def test_the_launch_command_reads_as_a_user_would_type_it_again():
+    assert launch_command(["/x/.venv/bin/invoke", "run", "--script", "my train.py", "--", "--lr", "1"]) == (
+        "invoke run --script 'my train.py' -- --lr 1"
+    )
+    assert launch_command(["/repo/trainkit/__main__.py", "train"]) == "python -m trainkit train"

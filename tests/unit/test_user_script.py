@@ -119,7 +119,8 @@ def test_the_workload_starts_the_copied_script_and_survives_its_json(folder, tmp
     requirements.write_text("tk-extra==1.0  # a comment\n")
     workload = script_workload(spec, str(folder / "train.py"), ["--epochs", "2"], str(requirements), "wheels")
     digest = code_digest(read_code(folder))
-    assert workload.entry() == [str(spec.run_dir / "code" / digest / "train.py"), "--epochs", "2"]
+    copied = str(spec.run_dir / "code" / digest / "train.py")
+    assert workload.entry() == ["-m", "training.script", copied, "--epochs", "2"]  # through the script runner
     assert workload.requirements == ("tk-extra==1.0",) and workload.code == str(folder)
     assert Workload.from_json(workload.to_json()) == workload
     assert spec.run.workload == "script" and spec.to_dict()["derived"]["grad_accum_steps"] is None

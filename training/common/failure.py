@@ -15,6 +15,11 @@ Exit codes a worker uses (the agent reads them, trainkit/run/agent.py):
   treats it as permanent too (pkg/util/train/train_util.go IsRetryableExitCode: `exitCode >= 128`).
 - 1: anything else (a lost peer, a collective that timed out, an unknown error): restarted as before,
   up to --max-restarts.
+
+A user's script knows nothing of the channel: trainkit starts it through `training.script` (its `main`), which runs
+the file as `__main__` inside `reported()` and records a non-zero `sys.exit` too (argparse refusing an argument),
+with the last line the script wrote to stderr. A rank that still ends without a record (`os._exit`, a crash in C) is
+described by its agent, with the same last line (trainkit/run/agent.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import traceback
 from collections.abc import Iterator
 
 EXIT_NO_RETRY = 3
+EXIT_USAGE = 2
+"""A script's "bad arguments" (argparse, click): permanent, as the same arguments come back at every restart."""
 CHANNEL_ENV = "TRAINKIT_FAILURE_CHANNEL"
 NODE_ENV = "TRAINKIT_NODE"
 """The node's name in its reports (the local launcher's node-N; on EKS the pod's name, POD_NAME)."""
@@ -37,6 +44,7 @@ NODE_ENV = "TRAINKIT_NODE"
 MAX_RECORD_BYTES = 16 * 1024
 FIELD_CHARS = 2000
 MESSAGE_CHARS = 400
+LAST_LINE_BYTES = 16 * 1024
 # A sender waits at most this long for room on the channel (its reader drains it at once, trainkit/run/failures.py).
 SEND_TIMEOUT_S = 1.0
 # OS errors that a restart on the same volume meets again: no space, no quota, read-only, no permission,
@@ -134,8 +142,24 @@ def node_name() -> str:
     return os.environ.get(NODE_ENV) or os.environ.get("POD_NAME") or socket.gethostname()
 
 
-def worker_record(error: BaseException) -> dict:
-    """The record a failing rank sends: who (torchrun's RANK, node, attempt), what, and whether to retry."""
+def last_line(path: str | None) -> str | None:
+    """The last non-empty line of a log file (read from its tail: logs grow long), secrets redacted and cut to
+    MESSAGE_CHARS; None when it has none or cannot be read. What a process that exits without an exception said last
+    is usually why (argparse's "error: ..." line, a `sys.exit` message)."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - LAST_LINE_BYTES))
+            tail = handle.read()
+    except OSError:
+        return None
+    lines = [line.strip() for line in tail.decode(errors="replace").splitlines() if line.strip()]
+    return redact(lines[-1])[:MESSAGE_CHARS] if lines else None
+
+
+def _record(kind: str, cause: str, is_permanent: bool) -> dict:
+    """A rank's record: who (torchrun's RANK, node, attempt), when, what, and whether to retry."""
     env = os.environ
     return {
         "source": "worker",
@@ -145,11 +169,28 @@ def worker_record(error: BaseException) -> dict:
         "attempt": int(env.get("TORCHELASTIC_RESTART_COUNT", 0)),
         "time": time.time(),
         "host": socket.gethostname(),
-        "type": type(root_cause(error)).__name__,
-        "cause": describe(error),
-        "permanent": permanent(error),
+        "type": kind,
+        "cause": cause,
+        "permanent": is_permanent,
         "log": _log_file(),
     }
+
+
+def worker_record(error: BaseException) -> dict:
+    """The record a rank that an exception ends sends."""
+    return _record(type(root_cause(error)).__name__, describe(error), permanent(error))
+
+
+def exit_record(code: int | str | None) -> dict:
+    """The record of a script that called `sys.exit(code)` with a failure: the message it exits with (a text code,
+    which Python prints on exit), else the last line it wrote to stderr. Exit code 2 is a usage error (argparse's
+    and click's refusal of an argument; Python's own for a file it cannot open): every restart is given the same
+    arguments, so it is permanent."""
+    status = 1 if isinstance(code, str) else int(code or 0)
+    said = redact(code.strip().splitlines()[0])[:MESSAGE_CHARS] if isinstance(code, str) and code.strip() else None
+    said = said or last_line(_log_file())
+    cause = f"exited with code {status}" + (f": {said}" if said else "")
+    return {**_record("SystemExit", cause, status == EXIT_USAGE), "exit_code": status}
 
 
 def channel_address(name: str) -> str | bytes:
@@ -182,30 +223,43 @@ def _say(text: str) -> None:
 
 
 @contextlib.contextmanager
-def reported() -> Iterator[None]:
+def reported(exits: bool = False) -> Iterator[None]:
     """Run a worker's body: an exception that escapes it is sent to the launcher as one record, shown in the
     rank's log (when the log can still be written), and ends the process with EXIT_NO_RETRY or 1. SystemExit
-    (a deliberate stop) passes untouched."""
+    (a deliberate stop) passes untouched, unless `exits` (a user's script, whose `sys.exit(2)` is a failure): then
+    a non-zero one is recorded too and ends the process with its own code (EXIT_NO_RETRY when permanent)."""
     try:
         yield
-    except (SystemExit, KeyboardInterrupt):
+    except KeyboardInterrupt:
         raise
+    except SystemExit as stop:
+        if not exits or stop.code in (None, 0):
+            raise
+        if isinstance(stop.code, str):
+            _say(stop.code + "\n")  # what Python prints for a text code, which os._exit below would skip
+        _end(exit_record(stop.code))
     except BaseException as error:
         record = worker_record(error)
-        send(record)
         if not isinstance(root_cause(error), NoRetry):  # ours say all there is; others get their traceback
             _say("".join(traceback.format_exception(error)))
-        retry = "not restarted: a restart would fail the same way" if record["permanent"] else "may be restarted"
-        _say(f"error: rank {record['rank']}: {record['cause']} ({retry})\n")
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-        os._exit(EXIT_NO_RETRY if record["permanent"] else 1)
+        _end({**record, "exit_code": EXIT_NO_RETRY if record["permanent"] else 1})
+
+
+def _end(record: dict) -> None:
+    """Send the record, say it in one line in the rank's log, and end the process with its code: at once, as a
+    rank whose peers may hang in a collective must not wait in teardown."""
+    send(record)
+    retry = "not restarted: a restart would fail the same way" if record["permanent"] else "may be restarted"
+    _say(f"error: rank {record['rank']}: {record['cause']} ({retry})\n")
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(EXIT_NO_RETRY if record["permanent"] else record["exit_code"])
 
 
 def cause_line(record: dict) -> str:
     """One line for a record: `rank 0: OSError: [Errno 28] No space left on device while writing checkpoint
     step-00000020; full log: <file>`. Records of the agent (a rank killed by a signal, or one that exited
-    without a record) say how the process ended."""
+    without a record) say how the process ended, and what it wrote last."""
     if record.get("source") != "worker" and record.get("cause"):
         # the launcher's own finding (the c10d store's node is gone), or an agent's (its rendezvous failed)
         text = record["cause"]
@@ -215,6 +269,8 @@ def cause_line(record: dict) -> str:
         text = f"rank {record['rank']}: killed by {record['signal']}"
         if record["signal"] == "SIGKILL":
             text += " (the kernel's out-of-memory killer sends it: `dmesg` says whether it did)"
+    elif record.get("last_line"):
+        text = f"rank {record['rank']}: exited with code {record.get('exit_code')}: {record['last_line']}"
     else:
         text = f"rank {record['rank']}: exited with code {record.get('exit_code')} and recorded no error"
     return f"{text}; full log: {record['log']}" if record.get("log") else text

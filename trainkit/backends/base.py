@@ -29,6 +29,8 @@ class RunRef:
 
 
 WORKLOAD_FILE = "workload.json"
+SCRIPT_RUNNER = "training.script"
+"""`python -m training.script FILE ARGS`: how every rank starts a user's script."""
 WORKLOAD_ENV = "TRAINKIT_WORKLOAD"
 
 
@@ -77,8 +79,11 @@ class Workload:
     """Where those come from without an index: a folder of wheels (pip --no-index --find-links)."""
 
     def entry(self) -> list[str]:
-        """What follows torchrun's own options."""
-        return ["-m", self.module, *self.args] if self.module else [str(self.script), *self.args]
+        """What follows torchrun's own options. A script starts through training.script's runner, which records
+        what ends it on the failure channel as a recipe's ranks do (training/common/failure.py)."""
+        if self.module:
+            return ["-m", self.module, *self.args]
+        return ["-m", SCRIPT_RUNNER, str(self.script), *self.args]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

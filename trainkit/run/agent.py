@@ -35,13 +35,16 @@ import time
 from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV
-from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, node_name, send
+from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, last_line, node_name, send
 from training.common.files import EVENTS_FILE, append_event, node_events_file
 from training.common.heartbeat import HEARTBEAT_DIR_ENV
 from training.common.job import RUN_DIR_ENV, SPEC_FILE, read_job
 from trainkit.run import watchdog
 
 EXIT_RENDEZVOUS = 4
+ATTEMPT_EVENT = "attempt"
+"""An agent's event when it starts its workers: each is one attempt of torchrun's (the first, or a restart), so
+`invoke status` counts what torchrun did whatever the workload (trainkit/backends/local/runs.py)."""
 SCHEDULER_RESTARTS_ENV = "TRAINKIT_SCHEDULER_RESTARTS_LEFT"
 """Where torchrun restarts nobody and the job's scheduler starts the job again instead (Batch: its retry strategy's
 attempts left after this one, trainkit/backends/batch/node.py), how many times it still will."""
@@ -49,6 +52,17 @@ RESTART_HOOK_ENV = "TRAINKIT_RESTART_HOOK"
 """`module:function` the agent calls before it starts its workers again in a new round (not the first), after the
 rendezvous, while every node's workers are stopped: where the nodes share no disk, the SageMaker host's hook puts the
 others' checkpoint parts here (trainkit/backends/sagemaker/restore.py). It returns a line for the log."""
+
+
+def attempts(events: list[dict]) -> tuple[int, int]:
+    """(launches, attempts) of a run from its agents' ATTEMPT_EVENTs: each launch (a rendezvous id) ran as many
+    attempts as its busiest node started rounds of workers (a node that joined late started fewer)."""
+    rounds: dict[str, dict[str, int]] = {}
+    for event in events:
+        if event.get("event") == ATTEMPT_EVENT:
+            nodes = rounds.setdefault(str(event.get("submission")), {})
+            nodes[str(event.get("node"))] = nodes.get(str(event.get("node")), 0) + 1
+    return len(rounds), sum(max(nodes.values()) for nodes in rounds.values())
 
 
 def before_restart() -> None:
@@ -67,8 +81,11 @@ def before_restart() -> None:
     print(f"{node_name()}: before the restart: {said}", file=sys.stderr, flush=True)
 
 
-def agent_record(rank: int, failure, attempt: int, log: str | None) -> dict:
-    """What the agent saw of one failed worker (torch's ProcessFailure: exit code, or minus the signal)."""
+def agent_record(rank: int, failure, attempt: int, log: str | None, stopped: bool = False) -> dict:
+    """What the agent saw of one failed worker (torch's ProcessFailure: exit code, or minus the signal). `stopped`:
+    the worker was still running when the agent found another one failed, and the agent's stop of the group ended it
+    (SIGTERM, then SIGKILL): an effect, not a cause. A worker that exited by itself with a code says what it wrote
+    last (its stderr's last line): a script's own words when it recorded no exception."""
     killed = failure.exitcode < 0
     return {
         "source": "agent",
@@ -79,8 +96,18 @@ def agent_record(rank: int, failure, attempt: int, log: str | None) -> dict:
         "signal": failure.signal_name() if killed else None,
         "node_name": node_name(),
         "permanent": failure.exitcode == EXIT_NO_RETRY,
+        "stopped": stopped,
+        "last_line": None if killed or stopped else last_line(log),
         "log": log,
     }
+
+
+def ended_by_themselves(pcontext) -> set[int]:
+    """The local ranks whose processes have exited, before torch's own look (which stops the rest when one failed).
+    torch 2.13's SubprocessContext keeps a Popen per local rank (`subprocess_handlers`); polling one twice is
+    harmless (Popen keeps the exit status)."""
+    handlers = getattr(pcontext, "subprocess_handlers", None) or {}
+    return {local_rank for local_rank, handler in handlers.items() if handler.proc.poll() is not None}
 
 
 def rendezvous_record(error: BaseException, closed: bool) -> dict:
@@ -149,6 +176,17 @@ def _agent_class():
             pids = super()._start_workers(worker_group)
             run_dir = os.environ.get(RUN_DIR_ENV)
             if run_dir:
+                spec = worker_group.spec
+                with contextlib.suppress(OSError):  # a full volume: the run's story loses a line, not its run
+                    append_event(
+                        Path(run_dir),
+                        ATTEMPT_EVENT,
+                        file=events_file(),
+                        node=node_name(),
+                        attempt=spec.max_restarts - self._remaining_restarts,
+                        submission=spec.rdzv_handler.get_run_id(),
+                        world_size=worker_group.group_world_size * spec.local_world_size,
+                    )
                 stdouts = getattr(self._pcontext, "stdouts", None) or {}
                 stderrs = getattr(self._pcontext, "stderrs", None) or {}
                 for worker in worker_group.workers:
@@ -167,6 +205,7 @@ def _agent_class():
 
         def _monitor_workers(self, worker_group):
             self._end_if_stalled(worker_group)
+            ended = ended_by_themselves(self._pcontext)
             result = super()._monitor_workers(worker_group)
             if result.is_failed():
                 spec = worker_group.spec
@@ -174,7 +213,9 @@ def _agent_class():
                 stderrs = getattr(self._pcontext, "stderrs", None) or {}
                 for rank, failure in sorted(result.failures.items()):
                     if rank not in self._stalled:  # the watchdog's own record says why those were ended
-                        send(agent_record(rank, failure, attempt, stderrs.get(failure.local_rank) or None))
+                        log = stderrs.get(failure.local_rank) or None
+                        stopped = failure.local_rank not in ended
+                        send(agent_record(rank, failure, attempt, log and str(log), stopped))
                 if any(failure.exitcode == EXIT_NO_RETRY for failure in result.failures.values()):
                     assert hasattr(self, "_remaining_restarts"), "torch's agent no longer counts restarts this way"
                     self._remaining_restarts = 0

@@ -9,7 +9,9 @@ launcher and the EKS pod entry point each make one for the processes they start.
 The cause of a failed job, in order: the first record whose failure a restart cannot mend (that is
 what ended the job); else, of each node's latest attempt, a torchrun that could not meet its peers;
 else a rank killed from outside or crashed (SIGKILL, SIGSEGV ...: its peers' reports of the broken
-collective follow from it); else the first record a worker sent; else the agent's.
+collective follow from it); else the first record a worker sent; else the agent's (a rank that exited with a
+code and no record, described by its last line). Ranks an agent stopped because another failed are effects and
+come last, whatever their rank or the order their records arrived in.
 """
 
 from __future__ import annotations
@@ -140,8 +142,16 @@ def _node(record: dict) -> str:
     return str(record.get("node_name", record.get("node", "")))
 
 
+def _effect(record: dict, stopped: set[tuple]) -> bool:
+    """Whether a record tells of a rank its agent stopped because another one failed (its agent's record says
+    `stopped`; what the rank itself reported while being stopped follows from that too)."""
+    return bool(record.get("stopped")) or (_node(record), record.get("rank"), record.get("attempt")) in stopped
+
+
 def pick_cause(records: list[dict]) -> dict | None:
-    """The record that says why the job failed (see the module's docstring), or None."""
+    """The record that says why the job failed (see the module's docstring), or None. Within a group the first in
+    time wins (a worker's record carries when it failed; an agent's, when it saw the exit), never a rank the agent
+    stopped after another had failed, unless nothing else was reported."""
     if not records:
         return None
     ordered = sorted(records, key=_when)
@@ -152,16 +162,21 @@ def pick_cause(records: list[dict]) -> dict | None:
         if "attempt" in r:
             latest[_node(r)] = max(latest.get(_node(r), 0), int(r["attempt"]))
     current = [r for r in ordered if "attempt" not in r or int(r["attempt"]) == latest[_node(r)]]
+    stopped = {(_node(r), r.get("rank"), r.get("attempt")) for r in records if r.get("stopped")}
+    causes = [r for r in ordered if not _effect(r, stopped)]
+    now = [r for r in current if not _effect(r, stopped)]
     groups = (
-        [r for r in ordered if r.get("source") == "worker" and r.get("permanent")],
-        [r for r in ordered if r.get("source") == "agent" and r.get("permanent")],  # its worker's record was lost
-        [r for r in current if r.get("source") == "agent" and r.get("cause")],  # torchrun's own: the rendezvous
+        [r for r in causes if r.get("source") == "worker" and r.get("permanent")],
+        [r for r in causes if r.get("source") == "agent" and r.get("permanent")],  # its worker's record was lost
+        [r for r in now if r.get("source") == "agent" and r.get("cause")],  # torchrun's own: the rendezvous
         # A rank the kernel or a fault killed (SIGKILL, SIGSEGV, SIGBUS ...) sends nothing itself; its peers then
         # report a broken collective, which is the effect, not the cause. Not SIGTERM (the agent's own stop) nor
         # SIGABRT (NCCL's watchdog aborts the peers of a rank that raised: effects again).
-        [r for r in current if r.get("source") == "agent" and r.get("signal") in CRASH_SIGNALS],
-        [r for r in current if r.get("source") == "worker"],
-        [r for r in current if r.get("source") == "agent"],
+        [r for r in now if r.get("source") == "agent" and r.get("signal") in CRASH_SIGNALS],
+        [r for r in now if r.get("source") == "worker"],
+        [r for r in now if r.get("source") == "agent"],  # an exit with a code and no record: its last line
+        [r for r in ordered if r.get("permanent")],  # a stopped rank's failure no restart mends: why it ended
+        current,
     )
     return next((group[0] for group in groups if group), ordered[0])
 

@@ -13,20 +13,26 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from training.common.failure import redact
 from training.common.files import append_event, read_events, read_jsonl
 from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, RunRef
 from trainkit.errors import SpecError
+from trainkit.run.agent import attempts
 from trainkit.run.failures import recorded_failure
 
 OWNER_FILE = "launcher.json"
 FINISHED_EVENT = "finished"
+LAUNCH_EVENT = "launch"
+"""The launcher's event when it starts the run's agents, with the command that did it (`invoke status` says it)."""
 LOCK_FILE = ".lock"
 FOLLOW_POLL_S = 0.5
 
@@ -136,6 +142,21 @@ def workload_label(run_dir: Path, kind: str) -> str:
     return kind if label == kind else f"{kind} {label}"
 
 
+def launch_command(argv: list[str] | None = None) -> str:
+    """The command this process was started with, as a user would type it again: `invoke train ...`, or
+    `python -m trainkit ...` (a package run with -m has its __main__.py as argv[0]). Secrets it quotes are
+    redacted (none should be there: tokens come from files)."""
+    argv = sys.argv if argv is None else argv
+    program = Path(argv[0])
+    words = ["python", "-m", program.parent.name] if program.name == "__main__.py" else [program.name]
+    return redact(shlex.join([*words, *argv[1:]]))
+
+
+def record_launch(run_dir: Path) -> None:
+    """This launch of the run, with its command, in events.jsonl."""
+    append_event(run_dir, LAUNCH_EVENT, source="launcher", command=launch_command())
+
+
 def record_finished(run_dir: Path) -> None:
     """A workload that writes no summary.json of its own (a script, the sweep) ended well: say so for `status`."""
     append_event(run_dir, FINISHED_EVENT, source="launcher")
@@ -167,21 +188,45 @@ def status(ref: RunRef) -> str:
         ago = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime
         loss = f", loss {last['loss']:.4f}" if isinstance(last.get("loss"), int | float) else ""
         lines.append(f"  step       {last['step']}{total}{loss}, {ago:.0f} s ago")
-    resumes = sum(1 for e in events if e["event"] == "resume")
-    lines.append(f"  restarts   {resumes} (times the job resumed from a checkpoint)")
+    lines.append(f"  restarts   {restarts_line(events)}")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
-    if state == "failed" and failure.get("type") == "Diverged":  # its settings are what diverged
-        lines.append("  again      not resumed: change --lr, --warmup-steps or --grad-clip; train under a new --run-id")
-    elif state == "failed" and failure.get("deadline"):  # stopped at --max-runtime, nothing to mend
-        lines.append(
-            "  again      the same command resumes from the last checkpoint with a fresh --max-runtime window "
-            "(a larger --max-runtime gives it more time)"
-        )
-    elif state == "failed":
-        lines.append("  again      mend the cause; the same `invoke train` command resumes from the last checkpoint")
+    if state == "failed":
+        lines.append(f"  again      {again_line(job.run.workload, failure, events)}")
     lines.append(f"  folder     {run_dir}")
     return "\n".join(lines)
+
+
+def restarts_line(events: list[dict]) -> str:
+    """What torchrun did (its attempts, each launch's first and its restarts) and how often the job resumed from a
+    checkpoint (recipes and scripts that report steps note each start and resume)."""
+    resumes = sum(1 for e in events if e.get("event") == "resume")
+    resumed = f"the job resumed from a checkpoint {resumes} time{'s' * (resumes != 1)}"
+    launches, tries = attempts(events)
+    if not tries:  # a run of an earlier trainkit, whose agents noted no attempts
+        return resumed
+    restarts = tries - launches
+    return (
+        f"torchrun restarted the workers {restarts} time{'s' * (restarts != 1)} ({tries} attempt{'s' * (tries != 1)}"
+        f" in {launches} launch{'es' * (launches != 1)}); {resumed}"
+    )
+
+
+def again_line(workload: str, failure: dict, events: list[dict]) -> str:
+    """What to do about a failed run: mend the cause, then the command that launched it last (a recipe resumes from
+    its last checkpoint; any other workload runs again, a script from its own checkpoints if it keeps them)."""
+    if failure.get("type") == "Diverged":  # its settings are what diverged
+        return "not resumed: change --lr, --warmup-steps or --grad-clip; train under a new --run-id"
+    launches = [e for e in events if e.get("event") == LAUNCH_EVENT and e.get("command")]
+    command = f": {launches[-1]['command']}" if launches else ""
+    if failure.get("deadline"):  # stopped at --max-runtime, nothing to mend
+        return (
+            "the same command resumes from the last checkpoint with a fresh --max-runtime window (a larger "
+            f"--max-runtime gives it more time){command}"
+        )
+    if workload == "recipe":
+        return f"mend the cause; the same command resumes from the last checkpoint{command}"
+    return f"mend the cause; the same command runs it again (a script from its own last checkpoint){command}"
 
 
 def _rank_files(run_dir: Path, rank: int) -> list[Path]:
