@@ -1,7 +1,8 @@
 """BERT masked-language-model pretraining (issue 31's encoder workload): 2 processes on CPU, DeepSpeed ZeRO stage 1
 (the recipe's sharding), the generated corpus, masks drawn per step; each rank's checkpoint holds half of the
 optimizer state, LAMB on ZeRO-1's slices takes DDP's steps, and a SIGKILL after a checkpoint resumes with the losses
-of an uninterrupted run; a ZeRO-1 checkpoint resumes at another world size through DeepSpeed's universal checkpoint."""
+of an uninterrupted run when the same command continues it on one process; a ZeRO-1 checkpoint resumes at another
+world size through DeepSpeed's universal checkpoint."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tests.helpers.product import (
 )
 
 STEPS = 60
+DROPOUT_NOISE = 0.02
+"""Twice the largest per-step loss difference measured between uninterrupted 1- and 2-process runs of the job."""
 
 
 def args(runs, *extra: str) -> list[str]:
@@ -69,21 +72,30 @@ def test_two_processes_learn_the_corpus_and_report_sequences_and_mfu(bert_run):
     assert "seq_s=" in printed
 
 
-def test_sigkill_after_a_checkpoint_then_rerun_resumes_with_identical_losses(bert_run, tmp_path):
-    reference = {r["step"]: r["loss"] for r in read_jsonl(bert_run[0] / "metrics.jsonl")}
+def test_sigkill_after_a_checkpoint_then_the_same_command_on_one_process_continues_the_run(bert_run, tmp_path):
+    """A machine lost after a checkpoint of a 2-process run; the same command with `--nproc 1` (the capacity left)
+    continues it: the same run (its derived id does not hang on the size), its ZeRO-1 checkpoint of 2 ranks loaded
+    through DeepSpeed's universal checkpoint (elementwise: test_a_zero_1_checkpoint_resumes_at_another_world_size),
+    the schedule where it was (every learning rate the uninterrupted run's). The masks of each step are drawn
+    again from (seed, step, sequence) and the global batch is the run's, but dropout draws its masks from each rank's
+    own random stream, so on another number of ranks the losses differ by its noise: uninterrupted 1- and 2-process
+    runs of this job differed by at most 0.0093 a step here (2026-11-28). The same size resumes bit for bit:
+    tests/e2e/test_aws_batch_runs.py."""
+    reference = {r["step"]: r for r in read_jsonl(bert_run[0] / "metrics.jsonl")}
     _launcher, run_dir, resumed_from = killed_after_checkpoint(tmp_path, 20, *args(tmp_path))
     assert 20 <= resumed_from < STEPS
 
-    result = invoke(*args(tmp_path))
+    result = invoke(*args(tmp_path), "--nproc", "1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"note: resuming step {resumed_from} of a 2-process run on 1 process\n" in result.stdout
+    assert "converting it to DeepSpeed's universal checkpoint" in result.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["resumed_from"] == resumed_from
-    resumed = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert summary["resumed_from"] == resumed_from and summary["world_size"] == 1
+    resumed = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
     assert sorted(resumed) == list(range(1, STEPS + 1))
-    # the masks of each step are drawn again from (seed, step, sequence): the same inputs, the same losses
-    assert [f"{resumed[s]:.4f}" for s in range(resumed_from + 1, STEPS + 1)] == [
-        f"{reference[s]:.4f}" for s in range(resumed_from + 1, STEPS + 1)
-    ]
+    for step in range(resumed_from + 1, STEPS + 1):
+        now, then = resumed[step], reference[step]
+        assert now["lr"] == then["lr"] and abs(now["loss"] - then["loss"]) <= DROPOUT_NOISE, (step, now, then)
 
 
 def test_each_rank_checkpoints_half_of_the_optimizer_state(bert_run):

@@ -28,16 +28,18 @@ def events(run_dir, kind: str) -> list[dict]:
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind]
 
 
-def test_a_hang_restarts_in_place_a_sigkill_resumes_on_rerun_and_a_frozen_rank_with_no_restart_fails(
+def test_a_hang_restarts_in_place_a_sigkill_continues_on_one_process_and_a_frozen_rank_with_no_restart_fails(
     tiny_run, tmp_path
 ):
     """Two runs at once (most of either's time is waiting: the machine has room for both).
 
     - In step 22, rank 0's read of its data never returns and rank 1 deadlocks (a lock taken twice), both outside any
       collective: the watchdog restarts the job in place from step 20. After its step-40 checkpoint the whole job is
-      SIGKILLed, and the same command run again takes the run over and resumes it. Otherwise the same command as the
-      session's undisturbed `make train` run, whose losses it repeats on all 60 steps. One run for both recoveries:
-      the SIGKILL had a run of its own before (38 s of the fresh-clone CI).
+      SIGKILLed, as when a machine is lost, and the same command run again with `--nproc 1` (the capacity left)
+      takes the run over and continues it from that checkpoint on one process: the same run (its derived id does not
+      hang on the size), its FSDP2 checkpoint resharded. Otherwise the same command as the session's undisturbed
+      `make train` run, whose losses it repeats on all 60 steps, within the elastic tests' tolerance. One run for the
+      three recoveries: the SIGKILL had a run of its own before (38 s of the fresh-clone CI).
     - Rank 1 frozen from outside (SIGSTOP) with `--max-restarts 0`: the case measured before the watchdog, when the
       job sat for good."""
     frozen_runs = tmp_path / "frozen-runs"
@@ -63,13 +65,15 @@ def test_a_hang_restarts_in_place_a_sigkill_resumes_on_rerun_and_a_frozen_rank_w
     called_from = r'in hang_here\n  File ".*/training/(llm|common)/trainer.py", line \d+ in '
     assert re.search(called_from + "train_step", texts[0]) and re.search(called_from + "fit", texts[1])
 
-    result = invoke(*command, timeout=300)
+    result = invoke(*command, "--nproc", "1", timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # The killed launcher's lock went with it: the run is taken over, and said so.
     assert f"was last launched by pid {launcher}" in result.stdout and "taking it over" in result.stdout
-    assert [e["step"] for e in events(run_dir, "resume")] == [20, resumed_from]
+    assert f"note: resuming step {resumed_from} of a 2-process run on 1 process\n" in result.stdout
+    assert [(e["step"], e["world_size"]) for e in events(run_dir, "resume")] == [(20, 2), (resumed_from, 1)]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["resumed_from"] == resumed_from and summary["restarts"] == 2 and summary["steps"] == 60
+    assert summary["world_size"] == 1 and json.loads((run_dir / "spec.json").read_text())["parallelism"]["nproc"] == 1
     losses = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
     reference = {r["step"]: r["loss"] for r in read_jsonl(tiny_run / "metrics.jsonl")}
     assert sorted(losses) == list(range(1, 61)), "steps must not repeat or vanish"

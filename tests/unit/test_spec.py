@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers.jobs import build_spec
+from tests.helpers.jobs import build_spec, spec_file
 from trainkit import hardware
 from trainkit.errors import SpecError
 from trainkit.run.prepare import write_spec
@@ -131,8 +131,34 @@ def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path)
     assert data["optimisation"]["steps"] == 10 and data["derived"]["world_size"] == spec.world_size
     assert data["run"]["run_id"] == "demo"
     write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, log_interval=3).job)  # resumable change
-    with pytest.raises(SpecError, match=r"run 'demo' already exists with different lr"):
+    with pytest.raises(SpecError, match=r"run 'demo' already exists with different --lr, which changes what it"):
         write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5).job)
+
+
+def test_a_run_continues_at_another_size_with_its_own_global_batch_and_learning_rate(monkeypatch, tmp_path):
+    """The same command on 3 processes instead of 2: the same derived run, resumed from its checkpoint. The recipe's
+    global batch rounded for 3 processes (and the learning rate scaled with it) gives way to the run's; what the
+    user changes that changes the training is refused, named."""
+    monkeypatch.setattr(hardware, "local_cpu_count", lambda: 8)
+    two, three = spec_of(runs_dir=str(tmp_path), steps=10), spec_of(runs_dir=str(tmp_path), steps=10, nproc=3)
+    assert two.run_id == three.run_id and two.nproc == 2  # what it trains, not where: one run
+    assert (two.global_batch_size, three.global_batch_size) == (16, 15) and three.lr < two.lr  # rounded per process
+    write_spec(two.job)
+    (two.run_dir / "checkpoints" / "step-00000004").mkdir(parents=True)
+    (two.run_dir / "checkpoints" / "step-00000004" / "COMPLETE").touch()
+    write_spec(three.job)
+    assert three.job.run.notes[-1] == (
+        f"resuming step 4 of a 2-process run on 3 processes; its global batch 16 and learning rate {two.lr:g} stay "
+        "the run's"
+    )
+    saved = spec_file(three.run_dir)
+    assert (saved.nproc, saved.global_batch_size, saved.lr, saved.global_batch_derived) == (3, 16, two.lr, True)
+    given = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=2, global_batch_size=8)
+    with pytest.raises(SpecError, match=r"already exists with different --global-batch-size, which changes what"):
+        write_spec(given.job)
+    again = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=2)
+    write_spec(again.job)  # back on 2 processes, nothing to keep: the recipe's values are the run's
+    assert again.job.run.notes[-1] == "resuming step 4 of a 3-process run on 2 processes"
 
 
 def test_vision_recipe_on_gpus_scales_the_learning_rate_with_the_batch(monkeypatch, tmp_path):

@@ -106,11 +106,11 @@ def test_requirements_the_nodes_could_not_install_are_refused(folder, tmp_path, 
 
 def test_the_same_command_names_the_same_run_and_another_command_another(folder):
     script = str(folder / "train.py")
-    first = run_id_for(script, ["--epochs", "3"], {"nodes": "2", "nproc": "2"})
-    assert first == run_id_for(script, ["--epochs", "3"], {"nodes": "2", "nproc": "2"})
-    assert first.startswith("train-") and first != run_id_for(script, ["--epochs", "4"], {"nodes": "2", "nproc": "2"})
+    first = run_id_for(script, ["--epochs", "3"])  # not the nodes nor the processes: a run continues at any size
+    assert first == run_id_for(script, ["--epochs", "3"])
+    assert first.startswith("train-") and first != run_id_for(script, ["--epochs", "4"])
     with pytest.raises(SpecError, match="--script FILE is required"):
-        run_id_for(None, [], {})
+        run_id_for(None, [])
 
 
 def test_the_workload_starts_the_copied_script_and_survives_its_json(folder, tmp_path):

@@ -275,7 +275,12 @@ class OptimisationOptions:
         "process (learning rate scaled to match).",
         minimum=1,
     )
-    micro_batch_size: int | None = option(None, "Sequences per forward pass on one rank.", minimum=1)
+    micro_batch_size: int | None = option(
+        None,
+        "Sequences per forward pass on one rank.",
+        minimum=1,
+        trains=False,  # how each rank's share of the global batch is split: the loss is the global batch's mean
+    )
     global_batch_derived: bool = option(
         False,
         "Set when the launcher chose the global batch from the recipe for this world size; such a batch need not "
@@ -284,6 +289,13 @@ class OptimisationOptions:
         cli=False,
     )
     lr: float | None = option(None, "Peak learning rate.", above=0)
+    lr_derived: bool = option(
+        False,
+        "Set when the launcher chose the learning rate (the recipe's, scaled with a derived global batch, or the "
+        "vision rule's for the batch) rather than --lr.",
+        trains=False,
+        cli=False,
+    )
     schedule: str = option(
         "cosine",
         "Learning-rate schedule after linear warmup: `cosine` (to 10% of peak) or `constant`.",
@@ -323,8 +335,10 @@ class ParallelismOptions:
     nodes: int = option(
         1,
         "Nodes (machines) in the job; `MIN:MAX` (e.g. `1:2`) makes the job elastic between the two. On the "
-        "local target each node is a torchrun agent on this machine.",
+        "local target each node is a torchrun agent on this machine. A run continues from its checkpoint at "
+        "another size: the global batch, not the node count, says what it trains.",
         minimum=1,
+        trains=False,
     )
     min_nodes: int | None = option(
         None,
@@ -337,6 +351,7 @@ class ParallelismOptions:
         None,
         "Processes per node; default: all local GPUs, or 2 on a CPU-only machine (EKS: the instance's GPUs).",
         minimum=1,
+        trains=False,
     )
     sharding: str | None = option(
         None,
@@ -583,8 +598,15 @@ class Job:
         return job
 
     def fingerprint(self) -> str:
-        """Hash of the fields that change what is trained (not where logs go or how it is launched)."""
+        """Hash of the fields that change what is trained (not where logs go, how it is launched or on how many
+        processes). A global batch or learning rate the launcher chose counts as the recipe's, whichever world
+        size rounded it: the same command at another size names the same run."""
         relevant = {spec.path: spec.get(self) for spec in FIELDS if spec.trains}
+        o = self.optimisation
+        if o.global_batch_derived:
+            relevant["optimisation.global_batch_size"] = "recipe"
+        if o.lr_derived:
+            relevant["optimisation.lr"] = "recipe"
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:8]
 
 

@@ -44,7 +44,7 @@ def _run(c, script, requirements=None, wheelhouse=None, profile="local", dry_run
 
     flags = {**job_flags(values, RUN_KEYS), "workload": "script"}
     args = script_arguments(c.remainder)
-    flags["run_id"] = flags["run_id"] or run_id_for(script, args, flags)
+    flags["run_id"] = flags["run_id"] or run_id_for(script, args)
     job, backend, _ = resolve_job(flags, profile)
     backend.submit(job, script_workload(job, script, args, requirements, wheelhouse), dry_run=dry_run)
 

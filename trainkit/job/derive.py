@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from training.common.job import BY_KEY, LANGUAGE, Job
+from training.common.job import BY_KEY, FIELDS, LANGUAGE, Job
 from training.registry import GPU_ONLY
+from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
 from trainkit.job.models import get_model
+from trainkit.job.validate import validate_batch
 
 SYNTHETIC_STEPS = 50
 # Fields that are alternatives: giving one (flag or profile) drops the recipe's value for the other.
@@ -73,6 +75,7 @@ def derive(job: Job, machine: Machine) -> None:
             f"learning rate {o.lr:g} from the {o.optimizer} scaling rule for a global batch of "
             f"{o.global_batch_size} (set --lr to change it)"
         )
+    o.lr_derived = not lr_given
     if job.model.init == "pretrained" and job.model.weights is None:
         job.model.weights = entry.hub_id
     if job.model.layers is not None and entry.family in LANGUAGE and job.model.layers <= entry.arch.num_hidden_layers:
@@ -181,3 +184,54 @@ def fitted_micro_batch(global_batch: int, micro: int, world: int) -> int:
     while micro > 1 and per_rank % micro:
         micro -= 1
     return micro
+
+
+def continue_run(previous: Job, job: Job, step: int | None) -> str | None:
+    """`job` launched into the folder of an existing run (`previous`, its spec.json), whose last checkpoint is at
+    `step` (0: none yet; None: the workload keeps its own). What it trains must be the run's: a field that changes
+    the training is refused, named. Where it runs may change (nodes, processes, instance type: the global batch, not
+    the world size, says what is trained, and the checkpoints reshard), and a global batch or learning rate the
+    launcher chose for this world size gives way to the run's own. Returns the note that says so, if any."""
+    o, before = job.optimisation, previous.optimisation
+    chosen = {
+        "global_batch_size": o.global_batch_derived and before.global_batch_derived,
+        "lr": o.lr_derived and before.lr_derived,
+    }
+    changed = [
+        spec.flag
+        for spec in FIELDS
+        if spec.trains and not chosen.get(spec.name) and spec.get(previous) != spec.get(job)
+    ]
+    if changed:
+        raise SpecError(
+            f"run {job.run.run_id!r} already exists with different {', '.join(changed)}, which changes what it "
+            "trains; give the run's values to continue it, or pass a new --run-id (or drop --run-id to get one "
+            "derived from the settings)"
+        )
+    kept = [
+        f"{what} {getattr(before, name):g}"
+        for name, what in (("global_batch_size", "global batch"), ("lr", "learning rate"))
+        if chosen[name] and getattr(before, name) != getattr(o, name)
+    ]
+    if kept:
+        o.global_batch_size, o.lr = before.global_batch_size, before.lr
+        validate_batch(job)  # the run's batch, split over this world size
+    if _size(previous) == _size(job):
+        return None
+    then, now = f"{_size(previous, adjective=True)} run", _size(job)
+    if step is None:
+        note = f"continuing a {then} on {now}"
+    elif step:
+        note = f"resuming step {step} of a {then} on {now}"
+    else:
+        note = f"starting a {then} again on {now} (it has no checkpoint yet)"
+    return note + (f"; its {' and '.join(kept)} stay the run's" if kept else "")
+
+
+def _size(job: Job, adjective: bool = False) -> str:
+    """A run's size in words: `2 processes`, `2 nodes (16 processes)`; as an adjective `2-process`, `2-node`."""
+    p = job.parallelism
+    if adjective:
+        return f"{p.nproc}-process" if p.nodes == 1 else f"{p.nodes}-node ({job.world_size}-process)"
+    processes = f"{job.world_size} process{'es' * (job.world_size != 1)}"
+    return processes if p.nodes == 1 else f"{p.nodes} nodes ({processes})"

@@ -70,7 +70,7 @@ def validate(job: Job, machine: Machine) -> None:
             f"machine has {machine.described}; use --nproc <= {machine.process_limit // p.nodes or 1}",
         )
     if recipe:
-        _validate_batch(job)
+        validate_batch(job)
     _validate_metrics_ports(job)
     if recipe:
         _validate_sharding(job, machine)
@@ -360,7 +360,7 @@ def _validate_metrics_ports(job: Job) -> None:
     )
 
 
-def _validate_batch(job: Job) -> None:
+def validate_batch(job: Job) -> None:
     """Every world size the job can run at (elastic: min..max nodes) must split the global batch: evenly for
     a batch the user gave; for one the launcher chose from the recipe (derive.choose_global_batch), into
     shares one apart, with no vision rank short of an image for one of its micro batches."""

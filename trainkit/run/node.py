@@ -87,6 +87,7 @@ def run_node(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    said = len(job.run.notes)
     try:
         run = ready(job, workload)
     except SpecError as error:
@@ -94,6 +95,8 @@ def run_node(
         print(f"error: {line}", file=sys.stderr, flush=True)
         report(line)
         return EXIT_CANNOT_START
+    for note in job.run.notes[said:]:  # what the preparation found (a run continued at another size)
+        print(f"{name}: note: {note}", flush=True)
     forget_failure(job.run_dir, submission=rdzv_id)  # an earlier job's cause no longer says why this one stops
     log_dir = job.run_dir / "logs" / name
     command = torchrun_command(run, endpoint, rdzv_id, log_dir)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps, step_of_dir
 from training.common.files import publish_text
 from training.common.job import (
-    FIELDS,
     MODEL_CONFIG,
     SPEC_FILE,
     SYNTHETIC,
@@ -24,6 +24,7 @@ from training.common.job import (
 )
 from training.llm.dialogues import write_dialogues
 from trainkit.errors import SpecError
+from trainkit.job.derive import continue_run
 from trainkit.job.models import ModelEntry, get_model
 from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
@@ -108,17 +109,24 @@ def _check_inputs(job: Job) -> dict[str, str]:
 
 
 def write_spec(job: Job) -> Path:
-    """Write `runs/<run-id>/spec.json`, refusing to mix two different jobs in one run folder."""
+    """Write `runs/<run-id>/spec.json`, refusing to mix two different trainings in one run folder; a run launched
+    again at another size continues (derive.continue_run), which `job.run.notes` then says."""
     path = job.run_dir / SPEC_FILE
     if path.exists():
         previous = Job.from_dict(json.loads(path.read_text()))
-        changed = [spec.key for spec in FIELDS if spec.trains and spec.get(previous) != spec.get(job)]
-        if changed:
-            raise SpecError(
-                f"run {job.run.run_id!r} already exists with different {', '.join(changed)}; "
-                "pass a new --run-id (or drop --run-id to get one derived from the settings)"
-            )
+        note = continue_run(previous, job, last_checkpoint_step(job))
+        if note:
+            job.run.notes.append(note)
     return publish_text(path, json.dumps(job.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def last_checkpoint_step(job: Job) -> int | None:
+    """The step of a recipe run's newest complete checkpoint (0: none yet); None for a workload whose checkpoints
+    are its own (a script's)."""
+    if job.run.workload != "recipe":
+        return None
+    complete = complete_steps(job.run_dir / CHECKPOINTS_DIR)
+    return step_of_dir(complete[-1].name) if complete else 0
 
 
 def _prepare_decoder(job: Job, entry: ModelEntry) -> None:

@@ -134,11 +134,12 @@ def install(requirements: tuple[str, ...], wheelhouse: str | None) -> Path:
     return target / "site"
 
 
-def run_id_for(script: str | None, args: list[str], flags: dict) -> str:
-    """The script's name and a hash of the command (its path, arguments, nodes and processes): the same command
-    gets the same run, so running it again resumes from the run's checkpoints."""
+def run_id_for(script: str | None, args: list[str]) -> str:
+    """The script's name and a hash of the command (its path and arguments): the same command gets the same run, so
+    running it again resumes from the run's checkpoints, also on another number of nodes or processes (what a run
+    trains does not depend on where it runs; a script's own checkpoints must load at another world size for that)."""
     if not script:
         raise SpecError("--script FILE is required: the Python file torchrun should start on every node")
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(script).stem).strip("-.") or "script"
-    shape = [str(Path(script).expanduser().resolve()), *args, str(flags.get("nodes")), str(flags.get("nproc"))]
+    shape = [str(Path(script).expanduser().resolve()), *args]
     return f"{stem[:40]}-{hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:8]}"
