@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import ast
 import errno
+import fcntl
 import json
+import multiprocessing
+import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -161,6 +165,48 @@ def test_appenders_go_on_without_a_lock_where_the_file_system_has_none(tmp_path,
     monkeypatch.setattr(files.fcntl, "flock", no_locks)
     append_jsonl(tmp_path / "metrics.jsonl", {"step": 1})
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1}]
+
+
+def test_an_appender_that_cannot_get_the_lock_in_time_touches_only_its_own_line(tmp_path, monkeypatch):
+    """Another appender froze holding the lock (SIGSTOP, a lost Lustre client): after LOCK_WAIT_S this one appends
+    anyway, as the watchdog's own event must, and without the lock it cuts nothing: a torn tail gets a newline
+    before the line (the reader then skips it), a write cut short stays for the reader to drop."""
+    path = tmp_path / EVENTS_FILE
+    append_event(tmp_path, "start", step=0)
+    with path.open("ab") as torn:
+        torn.write(b'{"event": "sta')
+    holder = os.open(path, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: another holder, even in this process
+    monkeypatch.setattr(files, "LOCK_WAIT_S", 0.05)
+    try:
+        started = time.monotonic()
+        append_event(tmp_path, "stalled", step=3, wait=files.LOCK_WAIT_S)
+        assert time.monotonic() - started < 5
+    finally:
+        os.close(holder)
+    assert path.read_bytes().count(b"\n") == 3 and b'{"event": "sta\n' in path.read_bytes()
+    assert [e["event"] for e in read_jsonl(path)] == ["start", "stalled"]
+
+
+def test_processes_appending_at_once_leave_only_whole_lines(tmp_path):
+    """Four processes, a torn tail to mend between them, 200 lines each: every line whole, none lost."""
+    path = tmp_path / EVENTS_FILE
+    path.write_bytes(b'{"event": "torn')
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_append_many, args=(path, writer, 200)) for writer in range(4)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=60)
+    assert [writer.exitcode for writer in writers] == [0, 0, 0, 0]
+    found = sorted((r["writer"], r["n"]) for r in read_jsonl(path))
+    assert found == [(w, n) for w in range(4) for n in range(200)]
+    assert path.read_bytes().count(b"\n") == 800  # the torn tail was cut, not glued
+
+
+def _append_many(path: Path, writer: int, count: int) -> None:
+    for n in range(count):
+        append_jsonl(path, {"writer": writer, "n": n, "pad": "x" * (n % 97)})
 
 
 def test_truncate_after_keeps_the_whole_lines_up_to_the_step_and_drops_a_torn_tail(tmp_path):

@@ -68,30 +68,64 @@ def append_event(run_dir: Path, kind: str, *, file: str = EVENTS_FILE, **fields)
 
 
 # Errors of flock(2) on a file system that has no locks (Lustre mounted without `flock`, NFS without its lock
-# service): appenders then go unlocked, as before there was a lock.
+# service): appenders then go unlocked, and touch no byte but their own line's.
 NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP})
+LOCK_WAIT_S = 5.0
+"""How long an appender waits for another's lock (held for one write: microseconds, unless its holder froze, was
+SIGSTOPped or lost its Lustre client) before it appends unlocked: the stall watchdog's own event must not wait on a
+rank it is about to end."""
 TAIL_BLOCK = 64 * 1024
+
+
+class JsonlAppender:
+    """Appends whole lines to one JSON-lines file (made if missing), or changes nothing (see append_jsonl). Holds the
+    file open between lines for a writer that appends many (the vision copy's manifest), `locked=False` where it is
+    the file's only writer. A context manager; `close` when done."""
+
+    def __init__(self, path: Path, *, locked: bool = True, durable: bool = False):
+        self.path, self.locked, self.durable = Path(path), locked, durable
+        self.descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+    def append(self, record: dict) -> None:
+        """`record` as one line. NaN and Infinity are refused (ValueError): they are not JSON."""
+        self.append_line(_line(record).encode())
+
+    def append_line(self, line: bytes) -> None:
+        """One serialised record (`_line`), with its newline."""
+        alone = not self.locked or _lock(self.descriptor)
+        try:
+            _write_all(self.descriptor, _mend_tail(self.descriptor, cut=alone) + line, cut=alone)
+        finally:
+            if self.locked and alone:
+                fcntl.flock(self.descriptor, fcntl.LOCK_UN)
+        if self.durable:
+            os.fsync(self.descriptor)  # after the lock: the next appender need not wait for the disk
+
+    def close(self) -> None:
+        os.close(self.descriptor)
+
+    def __enter__(self) -> JsonlAppender:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def append_jsonl(path: Path, record: dict, *, durable: bool = False) -> None:
     """Append `record` to the JSON-lines file `path` (made if missing) as one whole line, or change nothing.
 
-    The line goes in one write on an O_APPEND descriptor, so concurrent appenders never interleave. A write that
-    fails part-way (a full volume, a quota, a file-size limit) is cut back to where its own bytes started and its
-    OSError raised as it came: a full volume leaves no half line that would make the file unreadable at the next
-    start. A torn last line already there (an older writer's, a machine that went down mid-write) is cut off first,
-    so the new line is not glued onto it. Appenders hold an exclusive flock while they look at the tail and write,
-    so one never cuts another's line. `durable`: fsynced before this returns (events, which restarts read back).
-    NaN and Infinity are refused (ValueError): they are not JSON."""
-    line = _line(record).encode()
-    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    try:
-        _lock(descriptor)
-        _write_all(descriptor, _mend_tail(descriptor) + line)
-        if durable:
-            os.fsync(descriptor)
-    finally:
-        os.close(descriptor)  # and with it the lock
+    The line goes in one write on an O_APPEND descriptor (continued if the kernel takes part of it), so concurrent
+    appenders never interleave. A write that fails part-way (a full volume, a quota, a file-size limit) is cut back
+    to where its own bytes started and its OSError raised as it came: a full volume leaves no half line that would
+    make the file unreadable at the next start. A torn last line already there (an older writer's, a machine that
+    went down mid-write) is cut off first, so the new line is not glued onto it. Appenders hold an exclusive flock
+    while they look at the tail and write, so one never cuts another's line; where there is no lock (a file system
+    without locks, a holder that did not let go within LOCK_WAIT_S) nothing but this line's bytes is touched: a torn
+    tail gets a newline before the line instead, and a write cut short stays as a torn line, which read_jsonl drops.
+    `durable`: fsynced before this returns (events, which restarts read back)."""
+    line = _line(record).encode()  # a record that is not JSON is refused before the file is touched
+    with JsonlAppender(path, durable=durable) as appender:
+        appender.append_line(line)
 
 
 def publish_jsonl(path: Path, records: list[dict]) -> Path:
@@ -103,18 +137,28 @@ def _line(record: dict) -> str:
     return json.dumps(record, allow_nan=False) + "\n"
 
 
-def _lock(descriptor: int) -> None:
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-    except OSError as error:
-        if error.errno not in NO_LOCKS:
-            raise
+def _lock(descriptor: int) -> bool:
+    """Take the file's exclusive lock, waiting at most LOCK_WAIT_S; False: appending unlocked (see append_jsonl)."""
+    deadline, pause = time.monotonic() + LOCK_WAIT_S, 0.001
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        except OSError as error:
+            if error.errno not in NO_LOCKS:
+                raise
+            return False
 
 
-def _mend_tail(descriptor: int) -> bytes:
+def _mend_tail(descriptor: int, cut: bool) -> bytes:
     """Make the file end at a line's end before a line is appended; returns what must go before that line. A last
     line without its newline that is a whole record (a write cut just before it) gets one, as read_jsonl keeps
-    it; any other is torn, and cut off."""
+    it; any other is torn, and cut off (`cut`: this appender holds the file alone), else ended with a newline."""
     end = os.lseek(descriptor, 0, os.SEEK_END)
     if end == 0 or os.pread(descriptor, 1, end - 1) == b"\n":
         return b""
@@ -122,8 +166,9 @@ def _mend_tail(descriptor: int) -> bytes:
     try:
         _record(os.pread(descriptor, end - start, start))
     except ValueError:
-        os.ftruncate(descriptor, start)
-        return b""
+        if cut:
+            os.ftruncate(descriptor, start)
+            return b""
     return b"\n"
 
 
@@ -138,15 +183,16 @@ def _last_line_start(descriptor: int, end: int) -> int:
     return 0
 
 
-def _write_all(descriptor: int, data: bytes) -> None:
+def _write_all(descriptor: int, data: bytes, cut: bool) -> None:
     """`data` at the end of the file, or nothing of it: a short write goes on with the rest; an error cuts off the
-    bytes this call wrote (after an O_APPEND write the offset is the end of its own bytes) and is raised unchanged."""
+    bytes this call wrote (after an O_APPEND write the offset is the end of its own bytes; `cut`: no other appender
+    can have written after them) and is raised unchanged."""
     written = 0
     try:
         while written < len(data):
             written += os.write(descriptor, data[written:])
     except OSError:
-        if written:
+        if written and cut:
             os.ftruncate(descriptor, os.lseek(descriptor, 0, os.SEEK_CUR) - written)
         raise
 

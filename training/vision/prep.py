@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.common.files import append_jsonl, read_jsonl
+from training.common.files import JsonlAppender, read_jsonl
 
 from .layout import VAL_CSV_NAME, LayoutError, check_image_folder, file_delay, read_val_labels, relayout_val
 
@@ -101,14 +101,20 @@ class Manifest:
         self._lock = threading.Lock()
         self.done: dict[str, tuple[int, str]] = {e["key"]: (e["size"], e["etag"]) for e in read_jsonl(path)}
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Held open, unlocked: one copy writes a dataset folder at a time, and a million files each opening and
+        # locking it would cost FSx's metadata server that many round trips.
+        self._appender = JsonlAppender(path, locked=False)
 
     def matches(self, obj: S3Object) -> bool:
         return self.done.get(obj.key) == (obj.size, obj.etag)
 
     def record(self, obj: S3Object) -> None:
         with self._lock:
-            append_jsonl(self.path, {"key": obj.key, "size": obj.size, "etag": obj.etag})
+            self._appender.append({"key": obj.key, "size": obj.size, "etag": obj.etag})
             self.done[obj.key] = (obj.size, obj.etag)
+
+    def close(self) -> None:
+        self._appender.close()
 
 
 def _md5(path: Path) -> str:
@@ -221,6 +227,7 @@ def copy_prefix(
                 bar.set_postfix(files=f"{report.copied}/{len(todo)}")
     finally:
         bar.close()
+        manifest.close()
     if report.failed:
         raise PrepError(
             f"{len(report.failed)} of {len(todo)} files failed after {RETRIES} attempts (first: {report.failed[0]}); "
@@ -257,9 +264,12 @@ def _fetch_val_csv(val_csv: str | None, source: str, dest: Path, client) -> Path
     obj = S3Object(key, VAL_CSV_NAME, head["ContentLength"], head["ETag"].strip('"'))
     target = dest / VAL_CSV_NAME
     manifest = Manifest(dest / MANIFEST)
-    if not already_present(obj, target, manifest):
-        download(client, bucket, obj, target)
-        manifest.record(obj)
+    try:
+        if not already_present(obj, target, manifest):
+            download(client, bucket, obj, target)
+            manifest.record(obj)
+    finally:
+        manifest.close()
     return target
 
 
