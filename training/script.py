@@ -109,10 +109,9 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
         _sink = _metrics()
         _sink.truncate_after(step - 1)  # a resumed process redoes steps from its checkpoint: no line twice
         if _sink.is_main:  # the run's story, as a recipe tells it (`invoke status` counts the resumes)
-            kind = "start" if step <= 1 else "resume"
-            append_event(
-                _sink.run_dir, kind, step=max(0, int(step) - 1), world_size=int(os.environ.get("WORLD_SIZE", 1))
-            )
+            earlier = _sink.read_records()  # what the run reported before this process, up to where it goes on
+            kind, since = ("resume", earlier[-1]["step"]) if earlier else ("start", 0)
+            append_event(_sink.run_dir, kind, step=since, world_size=int(os.environ.get("WORLD_SIZE", 1)))
     process_heartbeat().beat(int(step))  # what the node's stall watchdog watches (training/common/heartbeat.py)
     record = {"step": int(step), "time": time.time(), **values}
     if loss is not None:
@@ -121,18 +120,34 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m training.script FILE [ARGS]`: run FILE as `python FILE ARGS` would (as `__main__`, with its own
-    folder first on sys.path and FILE ARGS as sys.argv), inside the failure channel's `reported(exits=True)`, and
-    ended with the agent that started it."""
+    """`python -m training.script FILE [ARGS]`: run FILE as `python FILE ARGS` would (as `__main__`, its own folder
+    first on sys.path, FILE ARGS as sys.argv, the same exit), inside the failure channel's `reported(exits=True)`, and
+    ended with the agent that started it.
+
+    trainkit's package is called `training`, a name a user's project may use too. So the launcher starts this module
+    with PYTHONSAFEPATH (Python 3.11+), which keeps the working directory, where such a package may lie, off sys.path
+    while `-m training.script` is found (RUNNER_ENV); it is cleared here for whatever the script starts. And when
+    the script's folder has its own `training` package, trainkit's is taken out of sys.modules before the script
+    runs, so the script imports its own, as under `python FILE` (it cannot then use this module's API)."""
     words = sys.argv[1:] if argv is None else argv
     if not words:
         raise SystemExit("usage: python -m training.script FILE [ARGS ...]")
     path = os.path.abspath(words[0])
+    folder = os.path.dirname(path)
+    for name in RUNNER_ENV:
+        os.environ.pop(name, None)
     sys.argv = list(words)
-    sys.path[0] = os.path.dirname(path)
+    sys.path.insert(0, folder)
     die_with_parent()
     with reported(exits=True):
+        if any(os.path.exists(os.path.join(folder, f"{__package__}{end}")) for end in ("", ".py")):
+            for name in [name for name in sys.modules if name.partition(".")[0] == __package__]:
+                del sys.modules[name]
         runpy.run_path(path, run_name="__main__")
+
+
+RUNNER_ENV = {"PYTHONSAFEPATH": "1"}
+"""What the processes that start a script through `main` get, and `main` takes away again (see there)."""
 
 
 if __name__ == "__main__":

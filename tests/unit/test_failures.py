@@ -23,10 +23,11 @@ from training.common.failure import (
     exit_record,
     last_line,
     permanent,
+    redact,
     send,
     worker_record,
 )
-from training.common.files import append_event
+from training.common.files import append_event, publish_rank_files
 from training.common.run import Diverged
 from trainkit.backends import RunRef
 from trainkit.backends.local.runs import launch_command, record_launch, status
@@ -84,9 +85,29 @@ def test_a_secret_an_error_quotes_never_reaches_the_record(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnop")
     error = OSError(errno.EACCES, "denied for https://user:hf_abcdefghijklmnop@huggingface.co/x")
     record = worker_record(error)
-    assert "hf_abcdefghijklmnop" not in str(record) and "<HF_TOKEN>@huggingface.co" in record["cause"]
+    assert "hf_abcdefghijklmnop" not in str(record) and "https://<redacted>@huggingface.co" in record["cause"]
     cut = RuntimeError("y" * 390 + "hf_abcdefghijklmnop")  # the cut at 400 characters falls inside the token
     assert "hf_abcdefgh" not in describe(cut) and describe(cut).endswith("<HF_TOKEN>")
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        ("GET https://bob:s3cr3t@host/x", "GET https://<redacted>@host/x"),
+        (
+            "403 on s3://b/k?X-Amz-Credential=ASIAQ%2F2026&X-Amz-Security-Token=IQoJ&X-Amz-Signature=ab12 (expired)",
+            "403 on s3://b/k?X-Amz-Credential=<redacted>&X-Amz-Security-Token=<redacted>&X-Amz-Signature=<redacted> "
+            "(expired)",
+        ),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30", "Authorization: Bearer <redacted>"),
+        ("no access for AKIAIOSFODNN7EXAMPLE today", "no access for <redacted> today"),
+        ("token hf_abcdefghijklmnopqrstuvwxyz1234 refused", "token <redacted> refused"),
+    ],
+)
+def test_credentials_a_script_got_elsewhere_are_redacted_by_their_shape(said, shown):
+    """A cause goes where more people read it than a rank's log (a termination message, SageMaker's failure reason):
+    credentials not in the environment (a node role's session in a presigned URL, a script's own) are cut out too."""
+    assert redact(said) == shown
 
 
 @pytest.mark.parametrize(
@@ -165,8 +186,11 @@ def test_a_script_that_exits_with_a_failure_says_why(tmp_path, monkeypatch):
     said = exit_record("no GPU visible; set CUDA_VISIBLE_DEVICES\nsecond line")
     assert said["cause"] == "exited with code 1: no GPU visible; set CUDA_VISIBLE_DEVICES" and not said["permanent"]
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghijklmnop")
-    log.write_text("denied: https://u:hf_abcdefghijklmnop@hub\n")
-    assert last_line(str(log)) == "denied: https://u:<HF_TOKEN>@hub" and last_line(str(tmp_path / "none")) is None
+    log.write_text("denied: the token hf_abcdefghijklmnop\n")
+    assert last_line(str(log)) == "denied: the token <HF_TOKEN>" and last_line(str(tmp_path / "none")) is None
+    log.write_text("fatal: the shard index is gone\n\r 10%|#   | 1/10 [00:01<00:09, 1.0it/s]\r 20%|##  | 2/10\n")
+    assert last_line(str(log)) == "fatal: the shard index is gone"  # a progress bar after it says nothing
+    assert exit_record(3)["permanent"] and exit_record(["a", "list"])["cause"] == "exited with code 1: ['a', 'list']"
 
 
 def test_each_node_counts_its_own_attempts_and_a_torchrun_that_cannot_meet_its_peers_comes_first():
@@ -248,7 +272,10 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     spec = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path / "runs"), "run_id": "broke"})
     write_spec(spec.job)
     monkeypatch.setattr("sys.argv", ["/venv/bin/invoke", "train", "--run-id", "broke", "--lr", "1e-3"])
-    record_launch(spec.run_dir)
+    for rank in (0, 1, 2):  # an earlier launch on 3 processes
+        publish_rank_files(spec.run_dir, rank, {"stderr": f"/logs/{rank}/stderr.log"})
+    record_launch(spec.run_dir, 2)
+    assert sorted(p.name for p in (spec.run_dir / "logs" / "ranks").iterdir()) == ["0.json", "1.json"]
     for submission, node, attempt in [("a", "node-0", 0), ("a", "node-0", 1), ("b", "node-0", 0), ("b", "node-1", 0)]:
         append_event(spec.run_dir, "attempt", node=node, attempt=attempt, submission=submission)
     append_event(spec.run_dir, "resume", step=20)

@@ -18,8 +18,8 @@ Exit codes a worker uses (the agent reads them, trainkit/run/agent.py):
 
 A user's script knows nothing of the channel: trainkit starts it through `training.script` (its `main`), which runs
 the file as `__main__` inside `reported()` and records a non-zero `sys.exit` too (argparse refusing an argument),
-with the last line the script wrote to stderr. A rank that still ends without a record (`os._exit`, a crash in C) is
-described by its agent, with the same last line (trainkit/run/agent.py).
+with the last line the script wrote to stderr. A rank that still ends with an exit code and no record (`os._exit`,
+an exit from native code) is described by its agent, with the same last line (trainkit/run/agent.py).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -45,6 +46,8 @@ MAX_RECORD_BYTES = 16 * 1024
 FIELD_CHARS = 2000
 MESSAGE_CHARS = 400
 LAST_LINE_BYTES = 16 * 1024
+PROGRESS_BAR = re.compile(r"\d+%\||\d+(?:\.\d+)?(?:it|s)/(?:s|it)\]")
+"""tqdm's bar (`42%|####  |`) or its rate (`3.1it/s]`): no reason why a process ended."""
 # A sender waits at most this long for room on the channel (its reader drains it at once, trainkit/run/failures.py).
 SEND_TIMEOUT_S = 1.0
 # OS errors that a restart on the same volume meets again: no space, no quota, read-only, no permission,
@@ -57,6 +60,20 @@ WHILE = "while "
 # Secrets a worker may hold in its environment: an error message that quotes one (a URL with a token, a signed
 # request) never carries it into a record, a termination message or a log line from here.
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# Credentials by their shape, wherever they came from (a script's own, a node role's session in a presigned URL): the
+# secret is the first group. The user and password in a URL; a signed AWS request's token, signature and credential
+# (SigV4 query parameters); a bearer token; an AWS access key id (AKIA long-term, ASIA temporary); a Hugging Face
+# token (hf_ and its body).
+SECRET_PATTERNS = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"[A-Za-z][A-Za-z0-9+.-]*://([^/\s:@]+:[^/\s@]+)@",
+        r"(?i)X-Amz-(?:Security-Token|Signature|Credential)=([^&\s]+)",
+        r"(?i)\bBearer\s+([A-Za-z0-9._~+/=-]{8,})",
+        r"\b((?:AKIA|ASIA)[A-Z0-9]{16})\b",
+        r"\b(hf_[A-Za-z0-9]{20,})\b",
+    )
+)
 
 
 class NoRetry(Exception):
@@ -83,7 +100,7 @@ def permanent(error: BaseException) -> bool:
     """Whether a restart with the same settings and data would fail the same way."""
     cause = root_cause(error)
     return (
-        isinstance(cause, (NoRetry, MemoryError, ImportError))
+        isinstance(cause, (NoRetry, MemoryError, ImportError, SyntaxError))
         or (isinstance(cause, OSError) and cause.errno in PERMANENT_ERRNOS)
         or type(cause).__name__ in PERMANENT_NAMES
     )
@@ -120,12 +137,22 @@ def describe(error: BaseException) -> str:
 
 
 def redact(text: str) -> str:
-    """`text` with the value of every secret in SECRET_ENV replaced by its name."""
+    """`text` with the value of every secret in SECRET_ENV replaced by its name, and credentials of the shapes that
+    error messages and logs quote (SECRET_PATTERNS) replaced by `<redacted>`: a cause travels to places more people
+    read than a rank's log (a pod's termination message, SageMaker's failure reason, Batch's status reason)."""
     for name in SECRET_ENV:
         value = os.environ.get(name)
         if value and len(value) >= 8:  # shorter values would be found in ordinary words
             text = text.replace(value, f"<{name}>")
+    for pattern in SECRET_PATTERNS:
+        text = pattern.sub(_hide_group, text)
     return text
+
+
+def _hide_group(match: re.Match) -> str:
+    """The match with its first group (the secret) replaced."""
+    whole, start = match.group(0), match.start(0)
+    return whole[: match.start(1) - start] + "<redacted>" + whole[match.end(1) - start :]
 
 
 def _log_file() -> str | None:
@@ -143,9 +170,10 @@ def node_name() -> str:
 
 
 def last_line(path: str | None) -> str | None:
-    """The last non-empty line of a log file (read from its tail: logs grow long), secrets redacted and cut to
-    MESSAGE_CHARS; None when it has none or cannot be read. What a process that exits without an exception said last
-    is usually why (argparse's "error: ..." line, a `sys.exit` message)."""
+    """The last line of a log file that says something (read from its tail: logs grow long), as a terminal shows it
+    (after its last carriage return), progress bars passed over, secrets redacted, cut to MESSAGE_CHARS; None when
+    it has none or cannot be read. What a process that exits without an exception said last is usually why
+    (argparse's "error: ..." line, a `sys.exit` message)."""
     if not path:
         return None
     try:
@@ -154,8 +182,11 @@ def last_line(path: str | None) -> str | None:
             tail = handle.read()
     except OSError:
         return None
-    lines = [line.strip() for line in tail.decode(errors="replace").splitlines() if line.strip()]
-    return redact(lines[-1])[:MESSAGE_CHARS] if lines else None
+    for line in reversed(tail.decode(errors="replace").split("\n")):
+        shown = line.rsplit("\r", 1)[-1].strip()
+        if shown and not PROGRESS_BAR.search(shown):
+            return redact(shown)[:MESSAGE_CHARS]
+    return None
 
 
 def _record(kind: str, cause: str, is_permanent: bool) -> dict:
@@ -181,16 +212,16 @@ def worker_record(error: BaseException) -> dict:
     return _record(type(root_cause(error)).__name__, describe(error), permanent(error))
 
 
-def exit_record(code: int | str | None) -> dict:
-    """The record of a script that called `sys.exit(code)` with a failure: the message it exits with (a text code,
-    which Python prints on exit), else the last line it wrote to stderr. Exit code 2 is a usage error (argparse's
-    and click's refusal of an argument; Python's own for a file it cannot open): every restart is given the same
-    arguments, so it is permanent."""
-    status = 1 if isinstance(code, str) else int(code or 0)
-    said = redact(code.strip().splitlines()[0])[:MESSAGE_CHARS] if isinstance(code, str) and code.strip() else None
-    said = said or last_line(_log_file())
+def exit_record(code: object) -> dict:
+    """The record of a script that called `sys.exit(code)` with a failure, its code as Python turns it into an exit
+    status (an integer; anything else is printed and exits 1): the message it exits with, else the last line it wrote
+    to stderr. Exit 2 is a usage error (argparse's and click's refusal of an argument): every restart is given the
+    same arguments, so it is permanent, as EXIT_NO_RETRY is."""
+    status = code if isinstance(code, int) else 1
+    said = str(code).strip().splitlines()[0] if not isinstance(code, int) and str(code).strip() else None
+    said = redact(said)[:MESSAGE_CHARS] if said else last_line(_log_file())
     cause = f"exited with code {status}" + (f": {said}" if said else "")
-    return {**_record("SystemExit", cause, status == EXIT_USAGE), "exit_code": status}
+    return {**_record("SystemExit", cause, status in (EXIT_USAGE, EXIT_NO_RETRY)), "exit_code": status}
 
 
 def channel_address(name: str) -> str | bytes:
@@ -225,9 +256,12 @@ def _say(text: str) -> None:
 @contextlib.contextmanager
 def reported(exits: bool = False) -> Iterator[None]:
     """Run a worker's body: an exception that escapes it is sent to the launcher as one record, shown in the
-    rank's log (when the log can still be written), and ends the process with EXIT_NO_RETRY or 1. SystemExit
-    (a deliberate stop) passes untouched, unless `exits` (a user's script, whose `sys.exit(2)` is a failure): then
-    a non-zero one is recorded too and ends the process with its own code (EXIT_NO_RETRY when permanent)."""
+    rank's log (when the log can still be written), and ends the process with EXIT_NO_RETRY or 1 at once (a rank
+    whose peers hang in a collective must not wait in teardown). SystemExit (a deliberate stop) passes untouched.
+
+    `exits`: a user's script, which ends as `python FILE` would (its atexit handlers and finalizers run), and whose
+    `sys.exit(2)` is a failure: a non-zero SystemExit is recorded too and ends the process with its own code, an
+    exception with 1, each EXIT_NO_RETRY when permanent."""
     try:
         yield
     except KeyboardInterrupt:
@@ -235,25 +269,28 @@ def reported(exits: bool = False) -> Iterator[None]:
     except SystemExit as stop:
         if not exits or stop.code in (None, 0):
             raise
-        if isinstance(stop.code, str):
-            _say(stop.code + "\n")  # what Python prints for a text code, which os._exit below would skip
-        _end(exit_record(stop.code))
+        if not isinstance(stop.code, int):
+            _say(f"{stop.code}\n")  # what Python prints for such a code; the SystemExit below has a number
+        _end(exit_record(stop.code), exits)
     except BaseException as error:
         record = worker_record(error)
         if not isinstance(root_cause(error), NoRetry):  # ours say all there is; others get their traceback
             _say("".join(traceback.format_exception(error)))
-        _end({**record, "exit_code": EXIT_NO_RETRY if record["permanent"] else 1})
+        _end({**record, "exit_code": 1}, exits)
 
 
-def _end(record: dict) -> None:
-    """Send the record, say it in one line in the rank's log, and end the process with its code: at once, as a
-    rank whose peers may hang in a collective must not wait in teardown."""
+def _end(record: dict, exits: bool) -> None:
+    """Send the record, say it in one line in the rank's log, and end the process with its code (EXIT_NO_RETRY when
+    permanent): at once, or (`exits`) through SystemExit, as the script itself would have ended."""
     send(record)
     retry = "not restarted: a restart would fail the same way" if record["permanent"] else "may be restarted"
     _say(f"error: rank {record['rank']}: {record['cause']} ({retry})\n")
+    code = EXIT_NO_RETRY if record["permanent"] else record["exit_code"]
+    if exits:
+        raise SystemExit(code) from None
     with contextlib.suppress(OSError, ValueError):
         sys.stdout.flush()
-    os._exit(EXIT_NO_RETRY if record["permanent"] else record["exit_code"])
+    os._exit(code)
 
 
 def cause_line(record: dict) -> str:

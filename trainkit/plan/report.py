@@ -39,7 +39,8 @@ class RunFiles:
     @property
     def world_size(self) -> int:
         """Processes in the run's last (re)start (elastic runs change it), else as submitted."""
-        sizes = [size for event in read_events(self.run_dir) if (size := event.get("world_size"))]
+        starts = [e for e in read_events(self.run_dir) if e.get("event") in ("start", "resume")]
+        sizes = [size for event in starts if (size := event.get("world_size"))]
         return sizes[-1] if sizes else self.job.world_size
 
     @property

@@ -102,11 +102,14 @@ def agent_record(rank: int, failure, attempt: int, log: str | None, stopped: boo
     }
 
 
-def ended_by_themselves(pcontext) -> set[int]:
-    """The local ranks whose processes have exited, before torch's own look (which stops the rest when one failed).
-    torch 2.13's SubprocessContext keeps a Popen per local rank (`subprocess_handlers`); polling one twice is
-    harmless (Popen keeps the exit status)."""
-    handlers = getattr(pcontext, "subprocess_handlers", None) or {}
+def ended_by_themselves(pcontext) -> set[int] | None:
+    """The local ranks whose processes have exited, before torch's own look (which stops the rest when one failed);
+    None where this torch keeps its processes another way (then no rank is taken for stopped). torch 2.13's
+    SubprocessContext keeps a Popen per local rank (`subprocess_handlers`); polling one twice is harmless (Popen
+    keeps the exit status)."""
+    handlers = getattr(pcontext, "subprocess_handlers", None)
+    if not isinstance(handlers, dict) or not all(hasattr(handler, "proc") for handler in handlers.values()):
+        return None
     return {local_rank for local_rank, handler in handlers.items() if handler.proc.poll() is not None}
 
 
@@ -185,7 +188,6 @@ def _agent_class():
                         node=node_name(),
                         attempt=spec.max_restarts - self._remaining_restarts,
                         submission=spec.rdzv_handler.get_run_id(),
-                        world_size=worker_group.group_world_size * spec.local_world_size,
                     )
                 stdouts = getattr(self._pcontext, "stdouts", None) or {}
                 stderrs = getattr(self._pcontext, "stderrs", None) or {}
@@ -214,7 +216,7 @@ def _agent_class():
                 for rank, failure in sorted(result.failures.items()):
                     if rank not in self._stalled:  # the watchdog's own record says why those were ended
                         log = stderrs.get(failure.local_rank) or None
-                        stopped = failure.local_rank not in ended
+                        stopped = ended is not None and failure.local_rank not in ended
                         send(agent_record(rank, failure, attempt, log and str(log), stopped))
                 if any(failure.exitcode == EXIT_NO_RETRY for failure in result.failures.values()):
                     assert hasattr(self, "_remaining_restarts"), "torch's agent no longer counts restarts this way"

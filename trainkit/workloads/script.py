@@ -31,6 +31,7 @@ from pathlib import Path
 
 from training.common.files import publish_bytes
 from training.common.job import CHECKPOINT_DIR_ENV, SCRIPT_LABEL_ENV, Job
+from training.script import RUNNER_ENV
 from trainkit.backends.base import Workload
 from trainkit.errors import SpecError
 from trainkit.run.code import code_digest, read_code
@@ -76,7 +77,7 @@ def script_workload(
         label=path.name,
         script=str(job.run_dir / CODE_DIR / digest / path.name),
         args=tuple(args),
-        env={CHECKPOINT_DIR_ENV: str(job.run_dir / "checkpoints"), SCRIPT_LABEL_ENV: path.stem},
+        env={CHECKPOINT_DIR_ENV: str(job.run_dir / "checkpoints"), SCRIPT_LABEL_ENV: path.stem, **RUNNER_ENV},
         prepare="trainkit.workloads.script:prepare",
         code=str(folder),
         requirements=lines,

@@ -255,7 +255,7 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
     # Before the agents start: a Ctrl-C at any moment stops them (they run in sessions of their own).
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     forget_failure(run.job.run_dir)
-    local_runs.record_launch(run.job.run_dir)
+    local_runs.record_launch(run.job.run_dir, run.job.world_size)
     failed = expired = None
     limit = run.job.placement.max_runtime
     try:

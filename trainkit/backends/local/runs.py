@@ -152,9 +152,14 @@ def launch_command(argv: list[str] | None = None) -> str:
     return redact(shlex.join([*words, *argv[1:]]))
 
 
-def record_launch(run_dir: Path) -> None:
-    """This launch of the run, with its command, in events.jsonl."""
+def record_launch(run_dir: Path, world_size: int) -> None:
+    """This launch of the run, with its command, in events.jsonl. A run that continues on fewer processes forgets
+    where the ranks it no longer has wrote (logs/ranks/<rank>.json; their logs stay): `invoke logs --rank` would
+    show an earlier launch's as current."""
     append_event(run_dir, LAUNCH_EVENT, source="launcher", command=launch_command())
+    for record in (run_dir / "logs" / RANK_LOGS_DIR).glob("*.json"):
+        if record.stem.isdigit() and int(record.stem) >= world_size:
+            record.unlink(missing_ok=True)
 
 
 def record_finished(run_dir: Path) -> None:
