@@ -146,19 +146,43 @@ def test_a_run_continues_at_another_size_with_its_own_global_batch_and_learning_
     write_spec(two.job)
     (two.run_dir / "checkpoints" / "step-00000004").mkdir(parents=True)
     (two.run_dir / "checkpoints" / "step-00000004" / "COMPLETE").touch()
+    assert any(note.startswith("global batch 15: the recipe's 16 rounded") for note in three.job.run.notes)
     write_spec(three.job)
     assert three.job.run.notes[-1] == (
         f"resuming step 4 of a 2-process run on 3 processes; its global batch 16 and learning rate {two.lr:g} stay "
         "the run's"
     )
+    assert not any(note.startswith("global batch 15") for note in three.job.run.notes)  # not so any more
     saved = spec_file(three.run_dir)
     assert (saved.nproc, saved.global_batch_size, saved.lr, saved.global_batch_derived) == (3, 16, two.lr, True)
+    assert (two.micro_batch_size, three.micro_batch_size) == (8, 5)  # each fitted to its own launch's batch
+    assert saved.micro_batch_size == 6  # refitted to the run's: 16 over 3 processes is 6 at most, in one pass
     given = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=2, global_batch_size=8)
     with pytest.raises(SpecError, match=r"already exists with different --global-batch-size, which changes what"):
         write_spec(given.job)
     again = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=2)
     write_spec(again.job)  # back on 2 processes, nothing to keep: the recipe's values are the run's
     assert again.job.run.notes[-1] == "resuming step 4 of a 3-process run on 2 processes"
+    (two.run_dir / "summary.json").write_text("{}")  # finished: another launch only says so (the workers do)
+    finished = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=3)
+    write_spec(finished.job)
+    assert not any(note.startswith("resuming") for note in finished.job.run.notes)
+
+
+def test_a_run_written_before_lr_derived_existed_continues_at_another_size(monkeypatch, tmp_path):
+    """A spec.json of the trainkit before (no lr_derived): its learning rate counts as chosen where this launch
+    chooses one, so the run continues with its own; a launch that gives --lr must give the run's."""
+    monkeypatch.setattr(hardware, "local_cpu_count", lambda: 8)
+    two = spec_of(runs_dir=str(tmp_path), run_id="old", steps=10)
+    path = write_spec(two.job)
+    data = json.loads(path.read_text())
+    del data["optimisation"]["lr_derived"]
+    path.write_text(json.dumps(data))
+    three = spec_of(runs_dir=str(tmp_path), run_id="old", steps=10, nproc=3)
+    write_spec(three.job)
+    assert spec_file(three.run_dir).lr == two.lr and "learning rate" in three.job.run.notes[-1]
+    with pytest.raises(SpecError, match="different --lr"):
+        write_spec(spec_of(runs_dir=str(tmp_path), run_id="old", steps=10, nproc=3, lr=0.5).job)
 
 
 def test_vision_recipe_on_gpus_scales_the_learning_rate_with_the_batch(monkeypatch, tmp_path):

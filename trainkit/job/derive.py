@@ -24,6 +24,8 @@ ALTERNATIVES = {"steps": "epochs", "epochs": "steps", "warmup_steps": "warmup_ep
 # (3,844), and 12 fed 3,746 (97%), so the workers' decoding, not the GPU, was the limit. More than 12 was not measured.
 LOADER_WORKERS_MAX = 12
 CPUS_KEPT = 2  # one core for the training process itself, one for the rest of the node
+ROUNDING_NOTES = ("global batch ", "learning rate ")
+"""How the notes of choose_global_batch and the vision rule begin: what continue_run replaces with the run's."""
 
 
 def _value(job: Job, key: str):
@@ -215,6 +217,11 @@ def continue_run(previous: Job, job: Job, step: int | None) -> str | None:
     ]
     if kept:
         o.global_batch_size, o.lr = before.global_batch_size, before.lr
+        # the micro batch fitted for this launch's batch: refitted to the run's (no more than either launch took)
+        smallest_world = job.parallelism.min_nodes * int(job.parallelism.nproc or 1)
+        micro = max(o.micro_batch_size or 1, before.micro_batch_size or 1)
+        o.micro_batch_size = min(micro, -(-o.global_batch_size // smallest_world))
+        job.run.notes[:] = [note for note in job.run.notes if not note.startswith(ROUNDING_NOTES)]  # not so now
         validate_batch(job)  # the run's batch, split over this world size
     if _size(previous) == _size(job):
         return None

@@ -30,6 +30,7 @@ from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
 SYNTHETIC_CLASSES = 10
+SUMMARY_FILE = "summary.json"  # a finished run's (training/common/metrics.py)
 
 
 def _local_dataset(job: Job) -> Path | None:
@@ -113,9 +114,14 @@ def write_spec(job: Job) -> Path:
     again at another size continues (derive.continue_run), which `job.run.notes` then says."""
     path = job.run_dir / SPEC_FILE
     if path.exists():
-        previous = Job.from_dict(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        previous = Job.from_dict(data)
+        if "lr_derived" not in data.get("optimisation", {}):
+            # written before the launcher said whose learning rate it was: the run's own is kept where this launch
+            # chooses one (a launch that gives --lr must give the run's)
+            previous.optimisation.lr_derived = True
         note = continue_run(previous, job, last_checkpoint_step(job))
-        if note:
+        if note and not (job.run_dir / SUMMARY_FILE).exists():  # a finished run only says so
             job.run.notes.append(note)
     return publish_text(path, json.dumps(job.to_dict(), indent=2, sort_keys=True) + "\n")
 
