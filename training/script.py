@@ -107,9 +107,9 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
     global _sink
     if _sink is None:
         _sink = _metrics()
-        _sink.truncate_after(step - 1)  # a resumed process redoes steps from its checkpoint: no line twice
+        # a resumed process redoes steps from its checkpoint: no line twice; what is kept, the run reported before
+        earlier = _sink.truncate_after(step - 1)
         if _sink.is_main:  # the run's story, as a recipe tells it (`invoke status` counts the resumes)
-            earlier = _sink.read_records()  # what the run reported before this process, up to where it goes on
             kind, since = ("resume", earlier[-1]["step"]) if earlier else ("start", 0)
             append_event(_sink.run_dir, kind, step=since, world_size=int(os.environ.get("WORLD_SIZE", 1)))
     process_heartbeat().beat(int(step))  # what the node's stall watchdog watches (training/common/heartbeat.py)

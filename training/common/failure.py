@@ -217,9 +217,8 @@ def exit_record(code: object) -> dict:
     status (an integer; anything else is printed and exits 1): the message it exits with, else the last line it wrote
     to stderr. Exit 2 is a usage error (argparse's and click's refusal of an argument): every restart is given the
     same arguments, so it is permanent, as EXIT_NO_RETRY is."""
-    status = code if isinstance(code, int) else 1
-    said = str(code).strip().splitlines()[0] if not isinstance(code, int) and str(code).strip() else None
-    said = redact(said)[:MESSAGE_CHARS] if said else last_line(_log_file())
+    status, text = (code, "") if isinstance(code, int) else (1, str(code).strip())
+    said = redact(text.splitlines()[0])[:MESSAGE_CHARS] if text else last_line(_log_file())
     cause = f"exited with code {status}" + (f": {said}" if said else "")
     return {**_record("SystemExit", cause, status in (EXIT_USAGE, EXIT_NO_RETRY)), "exit_code": status}
 

@@ -83,8 +83,8 @@ class JsonlAppender:
     the file's only writer. A context manager; `close` when done."""
 
     def __init__(self, path: Path, *, locked: bool = True, durable: bool = False):
-        self.path, self.locked, self.durable = Path(path), locked, durable
-        self.descriptor = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self.locked, self.durable = locked, durable
+        self.descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def append(self, record: dict) -> None:
         """`record` as one line. NaN and Infinity are refused (ValueError): they are not JSON."""

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 SPEC_FILE = "spec.json"
+SUMMARY_FILE = "summary.json"
+"""A finished run's summary (training/common/metrics.py publishes it last): the run finished."""
 SPEC_VERSION = 2  # spec.json before it (one flat object) is read too: see from_dict
 
 SHARDING_STRATEGIES = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
@@ -595,6 +597,10 @@ class Job:
                 setattr(getattr(job, spec.section), spec.name, source[key])
         if job.model.family == "llama":  # the decoder family's name before it took any Hugging Face causal LM
             job.model.family = "decoder"
+        if "lr_derived" not in data.get("optimisation", {}):
+            # written before the launcher said whose learning rate it was: the run's own counts as chosen, so it is
+            # kept where a launch chooses one (a launch that gives --lr must give the run's)
+            job.optimisation.lr_derived = True
         return job
 
     def fingerprint(self) -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from .files import append_jsonl, publish_jsonl, publish_text, read_jsonl
+from .job import SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 
@@ -101,16 +102,18 @@ class MetricsSink:
     def set(self, gauge: str, value: float) -> None:
         self._gauges[gauge].labels(**self._labels).set(value)
 
-    def truncate_after(self, step: int) -> None:
-        """Drop lines for steps beyond `step` (written before a crash and now redone), and any torn or corrupt one."""
+    def truncate_after(self, step: int) -> list[dict]:
+        """Drop lines for steps beyond `step` (written before a crash and now redone), and any torn or corrupt one;
+        returns the records kept (rank 0's; none elsewhere)."""
         if not self.is_main or not self.jsonl.exists():
-            return
+            return []
         kept = [
             record
             for record in read_jsonl(self.jsonl)
             if isinstance(record.get("step"), int) and record["step"] <= step
         ]
         publish_jsonl(self.jsonl, kept)
+        return kept
 
     def log_step(self, record: dict) -> None:
         record.setdefault("time", time.time())  # wall clock: recovery times are measured across restarts
@@ -140,4 +143,4 @@ class MetricsSink:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         summary.update(extra)
-        return publish_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return publish_text(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")

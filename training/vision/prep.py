@@ -93,7 +93,7 @@ def list_objects(client, bucket: str, prefix: str) -> list[S3Object]:
 
 
 class Manifest:
-    """Finished downloads, key -> (size, etag), in an append-only JSON-lines file (append_jsonl, read_jsonl: a line
+    """Finished downloads, key -> (size, etag), in an append-only JSON-lines file (JsonlAppender, read_jsonl: a line
     a full volume or a kill cut short is dropped). The copy's threads append one at a time."""
 
     def __init__(self, path: Path):

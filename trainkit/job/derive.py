@@ -154,7 +154,7 @@ def choose_global_batch(job: Job, fit_micro_batch: bool, scale_lr: bool) -> None
     the SDEs and scaling rules for adaptive gradient algorithms"); vision rates follow their own rule.
     In an elastic range the batch chosen for the largest size is kept at every size (same data, same
     gradient); where it does not divide a smaller world, ranks take shares one apart."""
-    o, p, world = job.optimisation, job.parallelism, job.world_size
+    o, world = job.optimisation, job.world_size
     target, cap = o.global_batch_size, o.micro_batch_size
     share = target / world
     if share >= cap or not fit_micro_batch:  # whole micro batches per process
@@ -162,9 +162,8 @@ def choose_global_batch(job: Job, fit_micro_batch: bool, scale_lr: bool) -> None
     else:
         per_process = max(1, round(share))
     o.global_batch_size, o.global_batch_derived = per_process * world, True
-    if fit_micro_batch:  # the largest share in the range in one pass where the recipe's micro batch allows
-        smallest_world = p.min_nodes * int(p.nproc or 1)
-        o.micro_batch_size = min(cap, -(-o.global_batch_size // smallest_world))
+    if fit_micro_batch:
+        o.micro_batch_size = largest_share_micro_batch(job, cap)
     if o.global_batch_size == target:
         return
     note = (
@@ -176,6 +175,13 @@ def choose_global_batch(job: Job, fit_micro_batch: bool, scale_lr: bool) -> None
         note += f"; learning rate {o.lr:g} -> {scaled:.3g} by the square-root rule (set --lr to choose)"
         o.lr = float(f"{scaled:.3g}")
     job.run.notes.append(note)
+
+
+def largest_share_micro_batch(job: Job, cap: int) -> int:
+    """The largest share of the global batch in the job's range (its smallest world's) in one pass, where a micro
+    batch of `cap` allows."""
+    p = job.parallelism
+    return min(cap, -(-job.optimisation.global_batch_size // (p.min_nodes * int(p.nproc or 1))))
 
 
 def fitted_micro_batch(global_batch: int, micro: int, world: int) -> int:
@@ -218,12 +224,10 @@ def continue_run(previous: Job, job: Job, step: int | None) -> str | None:
     if kept:
         o.global_batch_size, o.lr = before.global_batch_size, before.lr
         # the micro batch fitted for this launch's batch: refitted to the run's (no more than either launch took)
-        smallest_world = job.parallelism.min_nodes * int(job.parallelism.nproc or 1)
-        micro = max(o.micro_batch_size or 1, before.micro_batch_size or 1)
-        o.micro_batch_size = min(micro, -(-o.global_batch_size // smallest_world))
+        o.micro_batch_size = largest_share_micro_batch(job, max(o.micro_batch_size or 1, before.micro_batch_size or 1))
         job.run.notes[:] = [note for note in job.run.notes if not note.startswith(ROUNDING_NOTES)]  # not so now
         validate_batch(job)  # the run's batch, split over this world size
-    if _size(previous) == _size(job):
+    if (previous.parallelism.nodes, previous.parallelism.nproc) == (job.parallelism.nodes, job.parallelism.nproc):
         return None
     then, now = f"{_size(previous, adjective=True)} run", _size(job)
     if step is None:

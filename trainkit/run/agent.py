@@ -169,6 +169,10 @@ def _agent_class():
             self._stalled: set[int] = set()
             self._rounds = 0
 
+        def _attempt(self, spec) -> int:
+            """torchrun's restart count of the workers now running (what TORCHELASTIC_RESTART_COUNT tells them)."""
+            return spec.max_restarts - self._remaining_restarts
+
         def _start_workers(self, worker_group):
             if self._rounds:
                 before_restart()
@@ -186,7 +190,7 @@ def _agent_class():
                         ATTEMPT_EVENT,
                         file=events_file(),
                         node=node_name(),
-                        attempt=spec.max_restarts - self._remaining_restarts,
+                        attempt=self._attempt(spec),
                         submission=spec.rdzv_handler.get_run_id(),
                     )
                 stdouts = getattr(self._pcontext, "stdouts", None) or {}
@@ -210,8 +214,7 @@ def _agent_class():
             ended = ended_by_themselves(self._pcontext)
             result = super()._monitor_workers(worker_group)
             if result.is_failed():
-                spec = worker_group.spec
-                attempt = spec.max_restarts - self._remaining_restarts
+                attempt = self._attempt(worker_group.spec)
                 stderrs = getattr(self._pcontext, "stderrs", None) or {}
                 for rank, failure in sorted(result.failures.items()):
                     if rank not in self._stalled:  # the watchdog's own record says why those were ended
@@ -240,7 +243,7 @@ def _agent_class():
             ]
             report = watchdog.examine(stalled, workers)
             line = watchdog.cause(report)
-            attempt = worker_group.spec.max_restarts - self._remaining_restarts
+            attempt = self._attempt(worker_group.spec)
             restarting = self._remaining_restarts > 0
             by_scheduler = not restarting and int(os.environ.get(SCHEDULER_RESTARTS_ENV) or 0) > 0
             run_dir = os.environ.get(RUN_DIR_ENV)

@@ -33,15 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, redact
-from training.common.job import Job
+from training.common.job import SUMMARY_FILE, Job
 from trainkit.backends.base import Workload, ready
 from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.torchrun import torchrun_command
 from trainkit.run.watchdog import stall_elsewhere
-
-SUMMARY_FILE = "summary.json"  # training/common/metrics.py publishes it when the training ends
 
 # 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
 EXIT_REPLACE = 192

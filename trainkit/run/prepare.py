@@ -15,6 +15,7 @@ from training.common.files import publish_text
 from training.common.job import (
     MODEL_CONFIG,
     SPEC_FILE,
+    SUMMARY_FILE,
     SYNTHETIC,
     SYNTHETIC_CORPUS,
     SYNTHETIC_DIALOGUES,
@@ -30,7 +31,6 @@ from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
 SYNTHETIC_CLASSES = 10
-SUMMARY_FILE = "summary.json"  # a finished run's (training/common/metrics.py)
 
 
 def _local_dataset(job: Job) -> Path | None:
@@ -114,12 +114,7 @@ def write_spec(job: Job) -> Path:
     again at another size continues (derive.continue_run), which `job.run.notes` then says."""
     path = job.run_dir / SPEC_FILE
     if path.exists():
-        data = json.loads(path.read_text())
-        previous = Job.from_dict(data)
-        if "lr_derived" not in data.get("optimisation", {}):
-            # written before the launcher said whose learning rate it was: the run's own is kept where this launch
-            # chooses one (a launch that gives --lr must give the run's)
-            previous.optimisation.lr_derived = True
+        previous = Job.from_dict(json.loads(path.read_text()))
         note = continue_run(previous, job, last_checkpoint_step(job))
         if note and not (job.run_dir / SUMMARY_FILE).exists():  # a finished run only says so
             job.run.notes.append(note)
