@@ -162,13 +162,19 @@ def test_the_cause_is_the_first_failure_in_time_never_a_rank_the_agent_stopped_a
     raised = {"source": "worker", "rank": 1, "node_name": "n", "attempt": 3, "time": 2.0, "cause": "ValueError: 7"}
     broken = {**raised, "rank": 0, "time": 2.01, "cause": "RuntimeError: Connection closed by peer"}
     term = {"source": "agent", "rank": 0, "node_name": "n", "attempt": 3, "time": 2.1, "signal": "SIGTERM"}
-    term["stopped"], exited = True, {**term, "rank": 1, "signal": None, "exit_code": 1, "stopped": False}
+    term["stopped"], term["stopped_at"] = True, 2.005  # the agent found rank 1's exit then, and stopped rank 0
+    exited = {**term, "rank": 1, "signal": None, "exit_code": 1, "stopped": False, "stopped_at": None}
     assert pick_cause([term, exited, broken, raised]) is raised
-    # what a rank reported while its agent stopped it is an effect, even when it arrived first
-    assert pick_cause([{**broken, "time": 1.0}, term, exited, raised]) is raised
+    # what a rank reported while its agent stopped it is an effect, whatever order it arrived in
+    assert pick_cause([broken, term, exited, raised]) is raised
     # a rank that exits with a code and records nothing (os._exit, a crash in C): its own last words
     argv = {**exited, "exit_code": 2, "last_line": "train.py: error: the following arguments are required: --lr"}
-    assert pick_cause([term, {**broken, "time": 1.0}, argv]) is argv
+    assert pick_cause([term, broken, argv]) is argv
+    # a rank whose own failure came first, still ending (a script's teardown) when its peer, which reported the
+    # broken collective and aborted, exited: stopped by its agent, and still the cause
+    slow = {**term, "rank": 1, "stopped_at": 2.5, "time": 2.6}
+    aborted = {**term, "signal": "SIGABRT", "stopped": False, "stopped_at": None, "time": 2.5}
+    assert pick_cause([aborted, slow, broken, raised]) is raised
     assert cause_line(argv) == "rank 1: exited with code 2: train.py: error: the following arguments are required: --lr"
     assert pick_cause([term]) is term  # nothing else was reported: better than nothing
 

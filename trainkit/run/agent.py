@@ -81,11 +81,13 @@ def before_restart() -> None:
     print(f"{node_name()}: before the restart: {said}", file=sys.stderr, flush=True)
 
 
-def agent_record(rank: int, failure, attempt: int, log: str | None, stopped: bool = False) -> dict:
-    """What the agent saw of one failed worker (torch's ProcessFailure: exit code, or minus the signal). `stopped`:
-    the worker was still running when the agent found another one failed, and the agent's stop of the group ended it
-    (SIGTERM, then SIGKILL): an effect, not a cause. A worker that exited by itself with a code says what it wrote
-    last (its stderr's last line): a script's own words when it recorded no exception."""
+def agent_record(rank: int, failure, attempt: int, log: str | None, stopped_at: float | None = None) -> dict:
+    """What the agent saw of one failed worker (torch's ProcessFailure: exit code, or minus the signal).
+    `stopped_at`: the worker was still running when the agent found, at that time, that another one had failed, and
+    the agent's stop of the group ended it (SIGTERM, then SIGKILL); what it reported from then on is an effect, not a
+    cause (what it reported before, a failure whose process was slow to exit, is not). A worker that exited by itself
+    with a code says what it wrote last (its stderr's last line): a script's own words when it recorded no
+    exception."""
     killed = failure.exitcode < 0
     return {
         "source": "agent",
@@ -96,8 +98,9 @@ def agent_record(rank: int, failure, attempt: int, log: str | None, stopped: boo
         "signal": failure.signal_name() if killed else None,
         "node_name": node_name(),
         "permanent": failure.exitcode == EXIT_NO_RETRY,
-        "stopped": stopped,
-        "last_line": None if killed or stopped else last_line(log),
+        "stopped": stopped_at is not None,
+        "stopped_at": stopped_at,
+        "last_line": None if killed or stopped_at is not None else last_line(log),
         "log": log,
     }
 
@@ -211,7 +214,7 @@ def _agent_class():
 
         def _monitor_workers(self, worker_group):
             self._end_if_stalled(worker_group)
-            ended = ended_by_themselves(self._pcontext)
+            looked, ended = time.time(), ended_by_themselves(self._pcontext)
             result = super()._monitor_workers(worker_group)
             if result.is_failed():
                 attempt = self._attempt(worker_group.spec)
@@ -220,7 +223,7 @@ def _agent_class():
                     if rank not in self._stalled:  # the watchdog's own record says why those were ended
                         log = stderrs.get(failure.local_rank) or None
                         stopped = ended is not None and failure.local_rank not in ended
-                        send(agent_record(rank, failure, attempt, log and str(log), stopped))
+                        send(agent_record(rank, failure, attempt, log and str(log), looked if stopped else None))
                 if any(failure.exitcode == EXIT_NO_RETRY for failure in result.failures.values()):
                     assert hasattr(self, "_remaining_restarts"), "torch's agent no longer counts restarts this way"
                     self._remaining_restarts = 0

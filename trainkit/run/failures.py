@@ -142,10 +142,15 @@ def _node(record: dict) -> str:
     return str(record.get("node_name", record.get("node", "")))
 
 
-def _effect(record: dict, stopped: set[tuple]) -> bool:
-    """Whether a record tells of a rank its agent stopped because another one failed (its agent's record says
-    `stopped`; what the rank itself reported while being stopped follows from that too)."""
-    return bool(record.get("stopped")) or (_node(record), record.get("rank"), record.get("attempt")) in stopped
+def _effect(record: dict, stopped: dict[tuple, float]) -> bool:
+    """Whether a record tells of a rank its agent stopped because another one failed: its agent's record says
+    `stopped`, and what the rank itself reported after the agent found the other failure (`stopped_at`) follows from
+    it. What it reported before is its own failure, whose process was still ending when the agent looked (a script's
+    teardown after an exception, say)."""
+    if record.get("stopped"):
+        return True
+    found = stopped.get((_node(record), record.get("rank"), record.get("attempt")))
+    return found is not None and _when(record) >= found
 
 
 def pick_cause(records: list[dict]) -> dict | None:
@@ -162,7 +167,11 @@ def pick_cause(records: list[dict]) -> dict | None:
         if "attempt" in r:
             latest[_node(r)] = max(latest.get(_node(r), 0), int(r["attempt"]))
     current = [r for r in ordered if "attempt" not in r or int(r["attempt"]) == latest[_node(r)]]
-    stopped = {(_node(r), r.get("rank"), r.get("attempt")) for r in records if r.get("stopped")}
+    stopped = {
+        (_node(r), r.get("rank"), r.get("attempt")): r.get("stopped_at") or _when(r)
+        for r in records
+        if r.get("stopped")
+    }
     causes = [r for r in ordered if not _effect(r, stopped)]
     now = [r for r in current if not _effect(r, stopped)]
     groups = (
