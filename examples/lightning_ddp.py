@@ -9,7 +9,9 @@ RANK, GROUP_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE), so the same script runs on one 
 job, and with an elastic node range the node count is read at each (re)start. Checkpoints go to trainkit's
 checkpoint folder (training/script.py: checkpoint_dir()); at start the trainer resumes from `last.ckpt` there if
 an earlier attempt left one, so a restart after a lost process or node, or the same command again, carries on.
-A callback reports every step to the run's metrics.jsonl and Prometheus (report_step).
+A callback reports every step to the run's metrics.jsonl and Prometheus (report_step); trainkit's WatchdogPhases
+(training/lightning.py) tells the stall watchdog when the trainer saves or validates, which may take far longer
+than a step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from training.lightning import WatchdogPhases
 from training.script import checkpoint_dir, report_step, run_dir
 
 
@@ -93,7 +96,7 @@ def main() -> None:
         num_nodes=nodes,
         strategy=DDPStrategy(process_group_backend="nccl" if torch.cuda.is_available() else "gloo"),
         max_steps=args.steps,
-        callbacks=[checkpoints, ReportSteps(args.step_sleep)],
+        callbacks=[checkpoints, ReportSteps(args.step_sleep), WatchdogPhases()],
         default_root_dir=run_dir(),
         logger=False,
         enable_progress_bar=False,

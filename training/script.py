@@ -5,13 +5,15 @@ environment, as `torch.distributed.init_process_group()` and Lightning's cluster
 trainkit with a run folder, elastic restarts, per-rank logs and `invoke status / logs / stop`. To checkpoint,
 resume and show its progress it needs only this module:
 
-    from training.script import checkpoint_dir, report_step
+    from training.script import checkpoint_dir, phase, report_step
 
     ckpt = checkpoint_dir()                      # runs/<run-id>/checkpoints/, on FSx on EKS
     ...                                          # resume from the newest complete checkpoint there, if any
     for step in ...:
         ...
         report_step(step, loss=loss.item())      # one line: metrics.jsonl and Prometheus, like a recipe's
+        with phase("checkpoint"):                # a save may take far longer than a step
+            ...
 
 The launcher sets, for every process of the run:
 
@@ -23,6 +25,9 @@ The launcher sets, for every process of the run:
 
 torchrun adds TORCHELASTIC_RESTART_COUNT (how many times the workers were restarted). The script's own folder is
 copied into the run folder (<run folder>/code/<hash>/) and started from there, so its sibling modules import.
+
+`phase("checkpoint")` and `phase("evaluate")` mark the script's own slow work, which the watchdog then allows as
+long as a recipe's (a context manager around the save or the validation).
 
 `report_step(step, loss=..., **values)` is also the step's heartbeat: the stall watchdog of the rank's torchrun agent
 restarts the job from its last checkpoint when a rank reports no step for far longer than its steps take (call it on
@@ -46,6 +51,7 @@ import os
 import runpy
 import sys
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from training.common.failure import reported
@@ -117,6 +123,13 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
     if loss is not None:
         record["loss"] = float(loss)
     _sink.log_step(record)
+
+
+def phase(name: str) -> AbstractContextManager[None]:
+    """`with phase("checkpoint"):` (or `"evaluate"`) around the script's own slow work: the stall watchdog allows it
+    what it allows a recipe's checkpoint (at least 10 min or --stall-timeout, 10 x the longest one before) instead
+    of a step's. A Lightning Trainer gets this from training/lightning.py's callback."""
+    return process_heartbeat().phase(name)
 
 
 def main(argv: list[str] | None = None) -> None:

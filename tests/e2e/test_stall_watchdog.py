@@ -19,7 +19,7 @@ from tests.helpers.product import (
     tiny_args,
 )
 from tests.helpers.waiting import wait_for
-from training.common.faults import HANG_ENV
+from training.common.faults import HANG_ENV, SLOW_SAVE_ENV, TIME_SCALE_ENV
 
 STALL = "6"  # seconds: far above a tiny step here (~0.3 s), far below what the CI run may wait
 
@@ -40,11 +40,15 @@ def test_a_hang_restarts_in_place_a_sigkill_continues_on_one_process_and_a_froze
       hang on the size), its FSDP2 checkpoint resharded. Otherwise the same command as the session's undisturbed
       `make train` run, whose losses it repeats on all 60 steps, within the elastic tests' tolerance. One run for the
       three recoveries: the SIGKILL had a run of its own before (38 s of the fresh-clone CI).
-    - Rank 1 frozen from outside (SIGSTOP) with `--max-restarts 0`: the case measured before the watchdog, when the
-      job sat for good."""
+    - Rank 1 frozen from outside (SIGSTOP) in step 7, the case measured before the watchdog, when the job sat for
+      good; in scaled time (100 watchdog seconds a second, so --stall-timeout 600 is 6 s). Its step-4 checkpoint
+      takes 900 s, longer than the fixed 600 s a save got before, and is not ended: 38 MB at --storage-mb-s 0.04
+      allow it 24 min, as the launcher says at start. The restart freezes again at the same step, and the job ends
+      then, with restarts left, saying why."""
     frozen_runs = tmp_path / "frozen-runs"
-    flags = ("--steps", "12", "--checkpoint-interval", "4", "--stall-timeout", STALL, "--max-restarts", "0")
-    frozen = start_invoke(*tiny_args(frozen_runs, *flags, "--run-id", "frozen"), env={HANG_ENV: "sigstop@1:7"})
+    flags = ("--steps", "12", "--checkpoint-interval", "4", "--stall-timeout", "600", "--storage-mb-s", "0.04")
+    scaled = {HANG_ENV: "slowsave@0:4,sigstop@1:7*2", SLOW_SAVE_ENV: "9", TIME_SCALE_ENV: "100"}
+    frozen = start_invoke(*tiny_args(frozen_runs, *flags, "--max-restarts", "2", "--run-id", "frozen"), env=scaled)
     runs = tmp_path / "runs"
     runs.mkdir()
     command = tiny_args(runs, "--stall-timeout", STALL)
@@ -81,11 +85,19 @@ def test_a_hang_restarts_in_place_a_sigkill_continues_on_one_process_and_a_froze
         assert abs(losses[step] - reference[step]) <= 1e-4, (step, losses[step], reference[step])
 
     assert frozen.wait(timeout=240) != 0
-    line = output(frozen).strip().splitlines()[-1]
-    assert line.startswith("error: run frozen failed: stalled: ") and "after step 6" in line, output(frozen)[-3000:]
+    said = output(frozen)
+    assert "note: stall watchdog: checkpoint allowance 24 min: 38.0 MB at 0.04 MB/s x 1.5;" in said, said[:3000]
+    line = said.strip().splitlines()[-1]
+    assert line.startswith("error: run frozen failed: stalled: ") and "after step 6" in line, said[-3000:]
     assert "did not arrive: rank 1 stopped by a signal" in line
+    assert "; the run stalled after step 6 before: a hang of the job's own, which a restart repeats" in line, line
+    assert line.endswith("(not restarted: a restart would fail the same way)"), line
     status = invoke("status", "--run-id", "frozen", "--runs-dir", str(frozen_runs))
     assert "stalled: " in status.stdout and "rank 1 stopped by a signal" in status.stdout, status.stdout
-    (stalled,) = events(frozen_runs / "frozen", "stalled")
-    assert not stalled["restart"] and stalled["in_collective"] == [0]
+    assert "a hang of the job's own, which a restart repeats" in status.stdout, status.stdout
+    first, again = events(frozen_runs / "frozen", "stalled")
+    assert first["restart"] and not first["repeated"] and first["attempt"] == 0
+    assert not again["restart"] and again["repeated"] and again["attempt"] == 1 and again["in_collective"] == [0]
+    (saved,) = [e for e in events(frozen_runs / "frozen", "checkpoint") if e["step"] == 4]
+    assert saved["seconds"] >= 9  # 900 s in the watchdog's scaled time, and not ended
     wait_for(lambda: not job_processes(str(frozen_runs)), 10, "every process of the run gone")

@@ -59,6 +59,7 @@ WALKS = {
         "compile": True,
         "checkpoint_interval": 3,
         "keep_checkpoints": 3,
+        "storage_mb_s": 350.5,
         "max_restarts": 1,
         "collective_timeout": 120,
         "stall_timeout": 300,

@@ -11,6 +11,7 @@ import time
 
 from tests.helpers.waiting import wait_for
 from training.common.heartbeat import HEARTBEAT_DIR_ENV
+from trainkit.run import stalls
 from trainkit.run import watchdog as wd
 
 DEADLOCK = """
@@ -52,13 +53,13 @@ def test_examine_names_a_deadlock_a_frozen_rank_and_a_script_that_cannot_dump(tm
             )
         assert process.stdout.readline().strip() == "ready"
         processes.append(process)
-        workers.append(wd.Worker(rank, process.pid, str(log)))
+        workers.append(stalls.Worker(rank, process.pid, str(log)))
     try:
-        wait_for(lambda: wd.process_state(processes[1].pid) == "T", 10, "rank 1 frozen")
+        wait_for(lambda: stalls.process_state(processes[1].pid) == "T", 10, "rank 1 frozen")
         dog = wd.Watchdog(beats, stall_timeout=1, clock=lambda: time.time() + 3600)
         stalled = dog.look(force=True)
         assert stalled is not None and set(stalled.beats) == {0, 1, 2}
-        report = wd.examine(stalled, workers, wait_s=5)
+        report = stalls.examine(stalled, workers, wait_s=5)
         doing = {rank: entry["doing"] for rank, entry in report["ranks"].items()}
         assert doing["0"].startswith("not in a collective: <string>:") and doing["0"].endswith("in stuck_here")
         assert doing["1"] == "stopped by a signal"

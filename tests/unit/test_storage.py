@@ -79,3 +79,50 @@ def test_the_checks_leave_the_disk_alone(tmp_path):
 
     assert check_free_space(spec, get_model("llama2-tiny")).total < shutil.disk_usage(tmp_path).free
     assert not (tmp_path / "a").exists()
+
+
+def test_the_watchdogs_checkpoint_allowance_comes_from_the_bytes_at_the_fsx_throughput(tmp_path, monkeypatch):
+    """llama2-70b on the 4,800 GiB FSx at 250 MB/s per TiB: 827.7 GB a checkpoint (12 bytes a parameter), at
+    1,172 MB/s x 1.5 (18 min); the export phase (the last save and the 276 GB export) longer. The launcher says both
+    at start."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    outputs.save_outputs(
+        {"fsx_storage_capacity_gib": 4800, "fsx_throughput_per_tib": 250, "gpu_instance_type": "p5.48xlarge"}
+    )
+    spec = build_spec({"target": "eks", "model": "llama2-70b", "nodes": 16})
+    c = spec.checkpointing
+    assert c.storage_mb_s == pytest.approx(1171.875)
+    assert c.phase_bytes["checkpoint"] == storage_need(spec, get_model("llama2-70b")).checkpoint_bytes
+    assert (
+        c.phase_bytes["export"]
+        == c.phase_bytes["checkpoint"] + 4 * get_model("llama2-70b").arch.truncated(None).parameters()
+    )
+    (note,) = [n for n in spec.run.notes if n.startswith("stall watchdog: ")]
+    assert note == (
+        "stall watchdog: checkpoint allowance 18 min: 827.7 GB at 1,172 MB/s x 1.5; "
+        "export allowance 24 min: 1,103.6 GB at 1,172 MB/s x 1.5"
+    )
+    declared = build_spec({"target": "eks", "model": "llama2-70b", "nodes": 16, "storage_mb_s": 500})
+    assert "checkpoint allowance 41 min: 827.7 GB at 500 MB/s x 1.5" in " ".join(declared.run.notes)
+    off = build_spec({"target": "eks", "model": "llama2-70b", "nodes": 16, "stall_timeout": 0})
+    assert not any(n.startswith("stall watchdog") for n in off.run.notes)
+
+
+def test_a_local_disk_is_measured_only_where_a_checkpoint_could_outlast_the_least_allowance(tmp_path, monkeypatch):
+    from trainkit.backends.local import backend as local
+
+    measured = []
+    monkeypatch.setattr(local, "measure_write_mb_s", lambda folder: measured.append(folder) or 180.04)
+    tiny = build_spec({"model": "llama2-tiny", "runs_dir": str(tmp_path)})
+    assert measured == [] and tiny.checkpointing.storage_mb_s is None
+    assert not any(n.startswith("stall watchdog") for n in tiny.run.notes)  # the least allowance: nothing to say
+    big = build_spec({"model": "llama2-13b", "runs_dir": str(tmp_path), "nproc": 1})
+    assert len(measured) == 1 and big.checkpointing.storage_mb_s == 180.0
+    assert "checkpoint allowance 22 min: 156.2 GB at 180 MB/s x 1.5" in big.run.notes[-1]
+
+
+def test_measuring_a_disk_writes_and_removes_one_file(tmp_path):
+    from trainkit.run.storage import measure_write_mb_s
+
+    assert measure_write_mb_s(tmp_path / "not" / "yet", size=4 * 2**20) > 0
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from training.common import heartbeat as hb
+from trainkit.run import stalls
 from trainkit.run import watchdog as wd
 
 
@@ -20,7 +21,10 @@ class Clock:
 
 
 def write(folder, rank: int, **beat) -> None:
-    (folder / f"rank-{rank}").write_text(json.dumps({"phase": "step", "timed": 0, "median_s": None, **beat}))
+    """A trainkit beat; `time` is its monotonic time (the wall clock's is elsewhere, far from it)."""
+    beat["monotonic"] = beat.pop("time")
+    record = {"phase": "step", "timed": 0, "median_s": None, "time": 1.8e9 + beat["monotonic"], **beat}
+    (folder / f"rank-{rank}").write_text(json.dumps(record))
 
 
 def test_a_step_gets_ten_medians_at_least_a_minute_and_the_first_steps_ten_minutes(tmp_path):
@@ -46,7 +50,59 @@ def test_a_step_gets_ten_medians_at_least_a_minute_and_the_first_steps_ten_minut
     assert stalled.allowance == 120 and stalled.why.startswith("10 x the median step of 12.00 s")
 
 
-def test_stall_timeout_sets_a_steps_allowance_but_not_a_checkpoints(tmp_path):
+def test_a_step_of_the_wall_clock_ends_no_rank(tmp_path, monkeypatch):
+    """The beats' wall-clock times jump an hour ahead and back (NTP, a VM resumed): the watchdog measures with the
+    node's monotonic clock, which the beats carry too, so nothing looks late."""
+    from training.common import heartbeat as beats
+
+    clock = Clock(5000.0)
+    monkeypatch.setattr(beats.time, "monotonic", clock)
+    wall = iter([1.8e9, 1.8e9 + 3600, 1.8e9 - 3600])
+    monkeypatch.setattr(beats.time, "time", lambda: next(wall))
+    heartbeat = beats.Heartbeat(str(tmp_path), rank=0)
+    dog = wd.Watchdog(tmp_path, clock=clock)
+    for step in (1, 2, 3):
+        heartbeat.beat(step)
+        clock.now += 1
+        assert dog.look() is None
+    clock.now += wd.FIRST_STEPS_S - 1
+    assert dog.look() is None  # not late: 600 s since its last beat, on either clock
+    clock.now += 2
+    assert dog.look().rank == 0
+
+
+def test_a_slow_phase_gets_what_it_writes_at_the_storages_throughput_and_never_less_than_stall_timeout(tmp_path):
+    """A 70B checkpoint of 847 GB (the review's figure) on the 4,800 GiB FSx at 250 MB/s per TiB (1,172 MB/s): about
+    12 min to write, 18 with the margin; the fixed 600 s of before ended every such save. --stall-timeout 3600 was
+    ended at 601 s."""
+    planned = wd.budgets(None, {"checkpoint": 847_000_000_000, "export": 1_129_000_000_000}, 250 * 4800 / 1024)
+    assert 1080 <= planned["checkpoint"].seconds <= 1090 and planned["checkpoint"].why == "847.0 GB at 1,172 MB/s x 1.5"
+    assert wd.describe_budget("checkpoint", planned["checkpoint"]) == (
+        "checkpoint allowance 18 min: 847.0 GB at 1,172 MB/s x 1.5"
+    )
+    assert planned["export"].seconds > planned["checkpoint"].seconds
+    assert planned["evaluate"] == wd.Budget(wd.SLOW_PHASE_S, "at least 600 s")  # it writes nothing
+    clock = Clock()
+    dog = wd.Watchdog(tmp_path, clock=clock, planned=planned)
+    write(tmp_path, 0, step=100, time=clock.now, phase="checkpoint", timed=100, median_s=2.0)
+    clock.now += 1000  # a healthy save, past the old 600 s
+    assert dog.look() is None
+    clock.now += 100
+    stalled = dog.look()
+    assert (
+        stalled.allowance == planned["checkpoint"].seconds
+        and stalled.why == "a checkpoint: 847.0 GB at 1,172 MB/s x 1.5"
+    )
+
+    long_timeout = wd.Watchdog(tmp_path, stall_timeout=3600, clock=clock)
+    write(tmp_path, 0, step=100, time=clock.now, phase="checkpoint", timed=100, median_s=2.0)
+    clock.now += 3599
+    assert long_timeout.look() is None
+    clock.now += 2
+    assert long_timeout.look().why == "a checkpoint: --stall-timeout"
+
+
+def test_stall_timeout_sets_a_steps_allowance_and_a_short_one_leaves_a_checkpoint_ten_minutes(tmp_path):
     clock = Clock()
     dog = wd.Watchdog(tmp_path, stall_timeout=5, clock=clock)
     write(tmp_path, 1, step=10, time=clock.now, timed=10, median_s=0.3)
@@ -58,27 +114,62 @@ def test_stall_timeout_sets_a_steps_allowance_but_not_a_checkpoints(tmp_path):
     clock.now += wd.SLOW_PHASE_S - 1
     assert dog.look() is None
     clock.now += 2
-    assert "a checkpoint" in dog.look().why
+    assert dog.look().why == "a checkpoint: at least 600 s"
 
 
-def test_a_slow_phase_gets_ten_times_the_longest_one_seen(tmp_path):
-    watch = wd.RankWatch(wd.Beat(10, "checkpoint", 0.0, timed=10, median_s=1.0))
-    watch.see(wd.Beat(10, "step", 200.0, timed=10, median_s=1.0))  # a 200 s checkpoint
-    watch.see(wd.Beat(20, "checkpoint", 210.0, timed=20, median_s=1.0))
-    assert watch.allowance(None) == (2000.0, "a checkpoint: at least 600 s")
+def test_a_slow_phase_gets_ten_times_the_longest_one_seen_and_a_restart_keeps_the_runs(tmp_path):
+    watch = wd.RankWatch(wd.Beat(10, "checkpoint", 0.0, timed=10, median_s=1.0, stamp=1))
+    watch.see(wd.Beat(10, "step", 200.0, timed=10, median_s=1.0, stamp=2))  # a 200 s checkpoint
+    watch.see(wd.Beat(20, "checkpoint", 210.0, timed=20, median_s=1.0, stamp=3))
+    assert watch.allowance(None) == (2000.0, "a checkpoint: 10 x the run's longest, 200 s")
+    # a new round of workers: the run's own checkpoint events say how long its saves took
+    run_dir, beats = tmp_path / "run", tmp_path / "beats"
+    run_dir.mkdir()
+    beats.mkdir()
+    (run_dir / "events.jsonl").write_text(
+        "".join(
+            json.dumps({"event": "checkpoint", "time": 1.8e9 + i, "step": i, "seconds": s}) + "\n"
+            for i, s in [(10, 95.5), (20, 140.0), (30, 120.0)]
+        )
+    )
+    clock = Clock()
+    dog = wd.Watchdog(beats, clock=clock, run_dir=run_dir)
+    dog.reset()
+    write(beats, 0, step=40, time=clock.now, phase="checkpoint", timed=0)
+    clock.now += 1399
+    assert dog.look() is None
+    clock.now += 2
+    assert dog.look().why == "a checkpoint: 10 x the run's longest, 140 s"
+
+
+def test_a_scaled_clock_counts_every_second_for_many(tmp_path):
+    """The e2e tests' time scale (training/common/faults.py TIME_SCALE_ENV): at 100, 6 s of a checkpoint are 600."""
+    clock = Clock()
+    dog = wd.Watchdog(tmp_path, clock=clock, scale=100)
+    write(tmp_path, 0, step=10, time=clock.now, phase="checkpoint", timed=10, median_s=0.01)
+    clock.now += 5.9
+    assert dog.look() is None
+    clock.now += 0.2
+    stalled = dog.look(force=True)
+    assert stalled.allowance == wd.SLOW_PHASE_S and 600 < stalled.seconds < 620
 
 
 def test_the_agent_times_steps_itself_where_the_beat_is_a_bare_number(tmp_path):
-    """A user's script that writes its step into the file: the agent's own look gives the medians."""
-    clock = Clock()
+    """A user's script that writes its step into the file: the agent's own looks time it and give the medians."""
+    clock = Clock(100.0)
     dog = wd.Watchdog(tmp_path, clock=clock)
     path = tmp_path / "rank-3"
     for step in range(0, 12, 2):
         path.write_text(str(step))
-        beat = wd.read_beat(path)
-        assert beat.step == step and not beat.dumps
-        dog.ranks.setdefault(3, wd.RankWatch(beat)).see(wd.Beat(step, "step", 100.0 + step))
-    assert dog.ranks[3].timed_steps == 10 and dog.ranks[3].allowance(None) == (60.0, dog.ranks[3].allowance(None)[1])
+        assert not wd.read_beat(path).dumps
+        assert dog.look(force=True) is None
+        clock.now += 2
+    watch = dog.ranks[3]
+    assert watch.timed_steps == 10 and watch.last.time == 110.0 and watch.allowance(None)[0] == 60.0
+    clock.now += 56.5  # 58.5 s since it saw step 10 written
+    assert dog.look(force=True) is None
+    clock.now += 2
+    assert dog.look(force=True).rank == 3
 
 
 def test_unreadable_beats_are_skipped_and_reset_forgets_a_round(tmp_path):
@@ -95,7 +186,7 @@ def test_unreadable_beats_are_skipped_and_reset_forgets_a_round(tmp_path):
 
 def test_the_heartbeat_times_only_steps_and_restores_the_phase_it_left(tmp_path, monkeypatch):
     times = iter([0.0, 1.0, 2.0, 3.0, 50.0, 51.0, 52.0, 60.0, 61.0])
-    monkeypatch.setattr(hb.time, "time", lambda: next(times))
+    monkeypatch.setattr(hb.time, "monotonic", lambda: next(times))
     beat = hb.Heartbeat(str(tmp_path), rank=2)
     read = lambda: json.loads((tmp_path / "rank-2").read_text())  # noqa: E731
     beat.beat(0)
@@ -104,13 +195,15 @@ def test_the_heartbeat_times_only_steps_and_restores_the_phase_it_left(tmp_path,
     assert read()["timed"] == 3 and read()["median_s"] == pytest.approx(0.75)  # of 1.0 and 0.5 s
     with beat.phase("checkpoint"):  # 3 -> 50: the save
         assert read()["phase"] == "checkpoint"
-    assert read()["phase"] == "step" and read()["time"] == 50.0
+    assert read()["phase"] == "step" and read()["monotonic"] == 50.0
     beat.beat(4)  # one second after the save, not 48
     assert read()["timed"] == 4 and read()["median_s"] == pytest.approx(1.0)  # of 1.0, 0.5 and 1.0 s
     beat.beat(4, "export")
     with beat.phase("checkpoint"):
         pass
     assert read()["phase"] == "export"  # back to what it did before, not to stepping
+    with pytest.raises(ValueError, match="phase 'step': one of checkpoint, evaluate, export"):
+        beat.enter("step")
 
 
 def test_outside_a_job_a_beat_does_nothing(tmp_path, monkeypatch):
@@ -128,16 +221,19 @@ def test_innermost_frame_of_the_main_thread_in_a_faulthandler_dump():
         '  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
         '  File "/w/training/common/trainer.py", line 106 in token_mean_step\n'
     )
-    frame = wd.innermost_frame(dump, 0x7F0000000001)
+    frame = stalls.innermost_frame(dump, 0x7F0000000001)
     assert frame == ("/v/site-packages/torch/distributed/distributed_c10d.py", 3252, "all_reduce")
-    assert wd.where("S", frame, True) == (
+    assert stalls.where("S", frame, True) == (
         "waiting in a collective (torch/distributed/distributed_c10d.py:3252 in all_reduce)",
         True,
     )
-    other = wd.innermost_frame(dump, 0x7F0000000002)
-    assert wd.where("S", other, True) == ("not in a collective: /usr/lib/python3.11/threading.py:331 in wait", False)
-    assert wd.where("T", None, True) == ("stopped by a signal", False)
-    assert wd.where(None, None, True)[1] is None  # gone: tells nothing either way
+    other = stalls.innermost_frame(dump, 0x7F0000000002)
+    assert stalls.where("S", other, True) == (
+        "not in a collective: /usr/lib/python3.11/threading.py:331 in wait",
+        False,
+    )
+    assert stalls.where("T", None, True) == ("stopped by a signal", False)
+    assert stalls.where(None, None, True)[1] is None  # gone: tells nothing either way
 
 
 def test_the_cause_names_who_did_not_arrive_or_says_the_peer_is_elsewhere():
@@ -151,10 +247,24 @@ def test_the_cause_names_who_did_not_arrive_or_says_the_peer_is_elsewhere():
         "not_arrived": [1],
         "in_collective": [0],
     }
-    line = wd.cause(report)
+    line = stalls.cause(report)
     assert line.startswith("stalled: rank 0 finished no step for 65 s after step 11 (allowed 60 s: 10 x the median")
     assert "did not arrive: rank 1 stopped by a signal" in line
-    assert "on another node" in wd.cause({**report, "not_arrived": [], "in_collective": [0, 1]})
+    assert "on another node" in stalls.cause({**report, "not_arrived": [], "in_collective": [0, 1]})
+    again = stalls.cause({**report, "repeated": True})
+    assert again.endswith("; the run stalled after step 11 before: a hang of the job's own, which a restart repeats")
+
+
+def test_a_stall_at_a_step_where_the_run_stalled_before_counts_each_round_once(tmp_path):
+    """Two nodes' findings of one stall are one round's; a stall at another step is not this one; another launch of
+    the run (a new rendezvous id) that stalls there again is."""
+    events = tmp_path / "events.jsonl"
+    first = [json.loads(stalled_event(node, 100.0, [])) | {"attempt": 0, "submission": "a"} for node in ("n0", "n1")]
+    events.write_text("".join(json.dumps(e) + "\n" for e in first))
+    assert stalls.repeated_stall(tmp_path, 5, "a", 0) == 0  # this round: another node's finding of this stall
+    assert stalls.repeated_stall(tmp_path, 5, "a", 1) == 1
+    assert stalls.repeated_stall(tmp_path, 6, "a", 1) == 0
+    assert stalls.repeated_stall(tmp_path, 5, "b", 0) == 1
 
 
 def stalled_event(node: str, when: float, not_arrived: list[int]) -> str:
@@ -176,21 +286,21 @@ def test_a_node_whose_ranks_waited_for_a_hung_rank_elsewhere_names_that_rank(tmp
     events = tmp_path / "events.jsonl"
     events.write_text(stalled_event("node-0", 100.0, []))
     waited = {"source": "agent", "rank": 0, "node_name": "node-0", "time": 100.1, "stalled": True, "cause": "stalled"}
-    assert wd.stall_elsewhere(tmp_path, waited, wait_s=0.1) is None  # the hung rank's node never said
+    assert stalls.stall_elsewhere(tmp_path, waited, wait_s=0.1) is None  # the hung rank's node never said
 
     def hung_node_says() -> None:
         with events.open("a") as handle:
             handle.write(stalled_event("node-1", 101.0, [1]))
 
     threading.Timer(0.3, hung_node_says).start()
-    found = wd.stall_elsewhere(tmp_path, waited, wait_s=5)
+    found = stalls.stall_elsewhere(tmp_path, waited, wait_s=5)
     assert found["node_name"] == "node-1" and found["rank"] == 1 and not found["permanent"], found
     assert found["cause"].startswith("stalled: rank 1 ") and "did not arrive: rank 1 stopped by a" in found["cause"]
     broken = {"source": "worker", "rank": 0, "node_name": "node-0", "time": 101.2, "cause": "RuntimeError: closed"}
-    assert wd.stall_elsewhere(tmp_path, broken, wait_s=0)["node_name"] == "node-1"
-    assert wd.stall_elsewhere(tmp_path, {**waited, "node_name": "node-1"}, wait_s=0) is None
-    assert wd.stall_elsewhere(tmp_path, {**broken, "permanent": True}, wait_s=0) is None
-    assert wd.stall_elsewhere(tmp_path, {**broken, "time": 200.0}, wait_s=0) is None
+    assert stalls.stall_elsewhere(tmp_path, broken, wait_s=0)["node_name"] == "node-1"
+    assert stalls.stall_elsewhere(tmp_path, {**waited, "node_name": "node-1"}, wait_s=0) is None
+    assert stalls.stall_elsewhere(tmp_path, {**broken, "permanent": True}, wait_s=0) is None
+    assert stalls.stall_elsewhere(tmp_path, {**broken, "time": 200.0}, wait_s=0) is None
 
 
 def test_stall_restarts_count_the_resumes_that_followed_a_stall(tmp_path):

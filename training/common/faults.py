@@ -3,7 +3,8 @@ Never set by a user; unset, every call here returns at once.
 
     TRAINKIT_TEST_HANG="sigstop@1:8,data@0:14"
 
-Each entry is `<kind>@<global rank>:<step>`: while training step <step> (1-based), that rank hangs, once per run (a
+Each entry is `<kind>@<global rank>:<step>[*<times>]`: while training step <step> (1-based), that rank hangs, once
+per run, or the first <times> times the run gets there (a
 marker in the run folder, which every node shares, or in MARKERS_ENV's folder where the nodes share none, as
 SageMaker's hosts: the rank that redoes the step after the restart, on whichever node, goes on; an agent's own
 restart count would not do, since an agent that restarts for a peer's new round does not count one):
@@ -11,7 +12,9 @@ restart count would not do, since an agent that restarts for a peer's new round 
 - sigstop:  freezes its whole process (SIGSTOP to itself), as seen from outside when a host stalls;
 - sleep:    sleeps in the step, before the forward pass: a hang outside any collective;
 - deadlock: takes a lock it already holds, in the step: a deadlock outside any collective, blocked in C;
-- data:     never gets its batch (the read of the step's data does not return).
+- data:     never gets its batch (the read of the step's data does not return);
+- slowsave: takes SLOW_SAVE_ENV seconds (default 10) longer over the checkpoint saved after step <step>, then goes on:
+            a save far slower than the steps, which the watchdog must not take for a hang.
 
 Its peers then wait in the step's first collective, which only --collective-timeout would end, if ever.
 """
@@ -27,33 +30,40 @@ from pathlib import Path
 from .job import RUN_DIR_ENV
 
 HANG_ENV = "TRAINKIT_TEST_HANG"
+TIME_SCALE_ENV = "TRAINKIT_TEST_TIME_SCALE"
+"""How many of the stall watchdog's seconds one second counts for (trainkit/run/agent.py make_watchdog): a test runs
+a 20-minute checkpoint in 12 s at 100."""
 MARKERS_ENV = "TRAINKIT_TEST_HANG_MARKERS"
 """A folder every node of the run reaches, for the markers, where the run folder is not shared."""
-KINDS = {"sigstop": "step", "sleep": "step", "deadlock": "step", "data": "data"}
+SLOW_SAVE_ENV = "TRAINKIT_TEST_SLOW_SAVE_S"
+KINDS = {"sigstop": "step", "sleep": "step", "deadlock": "step", "data": "data", "slowsave": "checkpoint"}
 """Each kind and the point of the step where it strikes."""
 
 
-def _entries() -> list[tuple[str, int, int]]:
+def _entries() -> list[tuple[str, int, int, int]]:
     found = []
     for entry in filter(None, os.environ.get(HANG_ENV, "").split(",")):
         kind, _, place = entry.partition("@")
+        place, _, times = place.partition("*")
         rank, step = (int(part) for part in place.split(":"))
         if kind not in KINDS:
             raise ValueError(f"{HANG_ENV}: unknown kind {kind!r} (one of {', '.join(KINDS)})")
-        found.append((kind, rank, step))
+        found.append((kind, rank, step, int(times or 1)))
     return found
 
 
-def _first_time(entry: str) -> bool:
-    """Whether this entry strikes now: the first rank to get here in the run takes its marker."""
+def _strikes(entry: str, times: int) -> bool:
+    """Whether this entry strikes now: the first rank to get here takes one of its `times` markers."""
     shared = os.environ.get(MARKERS_ENV)
     folder = Path(shared) if shared else Path(os.environ.get(RUN_DIR_ENV, ".")) / ".test-faults"
     folder.mkdir(parents=True, exist_ok=True)
-    try:
-        os.close(os.open(folder / entry, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
+    for strike in range(times):
+        try:
+            os.close(os.open(folder / (entry if strike == 0 else f"{entry}#{strike + 1}"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        return True
+    return False
 
 
 def hang_here(point: str, step: int) -> None:
@@ -61,10 +71,13 @@ def hang_here(point: str, step: int) -> None:
     if HANG_ENV not in os.environ:
         return
     rank = int(os.environ.get("RANK", 0))
-    for kind, at_rank, at_step in _entries():
-        if (KINDS[kind], at_rank, at_step) != (point, rank, step) or not _first_time(f"{kind}@{rank}:{step}"):
+    for kind, at_rank, at_step, times in _entries():
+        if (KINDS[kind], at_rank, at_step) != (point, rank, step) or not _strikes(f"{kind}@{rank}:{step}", times):
             continue
         print(f"rank {rank}: test fault: {kind} at step {step}", flush=True)
+        if kind == "slowsave":
+            time.sleep(float(os.environ.get(SLOW_SAVE_ENV) or 10))
+            return
         if kind == "sigstop":
             os.kill(os.getpid(), signal.SIGSTOP)
         elif kind == "deadlock":

@@ -5,10 +5,12 @@ rank's own code cannot (blocked in a collective, a data read, a deadlock).
 The agent names a node-local folder in TRAINKIT_HEARTBEAT_DIR; each rank keeps one small file there, `rank-<RANK>`,
 replaced whole at every beat (a rename: the agent never reads half a beat). The file holds JSON:
 
-    {"step": 42, "phase": "step", "time": 1795736860.5, "median_s": 0.31, "timed": 40, "pid": 1234,
-     "thread": 140234..., "dumps": true}
+    {"step": 42, "phase": "step", "time": 1795736860.5, "monotonic": 81234.5, "median_s": 0.31, "timed": 40,
+     "pid": 1234, "thread": 140234..., "dumps": true}
 
-`step`: the last optimizer step finished; `median_s` and `timed`: the median of the rank's own step times in this
+`step`: the last optimizer step finished; `monotonic`: when, on the node's monotonic clock (CLOCK_MONOTONIC, one
+for every process of the host), which the watchdog measures with: a step of the wall clock (`time`, for people)
+never makes a healthy rank look late; `median_s` and `timed`: the median of the rank's own step times in this
 process and how many steps it timed (only steps: a checkpoint between two beats is not counted); `phase`: what the
 rank does now: `step` (training the next one),
 `checkpoint`, `evaluate` or `export` (after the last step: the final save and the model's export): work that may
@@ -17,8 +19,10 @@ take far longer than a step, which the watchdog allows more for;
 DUMP_SIGNAL to dump every thread's stack to its log (faulthandler: it writes from the signal handler, so the dump
 comes even while the main thread is blocked inside a C call).
 
-A user's script beats through `training.script.report_step` (one call per step), or with a file of its own: any
-process may write the step number, alone, into `$TRAINKIT_HEARTBEAT_DIR/rank-$RANK` (docs/checkpoints.md).
+A user's script beats through `training.script.report_step` (one call per step) and marks its own slow work with
+`training.script.phase("checkpoint")` (training/lightning.py does both for a Lightning Trainer), or beats with a
+file of its own: any process may write the step number, alone, into `$TRAINKIT_HEARTBEAT_DIR/rank-$RANK`
+(docs/checkpoints.md).
 Outside a trainkit job (no TRAINKIT_HEARTBEAT_DIR) a beat does nothing.
 """
 
@@ -42,6 +46,7 @@ DUMP_SIGNAL = signal.SIGUSR2
 """Not SIGUSR1: Lightning's SLURM support and other schedulers' tools use that one for their own requests."""
 PHASES = ("step", "checkpoint", "evaluate", "export")
 """What a rank may be doing; every phase but `step` gets the watchdog's longer allowance."""
+SLOW_PHASES = tuple(phase for phase in PHASES if phase != "step")
 
 
 def beat_file(directory: str | Path, rank: int) -> Path:
@@ -76,7 +81,7 @@ class Heartbeat:
 
     def beat(self, step: int, phase: str = "step") -> None:
         """Step `step` is finished and the rank is now in `phase`."""
-        now = time.time()
+        now = time.monotonic()
         if phase == self.current == "step" and self.since is not None and step > self.step:
             # the rank's own step times (a checkpoint or an evaluation between two beats is not one)
             self.durations.append((now - self.since) / (step - self.step))
@@ -88,7 +93,8 @@ class Heartbeat:
         record = {
             "step": self.step,
             "phase": phase,
-            "time": now,
+            "time": time.time(),
+            "monotonic": now,
             "median_s": statistics.median(self.durations) if self.durations else None,
             "timed": self.timed,
             "pid": os.getpid(),
@@ -100,12 +106,20 @@ class Heartbeat:
             partial.write_text(json.dumps(record))
             os.replace(partial, self.path)
 
+    def enter(self, name: str) -> str:
+        """Start work other than a step (one of SLOW_PHASES); returns what the rank did before, for `beat` after it.
+        Where the end of that work has no place of its own (a framework's hook), the next step's beat ends it."""
+        if name not in SLOW_PHASES:
+            raise ValueError(f"phase {name!r}: one of {', '.join(SLOW_PHASES)}")
+        before = self.current
+        self.beat(self.step, name)
+        return before
+
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Work other than a step (a checkpoint, an evaluation): the watchdog gives it the longer allowance; after
         it the rank is back to what it did before."""
-        before = self.current
-        self.beat(self.step, name)
+        before = self.enter(name)
         try:
             yield
         finally:

@@ -87,8 +87,8 @@ def option(
         "switch": switch,
         "duration": duration,
     }
-    if isinstance(default, list):
-        return field(default_factory=list, metadata=meta)
+    if isinstance(default, list | dict):
+        return field(default_factory=type(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -445,6 +445,21 @@ class CheckpointingOptions:
         minimum=0,
     )
     keep_checkpoints: int = option(2, "How many published checkpoints to keep.", minimum=1, trains=False)
+    storage_mb_s: float | None = option(
+        None,
+        "Write throughput of the storage the run folder is on, MB/s: the stall watchdog allows a checkpoint and the "
+        "final export their bytes at this rate, x 1.5 (at least 10 min). Default: the FSx file system's throughput "
+        "per TiB x its size (eks, batch); measured on the run folder's disk when a checkpoint is large enough for it "
+        "to matter (local); 125, an EBS gp3 volume's baseline (sagemaker).",
+        above=0,
+        trains=False,
+    )
+    phase_bytes: dict[str, int] = option(
+        {},
+        "What the run writes in each of the stall watchdog's slow phases (`checkpoint`, `export`), in bytes.",
+        trains=False,
+        cli=False,
+    )
 
 
 @dataclass
@@ -469,8 +484,9 @@ class ElasticOptions:
         None,
         "Seconds a rank may go without finishing a step before the stall watchdog dumps every rank's stacks into "
         "its log and restarts the job from its last checkpoint (one of --max-restarts); 0 turns the watchdog off. "
-        "Default: 10 x the median step, at least 60 s. A process's first steps, checkpoints and evaluations get "
-        "at least 10 min whatever this says. Also 90s, 5m.",
+        "Default: 10 x the median step, at least 60 s. A process's first steps get at least 10 min whatever this "
+        "says; a checkpoint, an evaluation and the final export at least this and 10 min, and what they write at "
+        "--storage-mb-s x 1.5. Also 90s, 5m.",
         minimum=0,
         trains=False,
         duration=True,

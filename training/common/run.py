@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
 from .failure import NoRetry, doing
+from .faults import hang_here
 from .files import EVENTS_FILE, append_event, publish_text, read_events
 from .heartbeat import process_heartbeat
 from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
@@ -320,6 +321,7 @@ class RunContext:
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()
         with doing(f"writing checkpoint {step_dir_name(step)}"), self.heartbeat.phase("checkpoint"):
+            hang_here("checkpoint", step)
             self.checkpoints.save(
                 step,
                 self.state.save,

@@ -3,7 +3,7 @@
 `resolve_job` is the whole path from what the user typed to a job ready to submit, in one direction:
 build (profile, then flags; pure) -> the backend resolves what depends on where the job runs ->
 derive (recipe and derived values; pure) -> validate (pure, changes nothing), the target-free rules, then
-the backend's own.
+the backend's own -> what the stall watchdog allows a checkpoint (the storage's throughput: the target's).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from trainkit.backends.aws import Submissions
 from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError
 from trainkit.job import Machine, build, derive, validate
+from trainkit.run.storage import plan_slow_phases
 
 # target -> "module:class"; a new backend is one module and one line here.
 BACKENDS = {
@@ -42,6 +43,7 @@ def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Bac
     derive(job, machine)
     validate(job, machine)
     backend.check(job)
+    plan_slow_phases(job, backend.storage_mb_s)
     return job, backend, machine
 
 

@@ -155,6 +155,12 @@ class Backend(abc.ABC):
         SpecError naming the flag to change. None by default."""
         return None
 
+    def storage_mb_s(self, job: Job) -> float | None:
+        """The write throughput (MB/s) of the storage the job's run folder is on, when --storage-mb-s leaves it open:
+        what the stall watchdog allows a checkpoint and the export for (trainkit/run/storage.py plan_slow_phases);
+        None: unknown (they get the watchdog's least allowance)."""
+        return None
+
     def path_for(self, job: Job, path: str, flag: str) -> str:
         """A path of the user's as the job's processes see it (eks: relative to the FSx mount, their working
         directory; a path off the volume is refused naming `flag`). As given by default."""

@@ -60,6 +60,7 @@ class InfraOutputs:
     region: str | None
     recorded: bool
     fsx_capacity_gib: int | None = None
+    fsx_throughput_per_tib: int | None = None  # MB/s per TiB of the FSx file system (PERSISTENT_2)
     pushed_image: str | None = None
     data_buckets: tuple[str, ...] = ()  # what the data-preparation job may read (data_source_buckets)
     fsx_zone: str | None = None  # the GPU nodes' and FSx's availability zone
@@ -90,6 +91,7 @@ def load_outputs() -> InfraOutputs:
         region=data.get("region"),
         recorded=True,
         fsx_capacity_gib=data.get("fsx_storage_capacity_gib"),
+        fsx_throughput_per_tib=data.get("fsx_throughput_per_tib"),
         data_buckets=tuple((data.get("data_reader") or {}).get("buckets") or ()),
         fsx_zone=data.get("gpu_availability_zone"),
         sagemaker=data.get("sagemaker"),

@@ -36,10 +36,11 @@ from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV
 from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, last_line, node_name, send
+from training.common.faults import TIME_SCALE_ENV
 from training.common.files import EVENTS_FILE, append_event, node_events_file
 from training.common.heartbeat import HEARTBEAT_DIR_ENV
 from training.common.job import RUN_DIR_ENV, SPEC_FILE, read_job
-from trainkit.run import watchdog
+from trainkit.run import stalls, watchdog
 
 EXIT_RENDEZVOUS = 4
 ATTEMPT_EVENT = "attempt"
@@ -240,16 +241,25 @@ def _agent_class():
                 return
             stderrs = getattr(self._pcontext, "stderrs", None) or {}
             workers = [
-                watchdog.Worker(w.global_rank, w.id, str(stderrs.get(w.local_rank) or "") or None)
+                stalls.Worker(w.global_rank, w.id, str(stderrs.get(w.local_rank) or "") or None)
                 for w in worker_group.workers
                 if w.id is not None
             ]
-            report = watchdog.examine(stalled, workers)
-            line = watchdog.cause(report)
-            attempt = self._attempt(worker_group.spec)
-            restarting = self._remaining_restarts > 0
-            by_scheduler = not restarting and int(os.environ.get(SCHEDULER_RESTARTS_ENV) or 0) > 0
+            report = stalls.examine(stalled, workers)
             run_dir = os.environ.get(RUN_DIR_ENV)
+            attempt = self._attempt(worker_group.spec)
+            submission = worker_group.spec.rdzv_handler.get_run_id()
+            before = 0
+            with contextlib.suppress(OSError):
+                before = stalls.repeated_stall(run_dir and Path(run_dir), report["step"], submission, attempt)
+            report["repeated"] = before + 1 >= stalls.REPEATS_TO_END
+            line = stalls.cause(report)
+            if report["repeated"]:  # the same hang again after a restart: each further one would hang there too
+                self._remaining_restarts = 0
+            restarting = self._remaining_restarts > 0
+            by_scheduler = (
+                not restarting and not report["repeated"] and int(os.environ.get(SCHEDULER_RESTARTS_ENV) or 0) > 0
+            )
             if run_dir:
                 with contextlib.suppress(OSError):
                     append_event(
@@ -258,6 +268,7 @@ def _agent_class():
                         file=events_file(),
                         node=node_name(),
                         attempt=attempt,
+                        submission=submission,
                         restart=restarting or by_scheduler,
                         **report,
                     )
@@ -271,11 +282,15 @@ def _agent_class():
                     "node_name": node_name(),
                     "cause": line,
                     "stalled": True,
-                    "permanent": False,
+                    "permanent": report["repeated"],
                     "log": log,
                 }
             )
             then = "restarting from the last checkpoint" if restarting else "no restart left: the job ends"
+            if report["repeated"]:
+                global _ENDED_FOR_GOOD
+                _ENDED_FOR_GOOD = True
+                then = "not restarted: the job ends"
             if by_scheduler:
                 then = "the job's next attempt restarts it from the last checkpoint"
             print(f"watchdog on {node_name()}: {line}; {then}", file=sys.stderr, flush=True)
@@ -287,6 +302,11 @@ def _agent_class():
     return NoRetryAgent
 
 
+_ENDED_FOR_GOOD = False
+"""Set when this node's watchdog ended its ranks for a stall that a restart would repeat: the agent then exits
+EXIT_NO_RETRY (its ranks were killed, so none of them could say so), and no scheduler starts the job again."""
+
+
 def events_file() -> str:
     """This node's events file: the run's events.jsonl, or the node's own where each host has a copy of the run
     folder synced to one place (SageMaker: HOST_ENV), so the hosts' copies do not replace each other's."""
@@ -295,17 +315,24 @@ def events_file() -> str:
 
 
 def make_watchdog() -> watchdog.Watchdog | None:
-    """The node's watchdog over the heartbeat folder main() made, with the job's --stall-timeout (0: none)."""
+    """The node's watchdog over the heartbeat folder main() made, with the job's --stall-timeout (0: none) and what
+    its checkpoints and export write at the storage's throughput (the spec's, set by the launcher)."""
     folder = os.environ.get(HEARTBEAT_DIR_ENV)
     if not folder:
         return None
-    stall_timeout = None
+    stall_timeout, planned = None, None
     run_dir = os.environ.get(RUN_DIR_ENV)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        stall_timeout = read_job(Path(run_dir) / SPEC_FILE).elastic.stall_timeout if run_dir else None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        job = read_job(Path(run_dir) / SPEC_FILE) if run_dir else None
+        if job is not None:
+            stall_timeout = job.elastic.stall_timeout
+            planned = watchdog.budgets(stall_timeout, job.checkpointing.phase_bytes, job.checkpointing.storage_mb_s)
     if stall_timeout == 0:
         return None
-    return watchdog.Watchdog(Path(folder), stall_timeout)
+    scale = float(os.environ.get(TIME_SCALE_ENV) or 1.0)
+    return watchdog.Watchdog(
+        Path(folder), stall_timeout, planned=planned, run_dir=run_dir and Path(run_dir), scale=scale
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         for rank, code in codes.items():
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             print(f"torchrun: rank {rank} failed ({how})", file=sys.stderr, flush=True)
-        return EXIT_NO_RETRY if EXIT_NO_RETRY in codes.values() else 1
+        return EXIT_NO_RETRY if EXIT_NO_RETRY in codes.values() or _ENDED_FOR_GOOD else 1
     except KeyboardInterrupt:  # a SIGINT before torch's own handler was installed
         print("torchrun: stopped by SIGINT", file=sys.stderr, flush=True)
         return 128 + 2

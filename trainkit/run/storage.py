@@ -27,7 +27,7 @@ from pathlib import Path
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
 from training.common.job import LANGUAGE, ZERO_1
 from trainkit.errors import SpecError
-from trainkit.job.models import ModelEntry
+from trainkit.job.models import ModelEntry, get_model
 
 GB = 1e9
 GIB = 2**30
@@ -81,6 +81,93 @@ def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
     if written is not None:
         peak = min(peak, written)
     return StorageNeed(parameters, checkpoint, max(peak - existing, 0), export)
+
+
+SLOW_DISK_MB_S = 100.0
+"""A slow disk's write throughput (a single hard disk's sequential rate): a phase whose bytes fit in the watchdog's
+least allowance even at this rate needs no measurement."""
+PROBE_BYTES = 256 * 2**20
+"""What `measure_write_mb_s` writes: large enough that the page cache's first burst does not pass for the disk's
+rate (it is written with fsync), small enough to take a second or two on a slow disk."""
+GP3_BASELINE_MB_S = 125 * 2**20 / 1e6
+"""An EBS gp3 volume's baseline throughput, 125 MiB/s (Amazon EBS User Guide, "Amazon EBS General Purpose SSD
+volumes": gp3 "baseline ... 125 MiB/s"): what a SageMaker job's checkpoints are assumed to be written at."""
+
+
+def measure_write_mb_s(folder: Path, size: int = PROBE_BYTES) -> float:
+    """The write throughput of the disk under `folder` (its nearest existing parent), MB/s: `size` bytes written and
+    fsynced to a file there, then removed."""
+    import os
+    import tempfile
+    import time
+
+    block = os.urandom(2**20)
+    handle, name = tempfile.mkstemp(prefix=".trainkit-write-probe-", dir=_existing_folder(folder))
+    try:
+        started = time.perf_counter()
+        written = 0
+        while written < size:
+            written += os.write(handle, block)
+        os.fsync(handle)
+        seconds = time.perf_counter() - started
+    finally:
+        os.close(handle)
+        os.unlink(name)
+    return written / 1e6 / max(seconds, 1e-6)
+
+
+def fsx_mb_s(capacity_gib: int | None, per_tib: int | None) -> float | None:
+    """FSx for Lustre PERSISTENT_2's throughput: its per-unit storage throughput (MB/s per TiB) times its storage
+    capacity (AWS, FSx for Lustre User Guide, "Performance": throughput scales with storage capacity)."""
+    if not capacity_gib:
+        return None
+    return float(per_tib or FSX_DEFAULT_PER_TIB) * capacity_gib / 1024
+
+
+FSX_DEFAULT_PER_TIB = 250
+"""terraform/stacks/infra/variables.tf fsx_throughput_per_tib's default, for outputs recorded before they said it."""
+
+
+def needs_measuring(job) -> bool:
+    """Whether a phase of the run writes so much that even a slow disk's rate might not fit it in the watchdog's
+    least allowance (a tiny or small model never does: no probe for it)."""
+    from trainkit.run.watchdog import SLOW_PHASE_S, WRITE_MARGIN
+
+    largest = max(job.checkpointing.phase_bytes.values(), default=0)
+    return largest / (SLOW_DISK_MB_S * 1e6) * WRITE_MARGIN > SLOW_PHASE_S
+
+
+def plan_slow_phases(job, default_mb_s) -> None:
+    """Set what the stall watchdog needs to allow a checkpoint and the export their time (trainkit/run/watchdog.py:
+    `budgets`): the bytes of each, and the storage's throughput when --storage-mb-s left it open
+    (`default_mb_s(job)`: the target's); say the allowances in the run's notes where the bytes decide them."""
+    from trainkit.run.watchdog import budgets, describe_budget
+
+    c = job.checkpointing
+    c.phase_bytes = phase_bytes(job)
+    if not c.phase_bytes or job.elastic.stall_timeout == 0:
+        return
+    if c.storage_mb_s is None:
+        c.storage_mb_s = default_mb_s(job)
+    planned = budgets(job.elastic.stall_timeout, c.phase_bytes, c.storage_mb_s)
+    floor = budgets(job.elastic.stall_timeout)
+    if any(planned[phase] != floor[phase] for phase in c.phase_bytes):  # else the documented least: nothing to say
+        job.run.notes.append(
+            "stall watchdog: " + "; ".join(describe_budget(phase, planned[phase]) for phase in c.phase_bytes)
+        )
+
+
+def phase_bytes(job) -> dict[str, int]:
+    """What a recipe run writes in each of the stall watchdog's slow phases (trainkit/run/watchdog.py): a checkpoint;
+    at the end the last checkpoint and the export together (training/common/trainer.py beats `export` before both).
+    Nothing for another workload (its checkpoints are its own) or a model the table does not know."""
+    if job.run.workload != "recipe":
+        return {}
+    try:
+        need = storage_need(job, get_model(job.model.name))
+    except (SpecError, KeyError):
+        return {}
+    return {"checkpoint": need.checkpoint_bytes, "export": need.checkpoint_bytes + need.export_bytes}
 
 
 def _existing_folder(path: Path) -> Path:

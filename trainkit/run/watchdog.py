@@ -13,21 +13,27 @@ an EKS pod, a SageMaker host, a Batch node all start that agent). It reads the r
   sub-second steps from being ended by one slow moment of a shared file system or a rendezvous blip.
 - the first steps of every process (until MIN_TIMED steps are timed): at least FIRST_STEPS_S, whatever the job sets:
   they include compilation, CUDA graph capture, the first batches' reads and FSDP's lazy initialisation.
-- a checkpoint, an evaluation or the final export: at least SLOW_PHASE_S, or STALL_FACTOR x the longest one the
-  rank did before.
+- a checkpoint, an evaluation or the final export: what it has to write at the storage's throughput, with a margin
+  (`budgets`: a 70B checkpoint of 847 GB on a 4,800 GiB FSx of 250 MB/s per TiB takes about 12 minutes, so a fixed
+  allowance would end every save of a healthy job); never less than SLOW_PHASE_S or `--stall-timeout`, nor than
+  STALL_FACTOR x the longest one of its kind the run did before (its `checkpoint` events, so a restart does not
+  forget them).
+
+All of it is measured on the node's monotonic clock (the ranks' beats carry theirs): a step of the wall clock (NTP,
+a VM's resume) never ends a healthy rank.
 
 Past its allowance the agent asks every rank of the node for its stacks (faulthandler, into each rank's log), reads
 where each rank's main thread is, records a `stalled` event and the cause for `invoke status`, and kills the
 node's ranks: torchrun counts that as a failure of the group, restarts it from the last checkpoint while
---max-restarts allows, and else ends the job as failed with that cause.
+--max-restarts allows, and else ends the job as failed with that cause. A rank that stalls again at the step where the
+run stalled before (a deterministic deadlock: every restart restores the checkpoint and hangs at the same place) ends
+the job at once, with a cause that says so.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
 import statistics
 import time
 from collections import deque
@@ -35,65 +41,110 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.common.files import read_events
-from training.common.heartbeat import DUMP_SIGNAL, PHASES
+from training.common.heartbeat import SLOW_PHASES
 
 STALL_FACTOR = 10
 MIN_STALL_S = 60.0
 FIRST_STEPS_S = 600.0
 SLOW_PHASE_S = 600.0
+"""The least a checkpoint, an evaluation or the export gets, whatever it writes: opening and publishing files on a
+shared file system, a collective to agree on the step, a small model's whole save."""
+WRITE_MARGIN = 1.5
+"""A phase's bytes at the storage's throughput, times this: the other ranks' and jobs' traffic on the same file
+system, and a throughput that was measured on one file or declared for the whole system."""
 MIN_TIMED = 3
 LOOK_EVERY_S = 1.0
 """How often the agent reads the beats (its own monitor loop runs every 0.1 s)."""
-DUMP_WAIT_S = 2.0
-"""How long the ranks get to write their stacks before they are killed (faulthandler writes at once)."""
-SLOW_PHASES = tuple(phase for phase in PHASES if phase != "step")
-COLLECTIVE_PATH = "torch/distributed/"
-"""A main thread whose innermost frame is in torch.distributed waits in a collective (or its wait)."""
-STATES = {"T": "stopped by a signal", "t": "stopped by a debugger"}
-GONE = "exited before its stacks were read"
-PEER_WAIT_S = LOOK_EVERY_S + DUMP_WAIT_S + 1.0
-"""How long a node whose ranks all waited for a peer elsewhere waits for that node's watchdog to name the rank."""
-SAME_STALL_S = 10.0
-"""Two nodes' findings this close in time are one stall: each node's watchdog looks every LOOK_EVERY_S and gives the
-ranks DUMP_WAIT_S for their stacks, and a collective broken by a peer's kill fails at once."""
 
 
 @dataclass
 class Beat:
     step: int
     phase: str
-    time: float
+    time: float | None
+    """When, on the node's monotonic clock (trainkit's beats say it; for a bare step number the agent sets when it saw
+    the file change)."""
     pid: int | None = None
     thread: int | None = None
     dumps: bool = False
     median_s: float | None = None
     timed: int = 0
+    stamp: object = None
+    """What tells one beat from the next (the beat's own times, or the file's content and modification time)."""
 
 
 def read_beat(path: Path) -> Beat | None:
-    """A rank's last beat: trainkit's JSON, or a bare step number written by a user's script (its time: the file's)."""
+    """A rank's last beat: trainkit's JSON, or a bare step number written by a user's script."""
     try:
         text = path.read_text().strip()
-        stamp = path.stat().st_mtime
+        changed = path.stat().st_mtime_ns
     except OSError:
         return None
-    with contextlib.suppress(ValueError):
+    with contextlib.suppress(ValueError, KeyError, TypeError):
         data = json.loads(text)
         if isinstance(data, dict):
-            median = data.get("median_s")
+            median, monotonic = data.get("median_s"), data.get("monotonic")
             return Beat(
                 int(data["step"]),
                 str(data.get("phase", "step")),
-                float(data["time"]),
+                float(monotonic) if monotonic is not None else None,
                 data.get("pid"),
                 data.get("thread"),
                 bool(data.get("dumps")),
                 float(median) if median else None,
                 int(data.get("timed") or 0),
+                (monotonic, data.get("time"), data["step"], data.get("phase")),
             )
         if isinstance(data, int | float):
-            return Beat(int(data), "step", stamp)
-    return Beat(-1, "step", stamp) if text == "" else None
+            return Beat(int(data), "step", None, stamp=(text, changed))
+    return Beat(-1, "step", None, stamp=(text, changed)) if text == "" else None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a slow phase may take, and why."""
+
+    seconds: float
+    why: str
+
+
+def budgets(
+    stall_timeout: float | None, phase_bytes: dict[str, int] | None = None, mb_s: float | None = None
+) -> dict[str, Budget]:
+    """Each slow phase's allowance before the run's own history counts: its bytes (`phase_bytes`, what the run
+    writes in it) at `mb_s` (the storage's write throughput, MB/s) times WRITE_MARGIN, at least SLOW_PHASE_S and
+    --stall-timeout."""
+    floor = max(SLOW_PHASE_S, float(stall_timeout or 0))
+    floor_why = "--stall-timeout" if floor > SLOW_PHASE_S else f"at least {SLOW_PHASE_S:.0f} s"
+    found = {}
+    for phase in SLOW_PHASES:
+        size = (phase_bytes or {}).get(phase, 0)
+        writing = size / (mb_s * 1e6) * WRITE_MARGIN if size and mb_s else 0.0
+        if writing > floor:
+            amount = f"{size / 1e9:,.1f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
+            found[phase] = Budget(writing, f"{amount} at {mb_s:,.4g} MB/s x {WRITE_MARGIN:g}")
+        else:
+            found[phase] = Budget(floor, floor_why)
+    return found
+
+
+def describe_budget(phase: str, budget: Budget) -> str:
+    """`checkpoint allowance 31 min: 847.0 GB at 500 MB/s x 1.5`, for the launcher's notes."""
+    minutes = budget.seconds / 60
+    return f"{phase} allowance {minutes:,.0f} min: {budget.why}"
+
+
+def seeded_longest(run_dir: Path | None) -> dict[str, float]:
+    """The longest checkpoint the run recorded (its `checkpoint` events, with the seconds each took), so that a
+    restarted round, whose ranks have not saved yet, still allows for it."""
+    if run_dir is None:
+        return {}
+    seconds = [
+        float(event["seconds"])
+        for event in read_events(Path(run_dir))
+        if event.get("event") == "checkpoint" and isinstance(event.get("seconds"), int | float)
+    ]
+    return {"checkpoint": max(seconds)} if seconds else {}
 
 
 @dataclass
@@ -108,7 +159,7 @@ class RankWatch:
 
     def see(self, beat: Beat) -> None:
         last = self.last
-        if (beat.step, beat.phase, beat.time) == (last.step, last.phase, last.time):
+        if beat.stamp == last.stamp:
             return
         if last.phase == beat.phase == "step" and beat.step > last.step:
             self.durations.append((beat.time - last.time) / (beat.step - last.step))
@@ -117,12 +168,15 @@ class RankWatch:
             self.longest[last.phase] = max(self.longest.get(last.phase, 0.0), beat.time - last.time)
         self.last = beat
 
-    def allowance(self, stall_timeout: float | None) -> tuple[float, str]:
-        """(seconds, why) this rank may spend in what it does now."""
+    def allowance(self, stall_timeout: float | None, planned: dict[str, Budget] | None = None) -> tuple[float, str]:
+        """(seconds, why) this rank may spend in what it does now; `planned`: the slow phases' budgets."""
         phase = self.last.phase
         if phase in SLOW_PHASES:
+            budget = (planned or {}).get(phase) or budgets(stall_timeout)[phase]
             longest = self.longest.get(phase, 0.0)
-            return max(SLOW_PHASE_S, STALL_FACTOR * longest), f"a {phase}: at least {SLOW_PHASE_S:.0f} s"
+            if STALL_FACTOR * longest > budget.seconds:
+                return STALL_FACTOR * longest, f"a {phase}: {STALL_FACTOR} x the run's longest, {longest:.0f} s"
+            return budget.seconds, f"a {phase}: {budget.why}"
         beat = self.last
         if max(self.timed_steps, beat.timed) < MIN_TIMED:
             return max(FIRST_STEPS_S, stall_timeout or 0.0), f"a process's first steps: at least {FIRST_STEPS_S:.0f} s"
@@ -149,37 +203,71 @@ class Stalled:
 class Watchdog:
     """The beats of one node's ranks, read at most every LOOK_EVERY_S."""
 
-    def __init__(self, directory: Path, stall_timeout: float | None = None, clock=time.time):
+    def __init__(
+        self,
+        directory: Path,
+        stall_timeout: float | None = None,
+        clock=time.monotonic,
+        planned: dict[str, Budget] | None = None,
+        run_dir: Path | None = None,
+        scale: float = 1.0,
+    ):
+        """`clock`: the node's monotonic clock, which the ranks' beats use too; `planned`: the slow phases' budgets
+        (`budgets`); `run_dir`: where the run's events are (its checkpoints' seconds); `scale`: how many of the
+        allowances' seconds one second of `clock` counts for (1, but in tests that run a long phase in scaled
+        time)."""
         self.directory = Path(directory)
         self.stall_timeout = stall_timeout
         self.clock = clock
+        self.planned = planned or budgets(stall_timeout)
+        self.run_dir = run_dir
+        self.scale = scale
         self.ranks: dict[int, RankWatch] = {}
+        self.seeded: dict[str, float] = {}
         self._looked = float("-inf")
 
     def reset(self) -> None:
-        """A new round of workers: nothing from the last one counts (its files are removed)."""
+        """A new round of workers: nothing from the last one counts (its files are removed) but the run's recorded
+        checkpoint times."""
         self.ranks.clear()
         for path in self.directory.glob("*"):
             path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.seeded = {phase: s * self.scale for phase, s in seeded_longest(self.run_dir).items()}
+
+    def _read(self, path: Path, now: float) -> Beat | None:
+        beat = read_beat(path)
+        if beat is None:
+            return None
+        if beat.time is None:  # a bare step number: when this agent saw it change
+            known = self.ranks.get(int(path.name[5:]))
+            beat.time = known.last.time if known is not None and known.last.stamp == beat.stamp else now
+        else:
+            beat.time *= self.scale
+        if beat.median_s is not None:
+            beat.median_s *= self.scale
+        return beat
 
     def look(self, force: bool = False) -> Stalled | None:
-        now = self.clock()
-        if not force and now - self._looked < LOOK_EVERY_S:
+        now = self.clock() * self.scale
+        if not force and now - self._looked < LOOK_EVERY_S * self.scale:
             return None
         self._looked = now
         for path in self.directory.glob("rank-*"):
-            beat = read_beat(path)
-            if beat is None or not path.name[5:].isdigit():
+            if not path.name[5:].isdigit():
+                continue
+            beat = self._read(path, now)
+            if beat is None:
                 continue
             rank = int(path.name[5:])
             if rank in self.ranks:
                 self.ranks[rank].see(beat)
             else:
-                self.ranks[rank] = RankWatch(beat)
+                self.ranks[rank] = RankWatch(beat, longest=dict(self.seeded))
         late = []
         for rank, watch in sorted(self.ranks.items()):
             seconds = now - watch.last.time
-            allowance, why = watch.allowance(self.stall_timeout)
+            allowance, why = watch.allowance(self.stall_timeout, self.planned)
             if seconds > allowance:
                 late.append((seconds - allowance, Stalled(rank, seconds, allowance, why, {})))
         if not late:
@@ -187,180 +275,3 @@ class Watchdog:
         stalled = max(late, key=lambda item: item[0])[1]
         stalled.beats = {rank: watch.last for rank, watch in self.ranks.items()}
         return stalled
-
-
-# ------------------------------------------------------------------ what the ranks were doing
-
-
-def process_state(pid: int) -> str | None:
-    """The kernel's one-letter state of a process (R, S, D, T, Z ...), None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
-_FRAME = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
-
-
-def innermost_frame(dump: str, thread: int | None) -> tuple[str, int, str] | None:
-    """(file, line, function) of the innermost frame of `thread` (the rank's main thread) in a faulthandler dump;
-    the last dump in `dump` counts."""
-    found, current = None, None
-    for line in dump.splitlines():
-        header = _THREAD.match(line)
-        if header:
-            current = int(header.group(1), 16)
-            first = True
-            continue
-        frame = _FRAME.match(line)
-        if frame and current is not None and first and (thread is None or current == thread):
-            found = (frame["file"], int(frame["line"]), frame["func"])
-            first = False
-        elif frame:
-            first = False
-    return found
-
-
-def where(state: str | None, frame: tuple[str, int, str] | None, dumps: bool) -> tuple[str, bool | None]:
-    """(what the rank was doing, whether it waited in a collective: None when unknown)."""
-    if state in (None, "Z"):  # a peer's failure ended it meanwhile (its collective broke): it tells nothing
-        return GONE, None
-    if state in STATES:
-        return STATES[state], False
-    if frame is None:
-        return ("no stack dump came" if dumps else "no stack dump (the script does not use trainkit's heartbeat)"), None
-    file, line, func = frame
-    short = file.split("site-packages/")[-1]
-    if COLLECTIVE_PATH in file:
-        return f"waiting in a collective ({short}:{line} in {func})", True
-    return f"not in a collective: {short}:{line} in {func}", False
-
-
-def tail(path: str | None, start: int) -> str:
-    if not path:
-        return ""
-    with contextlib.suppress(OSError), open(path, "rb") as handle:
-        handle.seek(start)
-        return handle.read().decode(errors="replace")
-    return ""
-
-
-def log_size(path: str | None) -> int:
-    try:
-        return os.path.getsize(path) if path else 0
-    except OSError:
-        return 0
-
-
-@dataclass
-class Worker:
-    rank: int
-    pid: int
-    log: str | None
-
-
-def _wait_for_dumps(workers: list[Worker], sizes: dict[int, int], wait_s: float) -> None:
-    """Until every asked rank's log has grown and stayed still for a moment (faulthandler writes at once; a stopped
-    rank never writes), at most `wait_s`."""
-    deadline, still_since, last = time.monotonic() + wait_s, None, None
-    while time.monotonic() < deadline:
-        now = [log_size(w.log) for w in workers]
-        grown = all(
-            size > sizes[w.rank] or process_state(w.pid) in ("T", "t", "Z", None)
-            for w, size in zip(workers, now, strict=True)
-        )
-        if grown and now == last:
-            if still_since is not None and time.monotonic() - still_since >= 0.2:
-                return
-            still_since = still_since or time.monotonic()
-        else:
-            still_since = None
-        last = now
-        time.sleep(0.05)
-
-
-def examine(stalled: Stalled, workers: list[Worker], wait_s: float = DUMP_WAIT_S) -> dict:
-    """Ask each rank that can dump for its stacks, then say where each one is: the `stalled` event's fields."""
-    sizes = {w.rank: log_size(w.log) for w in workers}
-    asked = []
-    for worker in workers:
-        beat = stalled.beats.get(worker.rank)
-        if beat is not None and beat.dumps and beat.pid == worker.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, DUMP_SIGNAL)
-                asked.append(worker)
-    if asked:
-        _wait_for_dumps(asked, sizes, wait_s)
-    ranks, not_arrived, waiting = {}, [], []
-    newest = max((b.step for b in stalled.beats.values()), default=0)
-    for worker in workers:
-        beat = stalled.beats.get(worker.rank)
-        dumps = bool(beat and beat.dumps)
-        frame = innermost_frame(tail(worker.log, sizes[worker.rank]), beat.thread if beat else None)
-        doing, in_collective = where(process_state(worker.pid), frame, dumps)
-        step = beat.step if beat else None
-        behind = step is not None and step < newest
-        ranks[str(worker.rank)] = {"step": step, "phase": beat.phase if beat else None, "doing": doing}
-        if in_collective is False or behind or (beat is None and doing != GONE):
-            not_arrived.append(worker.rank)
-        elif in_collective:
-            waiting.append(worker.rank)
-    return {
-        "step": min((b.step for b in stalled.beats.values()), default=None),
-        "rank": stalled.rank,
-        "seconds": round(stalled.seconds, 1),
-        "allowance_s": round(stalled.allowance, 1),
-        "allowance": stalled.why,
-        "ranks": ranks,
-        "not_arrived": sorted(not_arrived),
-        "in_collective": sorted(waiting),
-    }
-
-
-def cause(report: dict) -> str:
-    """The stall in one line, for the console and `invoke status`."""
-    text = (
-        f"stalled: rank {report['rank']} finished no step for {report['seconds']:.0f} s after step {report['step']} "
-        f"(allowed {report['allowance_s']:.0f} s: {report['allowance']})"
-    )
-    missing = report["not_arrived"]
-    if missing:
-        described = "; ".join(f"rank {r} {report['ranks'][str(r)]['doing']}" for r in missing)
-        text += f"; did not arrive: {described}"
-    elif report["in_collective"]:
-        text += "; every rank here waits in a collective: the one that did not arrive is on another node"
-    return text + "; every rank's stacks are in its log"
-
-
-def stall_elsewhere(run_dir: Path, failure: dict, wait_s: float = PEER_WAIT_S) -> dict | None:
-    """The stall another node's watchdog pinned on one of its ranks, when this node's `failure` (its cause record)
-    followed from it: its ranks waited in a collective for that rank (its own watchdog then says the rank is on
-    another node, and waits up to `wait_s` for that node's finding), or their collective broke when that node ended
-    its ranks. That stall is the job's cause, as a record naming the node that saw it; None when this node's own
-    rank hung, or no other node found a hung rank (the run folder is not shared: SageMaker's hosts)."""
-    if failure.get("permanent"):
-        return None
-    here, when = failure.get("node_name"), float(failure.get("time", 0))
-    deadline = time.monotonic() + (wait_s if failure.get("stalled") else 0.0)
-    while True:
-        found = [e for e in read_events(Path(run_dir)) if e.get("event") == "stalled" and e.get("not_arrived")]
-        found = sorted((e for e in found if abs(e["time"] - when) <= SAME_STALL_S), key=lambda e: e["time"])
-        # The first finding is the hung rank's node's: a later one may name ranks that were failing after its kill.
-        if found and found[0].get("node") == here:
-            return None
-        if found:
-            event = found[0]
-            return {
-                "source": "agent",
-                "rank": event["rank"],
-                "node_name": event["node"],
-                "time": event["time"],
-                "cause": cause(event),
-                "stalled": True,
-                "permanent": False,
-            }
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.2)

@@ -77,6 +77,11 @@ output "fsx_storage_capacity_gib" {
   value       = var.fsx_storage_capacity_gib
 }
 
+output "fsx_throughput_per_tib" {
+  description = "FSx for Lustre throughput per TiB, MB/s (the stall watchdog allows a checkpoint its bytes at this times the capacity)."
+  value       = var.fsx_throughput_per_tib
+}
+
 output "data_reader" {
   description = "The data-preparation job's namespace, service account and readable buckets (invoke data.imagenet --target eks)."
   value       = { for key in ["namespace", "service_account", "buckets"] : key => module.eks.data_reader[key] }

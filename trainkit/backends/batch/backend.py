@@ -24,6 +24,7 @@ from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
+from trainkit.run.storage import fsx_mb_s
 
 
 def resolve(job: Job) -> Machine:
@@ -152,6 +153,11 @@ class BatchBackend(AwsBackend):
 
     def check(self, job: Job) -> None:
         check(job)
+
+    def storage_mb_s(self, job: Job) -> float | None:
+        """The run folder is on the infra stack's FSx file system: its throughput per TiB x its size."""
+        infra = outputs.load_outputs()
+        return fsx_mb_s(infra.fsx_capacity_gib, infra.fsx_throughput_per_tib)
 
     def path_for(self, job: Job, path: str, flag: str) -> str:
         mount = self.stack().fsx_mount_path

@@ -31,6 +31,7 @@ from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
+from trainkit.run.storage import fsx_mb_s
 from trainkit.run.torchrun import GROUP_RANK, rank_prefix, rendezvous_id
 
 
@@ -354,6 +355,11 @@ class EksBackend(Backend):
 
     def check(self, job: Job) -> None:
         rules.check(job)
+
+    def storage_mb_s(self, job: Job) -> float | None:
+        """The run folder is on the infra stack's FSx file system: its throughput per TiB x its size."""
+        infra = outputs.load_outputs()
+        return fsx_mb_s(infra.fsx_capacity_gib, infra.fsx_throughput_per_tib)
 
     def path_for(self, job: Job, path: str, flag: str) -> str:
         return rules.fsx_relative(path, flag)

@@ -43,6 +43,7 @@ from trainkit.backends.local.task import run_task
 from trainkit.errors import JobFailed
 from trainkit.job.build import Machine, local_machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
+from trainkit.run.storage import measure_write_mb_s, needs_measuring
 from trainkit.run.torchrun import PreparedRun, rendezvous_id, torchrun_command
 from trainkit.services import LocalEtcd, LocalPrometheus
 
@@ -332,6 +333,10 @@ class LocalBackend(Backend):
         if elastic.rdzv == "etcd" and not elastic.rdzv_endpoint:
             elastic.rdzv_endpoint = LocalEtcd().endpoint()  # the one `make up` started, if it runs
         return here
+
+    def storage_mb_s(self, job: Job) -> float | None:
+        """Measured on the run folder's disk, where a checkpoint is large enough for a slow disk to matter."""
+        return round(measure_write_mb_s(job.run_dir), 1) if needs_measuring(job) else None
 
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         if dry_run:

@@ -24,6 +24,7 @@ from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
+from trainkit.run.storage import GP3_BASELINE_MB_S
 from trainkit.run.torchrun import rank_prefix
 
 
@@ -124,6 +125,11 @@ class SageMakerBackend(AwsBackend):
 
     def check(self, job: Job) -> None:
         check(job)
+
+    def storage_mb_s(self, job: Job) -> float | None:
+        """The hosts write checkpoints to their local volume (SageMaker uploads them to S3 from there): assumed an EBS
+        gp3 volume at its baseline, the slow end of what it may be."""
+        return round(GP3_BASELINE_MB_S, 1)
 
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the request
