@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from urllib.parse import urlparse
 
 import kubernetes_validate
@@ -87,9 +88,12 @@ class GuardCluster(FakeCluster):
     """The test API server plus what only the guard asks of it, as the v1.33 API server does it:
     - PUT of a ConfigMap (update): the object is validated as on create; a ConfigMap may be updated without a
       resourceVersion (pkg/registry/core/configmap/strategy.go AllowUnconditionalUpdate); a missing one is 404;
-    - POST of a core/v1 Event: validated (the v1.33 schema, strictly) and kept; a name taken is 409."""
+    - POST of a core/v1 Event: validated (the v1.33 schema, strictly) and kept; a name taken is 409;
+    - pods no process runs (`add_pod`): another team's GPU pods, or pods the scheduler could not place, served
+      with the others by the pod lists."""
 
     events: list = field(default_factory=list)
+    bare_pods: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()
@@ -138,19 +142,88 @@ class GuardCluster(FakeCluster):
             self.events.append(body)
         return 201, body
 
-    def add_job(self, name: str, conditions: list[dict]) -> None:
-        """A trainkit PyTorchJob as the operator leaves it (no pods: the guard reads only the job)."""
-        self.jobs[("trainkit-jobs", name)] = {
+    def served_pods(self) -> list[dict]:
+        return [*super().served_pods(), *self.bare_pods]
+
+    def add_job(self, name: str, conditions: list[dict], namespace: str = "trainkit-jobs", replicas: int = 1) -> None:
+        """A trainkit PyTorchJob of `replicas` p5.48xlarge workers as the operator leaves it; no pods (add_pod
+        adds them, labelled as the operator labels a job's pods)."""
+        self.jobs[(namespace, name)] = {
             "apiVersion": "kubeflow.org/v1",
             "kind": "PyTorchJob",
             "metadata": {
                 "name": name,
-                "namespace": "trainkit-jobs",
+                "namespace": namespace,
                 "labels": {"app.kubernetes.io/managed-by": "trainkit"},
             },
-            "spec": {},
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Worker": {"replicas": replicas, "restartPolicy": "ExitCode", "template": gpu_pod_spec(8)}
+                }
+            },
             "status": {"conditions": conditions},
         }
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        gpus: int = 1,
+        job: str | None = None,
+        unschedulable_at: float | None = None,
+    ) -> dict:
+        """A pod that requests `gpus` nvidia.com/gpu (as a limit, as NVIDIA's examples give it), of PyTorchJob `job`
+        if named; bound to the first node and Running, or, with `unschedulable_at` (epoch seconds), Pending with
+        the condition kube-scheduler sets when no node fits (pkg/scheduler/schedule_one.go handleSchedulingFailure:
+        PodScheduled False, reason Unschedulable, its message)."""
+        template = gpu_pod_spec(gpus, limits_only=True)
+        labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker"} if job else {}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "uid": f"uid-{name}"},
+            "spec": template["spec"],
+            "status": {"phase": "Pending" if unschedulable_at else "Running"},
+        }
+        if unschedulable_at is None:
+            pod["spec"]["nodeName"] = NODE
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]
+        else:
+            message = (
+                f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} Insufficient nvidia.com/gpu. "
+                f"preemption: 0/{len(self.nodes)} nodes are available: {len(self.nodes)} No preemption victims "
+                "found for incoming pod."
+            )
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": datetime.fromtimestamp(unschedulable_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                }
+            ]
+        pod["metadata"]["creationTimestamp"] = now()
+        kubernetes_validate.validate(pod, kubernetes_version(), strict=True)
+        with self.lock:
+            self.bare_pods.append(pod)
+        return pod
+
+
+def gpu_pod_spec(gpus: int, limits_only: bool = False) -> dict:
+    """A pod template for the GPU nodes: trainkit's node selector and toleration, one container asking for `gpus`
+    GPUs (requests and limits as trainkit renders them, or the limit alone)."""
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if not limits_only:
+        resources["requests"] = {"nvidia.com/gpu": str(gpus)}
+    return {
+        "spec": {
+            "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge", "trainkit/pool": "gpu"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.example.com/gpu:1", "resources": resources}],
+        }
+    }
 
 
 def checked_eks(moto) -> tuple[object, list]:
@@ -168,8 +241,8 @@ def checked_eks(moto) -> tuple[object, list]:
     return eks, calls
 
 
-def gpu_nodegroup(eks, name: str, desired: int = 2, minimum: int = 0) -> None:
-    """A cluster `trainkit` (once) and a node group like terraform/modules/gpu-nodegroup's."""
+def gpu_nodegroup(eks, name: str, desired: int = 2, minimum: int = 0, maximum: int = 2) -> None:
+    """A cluster `trainkit` (once) and a node group of p5.48xlarge like terraform/modules/gpu-nodegroup's."""
     if "trainkit" not in eks.list_clusters()["clusters"]:
         eks.create_cluster(
             name="trainkit",
@@ -179,7 +252,7 @@ def gpu_nodegroup(eks, name: str, desired: int = 2, minimum: int = 0) -> None:
     eks.create_nodegroup(
         clusterName="trainkit",
         nodegroupName=name,
-        scalingConfig={"minSize": minimum, "maxSize": 2, "desiredSize": desired},
+        scalingConfig={"minSize": minimum, "maxSize": maximum, "desiredSize": desired},
         subnets=["subnet-0f9e8d7c6b5a40312"],
         nodeRole="arn:aws:iam::123456789012:role/node",
         instanceTypes=["p5.48xlarge"],

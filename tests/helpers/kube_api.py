@@ -52,6 +52,9 @@ elasticPolicy, restartPolicy ExitCode, OnFailure or Never, cleanPodPolicy Runnin
   Restarting replace each other; Succeeded/Failed set Running's status to False; after Failed nothing
   changes.
 
+Pods and PyTorchJobs are also listed across namespaces (GET /api/v1/pods, /apis/kubeflow.org/v1/pytorchjobs); a
+pod bound to a node has the condition PodScheduled True, as the API server's binding sets it.
+
 ConfigMaps (a user script's code): created as the API server validates them (the v1.33 schema, strictly, and data
 plus binaryData at most 1 MiB); a pod that mounts one that does not exist yet stays Pending until it does, then
 sees its items as files; deleting a PyTorchJob deletes the ConfigMaps it owns (the garbage collector).
@@ -93,6 +96,7 @@ from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
 from trainkit.backends.eks.render import CODE_MOUNT
 
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
+ALL_JOBS, ALL_PODS = "/apis/kubeflow.org/v1/pytorchjobs", "/api/v1/pods"  # the lists across namespaces
 BATCH_JOBS = re.compile(r"^/apis/batch/v1/namespaces/([^/]+)/jobs(?:/([^/]+))?$")
 BACKOFF_BASE_S, BACKOFF_CAP_S = 10.0, 360.0
 TERMINATION_MESSAGE_BYTES, FALLBACK_LINES, FALLBACK_BYTES = 4096, 80, 2048
@@ -157,6 +161,7 @@ class Pod:
     termination_log: Path | None = None
     started_at: str = ""
     terminated: dict | None = None  # this container run's end: exitCode, reason, message, startedAt, finishedAt
+    created_at: str = field(default_factory=now)
     last_terminated: dict | None = None  # the run before an in-place restart
 
     @property
@@ -222,6 +227,11 @@ class Pod:
         if self.last_terminated:
             status["lastState"] = {"terminated": self.last_terminated}
         body["status"] = {"phase": self.phase, "containerStatuses": [status]}
+        # Bound to a node at creation, as if the scheduler had found one: the API server's binding
+        # (pkg/registry/core/pod/storage/storage.go, BindingREST) sets PodScheduled True as it sets nodeName.
+        if body["spec"].get("nodeName"):
+            scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": self.created_at}
+            body["status"]["conditions"] = [scheduled]
         return body
 
 
@@ -682,6 +692,21 @@ class FakeCluster:
                     del self.configmaps[key]
         return 200, status_body(200, "Deleted", name) | {"status": "Success"}
 
+    def served_pods(self) -> list[dict]:
+        """Every pod as the API serves it."""
+        return [pod.to_api() for pod in self.pods.values()]
+
+    def pod_list(self, namespace: str | None, selector: str | None) -> dict:
+        """GET of pods in a namespace, or in all of them (namespace None)."""
+        with self.lock:
+            items = [
+                pod
+                for pod in self.served_pods()
+                if namespace in (None, pod["metadata"]["namespace"])
+                and matches(pod["metadata"].get("labels") or {}, selector)
+            ]
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
     # ------------------------------------------------------------ test controls
 
     def pod(self, name: str, namespace: str = "trainkit-jobs") -> Pod:
@@ -754,6 +779,18 @@ def _handler(cluster: FakeCluster):
                 )
             if m := JOBS.match(path):
                 return self._jobs(method, m[1], m[2], query)
+            if path == ALL_JOBS and method == "GET":
+                with cluster.lock:
+                    items = [
+                        j
+                        for j in cluster.jobs.values()
+                        if matches(j["metadata"].get("labels", {}), query.get("labelSelector"))
+                    ]
+                return self._send(
+                    200, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "items": items, "metadata": {}}
+                )
+            if path == ALL_PODS and method == "GET":
+                return self._send(200, cluster.pod_list(None, query.get("labelSelector")))
             if (m := ACCOUNTS.match(path)) and method == "GET":
                 if (m[1], m[2]) not in cluster.service_accounts:
                     return self._send(404, status_body(404, "NotFound", f'serviceaccounts "{m[2]}" not found'))
@@ -815,13 +852,7 @@ def _handler(cluster: FakeCluster):
 
         def _pods(self, method, namespace, name, log, query):
             if method == "GET" and name is None:
-                with cluster.lock:
-                    items = [
-                        p.to_api()
-                        for (ns, _), p in cluster.pods.items()
-                        if ns == namespace and matches(p.manifest["metadata"]["labels"], query.get("labelSelector"))
-                    ]
-                return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+                return self._send(200, cluster.pod_list(namespace, query.get("labelSelector")))
             pod = cluster.pods.get((namespace, name))
             if pod is None:
                 return self._send(404, status_body(404, "NotFound", f'pods "{name}" not found'))

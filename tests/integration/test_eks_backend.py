@@ -69,12 +69,17 @@ def test_operator_missing(fake):
 
 
 def test_not_enough_gpu_nodes(fake):
-    with pytest.raises(
-        SpecError,
-        match=r"needs 3 p5.48xlarge node\(s\) with 8 GPUs and 32 EFA devices allocatable each "
-        r"and the cluster has 2: raise gpu_desired_nodes .* or ask for fewer with --nodes 2",
-    ):
+    """Without the idle guard the launcher scales nothing; Terraform sets the node group's desired size only when it
+    creates it, so the advice is to scale the group, not to change gpu_desired_nodes."""
+    with pytest.raises(SpecError) as refused:
         check(nodes="3", global_batch_size="48", micro_batch_size="1")
+    assert str(refused.value) == (
+        "the job needs 3 p5.48xlarge node(s) with 8 GPUs and 32 EFA devices allocatable each and the cluster has 2: "
+        "ask for fewer with --nodes 2, or scale the GPU node group up (Terraform sets its desired size only when it "
+        "creates it): `aws eks update-nodegroup-config --cluster-name <cluster_name> --nodegroup-name gpu "
+        "--scaling-config desiredSize=3` (cluster_name as `make up` printed it), at most gpu_max_nodes "
+        "(terraform/stacks/infra/terraform.tfvars)"
+    )
     assert (
         "the job starts at 2 and grows" in check(nodes="1:3", global_batch_size="48", micro_batch_size="1")[0]
     )  # elastic: the minimum is enough
@@ -82,6 +87,13 @@ def test_not_enough_gpu_nodes(fake):
 
 def test_nodes_of_another_type_do_not_count(fake):
     with pytest.raises(SpecError, match=r"needs 1 p4d.24xlarge node\(s\) .* the cluster has 0"):
+        check(instance_type="p4d.24xlarge")
+    outputs.save_outputs({"gpu_instance_type": "p5.48xlarge", "region": "us-east-1"})  # what `make up` made
+    with pytest.raises(
+        SpecError,
+        match=r"^the job asks for p4d.24xlarge nodes and the GPU node group has p5.48xlarge: leave --instance-type "
+        r'out, or set gpu_instance_type = "p4d.24xlarge" in terraform/stacks/infra/terraform.tfvars and run `make up',
+    ):
         check(instance_type="p4d.24xlarge")
 
 

@@ -4,7 +4,10 @@ dcgm-exporter stand-in, moto's EKS and the Kubernetes test API server (tests/hel
 One Prometheus records a short history once, in phases: GPUs idle, one GPU busy (held by a job's pod, so its
 series carries the pod labels), idle again, then no series at all (the exporter gone). Each test then runs the
 guard with a fake clock set to the end of the phase it needs, with the real query over a 2 s window at 0.5 s steps
-(the query and the decision are the production ones; only the window is short).
+(the query and the decision are the production ones; only the window is short). What counts as activity is put
+in the API server as the guard finds it in a cluster: PyTorchJobs, and pods (of a job, of another namespace, or
+left unschedulable by the scheduler). The launcher's side too: a submit with the guard on checks, then wakes the
+node group (trainkit/backends/eks/nodegroup.py), then creates the job.
 """
 
 from __future__ import annotations
@@ -19,18 +22,23 @@ import pytest
 
 from tests.helpers.aws import ThreadedMoto
 from tests.helpers.containers import free_port
+from tests.helpers.eks import IMAGE
 from tests.helpers.idle_guard import DcgmStandIn, GuardCluster, checked_eks, gpu_nodegroup
 from tests.helpers.paths import REPO
-from trainkit.backends.eks import cluster, idle_guard
+from trainkit.backends import job_from_flags as build_spec
+from trainkit.backends.eks import backend, cluster, idle_guard, idle_inputs, nodegroup
 from trainkit.backends.eks.kube import Kube
+from trainkit.errors import SpecError
+from trainkit.infra import outputs
 from trainkit.services.prometheus import GPU_JOB, PrometheusServer, write_targets
+from trainkit.workloads.recipe import recipe
 
 WINDOW_S, STEP_S = 2.0, 0.5
 PHASE_S = WINDOW_S + STEP_S + 0.4  # the first step looks one step back from the window's start
 
 
 def _has_samples(prometheus: PrometheusServer, count: int) -> bool:
-    query = urllib.parse.urlencode({"query": f"count({idle_guard.UTIL_METRIC})"})
+    query = urllib.parse.urlencode({"query": f"count({idle_inputs.UTIL_METRIC})"})
     with urllib.request.urlopen(f"http://{prometheus.endpoint}/api/v1/query?{query}", timeout=5) as response:
         body = response.read().decode()
     return f'"{count}"' in body
@@ -85,12 +93,16 @@ def api(tmp_path, monkeypatch):
         yield fake
 
 
+def group_name(request, suffix: str = "") -> str:
+    return request.node.name.replace("_", "-")[:56] + suffix
+
+
 def guard(history, moto, api, request, at: str, offset: float = 0.0, group_min: int = 0, suffix: str = ""):
     """Run the guard once at the end of phase `at` (+ offset); returns its decision, the node group after it, the
     EKS calls it made and the status it recorded."""
     ends, prometheus = history
     eks, calls = checked_eks(moto)
-    name = request.node.name.replace("_", "-")[:56] + suffix
+    name = group_name(request, suffix)
     gpu_nodegroup(eks, name, desired=2, minimum=group_min)
     calls.clear()
     settings = idle_guard.GuardSettings("trainkit", name, WINDOW_S, STEP_S, prometheus)
@@ -116,7 +128,7 @@ def test_scales_to_zero_after_the_idle_window(history, moto, api, request):
 def test_keeps_the_nodes_while_a_job_runs(history, moto, api, request):
     api.add_job("llama-run", [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}])
     decision, group, writes, status, _ = guard(history, moto, api, request, "idle")
-    assert not decision.scale_down and decision.reason == "job llama-run has not ended"
+    assert not decision.scale_down and decision.reason == "PyTorchJob trainkit-jobs/llama-run has not ended"
     assert group["desiredSize"] == 2 and writes == [] and not api.events
     assert status["decision"] == "keep" and status["reason"] == decision.reason
 
@@ -161,7 +173,7 @@ def test_fewer_gpus_reporting_than_the_nodes_have_counts_as_activity(history, mo
 
 
 def _rfc3339(epoch: float) -> str:
-    return idle_guard.timestamp(epoch)
+    return idle_inputs.timestamp(epoch)
 
 
 def _infra(nodegroup: str):
@@ -171,21 +183,149 @@ def _infra(nodegroup: str):
     return InfraOutputs("p5.48xlarge", None, "us-east-1", recorded=True, idle_guard=guard)
 
 
-def test_a_submit_scales_a_group_at_zero_back_up_and_leaves_one_with_nodes(moto, request):
+def test_a_submit_scales_a_group_with_fewer_nodes_up_to_the_jobs_need(moto, request):
+    """After a 1-node job woke one node, a 3-node job gets three (the group's maxSize is 4); one that fits what the
+    group asks for already changes nothing."""
+    eks, calls = checked_eks(moto)
+    name = request.node.name.replace("_", "-")[:56]
+    gpu_nodegroup(eks, name, desired=1, maximum=4)
+    calls.clear()
+    plan = nodegroup.plan_wake(_infra(name), "p5.48xlarge", 3, 3, eks)
+    assert [op for op, _ in calls] == ["DescribeNodegroup"]  # planning changes nothing
+    assert nodegroup.wake(plan) == (
+        f"asked node group {name} for 3 node(s) (it had 1); the job stays Pending until they join (10 to 15 minutes)"
+    )
+    assert _scaling(eks, name) == {"minSize": 0, "maxSize": 4, "desiredSize": 3}
+    calls.clear()
+    assert nodegroup.wake(nodegroup.plan_wake(_infra(name), "p5.48xlarge", 1, 2, eks)) is None
+    assert [op for op, _ in calls] == ["DescribeNodegroup"]
+
+
+def _scaling(eks, nodegroup: str) -> dict:
+    return eks.describe_nodegroup(clusterName="trainkit", nodegroupName=nodegroup)["nodegroup"]["scalingConfig"]
+
+
+@pytest.fixture
+def guarded(moto, api, tmp_path, monkeypatch, request):
+    """The launcher's side with the guard on: infra outputs that name a node group at zero (maxSize 2) in moto's
+    EKS; yields (EKS client, its calls, node group name)."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    name = request.node.name.replace("_", "-").replace("[", "-").replace("]", "")[:56]
+    outputs.save_outputs(
+        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "idle_guard": _infra(name).idle_guard}
+    )
+    eks, calls = checked_eks(moto)
+    gpu_nodegroup(eks, name, desired=0)
+    calls.clear()
+    yield eks, calls, name
+
+
+def _spec(**flags):
+    return build_spec({"target": "eks", "model": "llama2-7b", "image": IMAGE, **flags})
+
+
+def test_a_job_wider_than_the_groups_max_is_refused_and_wakes_nothing(guarded, api):
+    eks, calls, name = guarded
+    spec = _spec(nodes="4", global_batch_size="64", micro_batch_size="1")
+    with pytest.raises(SpecError, match=r"grows to at most 2 \(its maxSize\): ask for fewer with --nodes 2, or raise "):
+        backend.submit(spec, recipe(spec), eks=eks)
+    assert [op for op, _ in calls] == ["DescribeNodegroup"] and _scaling(eks, name)["desiredSize"] == 0
+    assert not api.jobs
+
+
+@pytest.mark.parametrize("refusal", ["claim-pending", "already-running"])
+def test_a_preflight_refusal_wakes_nothing(guarded, api, refusal):
+    eks, calls, name = guarded
+    spec = _spec()
+    if refusal == "claim-pending":
+        api.claim_phase, error = "Pending", r"FSx volume claim trainkit-jobs/fsx-shared is Pending, not Bound"
+    else:
+        api.add_job(spec.run.run_id.lower(), [{"type": "Created", "status": "True"}])
+        error = rf"run {spec.run.run_id} already has a job on the cluster"
+    with pytest.raises(SpecError, match=error):
+        backend.submit(spec, recipe(spec), eks=eks)
+    assert [op for op, _ in calls] == ["DescribeNodegroup"] and _scaling(eks, name)["desiredSize"] == 0
+
+
+def test_a_submit_wakes_the_group_after_its_checks_and_before_the_job(guarded, api, capsys):
+    eks, calls, name = guarded
+    spec = _spec(nodes="2")
+    submitted = backend.submit(spec, recipe(spec), eks=eks)
+    assert submitted.startswith("submitted trainkit-jobs/")
+    assert [op for op, _ in calls] == ["DescribeNodegroup", "UpdateNodegroupConfig"]
+    assert _scaling(eks, name)["desiredSize"] == 2 and len(api.jobs) == 1
+    assert f"note: asked node group {name} for 2 node(s) (it had 0)" in capsys.readouterr().out
+
+
+def test_a_job_created_while_the_group_is_at_zero_gets_its_nodes(history, moto, api, request):
+    """A job the launcher did not wake for (created just after the guard's re-list, or a dry run's manifest applied
+    with kubectl) waits at zero: the guard's next run scales the group up to what it needs."""
     eks, calls = checked_eks(moto)
     name = request.node.name.replace("_", "-")[:56]
     gpu_nodegroup(eks, name, desired=0)
-    calls.clear()
-    note = idle_guard.wake(_infra(name), nodes=4, eks=eks)  # more than maxSize 2: asks for 2
-    assert "asked for 2 node(s) again" in note
-    assert eks.describe_nodegroup(clusterName="trainkit", nodegroupName=name)["nodegroup"]["scalingConfig"] == {
-        "minSize": 0,
-        "maxSize": 2,
-        "desiredSize": 2,
-    }
-    calls.clear()
-    assert idle_guard.wake(_infra(name), nodes=1, eks=eks) is None
-    assert [op for op, _ in calls] == ["DescribeNodegroup"]
+    api.add_job("after-relist", [{"type": "Created", "status": "True"}], replicas=2)
+    settings = idle_guard.GuardSettings("trainkit", name, WINDOW_S, STEP_S, history[1])
+    decision = idle_guard.run_once(settings, Kube.connect(), eks, clock=lambda: history[0]["idle"])
+    assert decision.desired == 2
+    assert decision.reason == (
+        f"PyTorchJob trainkit-jobs/after-relist has not ended and needs 2 node(s): scaling {name} from 0 nodes to 2"
+    )
+    assert _scaling(eks, name) == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
+    status = api.configmaps[(cluster.PLATFORM_NAMESPACE, cluster.IDLE_GUARD)]["data"]
+    assert status["decision"] == "scaled-up" and status["desired_size"] == "2"
+    (event,) = api.events
+    assert event["reason"] == "ScaledUp" and event["message"] == decision.reason
+
+
+def test_a_gpu_pod_in_another_namespace_keeps_the_nodes(history, moto, api, request):
+    api.add_pod("research", "notebook-0", gpus=1)
+    decision, group, writes, status, _ = guard(history, moto, api, request, "idle")
+    assert decision.desired is None and decision.reason == "pod research/notebook-0 has not ended"
+    assert group["desiredSize"] == 2 and writes == [] and status["decision"] == "keep"
+
+
+def test_a_job_unschedulable_longer_than_the_window_no_longer_keeps_the_nodes(history, moto, api, request):
+    """A job that asks for what the group cannot give (here: more GPUs than a node has) waits unschedulable; once
+    that has lasted longer than the window it no longer counts, an Event says so once, and idle GPUs go to zero."""
+    now = history[0]["idle"]
+    api.add_job("too-wide", [{"type": "Created", "status": "True"}])
+    api.add_pod("trainkit-jobs", "too-wide-worker-0", gpus=16, job="too-wide", unschedulable_at=now - WINDOW_S - 1)
+    decision, group, writes, status, _ = guard(history, moto, api, request, "idle")
+    assert decision.scale_down and group["desiredSize"] == 0 and writes == ["UpdateNodegroupConfig"]
+    assert decision.reason.endswith(
+        "; PyTorchJob trainkit-jobs/too-wide not counted: unschedulable for 0.1 min, longer than the 0.0 min window"
+    )
+    assert status["unschedulable"] == "PyTorchJob trainkit-jobs/too-wide"
+    scaled, noted = api.events
+    assert scaled["reason"] == "ScaledToZero" and noted["type"] == "Warning"
+    assert noted["reason"] == "UnschedulableNotCounted" and noted["message"].startswith(
+        "PyTorchJob trainkit-jobs/too-wide has been unschedulable for 0.1 min, longer than the 0.0333333 min window: "
+        "it no longer keeps node group"
+    )
+    eks, _ = checked_eks(moto)
+    settings = idle_guard.GuardSettings("trainkit", group_name(request), WINDOW_S, STEP_S, history[1])
+    again = idle_guard.run_once(settings, Kube.connect(), eks, clock=lambda: now + 1)
+    assert again.desired is None and len(api.events) == 2  # at zero; the Event is not repeated
+
+
+def test_status_says_how_long_utilisation_data_has_been_missing(history, moto, api, request):
+    now = history[0]["missing"]
+    since = idle_inputs.timestamp(now - 4200)
+    earlier = {"decision": "keep", "missing_data_since": since}  # what the guard recorded 70 min ago and since
+    metadata = {"name": cluster.IDLE_GUARD, "namespace": cluster.PLATFORM_NAMESPACE}
+    api.create_configmap(
+        cluster.PLATFORM_NAMESPACE, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": earlier}
+    )
+    decision, _, writes, status, _ = guard(history, moto, api, request, "missing")
+    assert decision.missing_data and writes == [] and status["missing_data_since"] == since
+    assert idle_guard.describe(Kube.connect(), _infra("gpu"))[2] == (
+        f"idle guard: no utilisation data for 1 h 10 min while 1 GPU node(s) are up (since {since}): the guard keeps "
+        "them until DCGM_FI_DEV_GPU_UTIL reports again; check the GPU nodes' dcgm-exporter pods and Prometheus's "
+        "dcgm target"
+    )
+    api.add_job("running", [{"type": "Running", "status": "True"}])  # kept for another reason: no longer missing
+    decision, _, _, status, _ = guard(history, moto, api, request, "missing", suffix="-2")
+    assert not decision.missing_data and "missing_data_since" not in status
 
 
 def test_status_shows_the_guards_last_action_and_the_cost_per_hour(history, moto, api, request):
@@ -196,10 +336,7 @@ def test_status_shows_the_guards_last_action_and_the_cost_per_hour(history, moto
         "GPU nodes up: 1 x p5.48xlarge, about $98.32/h (on-demand us-east-1, 2023-07-27 list prices (pre June-2025 "
         "reduction))"
     )
-    assert (
-        lines[1].startswith("idle guard: on (30 min window); last check ")
-        and "scaled-down, no trainkit job" in lines[1]
-    )
+    assert lines[1].startswith("idle guard: on (30 min window); last check ") and "scaled-down, no job for" in lines[1]
     assert "scaled to zero at 20" in lines[1]
 
 
@@ -230,7 +367,7 @@ def test_main_prints_one_line_for_keep_and_for_scale_down(history, moto, api, re
     api.add_job("llama-run", [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}])
     at_idle_end = lambda: history[0]["idle"]  # noqa: E731
     assert idle_guard.main(guard_args(history, name), clock=at_idle_end) == 0
-    assert capsys.readouterr() == ("idle guard: keep: job llama-run has not ended\n", "")
+    assert capsys.readouterr() == ("idle guard: keep: PyTorchJob trainkit-jobs/llama-run has not ended\n", "")
 
     api.jobs.clear()
     assert idle_guard.main(guard_args(history, name), clock=at_idle_end) == 0

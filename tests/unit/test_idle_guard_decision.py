@@ -1,5 +1,6 @@
-"""The idle guard's decision (trainkit/backends/eks/idle_decision.py), pure: what keeps the GPU nodes and
-what lets them go; and the one line a failed run prints. The guard against a real Prometheus and moto's EKS:
+"""The idle guard's decisions (trainkit/backends/eks/idle_decision.py), pure: what keeps the GPU nodes, what lets
+them go, what brings them back and what a submit may ask of the group; how the guard reads pods and PyTorchJobs;
+and the one line a failed run prints. The guard against a real Prometheus and moto's EKS:
 tests/integration/test_idle_guard.py."""
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ import json
 
 import pytest
 
-from trainkit.backends.eks.idle_decision import GpuSeries, JobSeen, NodeGroup, Utilisation, decide
-from trainkit.backends.eks.idle_guard import GuardSettings, failure, job_seen
+from trainkit.backends.eks.idle_decision import GpuSeries, JobSeen, NodeGroup, Utilisation, decide, wake_size
+from trainkit.backends.eks.idle_guard import GuardSettings, failure
+from trainkit.backends.eks.idle_inputs import activity, ended_at, requests_gpus, timestamp
 from trainkit.errors import SpecError
 
 NOW, WINDOW, STEP = 10_000.0, 1800.0, 60.0
-GROUP = NodeGroup("gpu", "ACTIVE", 0, 2, 2)
+WHOLE = (NOW - WINDOW, NOW, STEP)
+GROUP = NodeGroup("gpu", "ACTIVE", 0, 2, 2, ("p5.48xlarge",))
 
 
 def utilisation(values=(0.0,), gpus: int = 2, points: int | None = None) -> Utilisation:
@@ -38,8 +41,8 @@ def test_idle_nodes_without_jobs_go_to_zero():
 @pytest.mark.parametrize(
     ("jobs", "use", "group", "reason"),
     [
-        ([JobSeen("run-a", None)], utilisation(), GROUP, "job run-a has not ended"),
-        ([JobSeen("run-b", NOW - 60)], utilisation(), GROUP, "job run-b ended 1.0 min ago, within the 30.0 min window"),
+        ([JobSeen("job run-a", None)], utilisation(), GROUP, "job run-a has not ended"),
+        ([JobSeen("job run-b", NOW - 60)], utilisation(), GROUP, "run-b ended 1.0 min ago, within the 30.0 min window"),
         ([], utilisation(values=(0.0, 4.0, 37.0)), GROUP, "GPU 0 on node-a reached 37% utilisation"),
         ([], utilisation(gpus=0), GROUP, "no DCGM_FI_DEV_GPU_UTIL series in the window"),
         ([], utilisation(points=10), GROUP, "reported for 10 of 31 steps"),
@@ -65,11 +68,179 @@ def test_a_job_ends_only_with_succeeded_or_failed():
     def job(*conditions):
         return {"metadata": {"name": "j"}, "status": {"conditions": list(conditions)}}
 
-    assert job_seen(job({"type": "Running", "status": "True"})).ended_at is None
-    assert job_seen({"metadata": {"name": "j"}}).ended_at is None
+    assert ended_at(job({"type": "Running", "status": "True"})) is None
+    assert ended_at({"metadata": {"name": "j"}}) is None
     done = {"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-01-01T00:00:10Z"}
-    assert job_seen(job({"type": "Running", "status": "False"}, done)).ended_at == 1767225610.0
-    assert job_seen(job({"type": "Failed", "status": "False"})).ended_at is None
+    assert ended_at(job({"type": "Running", "status": "False"}, done)) == 1767225610.0
+    assert ended_at(job({"type": "Failed", "status": "False"})) is None
+
+
+# ---------------------------------------------------------------- scaling up, and what no longer counts
+
+
+@pytest.mark.parametrize(
+    ("desired", "nodes", "scaled_to", "said"),
+    [
+        (0, 1, 1, "needs 1 node(s): scaling gpu from 0 nodes to 1"),
+        (1, 2, 2, "needs 2 node(s): scaling gpu from 1 nodes to 2"),
+        (0, 4, 2, "scaling gpu from 0 nodes to 2 (its maxSize; PyTorchJob a/wide asks for 4)"),
+    ],
+    ids=["at-zero", "fewer-than-needed", "capped-at-max"],
+)
+def test_a_waiting_job_scales_the_group_up_to_what_it_needs(desired, nodes, scaled_to, said):
+    group = NodeGroup("gpu", "ACTIVE", 0, 2, desired)
+    name = "PyTorchJob a/wide" if nodes > 2 else "PyTorchJob a/run"
+    decision = decide(NOW, WINDOW, [JobSeen(name, None, nodes)], utilisation(), group)
+    assert decision.desired == scaled_to and decision.scale_up and not decision.scale_down
+    assert said in decision.reason
+
+
+def test_a_job_with_enough_nodes_keeps_them_and_a_changing_group_is_left_alone():
+    running = [JobSeen("PyTorchJob a/run", None, 2)]
+    assert decide(NOW, WINDOW, running, utilisation(), GROUP).desired is None
+    updating = NodeGroup("gpu", "UPDATING", 0, 2, 0)
+    assert decide(NOW, WINDOW, running, utilisation(), updating).desired is None
+
+
+def test_a_job_unschedulable_longer_than_the_window_neither_keeps_nor_wakes_the_nodes():
+    stuck = JobSeen("PyTorchJob a/wrong-type", None, 2, unschedulable_since=NOW - WINDOW - 60)
+    decision = decide(NOW, WINDOW, [stuck], utilisation(), GROUP)
+    assert decision.scale_down
+    assert decision.reason.endswith(
+        "; PyTorchJob a/wrong-type not counted: unschedulable for 31.0 min, longer than the 30.0 min window"
+    )
+    at_zero = NodeGroup("gpu", "ACTIVE", 0, 2, 0)
+    assert decide(NOW, WINDOW, [stuck], utilisation(), at_zero).desired is None
+    recently = JobSeen("PyTorchJob a/waiting", None, 2, unschedulable_since=NOW - 60)  # nodes on their way
+    assert decide(NOW, WINDOW, [recently], utilisation(), at_zero).desired == 2
+
+
+def test_only_missing_data_marks_a_keep_as_missing_data():
+    missing = [utilisation(gpus=0), utilisation(points=10), Utilisation(utilisation().series, *WHOLE, 16)]
+    assert all(decide(NOW, WINDOW, [], use, GROUP).missing_data for use in missing)
+    assert not decide(NOW, WINDOW, [], utilisation(values=(50.0,)), GROUP).missing_data
+    assert not decide(NOW, WINDOW, [JobSeen("job a", None)], utilisation(gpus=0), GROUP).missing_data
+
+
+# ---------------------------------------------------------------- what a submit asks of the group
+
+
+def test_a_submit_asks_for_what_the_group_lacks_and_never_more_than_it_has():
+    assert wake_size(NodeGroup("gpu", "ACTIVE", 0, 2, 0), "p5.48xlarge", 1, 1) == 1
+    assert wake_size(NodeGroup("gpu", "ACTIVE", 0, 4, 1), "p5.48xlarge", 3, 3) == 3
+    assert wake_size(NodeGroup("gpu", "ACTIVE", 0, 4, 2), "p5.48xlarge", 1, 1) == 2
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "nodes", "error"),
+    [
+        (
+            "p4d.24xlarge",
+            (1, 1),
+            "the job asks for p4d.24xlarge nodes and GPU node group gpu has p5.48xlarge: leave --instance-type out "
+            '(or give p5.48xlarge), or set gpu_instance_type = "p4d.24xlarge" in terraform/stacks/infra/'
+            "terraform.tfvars and run `make up PROFILE=aws`; nothing was scaled",
+        ),
+        (
+            "p5.48xlarge",
+            (4, 4),
+            "the job asks for 4 nodes and GPU node group gpu grows to at most 2 (its maxSize): ask for fewer with "
+            "--nodes 2, or raise gpu_max_nodes in terraform/stacks/infra/terraform.tfvars and run `make up "
+            "PROFILE=aws`; nothing was scaled",
+        ),
+        ("p5.48xlarge", (1, 4), "ask for fewer with --nodes 1:2, or raise gpu_max_nodes"),
+    ],
+    ids=["other-type", "wider-than-max", "elastic-wider-than-max"],
+)
+def test_a_job_the_group_can_never_run_is_refused_before_anything_scales(instance_type, nodes, error):
+    with pytest.raises(SpecError) as refused:
+        wake_size(NodeGroup("gpu", "ACTIVE", 0, 2, 0, ("p5.48xlarge",)), instance_type, *nodes)
+    assert error in str(refused.value) and "\n" not in str(refused.value)
+
+
+# ---------------------------------------------------------------- what the guard reads as activity
+
+
+def pod(name, namespace="team-a", phase="Running", gpus="1", job=None, unschedulable_at=None, **spec):
+    container = {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    conditions = []
+    if unschedulable_at is not None:
+        conditions = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": timestamp(unschedulable_at),
+            }
+        ]
+    labels = {"training.kubeflow.org/job-name": job} if job else {}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "creationTimestamp": timestamp(NOW)},
+        "spec": {"containers": [container], **spec},
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def pytorchjob(name, namespace="trainkit-jobs", replicas=2, ended=None, instance_type="p5.48xlarge"):
+    template = {
+        "spec": {
+            "nodeSelector": {"node.kubernetes.io/instance-type": instance_type},
+            "containers": [{"name": "pytorch", "resources": {"requests": {"nvidia.com/gpu": "8"}}}],
+        }
+    }
+    conditions = [{"type": "Succeeded", "status": "True", "lastTransitionTime": timestamp(ended)}] if ended else []
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": replicas, "template": template}}},
+        "status": {"conditions": conditions},
+    }
+
+
+def test_gpus_are_asked_for_by_any_container_or_init_container_by_request_or_limit():
+    def spec(part, gpus="1", key="containers"):
+        return {key: [{"name": "c", "resources": {part: {"nvidia.com/gpu": gpus}}}]}
+
+    assert requests_gpus(spec("requests")) and requests_gpus(spec("limits"))
+    assert requests_gpus(spec("limits", key="initContainers"))
+    assert not requests_gpus(spec("limits", gpus="0"))
+    assert not requests_gpus({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]})
+    assert not requests_gpus({"containers": [{"name": "c"}]})
+
+
+def test_what_uses_the_gpus_in_any_namespace_and_what_does_not():
+    pods = [
+        pod("notebook-0", namespace="research"),  # another team's GPU pod: activity
+        pod("cpu-only", gpus="0"),
+        pod("finished", phase="Succeeded"),
+        pod("run-worker-0", namespace="trainkit-jobs", job="run"),  # folded into its job
+        pod("run-worker-1", namespace="trainkit-jobs", job="run", phase="Pending", unschedulable_at=NOW - 600),
+        pod("old-worker-0", namespace="trainkit-jobs", job="old"),  # its job ended: stands alone
+        pod("elsewhere", nodeSelector={"node.kubernetes.io/instance-type": "g5.xlarge"}),  # never on this group
+    ]
+    jobs = [
+        pytorchjob("run"),
+        pytorchjob("old", ended=NOW - 7200),
+        pytorchjob("queued", namespace="team-b", replicas=4),  # no pods yet: still activity
+        pytorchjob("p4d", instance_type="p4d.24xlarge"),
+    ]
+    seen = {job.name: job for job in activity(jobs, pods, GROUP)}
+    assert sorted(seen) == [
+        "PyTorchJob team-b/queued",
+        "PyTorchJob trainkit-jobs/old",
+        "PyTorchJob trainkit-jobs/run",
+        "pod research/notebook-0",
+        "pod trainkit-jobs/old-worker-0",
+    ]
+    assert seen["PyTorchJob trainkit-jobs/run"] == JobSeen("PyTorchJob trainkit-jobs/run", None, 2, NOW - 600)
+    assert seen["PyTorchJob team-b/queued"].nodes == 4 and seen["PyTorchJob trainkit-jobs/old"].ended_at == NOW - 7200
+    assert seen["pod research/notebook-0"] == JobSeen("pod research/notebook-0", None, 1, None)
+
+
+def test_a_pod_held_by_scheduling_gates_is_not_unschedulable():
+    gated = pod("gated", phase="Pending")
+    gated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+    (seen,) = activity([], [gated], GROUP)
+    assert seen.unschedulable_since is None
 
 
 @pytest.mark.parametrize(("window", "step"), [(0, 60), (30 * 60, -1), (60, 120)])

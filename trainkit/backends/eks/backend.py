@@ -16,7 +16,7 @@ import yaml
 
 from training.common.job import Job
 from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine, deadline_cause_line
-from trainkit.backends.eks import cluster, idle_guard, preflight, render, rules, task
+from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, task
 from trainkit.backends.eks.kube import (
     GROUP,
     PLURAL,
@@ -101,16 +101,20 @@ def create_code(kube: Kube, job: Job, code: dict[str, bytes], owner: dict) -> No
         kube.core.create_namespaced_config_map(namespace, body, _request_timeout=TIMEOUT_S)
 
 
-def submit(job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdzv_id: str | None = None) -> str:
-    """Preflight, then create the job that runs the workload on every worker pod."""
+def submit(
+    job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdzv_id: str | None = None, eks=None
+) -> str:
+    """Check, then wake, then create: the idle guard's node group is asked for the job's nodes only once nothing
+    refuses the job (a refused job left no node up), and the preflight counts the nodes it will have."""
     check_workload(workload)
     code = code_of(job, workload)
     kube = kube or Kube.connect()
-    woken = idle_guard.wake(outputs.load_outputs(), job.parallelism.nodes)  # the guard's zero undone
-    if woken:
-        print(f"note: {woken}", flush=True)
-    for note in preflight.preflight(kube, job, ecr, training=job.run.workload == "recipe", waking=bool(woken)):
-        print(f"note: {note}", flush=True)
+    p = job.parallelism  # with the idle guard off there is no plan and nothing is scaled
+    plan = nodegroup.plan_wake(outputs.load_outputs(), job.placement.instance_type, p.min_nodes, p.nodes, eks)
+    notes = preflight.preflight(kube, job, ecr, job.run.workload == "recipe", plan.desired if plan else None)
+    for note in [nodegroup.wake(plan) if plan else None, *notes]:
+        if note:
+            print(f"note: {note}", flush=True)
     manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
     namespace = job.placement.namespace
     created = kube.custom.create_namespaced_custom_object(

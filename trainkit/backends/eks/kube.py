@@ -2,7 +2,8 @@
 
 Only these calls are made (tests/helpers/kube_api.py serves exactly these paths): version; the
 kubeflow.org/v1 resource list; create/get/list/delete PyTorchJob; list nodes; get a PVC; list pods
-and read their logs; create/read/replace a Secret; create/get/list a batch/v1 Job (data preparation).
+and read their logs; create/read/replace a Secret; create/get/list a batch/v1 Job (data preparation); and for
+the idle guard, PyTorchJobs and pods listed across all namespaces, its status ConfigMap and Events.
 """
 
 from __future__ import annotations

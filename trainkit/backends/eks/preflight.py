@@ -39,9 +39,14 @@ def check_operator(kube: Kube) -> None:
         )
 
 
-def check_capacity(kube: Kube, job: Job, waking: bool = False) -> str | None:
-    """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for. `waking`: the node
-    group was just asked for its nodes back (idle_guard.wake), so too few now is no error: the job waits."""
+GPU_NODEGROUP = "gpu"
+"""The GPU node group's name: its key in the infra stack's node_groups (terraform/stacks/infra/main.tf)."""
+
+
+def check_capacity(kube: Kube, job: Job, planned: int | None = None) -> str | None:
+    """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for. `planned`: the idle guard
+    is on and the launcher asks the node group for this many nodes of the job's type before it creates the job
+    (nodegroup.plan_wake checked the type and maxSize), so too few now is no error: the job waits for them."""
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     nodes = kube.core.list_node(
         label_selector=f"node.kubernetes.io/instance-type={job.placement.instance_type}", _request_timeout=TIMEOUT_S
@@ -56,19 +61,40 @@ def check_capacity(kube: Kube, job: Job, waking: bool = False) -> str | None:
         )
 
     usable = sum(1 for node in nodes if fits(node) and not node.spec.unschedulable)
-    need = f"{job.parallelism.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
-    if usable < job.parallelism.min_nodes and not waking:
-        raise SpecError(
-            f"the job needs {job.parallelism.min_nodes} {job.placement.instance_type} node(s) with {need} allocatable "
-            "each and the "
-            f"cluster has {usable}: raise gpu_desired_nodes in terraform/stacks/infra/terraform.tfvars and run "
-            f"`make up PROFILE=aws`, or ask for fewer with --nodes {max(usable, 1)}"
-        )
-    if usable < job.parallelism.nodes:
+    p = job.parallelism
+    if usable < p.min_nodes and planned is not None:
         return (
-            f"{usable} of {job.parallelism.nodes} nodes are ready; the job starts at {usable} and grows when more join"
+            f"{usable} of the {p.min_nodes} {job.placement.instance_type} node(s) the job needs are ready now; it "
+            f"stays Pending until the node group's nodes (it asks for {planned}) join or free up"
         )
+    if usable < p.min_nodes:
+        raise SpecError(capacity_refusal(job, usable, efa))
+    if usable < p.nodes:
+        return f"{usable} of {p.nodes} nodes are ready; the job starts at {usable} and grows when more join"
     return None
+
+
+def capacity_refusal(job: Job, usable: int, efa: int) -> str:
+    """What to change when the cluster has too few nodes for the job and the idle guard is off. Terraform sets the
+    node group's desired size only when it creates the group (lifecycle ignore_changes in terraform/modules/
+    gpu-nodegroup), so gpu_desired_nodes and `make up` cannot add nodes to a running cluster: the group is scaled
+    directly, within its maxSize (gpu_max_nodes)."""
+    infra = outputs.load_outputs()
+    wanted, p = job.placement.instance_type, job.parallelism
+    if infra.recorded and wanted != infra.instance_type:
+        return (
+            f"the job asks for {wanted} nodes and the GPU node group has {infra.instance_type}: leave --instance-type "
+            f'out, or set gpu_instance_type = "{wanted}" in terraform/stacks/infra/terraform.tfvars and run '
+            "`make up PROFILE=aws`"
+        )
+    need = f"{p.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
+    return (
+        f"the job needs {p.min_nodes} {wanted} node(s) with {need} allocatable each and the cluster has {usable}: ask "
+        f"for fewer with --nodes {max(usable, 1)}, or scale the GPU node group up (Terraform sets its desired size "
+        f"only when it creates it): `aws eks update-nodegroup-config --cluster-name <cluster_name> "
+        f"--nodegroup-name {GPU_NODEGROUP} --scaling-config desiredSize={p.min_nodes}` (cluster_name as `make up` "
+        "printed it), at most gpu_max_nodes (terraform/stacks/infra/terraform.tfvars)"
+    )
 
 
 def check_volume(kube: Kube, namespace: str) -> None:
@@ -113,13 +139,14 @@ def check_not_running(kube: Kube, job: Job) -> None:
     )
 
 
-def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, waking: bool = False) -> list[str]:
+def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, planned: int | None = None) -> list[str]:
     """Every check, in order; returns notes (things that are fine but worth saying). `training` False (another
-    workload on the job's placement, e.g. the NCCL test): the model's storage and token are not its concern."""
+    workload on the job's placement, e.g. the NCCL test): the model's storage and token are not its concern.
+    `planned`: the GPU nodes the launcher asks the idle guard's node group for once these checks pass."""
     check_cluster(kube)
     check_operator(kube)
     check_not_running(kube, job)
-    notes = [check_capacity(kube, job, waking)]
+    notes = [check_capacity(kube, job, planned)]
     check_volume(kube, job.placement.namespace)
     if training:
         check_storage(job)
