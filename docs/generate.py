@@ -103,11 +103,14 @@ def metrics() -> str:
         "",
         "## Kubernetes objects (kube-state-metrics, EKS)",
         "",
-        f"The series the rules read, labels {', '.join(f'`{label}`' for label in contract.CRONJOB_LABELS)}.",
+        "The series the rules read.",
         "",
-        "| metric | meaning |",
-        "|---|---|",
-        *(f"| `{name}` | {_cell(text)} |" for name, text in contract.KUBE_STATE_METRICS.items()),
+        "| metric | labels | meaning |",
+        "|---|---|---|",
+        *(
+            f"| `{name}` | {', '.join(f'`{label}`' for label in labels)} | {_cell(text)} |"
+            for name, (text, labels) in contract.KUBE_STATE_METRICS.items()
+        ),
         "",
         "## Alerts",
         "",

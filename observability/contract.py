@@ -63,17 +63,37 @@ EFA_LABELS = ("device", "port", NODE_LABEL)  # our exporter; the node label name
 
 # Kubernetes objects, from kube-state-metrics. kube-prometheus-stack 88.5.3 (pinned in
 # terraform/stacks/platform/main.tf) deploys it as its subchart kube-state-metrics 8.4.0 (the chart's Chart.yaml
-# dependencies; app v2.20.0), on by default (values.yaml kubeStateMetrics.enabled), with the cronjobs collector in
-# the subchart's default `collectors`, and scrapes it through a ServiceMonitor with honorLabels, so a series keeps
-# its own `namespace`. Names and labels as v2.20.0 writes them
-# (github.com/kubernetes/kube-state-metrics/blob/v2.20.0/docs/metrics/workload/cronjob-metrics.md and
-# internal/store/cronjob.go there: labels namespace and cronjob; a family is absent while its field is unset).
+# dependencies; app v2.20.0), on by default (values.yaml kubeStateMetrics.enabled), with the cronjobs, nodes and pods
+# collectors in the subchart's default `collectors`, and scrapes it through a ServiceMonitor with honorLabels, so a
+# series keeps its own `namespace`. Names and labels as v2.20.0 writes them
+# (github.com/kubernetes/kube-state-metrics/blob/v2.20.0/docs/metrics/workload/cronjob-metrics.md,
+# .../cluster/node-metrics.md, .../workload/pod-metrics.md, and internal/store/{cronjob,node,pod}.go there; a family
+# is absent while its field is unset). A resource name is sanitised into a label value (SanitizeLabelName in
+# internal/store/utils.go): nvidia.com/gpu becomes GPU_RESOURCE, an extended resource with unit "integer".
 CRONJOB_LABELS = ("namespace", "cronjob")
+POD_OBJECT_LABELS = ("namespace", "pod", "uid")
+GPU_RESOURCE = "nvidia_com_gpu"
+# name -> (meaning, labels)
 KUBE_STATE_METRICS = {
-    "kube_cronjob_created": "Unix time the CronJob was created.",
+    "kube_cronjob_created": ("Unix time the CronJob was created.", CRONJOB_LABELS),
     "kube_cronjob_status_last_successful_time": (
         "Unix time the CronJob's last successful Job completed (status.lastSuccessfulTime, which the CronJob "
-        "controller sets from the Job's completionTime); absent until one has."
+        "controller sets from the Job's completionTime); absent until one has.",
+        CRONJOB_LABELS,
+    ),
+    "kube_node_status_capacity": (
+        f'A node\'s capacity of each resource (status.capacity); resource="{GPU_RESOURCE}" is the GPUs the NVIDIA '
+        "device plugin advertises.",
+        ("node", "resource", "unit"),
+    ),
+    "kube_pod_container_resource_requests": (
+        f'What a container requests of each resource; resource="{GPU_RESOURCE}" is its GPUs. `node` is empty until '
+        "the pod is scheduled.",
+        (*POD_OBJECT_LABELS, "container", "node", "resource", "unit"),
+    ),
+    "kube_pod_status_unschedulable": (
+        "1 while the pod's PodScheduled condition is False (the scheduler found no node for it); absent otherwise.",
+        POD_OBJECT_LABELS,
     ),
 }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .contract import CRONJOB_LABELS
+from .contract import CRONJOB_LABELS, GPU_RESOURCE, MONITORING_NAMESPACE
 from .contract import NODE_LABEL as NODE
 
 GPU_UTIL_LOW_PERCENT = 50
@@ -26,6 +26,12 @@ RESTART_WINDOW = "15m"
 IDLE_GUARD_CRONJOB = "trainkit-idle-guard"
 IDLE_GUARD_EVERY_MINUTES = 5
 IDLE_GUARD_SILENT_SECONDS = 4 * IDLE_GUARD_EVERY_MINUTES * 60
+# The guard keeps GPU nodes whose utilisation it cannot see (missing data is never idleness), so an exporter that is
+# down keeps them up for good. An hour leaves a node that just joined time to start dcgm-exporter and be scraped.
+GPU_METRICS_MISSING_FOR = "1h"
+# Past the guard's window a GPU pod the scheduler cannot place no longer counts as activity (its suggested window,
+# as GPU_IDLE_FOR).
+GPU_POD_UNSCHEDULABLE_FOR = GPU_IDLE_FOR
 RULE_LABELS = {"app.kubernetes.io/part-of": "trainkit"}
 
 
@@ -137,6 +143,13 @@ TRAINING_ALERTS = [
 _GUARD = f'{{cronjob="{IDLE_GUARD_CRONJOB}"}}'
 _BY_CRONJOB = ", ".join(CRONJOB_LABELS)
 
+# Per node: the GPUs the device plugin advertises, and those with a utilisation series, one per (Hostname, gpu)
+# whatever pod labels it carries; dcgm-exporter's Hostname is the node's name (observability/contract.py).
+_GPU_CAPACITY = f'max by (node) (kube_node_status_capacity{{resource="{GPU_RESOURCE}"}} > 0)'
+_GPUS_REPORTING = (
+    f'count by (node) (label_replace(group by ({NODE}, gpu) (DCGM_FI_DEV_GPU_UTIL), "node", "$1", "{NODE}", "(.+)"))'
+)
+
 PLATFORM_ALERTS = [
     Alert(
         "IdleGuardFailing",
@@ -154,6 +167,35 @@ PLATFORM_ALERTS = [
         "{{ $labels.namespace }} logs job/<name>` prints it (an AWS or Kubernetes refusal names the role or Role to "
         "fix). `invoke status` shows its last successful check.",
         "warning",
+    ),
+    Alert(
+        "GpuUtilisationMissing",
+        # The GPUs missing from the utilisation series; a node with none of them reporting counts them all.
+        f"{_GPU_CAPACITY} - ({_GPUS_REPORTING} or on (node) {_GPU_CAPACITY} * 0) > 0",
+        "GPU node {{ $labels.node }} has {{ $value }} GPU(s) without utilisation data",
+        f"The node has had GPUs for {GPU_METRICS_MISSING_FOR} while Prometheus has no DCGM_FI_DEV_GPU_UTIL for "
+        "{{ $value }} of them. The idle guard never scales down on data it does not have, so it keeps the GPU node "
+        "group up however idle it is (and GpuNodeIdle and the GPU dashboards see nothing). Check the dcgm-exporter "
+        f"DaemonSet's pod on this node (`kubectl -n {MONITORING_NAMESPACE} get pods -o wide -l "
+        "app.kubernetes.io/name=dcgm-exporter`: one Running per GPU node) and that Prometheus scrapes it through "
+        f"its ServiceMonitor (`kubectl -n {MONITORING_NAMESPACE} get servicemonitor dcgm-exporter`, Prometheus's "
+        "Status > Targets).",
+        "warning",
+        GPU_METRICS_MISSING_FOR,
+    ),
+    Alert(
+        "GpuPodUnschedulable",
+        f'sum by (namespace, pod) (kube_pod_container_resource_requests{{resource="{GPU_RESOURCE}"}}) > 0'
+        " and on (namespace, pod) (kube_pod_status_unschedulable == 1)",
+        "pod {{ $labels.namespace }}/{{ $labels.pod }} asks for {{ $value }} GPUs and has found no node for "
+        + GPU_POD_UNSCHEDULABLE_FOR,
+        "The scheduler cannot place it: it asks for more than one node has (GPUs, EFA devices, memory), the GPU node "
+        "group is at its maxSize, or no node of the kind it selects has come up. `kubectl -n {{ $labels.namespace }} "
+        "describe pod {{ $labels.pod }}` shows the scheduler's reason under Events. A pod that waits longer than the "
+        "idle guard's window no longer counts as activity, so GPU nodes that came up for it are scaled to zero "
+        "again: change the job's request or the node group (`make up`), then resubmit.",
+        "warning",
+        GPU_POD_UNSCHEDULABLE_FOR,
     ),
 ]
 

@@ -15,7 +15,7 @@ from observability.contract import GPU_METRICS, known_metrics
 from observability.dashboards import DASHBOARDS
 from observability.dashboards.common import GPU_NO_DATA, expand, panel_queries, variable_queries
 from tests.helpers.observability_files import RULES_FILE, UNIT_TESTS
-from tests.helpers.platform_stack import ROOT, base_context, manifests
+from tests.helpers.platform_stack import RESOURCES, ROOT, base_context, manifests, selected, unquote
 from trainkit.backends.eks import cluster
 
 METRIC_NAME = re.compile(r"\b(trainkit_[a-z0-9_]+|DCGM_FI_[A-Z0-9_]+|kube_[a-z0-9_]+)\b")
@@ -73,6 +73,26 @@ def test_the_idle_guard_alert_watches_the_cronjob_the_platform_stack_creates():
     )
     assert guard["spec"]["schedule"] == f"*/{rules.IDLE_GUARD_EVERY_MINUTES} * * * *"
     assert guard["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
+
+
+def test_the_gpu_telemetry_alerts_point_at_what_the_platform_stack_installs():
+    """GpuUtilisationMissing and GpuPodUnschedulable read kube-state-metrics' nodes and pods collectors (the
+    subchart's default list, not overridden) and dcgm-exporter's series; the first names dcgm-exporter's pods and
+    ServiceMonitor as the release makes them (release named after the chart, no name override, ServiceMonitor on).
+    A GPU pod waits as long as the idle guard's suggested window before it is reported."""
+    values = yaml.safe_load((ROOT / "values" / "kube-prometheus-stack.yaml").read_text())
+    assert "collectors" not in values.get("kube-state-metrics", {})
+    release = RESOURCES[("helm_release", "monitoring")]
+    assert "dcgm-exporter" in selected(release, base_context()) and unquote(release["name"]) == "${each.key}"
+    exporter = yaml.safe_load((ROOT / "values" / "dcgm-exporter.yaml").read_text())
+    assert exporter["serviceMonitor"]["enabled"] is True
+    assert "nameOverride" not in exporter and "fullnameOverride" not in exporter
+    missing = next(a for a in rules.alerts() if a.name == "GpuUtilisationMissing")
+    assert f"kubectl -n {cluster.MONITORING_NAMESPACE} get pods -o wide -l app.kubernetes.io/name=dcgm-exporter" in (
+        missing.description
+    )
+    assert f"kubectl -n {cluster.MONITORING_NAMESPACE} get servicemonitor dcgm-exporter" in missing.description
+    assert rules.GPU_POD_UNSCHEDULABLE_FOR == rules.GPU_IDLE_FOR == "30m"
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))

@@ -219,12 +219,47 @@ resource "aws_eks_addon" "this" {
   depends_on = [aws_eks_node_group.system]
 }
 
+locals {
+  # The service accounts that get a Pod Identity role here; each role may be assumed for its own one only.
+  pod_identities = {
+    fsx_csi     = { create = local.create && var.enable_pod_identity, namespace = "kube-system", service_account = "fsx-csi-controller-sa" }
+    data_reader = { create = local.data_reader, namespace = var.data_reader.namespace, service_account = var.data_reader.service_account }
+  }
+}
+
 data "aws_iam_policy_document" "pod_identity_assume" {
+  for_each = { for name, identity in local.pod_identities : name => identity if identity.create }
+
   statement {
     actions = ["sts:AssumeRole", "sts:TagSession"]
     principals {
       type        = "Service"
       identifiers = ["pods.eks.amazonaws.com"]
+    }
+    # Confused deputy: only EKS acting for this account (IAM User Guide, "The confused deputy problem"; the EKS Best
+    # Practices Guide's Pod Identity trust policy, Security > IAM, checks aws:SourceOrgId, the same check by
+    # organisation, which an account outside AWS Organizations lacks).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+    # And only for this service account of this cluster, from the session tags Pod Identity sends (EKS User Guide,
+    # "Create IAM role with trust policy required by EKS Pod Identity", Setting Conditions).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/eks-cluster-arn"
+      values   = [aws_eks_cluster.this[0].arn]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/kubernetes-namespace"
+      values   = [each.value.namespace]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/kubernetes-service-account"
+      values   = [each.value.service_account]
     }
   }
 }
@@ -258,7 +293,7 @@ resource "aws_iam_role" "fsx_csi" {
   count = local.create && var.enable_pod_identity ? 1 : 0
 
   name_prefix        = "${substr(var.name, 0, 24)}-fsx-csi-"
-  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume.json
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume["fsx_csi"].json
   tags               = var.tags
 }
 
@@ -273,8 +308,8 @@ resource "aws_eks_pod_identity_association" "fsx_csi" {
   count = local.create && var.enable_pod_identity ? 1 : 0
 
   cluster_name    = aws_eks_cluster.this[0].name
-  namespace       = "kube-system"
-  service_account = "fsx-csi-controller-sa"
+  namespace       = local.pod_identities.fsx_csi.namespace
+  service_account = local.pod_identities.fsx_csi.service_account
   role_arn        = aws_iam_role.fsx_csi[0].arn
   tags            = var.tags
 }
@@ -304,7 +339,7 @@ resource "aws_iam_role" "data_reader" {
   count = local.data_reader ? 1 : 0
 
   name_prefix        = "${substr(var.name, 0, 24)}-data-"
-  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume.json
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume["data_reader"].json
   tags               = var.tags
 }
 
@@ -319,8 +354,8 @@ resource "aws_eks_pod_identity_association" "data_reader" {
   count = local.data_reader ? 1 : 0
 
   cluster_name    = aws_eks_cluster.this[0].name
-  namespace       = var.data_reader.namespace
-  service_account = var.data_reader.service_account
+  namespace       = local.pod_identities.data_reader.namespace
+  service_account = local.pod_identities.data_reader.service_account
   role_arn        = aws_iam_role.data_reader[0].arn
   tags            = var.tags
 }

@@ -182,11 +182,19 @@ resource "aws_eks_node_group" "this" {
 # Idle guard identity (EKS Pod Identity)
 #
 # The platform stack's idle-guard CronJob runs as idle_guard.service_account; its role may read and set
-# the scaling config of these node groups and nothing else (tests/unit/test_idle_guard_policy.py).
+# the scaling config of these node groups and nothing else, and only that service account of this cluster may
+# assume it (tests/unit/test_idle_guard_policy.py).
 ################################################################################
+
+data "aws_partition" "current" {}
+data "aws_region" "current" {}
+data "aws_caller_identity" "current" {}
 
 locals {
   idle_guard = var.create && var.idle_guard != null
+  account    = data.aws_caller_identity.current.account_id
+  # The cluster's ARN as Pod Identity's eks-cluster-arn session tag carries it.
+  cluster_arn = "arn:${data.aws_partition.current.partition}:eks:${data.aws_region.current.name}:${local.account}:cluster/${var.cluster_name}"
 }
 
 data "aws_iam_policy_document" "idle_guard_assume" {
@@ -197,6 +205,31 @@ data "aws_iam_policy_document" "idle_guard_assume" {
     principals {
       type        = "Service"
       identifiers = ["pods.eks.amazonaws.com"]
+    }
+    # Confused deputy: only EKS acting for this account (IAM User Guide, "The confused deputy problem"; the EKS Best
+    # Practices Guide's Pod Identity trust policy, Security > IAM, checks aws:SourceOrgId, the same check by
+    # organisation, which an account outside AWS Organizations lacks).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [local.account]
+    }
+    # And only for the guard's service account in this cluster, from the session tags Pod Identity sends (EKS User
+    # Guide, "Create IAM role with trust policy required by EKS Pod Identity", Setting Conditions).
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/eks-cluster-arn"
+      values   = [local.cluster_arn]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/kubernetes-namespace"
+      values   = [var.idle_guard.namespace]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/kubernetes-service-account"
+      values   = [var.idle_guard.service_account]
     }
   }
 }

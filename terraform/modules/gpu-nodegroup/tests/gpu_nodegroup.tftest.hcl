@@ -152,6 +152,15 @@ run "idle_guard_role_may_only_read_and_scale_its_node_group" {
     condition     = aws_eks_pod_identity_association.idle_guard[0].namespace == "trainkit-system" && aws_eks_pod_identity_association.idle_guard[0].service_account == "trainkit-idle-guard"
     error_message = "The role goes to the platform stack's idle-guard service account."
   }
+  assert {
+    condition = jsonencode({ for c in one(data.aws_iam_policy_document.idle_guard_assume[0].statement).condition : c.variable => [c.test, c.values] }) == jsonencode({
+      "aws:SourceAccount"                         = ["StringEquals", ["123456789012"]]
+      "aws:RequestTag/eks-cluster-arn"            = ["StringEquals", ["arn:aws:eks:us-east-1:123456789012:cluster/trainkit"]]
+      "aws:RequestTag/kubernetes-namespace"       = ["StringEquals", ["trainkit-system"]]
+      "aws:RequestTag/kubernetes-service-account" = ["StringEquals", ["trainkit-idle-guard"]]
+    })
+    error_message = "Only EKS acting for this account assumes the role, and only for the guard's service account in this cluster."
+  }
 }
 
 run "no_idle_guard_role_unless_asked" {
