@@ -72,7 +72,7 @@ plan: setup ## Memory / throughput / cost estimate for MODEL; ARGS="--nodes 2" a
 ##@ Infrastructure
 
 .PHONY: up
-up: setup ## Bring up PROFILE (local: etcd for --rdzv etcd, report capacity; aws: Terraform infra). ARGS="--yes --var-file f".
+up: setup ## Bring up PROFILE (local: etcd for --rdzv etcd, report capacity; aws: Terraform infra, idle guard image, platform). ARGS="--yes --var-file f".
 	$(BIN)/invoke infra.up --profile $(PROFILE) $(ARGS)
 
 .PHONY: down

@@ -1,18 +1,64 @@
-"""A stand-in for the `buildah` CLI in the push test, where no registry can be reached: it answers the two
-commands `invoke images.push` runs as buildah 1.28 does (its man pages at v1.28.0:
-https://github.com/containers/buildah/blob/v1.28.0/docs/buildah-login.1.md and .../docs/buildah-push.1.md) and
-records each call (argv and standard input) as a JSON line in $FAKE_BUILDAH_LOG.
+"""A stand-in for the `buildah` CLI in the push tests, where no registry can be reached: it answers the
+commands `invoke images.push` and `make up`'s idle-guard step run as buildah 1.28 does (its man pages at v1.28.0:
+https://github.com/containers/buildah/blob/v1.28.0/docs/buildah-login.1.md, .../docs/buildah-push.1.md and
+.../docs/buildah-bud.1.md) and records each call (argv and standard input) as a JSON line in $FAKE_BUILDAH_LOG.
 
 - `login --username U --password-stdin REGISTRY`: reads the password from stdin (exit 1 when it is empty);
 - `push --digestfile F IMAGE docker://REGISTRY/REPO:TAG`: puts a manifest under REPO:TAG in the AWS emulator
-  (ECR's PutImage, what a registry push amounts to) and writes the digest to F, as buildah does.
+  (ECR's PutImage, what a registry push amounts to) and writes the digest to F, as buildah does;
+- `bud ... --file F --target STAGE ... CONTEXT`: builds nothing, but refuses what buildah 1.28.2 refuses before it
+  builds, with its messages and exit code 125 (seen on this machine's buildah): a missing file or context, a
+  stage not in the file; and a folder the stage bind-mounts from the context that is not there, where a real build
+  fails at that RUN step. `helpers.fake_buildah.on_path` puts it first on a PATH without docker.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+
+
+def on_path(folder: Path) -> str:
+    """PATH with this `buildah` first (in `folder`), and no docker."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "buildah"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE} "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return f"{folder}:/usr/bin:/bin"
+
+
+def bud(argv: list[str]) -> int:
+    dockerfile, context = Path(argv[argv.index("--file") + 1]), Path(argv[-1])
+    target = argv[argv.index("--target") + 1] if "--target" in argv else None
+    if not dockerfile.is_file():
+        print(f"Error: stat {dockerfile}: no such file or directory", file=sys.stderr)
+        return 125
+    if not context.is_dir():
+        print(
+            f"Error: evaluating symlinks in build context path: lstat {context}: no such file or directory",
+            file=sys.stderr,
+        )
+        return 125
+    stages = re.split(r"^FROM ", dockerfile.read_text(), flags=re.MULTILINE)[1:]
+    chosen = (
+        [s for s in stages if re.match(rf"\S+ AS {re.escape(target)}\s", s, flags=re.IGNORECASE)]
+        if target
+        else stages[-1:]
+    )
+    if not chosen:
+        print(f'Error: The target "{target}" was not found in the provided Dockerfile', file=sys.stderr)
+        return 125
+    for source in re.findall(r"--mount=type=bind,source=([^,\s]+)", chosen[0]):
+        if not (context / source).exists():
+            print(f"error building: bind mount source {context / source}: no such file or directory", file=sys.stderr)
+            return 1
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -21,6 +67,8 @@ def main(argv: list[str]) -> int:
         log.write(json.dumps({"argv": argv, "stdin": stdin}) + "\n")
     if argv[0] == "login":
         return 0 if stdin else 1
+    if argv[0] == "bud":
+        return bud(argv)
     if argv[0] == "push":
         import boto3
 

@@ -27,7 +27,8 @@ INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROF
         "service_account": "trainkit-idle-guard",
     },
 }
-TRAINING_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train:v1"  # what trainkit passes
+# what `make up` passes: the guard's image in its own repository
+IDLE_GUARD_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/idle-guard:guard-0123456789ab"
 
 
 def unquote(value):
@@ -96,8 +97,8 @@ def base_context() -> dict:
         "idle_guard_name",
     ):
         context["local"][name] = resolve(LOCALS[name], context)
-    # the guard's one instance, as `local.idle_guard` makes it when the infra stack has one and an image is known
-    context["local"]["idle_guard"] = {"guard": {**INFRA_SAMPLE["idle_guard"], "image": TRAINING_IMAGE}}
+    # the guard's one instance, as `local.idle_guard` makes it when the infra stack has one and its image is pushed
+    context["local"]["idle_guard"] = {"guard": {**INFRA_SAMPLE["idle_guard"], "image": IDLE_GUARD_IMAGE}}
     return context
 
 

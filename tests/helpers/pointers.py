@@ -10,7 +10,7 @@ What counts as a pointer:
 
 A path counts as found where it exists from the repository's root or from the naming file's folder (a README's
 tree of its own folder), or where git ignores it (a file the user or a command makes: terraform.tfvars). Names
-that only look like paths are listed in `NOT_PATHS` (Kubernetes label keys, the ECR repository's name).
+that only look like paths are listed in `NOT_PATHS` (Kubernetes label keys, the ECR repositories' names).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ SKIPPED = (
     "tests/helpers/pointers.py",
     "tests/unit/test_pointers.py",  # its planted mistakes
 )
-# Kubernetes label keys and annotations under the trainkit/ prefix, the ECR repository trainkit/train, and the bench's
-# "trainkit/reference" pairs: names, not files.
-NOT_PATHS = re.compile(r"trainkit/(?:pool|node-group|subnet|run-id|model|rdzv-id|data-dest|train|reference)")
+# Kubernetes label keys and annotations under the trainkit/ prefix, the ECR repositories trainkit/train and
+# trainkit/idle-guard, and the bench's "trainkit/reference" pairs: names, not files.
+NOT_PATHS = re.compile(r"trainkit/(?:pool|node-group|subnet|run-id|model|rdzv-id|data-dest|train|idle-guard|reference)")
 DOMAIN = re.compile(r"\.(?:org|io|com|dev|net|amazonaws)$")
 
 

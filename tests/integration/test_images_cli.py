@@ -5,13 +5,12 @@ next `invoke train --target eks`."""
 from __future__ import annotations
 
 import json
-import stat
-import sys
 
 import boto3
 import pytest
 
 from tests.helpers.aws import FAKE_AWS, moto_server
+from tests.helpers.fake_buildah import on_path
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
 from trainkit.infra import images
@@ -37,12 +36,7 @@ def test_gpu_dry_run_prints_base_pins_tag_and_the_exact_command(tmp_path):
 
 def fake_path(tmp_path) -> str:
     """PATH with a `buildah` (tests/helpers/fake_buildah.py) first, and no docker."""
-    folder = tmp_path / "bin"
-    folder.mkdir(exist_ok=True)
-    script = folder / "buildah"
-    script.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO / "tests" / "helpers" / "fake_buildah.py"} "$@"\n')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return f"{folder}:/usr/bin:/bin"
+    return on_path(tmp_path / "bin")
 
 
 @pytest.fixture

@@ -145,3 +145,39 @@ def test_the_pushed_image_becomes_the_eks_default_only_for_its_own_repository(re
     assert outputs.load_outputs().default_image == f"{ECR}:gpu-abc"
     record.write_text(json.dumps({"image": "999999999999.dkr.ecr.eu-west-1.amazonaws.com/trainkit/train:gpu-abc"}))
     assert outputs.load_outputs().default_image == f"{ECR}:{outputs.NOT_PUSHED_TAG}"  # an earlier stack's record
+
+
+def test_the_guard_plan_builds_its_own_stage_with_pyprojects_pins_and_no_torch(tmp_path):
+    plan = images.plan_build(images.GUARD, tag="guard-t", tool="buildah", context=tmp_path)
+    command = plan.command()
+    assert command[command.index("--target") + 1] == "guard" and plan.build_args == {}  # no FLAVOR, no torch index
+    requirements = images.guard_requirements(plan.root)
+    assert [r.partition("==")[0] for r in requirements] == list(images.GUARD_PACKAGES)
+    text = "\n".join(plan.describe())
+    assert f"base     {images.pins(plan.root / images.DOCKERFILE)['CPU_BASE']}" in text
+    assert ", ".join(requirements) in text and "TORCH" not in text
+    assert images.plan_build(images.GUARD, tag="t", base="localhost/b", tool="buildah").build_args == {
+        "CPU_BASE": "localhost/b"
+    }
+    with pytest.raises(SpecError, match="the guard image has no torch; leave --torch-index out"):
+        images.plan_build(images.GUARD, tag="t", torch_index=images.CPU_TORCH_INDEX, tool="buildah")
+
+
+def test_a_guard_package_pyproject_does_not_pin_exactly_is_refused(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["boto3>=1.40", "kubernetes==36.0.0"]\n')
+    with pytest.raises(SpecError, match=r"pin no exact boto3 \(`boto3==<version>`\).*pin it there"):
+        images.guard_requirements(tmp_path)
+
+
+def test_the_guard_image_record_is_the_guards_only_and_only_for_its_own_repository(recorded_outputs):
+    guard_repository = ECR.replace("/train", "/idle-guard")
+    data = json.loads(outputs.outputs_path().read_text())
+    data["ecr_repository_urls"][outputs.IDLE_GUARD_REPOSITORY] = guard_repository
+    outputs.save_outputs(data)
+    record = outputs.aws_state_dir() / outputs.IDLE_GUARD_IMAGE_FILE
+    record.write_text(json.dumps({"image": f"{guard_repository}:guard-abc", "tag": "guard-abc"}))
+    loaded = outputs.load_outputs()
+    assert loaded.idle_guard_image == f"{guard_repository}:guard-abc"
+    assert loaded.default_image == f"{ECR}:{outputs.NOT_PUSHED_TAG}"  # never the default of a training job
+    record.write_text(json.dumps({"image": f"{ECR}:guard-abc"}))  # not in the guard's repository
+    assert outputs.load_outputs().idle_guard_image is None

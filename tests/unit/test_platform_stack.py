@@ -17,6 +17,7 @@ import yaml
 
 from tests.helpers.platform_stack import (
     DEFAULTS,
+    IDLE_GUARD_IMAGE,
     INFRA_SAMPLE,
     LOCALS,
     MAIN,
@@ -171,7 +172,42 @@ def test_names_match_what_the_eks_backend_uses():
     assert volume["spec"]["csi"]["volumeHandle"] == INFRA_SAMPLE["fsx_file_system_id"]
 
 
+def test_the_idle_guard_reads_cluster_wide_and_writes_only_in_its_own_namespace():
+    """It counts PyTorchJobs and pods requesting GPUs in every namespace (GET /apis/kubeflow.org/v1/pytorchjobs,
+    GET /api/v1/pods) and reads the nodes' GPUs: one read-only ClusterRole. Its writes (the status ConfigMap, an
+    Event) stay in its own namespace; no Role of its own is left in the jobs namespace."""
+    objects = {(o["kind"], o["metadata"]["name"]): o for _, o in manifests()}
+    guard = INFRA_SAMPLE["idle_guard"]
+    rules = objects[("ClusterRole", cluster.IDLE_GUARD)]["rules"]
+    granted = {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {("", "nodes", "list"), ("", "pods", "list"), ("kubeflow.org", "pytorchjobs", "list")}
+    binding = objects[("ClusterRoleBinding", cluster.IDLE_GUARD)]
+    assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) == ("ClusterRole", cluster.IDLE_GUARD)
+    account = {"kind": "ServiceAccount", "name": guard["service_account"], "namespace": guard["namespace"]}
+    assert binding["subjects"] == [account]
+    namespaced = [
+        o for (kind, name), o in objects.items() if kind in ("Role", "RoleBinding") and name == cluster.IDLE_GUARD
+    ]
+    assert {o["metadata"]["namespace"] for o in namespaced} == {guard["namespace"]} == {cluster.PLATFORM_NAMESPACE}
+
+
 def test_providers_take_no_token_into_state():
     text = "\n".join(p.read_text() for p in ROOT.glob("*.tf"))
     assert not re.search(r"data \"aws_eks_cluster_auth\"", text)  # its token would be stored in the state file
     assert text.count('"eks", "get-token"') == 1 and "local.cluster_exec" in text
+
+
+def test_the_idle_guard_runs_its_own_image_and_only_once_make_up_pushed_it():
+    """The CronJob runs var.idle_guard_image (the Dockerfile's stage guard, which `make up` pushes to the guard's
+    repository), not the training image; without it there is no CronJob. It runs as the image's own user."""
+    condition, _, chosen = unquote(LOCALS["idle_guard"]).partition(" ? ")
+    assert "var.idle_guard_image != null" in condition and "{image = var.idle_guard_image}" in chosen
+    assert chosen.endswith(" : {}}") and DEFAULTS["idle_guard_image"] is None
+    assert "training_image" not in DEFAULTS and "training_image" not in (ROOT / "main.tf").read_text()
+    objects = {(o["kind"], o["metadata"]["name"]): o for _, o in manifests()}
+    pod = objects[("CronJob", cluster.IDLE_GUARD)]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == IDLE_GUARD_IMAGE
+    dockerfile = (ROOT.parents[2] / "containers" / "train" / "Dockerfile").read_text()
+    guard_stage = dockerfile[dockerfile.index(" AS guard\n") :]
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", guard_stage, flags=re.MULTILINE)
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (int(user[0]), True)

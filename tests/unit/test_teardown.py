@@ -82,3 +82,19 @@ def test_a_state_that_cannot_be_listed_is_not_called_empty():
         lifecycle.destroy(stack, "infra", None, "f.tfvars")
     assert "the infra stack's state could not be listed" in str(refused.value)
     assert "nothing" not in str(refused.value)
+
+
+def test_make_down_forgets_the_idle_guards_image_with_its_repository(recorded_outputs, monkeypatch):
+    """The guard's repository goes with the infra stack (force_delete): a later stack of the same name must not be
+    handed an image that no longer exists (its CronJob would never pull it)."""
+    from trainkit.infra import aws, outputs
+
+    record = outputs.aws_state_dir() / outputs.IDLE_GUARD_IMAGE_FILE
+    record.write_text('{"image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/idle-guard:guard-abc"}\n')
+    monkeypatch.setattr(aws, "resolve_var_file", lambda var_file: "f.tfvars")
+    monkeypatch.setattr(aws, "check_credentials", dict)
+    monkeypatch.setattr(aws, "stack_identity", lambda path: ("trainkit", "us-east-1", "trainkit"))
+    monkeypatch.setattr(aws, "teardown_order", list)  # both stacks already destroyed
+    monkeypatch.setattr(aws, "audit", lambda stack_id, region, name: [])
+    assert lifecycle.down(yes=True, var_file=None).startswith("stack trainkit destroyed")
+    assert not record.exists() and not outputs.outputs_path().exists()

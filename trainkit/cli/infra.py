@@ -22,10 +22,17 @@ def _aws(profile: str) -> bool:
     return profile == "aws"
 
 
-@task(help={**HELP, "stack": "aws: all (default), infra (cluster, nodes, FSx, ECR) or platform (on the cluster)."})
+@task(
+    help={
+        **HELP,
+        "stack": "aws: all (default), infra (cluster, nodes, FSx, ECR) or platform (the idle guard's image when the "
+        "guard is on, then the platform on the cluster).",
+    }
+)
 @user_errors
 def up(c, profile="local", yes=False, var_file=None, stack="all"):
-    """Bring up a profile. aws: plan, cost per hour, confirm, apply infra, write a kubeconfig, apply the platform."""
+    """Bring up a profile. aws: plan, cost per hour, confirm, apply infra, write a kubeconfig, build and push the idle
+    guard's image (when the guard is on), apply the platform."""
     from trainkit.infra import lifecycle, local
 
     if stack not in STACKS:

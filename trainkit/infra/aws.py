@@ -98,10 +98,10 @@ def stack(name: str = "infra") -> TerraformStack:
         return TerraformStack(stacks_dir() / name, state)
     # Later stacks read the infra stack's outputs from its state file (terraform_remote_state).
     env = {"TF_VAR_infra_state_path": str(state / "terraform.tfstate")}
-    # The idle guard's CronJob runs the training image `invoke images.push` pushed last (none yet: no CronJob).
-    pushed = load_outputs().pushed_image
-    if pushed:
-        env["TF_VAR_training_image"] = pushed
+    # The idle guard's CronJob runs the guard's image `make up` pushed last to its repository (none: no CronJob).
+    guard_image = load_outputs().idle_guard_image
+    if guard_image:
+        env["TF_VAR_idle_guard_image"] = guard_image
     return TerraformStack(stacks_dir() / name, state / name, extra_env=env)
 
 

@@ -1,5 +1,7 @@
 """The training image (containers/train/Dockerfile): build it with docker buildx or buildah, push it to the infra
-stack's ECR repository, and record what was pushed as the EKS backend's default image.
+stack's ECR repository, and record what was pushed as the EKS backend's default image. The same file's stage
+`guard` is the EKS idle guard's small image, which `make up PROFILE=aws` builds and pushes to a repository of its own
+(`publish_idle_guard`) for the platform stack's CronJob.
 
 Tags are content-addressed: `<flavor>-<commit>` for a clean checkout, `<flavor>-<commit>-dirty-<hash>` for one
 with changes (the hash is over the diff and the untracked files, so two different dirty trees never share a tag).
@@ -20,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,14 @@ from pathlib import Path
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 
-FLAVORS = ("gpu", "cpu")
+GUARD = "guard"
+"""The idle guard's image (trainkit/backends/eks/idle_guard.py): the Dockerfile's stage of that name."""
+FLAVORS = ("gpu", "cpu", GUARD)
+GUARD_PACKAGES = ("boto3", "kubernetes", "PyYAML", "prometheus-client", "python-dateutil")
+"""What the guard's image installs beside trainkit's own code (which comes without its dependencies), at
+pyproject.toml's pins: what the guard imports (tests/integration/test_idle_guard_image.py holds that it loads none of
+trainkit's other dependencies, torch included)."""
+GUARD_REQUIREMENTS = "guard-requirements.txt"  # written into the context's dist/ for the guard's build
 LOCAL_NAME = "localhost/trainkit-train"
 DOCKERFILE = Path("containers") / "train" / "Dockerfile"
 SIGNATURE_CHECK = Path("containers") / "train" / "verify-signature.sh"
@@ -105,6 +115,11 @@ class BuildPlan:
     def image(self) -> str:
         return f"{LOCAL_NAME}:{self.tag}"
 
+    @property
+    def stage(self) -> str:
+        """The Dockerfile stage built: `app` for both training flavours (FLAVOR picks its base), else `guard`."""
+        return GUARD if self.flavor == GUARD else "app"
+
     def command(self) -> list[str]:
         # Without the layer cache: docker ignores its build cache; buildah keeps no per-step layers and commits each
         # stage once (buildah-build(1), --layers), which under its vfs driver (a whole copy of the tree per layer)
@@ -113,7 +128,7 @@ class BuildPlan:
             head = ["docker", "buildx", "build", "--load", *([] if self.layer_cache else ["--no-cache"])]
         else:
             head = ["buildah", "bud", *(["--layers"] if self.layer_cache else [])]
-        command = [*head, "--file", str(self.root / DOCKERFILE), "--target", "app", "--tag", self.image]
+        command = [*head, "--file", str(self.root / DOCKERFILE), "--target", self.stage, "--tag", self.image]
         for name, value in sorted(self.build_args.items()):
             command += ["--build-arg", f"{name}={value}"]
         if self.ca_bundle:
@@ -125,9 +140,12 @@ class BuildPlan:
         chosen = {**defaults, **self.build_args}
         base = chosen["CUDA_BASE"] if self.flavor == "gpu" else chosen["CPU_BASE"]
         lines = [f"image {self.image} ({self.flavor}), built with {self.tool}", f"  base     {base}"]
-        versions = ["TORCH_VERSION", "TORCHVISION_VERSION"]
-        versions += ["EFA_INSTALLER_VERSION"] if self.flavor == "gpu" else []
-        lines.append("  pins     " + ", ".join(f"{name}={chosen[name]}" for name in versions))
+        if self.flavor == GUARD:
+            lines.append("  pins     " + ", ".join(guard_requirements(self.root)) + " (pyproject.toml's)")
+        else:
+            versions = ["TORCH_VERSION", "TORCHVISION_VERSION"]
+            versions += ["EFA_INSTALLER_VERSION"] if self.flavor == "gpu" else []
+            lines.append("  pins     " + ", ".join(f"{name}={chosen[name]}" for name in versions))
         if self.flavor == "gpu":
             lines.append(f"  verify   the EFA installer's GPG signature, key {chosen['EFA_KEY_FINGERPRINT']}")
         if chosen.get("TORCH_INDEX"):
@@ -157,8 +175,10 @@ def plan_build(
     bundle = Path(ca_bundle).expanduser().absolute() if ca_bundle else None
     if bundle is not None and not bundle.is_file():
         raise SpecError(f"--ca-bundle {ca_bundle}: no such file")
+    if flavor == GUARD and torch_index:
+        raise SpecError(f"--torch-index {torch_index}: the {GUARD} image has no torch; leave --torch-index out")
     root = checkout()
-    build_args = {"FLAVOR": flavor}
+    build_args = {} if flavor == GUARD else {"FLAVOR": flavor}
     if base:
         build_args["CUDA_BASE" if flavor == "gpu" else "CPU_BASE"] = base
     index = torch_index if torch_index is not None else (CPU_TORCH_INDEX if flavor == "cpu" else "")
@@ -176,9 +196,27 @@ def plan_build(
     )
 
 
+def guard_requirements(root: Path) -> list[str]:
+    """GUARD_PACKAGES as pyproject.toml pins them (`name==version`), so the guard's versions are written once."""
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+
+    def canonical(name: str) -> str:  # PEP 503's normalised project name
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    pins = {canonical(re.match(r"[A-Za-z0-9._-]+", spec)[0]): spec.strip() for spec in declared}
+    found = [pins.get(canonical(name), "") for name in GUARD_PACKAGES]
+    for name, spec in zip(GUARD_PACKAGES, found, strict=True):
+        if not re.fullmatch(r"[A-Za-z0-9._-]+==[A-Za-z0-9.!+]+", spec):
+            raise SpecError(
+                f"pyproject.toml's dependencies pin no exact {name} (`{name}==<version>`), which the idle guard's "
+                f"image installs (GUARD_PACKAGES in trainkit/infra/images.py): pin it there"
+            )
+    return found
+
+
 def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> None:
-    """The build context: dist/ holds the trainkit wheel of the checkout; wheels/ the local wheels asked for;
-    verify-signature.sh the gpu flavour's check of the EFA installer's signature.
+    """The build context: dist/ holds the trainkit wheel of the checkout (and, for the guard, its requirements);
+    wheels/ the local wheels asked for; verify-signature.sh the gpu flavour's check of the EFA installer's signature.
 
     The wheel is built from a copy of the files git sees (tracked, and untracked but not ignored: what the tag
     hashes), so nothing stale in the checkout (build/, an old egg-info) reaches the image."""
@@ -197,6 +235,8 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
         done = run([*command, "--wheel-dir", str(plan.context / "dist"), str(source)], capture_output=True, text=True)
     if done.returncode != 0:
         raise SpecError(f"building the trainkit wheel failed: {done.stderr.strip()[-2000:]}")
+    if plan.flavor == GUARD:
+        (plan.context / "dist" / GUARD_REQUIREMENTS).write_text("\n".join(guard_requirements(plan.root)) + "\n")
     for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else []:
         shutil.copy(wheel, plan.context / "wheels" / wheel.name)
     shutil.copy2(plan.root / SIGNATURE_CHECK, plan.context / SIGNATURE_CHECK.name)
@@ -237,16 +277,22 @@ def registry_password(ecr) -> tuple[str, str]:
     return data["proxyEndpoint"].removeprefix("https://").rstrip("/"), password
 
 
-def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run) -> dict:
-    """Log in to ECR (password on stdin), push `LOCAL_NAME:tag` to the train repository, record it."""
+def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run, flavor: str = "gpu") -> dict:
+    """Log in to ECR (password on stdin), push `LOCAL_NAME:tag` to the train repository (the guard's image: to its
+    own), record it."""
     infra = outputs.load_outputs()
-    if not infra.image_repository:
+    repository = infra.idle_guard_repository if flavor == GUARD else infra.image_repository
+    if not repository and flavor == GUARD:
+        raise SpecError(
+            "no idle-guard ECR repository recorded: set idle_guard_minutes in terraform/stacks/infra/terraform.tfvars "
+            "and run `make up PROFILE=aws` (it makes the repository and pushes the guard's image itself)"
+        )
+    if not repository:
         raise SpecError("no ECR repository recorded: run `make up PROFILE=aws` first (it records the repository)")
     if ecr is None:
         import boto3
 
         ecr = boto3.client("ecr", region_name=infra.region)
-    repository = infra.image_repository
     remote = f"{repository}:{tag}"
     registry, password = registry_password(ecr)
     login = run([tool, "login", "--username", "AWS", "--password-stdin", registry], input=password, text=True)
@@ -258,8 +304,57 @@ def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run) -> dict:
     else:
         digest, note = _push(tool, f"{LOCAL_NAME}:{tag}", remote, run), "pushed"
     entry = {"image": remote, "tag": tag, "digest": digest}
-    _record(outputs.PUSHED_IMAGE_FILE, None, entry)
+    _record(outputs.IDLE_GUARD_IMAGE_FILE if flavor == GUARD else outputs.PUSHED_IMAGE_FILE, None, entry)
     return {**entry, "note": note}
+
+
+def publish_idle_guard(
+    ecr=None, run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which
+) -> str:
+    """`make up PROFILE=aws`'s step between its two stacks when the idle guard is on: this checkout's guard image in
+    the guard's ECR repository, built and pushed only when its content-addressed tag is not there yet, and recorded
+    for the platform stack's CronJob. Says what it did in one line; without an image builder (or a git checkout) the
+    line says what to do and nothing is built: the platform stack keeps the guard image recorded before, if any."""
+    infra = outputs.load_outputs()
+    repository = infra.idle_guard_repository
+    if not repository:
+        why = f"the infra stack has no {outputs.IDLE_GUARD_REPOSITORY} ECR repository yet"
+        return _guard_skipped(infra, why, "`make up PROFILE=aws` (both stacks) makes it and starts the guard")
+    try:
+        tag = content_tag(checkout(), GUARD, run)
+    except SpecError:
+        return _guard_skipped(infra, "this is not a git checkout of trainkit", "run `make up PROFILE=aws` from one")
+    if ecr is None:
+        import boto3
+
+        ecr = boto3.client("ecr", region_name=infra.region)
+    digest = _digest_of(ecr, repository.split("/", 1)[1], tag)
+    if digest:
+        entry = {"image": f"{repository}:{tag}", "tag": tag, "digest": digest}
+        _record(outputs.IDLE_GUARD_IMAGE_FILE, None, entry)
+        return f"idle guard image {entry['image']}: already in ECR, not built again"
+    try:
+        tool = find_builder(run, which)
+    except SpecError:
+        fix = "install Docker with buildx (its daemon running) or buildah, then run "
+        fix += "`invoke infra.up --profile aws --stack platform`"
+        return _guard_skipped(infra, "no image builder here", fix)
+    plan = plan_build(GUARD, tag, tool=tool)
+    print("\n".join(plan.describe()), flush=True)
+    try:
+        build(plan, run=run)
+        pushed = push(tag, tool, ecr, run, flavor=GUARD)
+    except SpecError as error:
+        raise SpecError(
+            f"the idle guard's image: {error}; fix that and run `invoke infra.up --profile aws --stack platform` "
+            "(or set idle_guard_minutes = null in terraform/stacks/infra/terraform.tfvars)"
+        ) from None
+    return f"idle guard image {pushed['image']} ({pushed['digest']}): {pushed['note']}"
+
+
+def _guard_skipped(infra: outputs.InfraOutputs, why: str, fix: str) -> str:
+    kept = f"the guard keeps running {infra.idle_guard_image}" if infra.idle_guard_image else "no idle guard runs"
+    return f"note: the idle guard's image was not built ({why}), so {kept}: {fix}"
 
 
 def _digest_of(ecr, repository: str, tag: str) -> str | None:

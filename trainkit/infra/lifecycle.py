@@ -1,5 +1,6 @@
 """The aws profile's `plan` / `up` / `down` / `outputs` / `audit`: the infra stack (cluster, GPU nodes, FSx,
-ECR), then the platform stack on the cluster; teardown in reverse order, then an audit by tag."""
+ECR), the idle guard's image when the guard is on, then the platform stack on the cluster; teardown in reverse
+order, then an audit by tag."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import re
 import time
 
 from trainkit.errors import SpecError
-from trainkit.infra import aws
-from trainkit.infra.outputs import kubeconfig_path, outputs_path, save_outputs
+from trainkit.infra import aws, images
+from trainkit.infra.outputs import IDLE_GUARD_IMAGE_FILE, aws_state_dir, kubeconfig_path, outputs_path, save_outputs
 from trainkit.infra.terraform import TerraformError, TerraformStack
 
 # A destroy can end on an error a later attempt does not meet: AWS throttling us or a connection dropped past the
@@ -58,19 +59,16 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
     save_outputs(outputs)  # what `invoke train --target eks` defaults from (instance type, ECR image)
     kubeconfig = aws.write_kubeconfig(outputs, kubeconfig_path())
     if which in ("all", "platform"):
-        # Device plugins, training operator, etcd, FSx claim (terraform/stacks/platform); its
+        if outputs.get("idle_guard"):
+            # Its ECR repository exists now, and the platform stack's CronJob needs the image (aws.stack passes it).
+            print(images.publish_idle_guard(), flush=True)
+        # Device plugins, training operator, etcd, FSx claim, idle guard (terraform/stacks/platform); its
         # providers (helm, kubernetes, kustomization) come from the registry.
         platform = aws.stack("platform")
         platform.init()
         plan = platform.plan()
         if plan.has_changes:
             platform.apply(plan)
-        if outputs.get("idle_guard") and "TF_VAR_training_image" not in platform.env:
-            print(
-                "note: the idle guard (idle_guard_minutes) runs in the training image and none is pushed yet: "
-                "`invoke images.push`, then `invoke infra.up --profile aws --stack platform` starts it",
-                flush=True,
-            )
     return f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
 
 
@@ -100,6 +98,7 @@ def down(yes: bool, var_file: str | None) -> str:
     leftovers = aws.audit(stack_id, region, name)
     kubeconfig_path().unlink(missing_ok=True)
     outputs_path().unlink(missing_ok=True)
+    (aws_state_dir() / IDLE_GUARD_IMAGE_FILE).unlink(missing_ok=True)  # its repository went with the infra stack
     if leftovers:
         raise SpecError("teardown left billable resources behind:\n  " + "\n  ".join(leftovers))
     return f"stack {stack_id} destroyed; audit of {region} found nothing tagged {aws.STACK_TAG}={stack_id}"

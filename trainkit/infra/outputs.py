@@ -1,5 +1,5 @@
-"""What `make up PROFILE=aws` leaves for the launcher: the infra stack's outputs, the kubeconfig and the image
-`invoke images.push` pushed last, under the aws profile's state folder.
+"""What `make up PROFILE=aws` leaves for the launcher: the infra stack's outputs, the kubeconfig, the image
+`invoke images.push` pushed last and the idle guard's image, under the aws profile's state folder.
 
 `invoke infra.up --profile aws` records the infra stack's outputs in `.trainkit/aws/outputs.json`; without that
 file (a dry run on a laptop) the infra stack's defaults are assumed and said so.
@@ -28,6 +28,11 @@ UNRECORDED_IMAGE = f"trainkit/{IMAGE_REPOSITORY}:{NOT_PUSHED_TAG}"
 """The image name a spec gets before `make up PROFILE=aws` recorded the ECR repository."""
 PUSHED_IMAGE_FILE = "image.json"
 """Beside outputs.json: the image `invoke images.push` pushed last (image, tag, digest)."""
+IDLE_GUARD_REPOSITORY = "idle-guard"
+"""The idle guard's own ECR repository (a key of ecr_repository_urls; the infra stack makes it with the guard)."""
+IDLE_GUARD_IMAGE_FILE = "idle-guard-image.json"
+"""Beside outputs.json: the idle guard's image `make up PROFILE=aws` pushed last (image, tag, digest), which the
+platform stack's CronJob runs."""
 
 
 def aws_state_dir() -> Path:
@@ -68,6 +73,8 @@ class InfraOutputs:
     batch: dict | None = None  # the infra stack's `batch` output (terraform/modules/batch/README.md)
     stack_id: str | None = None  # the value of STACK_TAG on everything the stack made (the audit's key)
     idle_guard: dict | None = None  # the infra stack's `idle_guard` output (trainkit/backends/eks/idle_guard.py)
+    idle_guard_repository: str | None = None  # its own ECR repository (IDLE_GUARD_REPOSITORY)
+    idle_guard_image: str | None = None  # the guard's image pushed there last (IDLE_GUARD_IMAGE_FILE)
 
     @property
     def default_image(self) -> str:
@@ -82,9 +89,8 @@ def load_outputs() -> InfraOutputs:
     if not path.is_file():
         return InfraOutputs(DEFAULT_INSTANCE_TYPE, None, None, recorded=False)
     data = json.loads(path.read_text())
-    repository = (data.get("ecr_repository_urls") or {}).get(IMAGE_REPOSITORY)
-    pushed_file = aws_state_dir() / PUSHED_IMAGE_FILE
-    pushed = json.loads(pushed_file.read_text())["image"] if pushed_file.is_file() else None
+    repositories = data.get("ecr_repository_urls") or {}
+    repository, guard_repository = repositories.get(IMAGE_REPOSITORY), repositories.get(IDLE_GUARD_REPOSITORY)
     return InfraOutputs(
         instance_type=data.get("gpu_instance_type") or DEFAULT_INSTANCE_TYPE,
         image_repository=repository,
@@ -98,6 +104,15 @@ def load_outputs() -> InfraOutputs:
         batch=data.get("batch"),
         stack_id=data.get("stack_id"),
         idle_guard=data.get("idle_guard"),
-        # a record from an earlier stack's repository is not this stack's image
-        pushed_image=pushed if repository and pushed and pushed.startswith(f"{repository}:") else None,
+        pushed_image=_pushed(PUSHED_IMAGE_FILE, repository),
+        idle_guard_repository=guard_repository,
+        idle_guard_image=_pushed(IDLE_GUARD_IMAGE_FILE, guard_repository),
     )
+
+
+def _pushed(record: str, repository: str | None) -> str | None:
+    """The image a push recorded in `record`, when it is in `repository`: a record from an earlier stack's
+    repository is not this stack's image."""
+    path = aws_state_dir() / record
+    pushed = json.loads(path.read_text())["image"] if path.is_file() else None
+    return pushed if repository and pushed and pushed.startswith(f"{repository}:") else None

@@ -15,7 +15,7 @@ variable "name_prefix" {
 }
 
 variable "repositories" {
-  description = "Repository names under the prefix (the training and data-prep images)."
+  description = "Repository names under the prefix (the training and data-prep images; the infra stack adds idle-guard, the idle guard's image, when the guard is on)."
   type        = list(string)
   default     = ["train", "data-prep"]
 }

@@ -27,6 +27,7 @@ locals {
   partition = data.aws_partition.current.partition
 
   batch_instance_types = coalesce(var.batch_instance_types, [var.gpu_instance_type])
+  idle_guard           = var.idle_guard_minutes != null && var.enable_pod_identity
 }
 
 ################################################################################
@@ -144,7 +145,7 @@ module "gpu_nodegroup" {
   kms_key_arn               = aws_kms_key.this.arn
   enable_placement_group    = var.enable_placement_group
 
-  idle_guard = var.idle_guard_minutes != null && var.enable_pod_identity ? {} : null
+  idle_guard = local.idle_guard ? {} : null
 
   node_groups = {
     gpu = {
@@ -177,7 +178,10 @@ module "ecr" {
   source = "../../modules/ecr"
 
   name_prefix = var.name
-  kms_key_arn = aws_kms_key.this.arn
+  # The idle guard's image gets a repository of its own: the lifecycle policy's "keep the newest N" counts per
+  # repository, so pushes of training images never expire the image the guard's CronJob runs.
+  repositories = concat(["train", "data-prep"], local.idle_guard ? ["idle-guard"] : [])
+  kms_key_arn  = aws_kms_key.this.arn
 }
 
 module "sagemaker" {

@@ -38,7 +38,7 @@ output "fsx_dns_name" {
 }
 
 output "ecr_repository_urls" {
-  description = "ECR repository URLs by image (train, data-prep)."
+  description = "ECR repository URLs by image (train, data-prep; idle-guard when idle_guard_minutes is set)."
   value       = module.ecr.repository_urls
 }
 

@@ -426,16 +426,16 @@ resource "kubernetes_config_map_v1" "grafana_dashboard" {
 ################################################################################
 # Idle guard (opt-in: the infra stack's idle_guard_minutes)
 #
-# A CronJob in the training image (trainkit/backends/eks/idle_guard.py) scales the GPU node group to zero
-# after a window without trainkit jobs and with near-zero DCGM utilisation. Its AWS rights come from the
+# A CronJob in its own small image (trainkit/backends/eks/idle_guard.py) scales the GPU node group to zero
+# after a window without PyTorchJobs or pods that request GPUs and with near-zero DCGM utilisation. Its AWS rights come from the
 # infra stack's Pod Identity association for this service account (UpdateNodegroupConfig on that node group
 # only); here it gets the Kubernetes reads it needs and its own status ConfigMap and Events.
 ################################################################################
 
 locals {
-  # One instance (key "guard") when the infra stack made the guard's role and an image is known.
-  idle_guard = try(local.infra.idle_guard, null) != null && var.training_image != null ? {
-    guard = merge(local.infra.idle_guard, { image = var.training_image })
+  # One instance (key "guard") when the infra stack made the guard's role and `make up` pushed its image.
+  idle_guard = try(local.infra.idle_guard, null) != null && var.idle_guard_image != null ? {
+    guard = merge(local.infra.idle_guard, { image = var.idle_guard_image })
   } : {}
   idle_guard_name = "trainkit-idle-guard"
 }
@@ -496,43 +496,8 @@ resource "kubernetes_manifest" "idle_guard_status_binding" {
   depends_on = [kubernetes_manifest.namespace]
 }
 
-# Read-only: trainkit's PyTorchJobs in the jobs namespace.
-resource "kubernetes_manifest" "idle_guard_jobs_role" {
-  for_each = local.idle_guard
-
-  manifest = {
-    apiVersion = "rbac.authorization.k8s.io/v1"
-    kind       = "Role"
-    metadata = {
-      name      = local.idle_guard_name
-      namespace = var.jobs_namespace
-      labels    = local.labels
-    }
-    rules = [{ apiGroups = ["kubeflow.org"], resources = ["pytorchjobs"], verbs = ["list"] }]
-  }
-
-  depends_on = [kubernetes_manifest.namespace]
-}
-
-resource "kubernetes_manifest" "idle_guard_jobs_binding" {
-  for_each = local.idle_guard
-
-  manifest = {
-    apiVersion = "rbac.authorization.k8s.io/v1"
-    kind       = "RoleBinding"
-    metadata = {
-      name      = local.idle_guard_name
-      namespace = var.jobs_namespace
-      labels    = local.labels
-    }
-    roleRef  = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = local.idle_guard_name }
-    subjects = [{ kind = "ServiceAccount", name = each.value.service_account, namespace = each.value.namespace }]
-  }
-
-  depends_on = [kubernetes_manifest.namespace]
-}
-
-# Read-only: the GPU nodes (how many GPUs should report utilisation).
+# Read-only, cluster-wide: the nodes (how many GPUs should report utilisation), and what counts as activity in
+# any namespace: PyTorchJobs and every non-terminal pod that requests nvidia.com/gpu.
 resource "kubernetes_manifest" "idle_guard_nodes_role" {
   for_each = local.idle_guard
 
@@ -543,7 +508,10 @@ resource "kubernetes_manifest" "idle_guard_nodes_role" {
       name   = local.idle_guard_name
       labels = local.labels
     }
-    rules = [{ apiGroups = [""], resources = ["nodes"], verbs = ["list"] }]
+    rules = [
+      { apiGroups = [""], resources = ["nodes", "pods"], verbs = ["list"] },
+      { apiGroups = ["kubeflow.org"], resources = ["pytorchjobs"], verbs = ["list"] },
+    ]
   }
 }
 
@@ -581,7 +549,10 @@ resource "kubernetes_manifest" "idle_guard" {
       failedJobsHistoryLimit     = 3
       jobTemplate = {
         spec = {
-          backoffLimit            = 0 # the next schedule is the retry
+          backoffLimit = 0 # the next schedule is the retry
+          # Below the 5-minute schedule, so a run that hangs never holds up the next (Forbid). The small image pulls
+          # in seconds, but a slow run that still works (up to 15 s per Kubernetes or Prometheus call, EKS calls
+          # with botocore's retries) keeps the room it had.
           activeDeadlineSeconds   = 240
           ttlSecondsAfterFinished = 3600
           template = {

@@ -49,8 +49,8 @@ variable "monitoring_namespace" {
   default     = "trainkit-monitoring"
 }
 
-variable "training_image" {
-  description = "The training image (ECR URI with its tag) the idle guard's CronJob runs; trainkit sets it to the image `invoke images.push` pushed last. null: no idle guard CronJob yet, even when the infra stack's idle_guard_minutes is set."
+variable "idle_guard_image" {
+  description = "The idle guard's image (ECR URI with its tag, in the infra stack's idle-guard repository) its CronJob runs: containers/train/Dockerfile's stage guard, which `make up PROFILE=aws` builds, pushes and sets here. null: no idle guard CronJob (no image builder at `make up`), even when the infra stack's idle_guard_minutes is set."
   type        = string
   default     = null
 }

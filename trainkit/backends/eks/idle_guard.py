@@ -2,8 +2,9 @@
 
     python -m trainkit.backends.eks.idle_guard --cluster trainkit --nodegroup gpu --region us-east-1
 
-The platform stack runs this as a CronJob (opt-in: the infra stack's idle_guard_minutes) in the training image,
-under a Pod Identity role whose only write is this node group's UpdateNodegroupConfig (terraform/modules/
+The platform stack runs this as a CronJob (opt-in: the infra stack's idle_guard_minutes) in an image of its own
+(the `guard` stage of containers/train/Dockerfile, which `make up` pushes: trainkit/infra/images.py), under a Pod
+Identity role whose only write is this node group's UpdateNodegroupConfig (terraform/modules/
 gpu-nodegroup). Each run gathers three things, then `decide` (pure) says scale down, scale up or keep, and why:
 - what uses or waits for the GPU nodes, in every namespace: PyTorchJobs whose replicas request nvidia.com/gpu
   (with their pods; one whose pods are not created yet counts too) and every other pod, of any kind, that

@@ -64,6 +64,19 @@ run "outputs_the_launcher_needs" {
   }
 }
 
+run "the_idle_guard_image_has_a_repository_of_its_own" {
+  command = plan
+
+  variables {
+    idle_guard_minutes = 30
+  }
+
+  assert {
+    condition     = toset(keys(module.ecr.repository_urls)) == toset(["train", "data-prep", "idle-guard"])
+    error_message = "With the guard on, its image gets its own repository, whose lifecycle rules training pushes do not touch."
+  }
+}
+
 run "p4d_changes_the_efa_count" {
   command = apply
 
