@@ -1,15 +1,21 @@
 """A stand-in for the `buildah` CLI in the push tests, where no registry can be reached: it answers the
 commands `invoke images.push` and `make up`'s idle-guard step run as buildah 1.28 does (its man pages at v1.28.0:
 https://github.com/containers/buildah/blob/v1.28.0/docs/buildah-login.1.md, .../docs/buildah-push.1.md and
-.../docs/buildah-bud.1.md) and records each call (argv and standard input) as a JSON line in $FAKE_BUILDAH_LOG.
+.../docs/buildah-build.1.md, of which `bud` is an alias) and records each call (argv and standard input) as a JSON
+line in $FAKE_BUILDAH_LOG.
 
 - `login --username U --password-stdin REGISTRY`: reads the password from stdin (exit 1 when it is empty);
 - `push --digestfile F IMAGE docker://REGISTRY/REPO:TAG`: puts a manifest under REPO:TAG in the AWS emulator
   (ECR's PutImage, what a registry push amounts to) and writes the digest to F, as buildah does;
-- `bud ... --file F --target STAGE ... CONTEXT`: builds nothing, but refuses what buildah 1.28.2 refuses before it
-  builds, with its messages and exit code 125 (seen on this machine's buildah): a missing file or context, a
-  stage not in the file; and a folder the stage bind-mounts from the context that is not there, where a real build
-  fails at that RUN step. `helpers.fake_buildah.on_path` puts it first on a PATH without docker.
+- `bud ... --file F --target STAGE [--platform OS/ARCH[/VARIANT]] ... CONTEXT`: builds nothing, but refuses what
+  buildah 1.28.2 refuses before it builds, in its order, with its messages and exit code 125 (seen on this machine's
+  buildah): a missing context, a `--platform` value not of the form OS/ARCH[/VARIANT][,...], a missing file, a stage
+  not in the file; and a folder the stage bind-mounts from the context that is not there, where a real build fails at
+  that RUN step.
+
+FAKE_BUILDAH_FAIL=bud makes a build that passes those checks fail as a failed RUN step ends one (exit 1); =push makes
+a push fail as a refused one does (exit 125); either is logged first. `helpers.fake_buildah.on_path` puts it first on
+a PATH without docker.
 """
 
 from __future__ import annotations
@@ -36,14 +42,25 @@ def on_path(folder: Path) -> str:
 def bud(argv: list[str]) -> int:
     dockerfile, context = Path(argv[argv.index("--file") + 1]), Path(argv[-1])
     target = argv[argv.index("--target") + 1] if "--target" in argv else None
-    if not dockerfile.is_file():
-        print(f"Error: stat {dockerfile}: no such file or directory", file=sys.stderr)
-        return 125
+    platforms = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--platform"]
     if not context.is_dir():
         print(
             f"Error: evaluating symlinks in build context path: lstat {context}: no such file or directory",
             file=sys.stderr,
         )
+        return 125
+    for value in platforms:
+        if not value:
+            print("Error: building system context: unable to parse --platform value []", file=sys.stderr)
+            return 125
+        if not all(re.fullmatch(r"[^/,]+/[^/,]+(/[^/,]+)?", one) for one in value.split(",")):
+            print(
+                f'Error: building system context: invalid platform syntax for "{value}" (use OS/ARCH[/VARIANT][,...])',
+                file=sys.stderr,
+            )
+            return 125
+    if not dockerfile.is_file():
+        print(f"Error: stat {dockerfile}: no such file or directory", file=sys.stderr)
         return 125
     stages = re.split(r"^FROM ", dockerfile.read_text(), flags=re.MULTILINE)[1:]
     chosen = (
@@ -67,9 +84,17 @@ def main(argv: list[str]) -> int:
         log.write(json.dumps({"argv": argv, "stdin": stdin}) + "\n")
     if argv[0] == "login":
         return 0 if stdin else 1
+    fail = os.environ.get("FAKE_BUILDAH_FAIL")
     if argv[0] == "bud":
-        return bud(argv)
+        refused = bud(argv)
+        if refused or fail != "bud":
+            return refused
+        print("error building at STEP: exit status 1 (the stand-in: FAKE_BUILDAH_FAIL=bud)", file=sys.stderr)
+        return 1
     if argv[0] == "push":
+        if fail == "push":
+            print(f"Error: pushing image to {argv[-1]} (the stand-in: FAKE_BUILDAH_FAIL=push)", file=sys.stderr)
+            return 125
         import boto3
 
         digest_file = argv[argv.index("--digestfile") + 1]

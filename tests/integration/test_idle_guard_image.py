@@ -175,13 +175,15 @@ def test_make_up_builds_and_pushes_the_guard_before_the_platform_and_skips_it_wi
     assert "install Docker with buildx" in note and "buildah" in note
     assert not log.exists() and platform_image(env) is None  # the platform stack got no guard image: no CronJob
 
-    tag = images.content_tag(REPO, images.GUARD)
+    tag = images.content_tag(REPO, f"{images.GUARD}-{outputs.NODE_ARCHITECTURE}")
+    assert tag.startswith("guard-amd64-")  # the nodes' architecture, whatever this machine's is
     built = invoke(*up, "--stack", "platform", env={**env, "PATH": on_path(tmp_path / "bin") + f":{env['PATH']}"})
     assert built.returncode == 0, built.stdout + built.stderr
     calls = [json.loads(line)["argv"] for line in log.read_text().splitlines()]
     assert [call[0] for call in calls] == ["bud", "login", "push"]
     bud = calls[0]
     assert bud[bud.index("--target") + 1] == "guard" and not [arg for arg in bud if arg.startswith("FLAVOR=")]
+    assert bud[bud.index("--platform") + 1] == "linux/amd64"
     context = tmp_path / "state" / "image-context-guard" / "dist"
     requirements = (context / images.GUARD_REQUIREMENTS).read_text().split()
     assert requirements == images.guard_requirements(REPO) and "kubernetes==36.0.0" in requirements
@@ -198,3 +200,36 @@ def test_make_up_builds_and_pushes_the_guard_before_the_platform_and_skips_it_wi
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"idle guard image {GUARD_REPOSITORY}:{tag}: already in ECR, not built again" in again.stdout
     assert len(log.read_text().splitlines()) == 3 and platform_image(env) == f"{GUARD_REPOSITORY}:{tag}"
+
+
+def test_a_failed_guard_image_still_applies_the_platform_then_fails_and_says_how_to_retry(cloud):
+    """The infra stack's GPU nodes are up: a guard image that fails to build or push must not leave them without the
+    platform (device plugins, operator, FSx claim). The platform stack is applied with the guard image recorded
+    before (or none: no CronJob), then `make up` fails with the error and what to run once it is fixed."""
+    env, ecr, var_file, tmp_path = cloud
+    up = ["infra.up", "--profile", "aws", "--yes", "--var-file", str(var_file)]
+    builder = {**env, "PATH": on_path(tmp_path / "bin") + f":{env['PATH']}"}
+    tag = images.content_tag(REPO, f"{images.GUARD}-{outputs.NODE_ARCHITECTURE}")
+    retry = "fix that and run `invoke infra.up --profile aws --stack platform`"
+
+    pushed = invoke(*up, env={**builder, "FAKE_BUILDAH_FAIL": "push"})  # a fresh stack: no guard image before
+    assert pushed.returncode == 2, pushed.stdout + pushed.stderr
+    assert "cluster tk-guard is up" in pushed.stdout, pushed.stderr  # the platform stack was applied ...
+    assert platform_image(env) is None  # ... with no guard image: no CronJob
+    error = f"error: the idle guard's image {tag} was not built and pushed (pushing {GUARD_REPOSITORY}:{tag} failed"
+    (line,) = [line for line in pushed.stdout.splitlines() if line.startswith(error)]
+    assert line.endswith("so no idle guard runs; applying the platform stack all the same")
+    last = pushed.stderr.strip().splitlines()[-1]  # after the builder's own error
+    assert last.startswith(error) and retry in last
+
+    before = f"{GUARD_REPOSITORY}:guard-amd64-0123456789ab"
+    record = tmp_path / "state" / "aws" / outputs.IDLE_GUARD_IMAGE_FILE
+    record.write_text(json.dumps({"image": before, "tag": "guard-amd64-0123456789ab", "digest": "sha256:00"}))
+    built = invoke(*up, "--stack", "platform", env={**builder, "FAKE_BUILDAH_FAIL": "bud"})
+    assert built.returncode == 2, built.stdout + built.stderr
+    failed = f"the image build failed (exit 1); the builder's output is above), so the guard keeps running {before}"
+    assert failed in built.stderr and retry in built.stderr
+    assert platform_image(env) == before  # the platform stack was applied, with the guard's last image
+    calls = [json.loads(line)["argv"][0] for line in (tmp_path / "buildah.jsonl").read_text().splitlines()]
+    assert calls == ["bud", "login", "push", "bud"]
+    assert not ecr.describe_images(repositoryName="trainkit/idle-guard")["imageDetails"]

@@ -31,6 +31,7 @@ def test_gpu_dry_run_prints_base_pins_tag_and_the_exact_command(tmp_path):
     assert f"EFA_INSTALLER_VERSION={pins['EFA_INSTALLER_VERSION']}" in result.stdout
     (command,) = [line.removeprefix("  command  ") for line in lines if line.startswith("  command  ")]
     assert command.startswith("buildah bud --layers --file ") and "--build-arg FLAVOR=gpu" in command
+    assert "--platform linux/amd64" in command and "  platform linux/amd64" in lines  # the GPU nodes', not this one's
     assert not log.exists() and not any(line.startswith("built ") for line in lines)  # nothing ran buildah
 
 

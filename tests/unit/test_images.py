@@ -181,3 +181,34 @@ def test_the_guard_image_record_is_the_guards_only_and_only_for_its_own_reposito
     assert loaded.default_image == f"{ECR}:{outputs.NOT_PUSHED_TAG}"  # never the default of a training job
     record.write_text(json.dumps({"image": f"{ECR}:guard-abc"}))  # not in the guard's repository
     assert outputs.load_outputs().idle_guard_image is None
+
+
+@pytest.mark.parametrize("tool", ["buildah", "docker"])
+def test_images_for_the_cluster_are_built_for_its_nodes_whatever_machine_builds_them(tool, tmp_path, monkeypatch):
+    """From an arm64 laptop, gpu and guard are still built for the nodes (linux/amd64: an arm64 guard fails there with
+    "exec format error") and their tags say so; ECR's tags are immutable, so a tag without the architecture could
+    never be corrected. The cpu flavour, built and run on this machine by the tests, stays this machine's."""
+    monkeypatch.setattr(images, "machine", lambda: "arm64")
+    monkeypatch.setattr(images, "content_tag", lambda root, prefix, run=None: f"{prefix}-0123456789ab")
+    for flavor in ("gpu", images.GUARD):
+        plan = images.plan_build(flavor, tool=tool, context=tmp_path)
+        command = plan.command()
+        assert command[command.index("--platform") + 1] == "linux/amd64" and command[-1] == str(tmp_path)
+        assert plan.tag == f"{flavor}-amd64-0123456789ab" and "  platform linux/amd64" in plan.describe()
+    cpu = images.plan_build("cpu", tool=tool, context=tmp_path)
+    assert "--platform" not in cpu.command() and cpu.tag == "cpu-arm64-0123456789ab"
+    assert "  platform linux/arm64 (this machine)" in cpu.describe()
+
+
+def test_the_nodes_architecture_is_the_one_of_the_node_groups_ami_types():
+    """outputs.NODE_ARCHITECTURE, what the cluster's images are built for, against the AMI types the Terraform modules
+    give the system and GPU node groups (EKS's AMI types name x86_64 or ARM_64)."""
+    modules = images.checkout() / "terraform" / "modules"
+    ami_types = [
+        ami
+        for module in ("eks", "gpu-nodegroup")  # the system node group, the GPU node groups
+        for ami in re.findall(r'^\s*ami_type\s*=\s*"([^"]+)"', (modules / module / "main.tf").read_text(), re.M)
+    ]
+    assert len(ami_types) == 2, ami_types
+    architectures = {"amd64" if "_x86_64_" in ami else "arm64" if "_ARM_64_" in ami else ami for ami in ami_types}
+    assert architectures == {outputs.NODE_ARCHITECTURE}, ami_types

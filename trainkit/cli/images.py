@@ -12,7 +12,8 @@ from trainkit.cli.options import user_errors
     help={
         "target": "gpu (CUDA + EFA, for the cluster; default), cpu (Debian + Python: the same application stage), or "
         "guard (the EKS idle guard's small image, no torch; `make up PROFILE=aws` builds it when the guard is on).",
-        "tag": "Image tag (default: content-addressed, <target>-<commit>[-dirty-<hash>]).",
+        "tag": "Image tag (default: content-addressed, <target>-<arch>-<commit>[-dirty-<hash>]; gpu and guard are "
+        "built for the EKS nodes, linux/amd64, whatever machine builds them).",
         "base": "Base image instead of the Dockerfile's (CUDA_BASE for gpu, CPU_BASE for cpu and guard).",
         "ca-bundle": "CA bundle for pip behind a TLS-inspecting proxy; passed as a build secret, kept in no layer.",
         "torch-index": "Package index that serves torch (cpu default: PyTorch's CPU index; gpu: PyPI).",

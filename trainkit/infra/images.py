@@ -3,10 +3,10 @@ stack's ECR repository, and record what was pushed as the EKS backend's default 
 `guard` is the EKS idle guard's small image, which `make up PROFILE=aws` builds and pushes to a repository of its own
 (`publish_idle_guard`) for the platform stack's CronJob.
 
-Tags are content-addressed: `<flavor>-<commit>` for a clean checkout, `<flavor>-<commit>-dirty-<hash>` for one
-with changes (the hash is over the diff and the untracked files, so two different dirty trees never share a tag).
-The ECR repositories are IMMUTABLE (terraform/modules/ecr): a tag names one image for good, so a run's spec.json
-says exactly what it ran, and pushing a tag that is already there is a no-op, not an overwrite.
+Tags are content-addressed: `<flavor>-<arch>-<commit>`, and `-dirty-<hash>` after it for a checkout with changes (a hash
+of the diff and the untracked files: two different dirty trees never share a tag); `<arch>` is what the image is built
+for (`architecture`: the EKS nodes' for gpu and guard). The ECR repositories are IMMUTABLE (terraform/modules/ecr): a
+tag names one image for good, so a run's spec.json says what it ran, and pushing a tag already there is a no-op.
 
 ECR login: boto3's `get_authorization_token` gives a base64 `AWS:<password>`; the password goes to
 `<tool> login --password-stdin` on standard input, never on a command line or in a log.
@@ -26,6 +26,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from platform import machine
 
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
@@ -44,8 +45,19 @@ SIGNATURE_CHECK = Path("containers") / "train" / "verify-signature.sh"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 CA_SECRET = "pip-ca"
 BUILDS_FILE = "images.json"  # what images.build made, per flavour, beside the infra outputs
+PLATFORM_RETRY = "invoke infra.up --profile aws --stack platform"  # what applies the guard's image (and the platform)
 
 Runner = Callable[..., subprocess.CompletedProcess]
+
+
+class GuardImageFailed(SpecError):
+    """The guard's image did not build or push: `make up` applies the platform stack all the same, then fails."""
+
+
+def architecture(flavor: str) -> str:
+    """What an image is built for: the EKS nodes' architecture (gpu, guard), else this machine's (cpu: the tests')."""
+    here = machine().lower()
+    return outputs.NODE_ARCHITECTURE if flavor != "cpu" else {"x86_64": "amd64", "aarch64": "arm64"}.get(here, here)
 
 
 def checkout() -> Path:
@@ -65,7 +77,7 @@ def pins(dockerfile: Path) -> dict[str, str]:
     return {name: value.strip('"') for name, value in found}
 
 
-def content_tag(root: Path, flavor: str, run: Runner = subprocess.run) -> str:
+def content_tag(root: Path, prefix: str, run: Runner = subprocess.run) -> str:
     def git(*args: str) -> str:
         done = run(["git", "-C", str(root), *args], capture_output=True, text=True)
         if done.returncode != 0:
@@ -75,13 +87,13 @@ def content_tag(root: Path, flavor: str, run: Runner = subprocess.run) -> str:
     commit = git("rev-parse", "HEAD").strip()[:12]
     status = git("status", "--porcelain", "--untracked-files=all")
     if not status.strip():
-        return f"{flavor}-{commit}"
+        return f"{prefix}-{commit}"
     digest = hashlib.sha256(git("diff", "HEAD", "--binary").encode())
     for line in sorted(status.splitlines()):
         if line.startswith("??"):
             path = root / line[3:]
             digest.update(line.encode() + (path.read_bytes() if path.is_file() else b""))
-    return f"{flavor}-{commit}-dirty-{digest.hexdigest()[:8]}"
+    return f"{prefix}-{commit}-dirty-{digest.hexdigest()[:8]}"
 
 
 def find_builder(run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which) -> str:
@@ -110,6 +122,7 @@ class BuildPlan:
     build_args: dict[str, str] = field(default_factory=dict)
     ca_bundle: Path | None = None
     layer_cache: bool = True
+    platform: str | None = None  # `--platform` (docker-buildx-build(1), buildah-build(1)); None: the builder's own
 
     @property
     def image(self) -> str:
@@ -129,6 +142,7 @@ class BuildPlan:
         else:
             head = ["buildah", "bud", *(["--layers"] if self.layer_cache else [])]
         command = [*head, "--file", str(self.root / DOCKERFILE), "--target", self.stage, "--tag", self.image]
+        command += ["--platform", self.platform] if self.platform else []
         for name, value in sorted(self.build_args.items()):
             command += ["--build-arg", f"{name}={value}"]
         if self.ca_bundle:
@@ -140,6 +154,7 @@ class BuildPlan:
         chosen = {**defaults, **self.build_args}
         base = chosen["CUDA_BASE"] if self.flavor == "gpu" else chosen["CPU_BASE"]
         lines = [f"image {self.image} ({self.flavor}), built with {self.tool}", f"  base     {base}"]
+        lines.append(f"  platform {self.platform or 'linux/' + architecture(self.flavor) + ' (this machine)'}")
         if self.flavor == GUARD:
             lines.append("  pins     " + ", ".join(guard_requirements(self.root)) + " (pyproject.toml's)")
         else:
@@ -187,12 +202,13 @@ def plan_build(
     return BuildPlan(
         tool=tool or find_builder(),
         flavor=flavor,
-        tag=tag or content_tag(root, flavor),
+        tag=tag or content_tag(root, f"{flavor}-{architecture(flavor)}"),
         root=root,
         context=context or outputs.aws_state_dir().parent / f"image-context-{flavor}",
         build_args=build_args,
         ca_bundle=bundle,
         layer_cache=layer_cache,
+        platform=None if flavor == "cpu" else f"linux/{architecture(flavor)}",
     )
 
 
@@ -242,13 +258,12 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
     shutil.copy2(plan.root / SIGNATURE_CHECK, plan.context / SIGNATURE_CHECK.name)
 
 
-def _record(name: str, flavor_or_none: str | None, entry: dict) -> Path:
+def _record(name: str, flavor_or_none: str | None, entry: dict) -> None:
     path = outputs.aws_state_dir() / name
     data = json.loads(path.read_text()) if path.is_file() else {}
     data = {**data, flavor_or_none: entry} if flavor_or_none else entry
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    return path
 
 
 def build(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> str:
@@ -311,19 +326,20 @@ def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run, flavor: st
 def publish_idle_guard(
     ecr=None, run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which
 ) -> str:
-    """`make up PROFILE=aws`'s step between its two stacks when the idle guard is on: this checkout's guard image in
-    the guard's ECR repository, built and pushed only when its content-addressed tag is not there yet, and recorded
-    for the platform stack's CronJob. Says what it did in one line; without an image builder (or a git checkout) the
-    line says what to do and nothing is built: the platform stack keeps the guard image recorded before, if any."""
+    """`make up PROFILE=aws`'s step between its stacks when the idle guard is on: this checkout's guard image, for the
+    nodes' platform, in its ECR repository (built and pushed only when its tag is not there yet), recorded for the
+    platform stack's CronJob; says what it did in one line. Without a builder (or a git checkout) the line says what to
+    do; a failed build or push raises GuardImageFailed: the platform stack keeps the guard image recorded before."""
     infra = outputs.load_outputs()
+    kept = f"the guard keeps running {infra.idle_guard_image}" if infra.idle_guard_image else "no idle guard runs"
     repository = infra.idle_guard_repository
     if not repository:
         why = f"the infra stack has no {outputs.IDLE_GUARD_REPOSITORY} ECR repository yet"
-        return _guard_skipped(infra, why, "`make up PROFILE=aws` (both stacks) makes it and starts the guard")
+        return _guard_skipped(why, kept, "`make up PROFILE=aws` (both stacks) makes it and starts the guard")
     try:
-        tag = content_tag(checkout(), GUARD, run)
+        tag = content_tag(checkout(), f"{GUARD}-{architecture(GUARD)}", run)
     except SpecError:
-        return _guard_skipped(infra, "this is not a git checkout of trainkit", "run `make up PROFILE=aws` from one")
+        return _guard_skipped("this is not a git checkout of trainkit", kept, "run `make up PROFILE=aws` from one")
     if ecr is None:
         import boto3
 
@@ -336,24 +352,19 @@ def publish_idle_guard(
     try:
         tool = find_builder(run, which)
     except SpecError:
-        fix = "install Docker with buildx (its daemon running) or buildah, then run "
-        fix += "`invoke infra.up --profile aws --stack platform`"
-        return _guard_skipped(infra, "no image builder here", fix)
+        fix = f"install Docker with buildx (its daemon running) or buildah, then run `{PLATFORM_RETRY}`"
+        return _guard_skipped("no image builder here", kept, fix)
     plan = plan_build(GUARD, tag, tool=tool)
     print("\n".join(plan.describe()), flush=True)
     try:
         build(plan, run=run)
         pushed = push(tag, tool, ecr, run, flavor=GUARD)
     except SpecError as error:
-        raise SpecError(
-            f"the idle guard's image: {error}; fix that and run `invoke infra.up --profile aws --stack platform` "
-            "(or set idle_guard_minutes = null in terraform/stacks/infra/terraform.tfvars)"
-        ) from None
+        raise GuardImageFailed(f"the idle guard's image {tag} was not built and pushed ({error}), so {kept}") from None
     return f"idle guard image {pushed['image']} ({pushed['digest']}): {pushed['note']}"
 
 
-def _guard_skipped(infra: outputs.InfraOutputs, why: str, fix: str) -> str:
-    kept = f"the guard keeps running {infra.idle_guard_image}" if infra.idle_guard_image else "no idle guard runs"
+def _guard_skipped(why: str, kept: str, fix: str) -> str:
     return f"note: the idle guard's image was not built ({why}), so {kept}: {fix}"
 
 

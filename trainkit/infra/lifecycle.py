@@ -58,10 +58,17 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
         raise SpecError("the infra stack has no outputs yet: run `make up PROFILE=aws` (both stacks) first")
     save_outputs(outputs)  # what `invoke train --target eks` defaults from (instance type, ECR image)
     kubeconfig = aws.write_kubeconfig(outputs, kubeconfig_path())
+    guard_failed = None
     if which in ("all", "platform"):
         if outputs.get("idle_guard"):
             # Its ECR repository exists now, and the platform stack's CronJob needs the image (aws.stack passes it).
-            print(images.publish_idle_guard(), flush=True)
+            # A failed build or push must not leave the GPU nodes without the platform (device plugins, operator, FSx
+            # claim): the platform stack goes on with the guard image recorded before, and `up` fails at the end.
+            try:
+                print(images.publish_idle_guard(), flush=True)
+            except images.GuardImageFailed as error:
+                guard_failed = error
+                print(f"error: {error}; applying the platform stack all the same", flush=True)
         # Device plugins, training operator, etcd, FSx claim, idle guard (terraform/stacks/platform); its
         # providers (helm, kubernetes, kustomization) come from the registry.
         platform = aws.stack("platform")
@@ -69,7 +76,14 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
         plan = platform.plan()
         if plan.has_changes:
             platform.apply(plan)
-    return f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
+    done = f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
+    if guard_failed:
+        print(done, flush=True)
+        raise SpecError(
+            f"{guard_failed}: fix that and run `{images.PLATFORM_RETRY}` (or set idle_guard_minutes = null in "
+            "terraform/stacks/infra/terraform.tfvars)"
+        )
+    return done
 
 
 def down(yes: bool, var_file: str | None) -> str:

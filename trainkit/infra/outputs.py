@@ -20,6 +20,11 @@ BATCH_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 instances that bill, a RUNNABLE one may be getting them; SUCCEEDED and FAILED jobs stay listed for days, billing
 nothing. The Batch backend's "still active" and the audit's "still billing" (kept here, where both read the stack)."""
 DEFAULT_INSTANCE_TYPE = "p5.48xlarge"  # the infra stack's gpu_instance_type default
+NODE_ARCHITECTURE = "amd64"
+"""The CPU architecture of every EKS node, as an OCI platform names it: the AMI types of the system node group
+(terraform/modules/eks: AL2023_x86_64_STANDARD) and of the GPU node groups (terraform/modules/gpu-nodegroup:
+AL2023_x86_64_NVIDIA; p5 and p4d are x86_64). The images the cluster runs are built for it (trainkit/infra/images.py),
+whatever machine builds them; tests/unit/test_images.py holds it to those AMI types."""
 IMAGE_REPOSITORY = "train"  # ECR repository key in the infra output ecr_repository_urls
 NOT_PUSHED_TAG = "not-pushed"
 """The tag a job gets while `invoke images.push` has recorded no image: it exists nowhere, so the submit's image
