@@ -20,19 +20,27 @@ Lightning is not a trainkit dependency: this module imports it, so only a script
 
 from __future__ import annotations
 
+import time
+
 from lightning.pytorch.callbacks import Callback
 
 from training.common.heartbeat import process_heartbeat
+from training.script import record_checkpoint
 
 
 class WatchdogPhases(Callback):
-    """Validation as the watchdog's `evaluate` phase, each save as its `checkpoint` phase."""
+    """Validation as the watchdog's `evaluate` phase, each save as its `checkpoint` phase (rank 0 records each save's
+    seconds, as training.script.phase does); every optimizer step is a beat too, so a script that does not call
+    report_step is watched from its first step, not only from its first save or validation."""
 
     def __init__(self) -> None:
         self._before: str | None = None
+        self._saving_since: float | None = None
 
     def _enter(self, name: str) -> None:
         heartbeat = process_heartbeat()
+        if name == "checkpoint" and self._saving_since is None:
+            self._saving_since = time.monotonic()
         if heartbeat.current == name:
             return
         before = heartbeat.enter(name)
@@ -40,8 +48,11 @@ class WatchdogPhases(Callback):
             self._before = before
 
     def _leave(self) -> None:
+        heartbeat = process_heartbeat()
+        if self._saving_since is not None:
+            record_checkpoint(heartbeat.step, time.monotonic() - self._saving_since)
+            self._saving_since = None
         if self._before is not None:
-            heartbeat = process_heartbeat()
             heartbeat.beat(heartbeat.step, self._before)
             self._before = None
 
@@ -57,6 +68,10 @@ class WatchdogPhases(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._leave()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # Lightning's global_step counts optimizer steps; the same step beaten twice (report_step too) is one.
+        process_heartbeat().beat(trainer.global_step)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._leave()

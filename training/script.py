@@ -47,11 +47,12 @@ without the script changing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
 import time
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
 
 from training.common.failure import reported
@@ -125,11 +126,26 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
     _sink.log_step(record)
 
 
-def phase(name: str) -> AbstractContextManager[None]:
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
     """`with phase("checkpoint"):` (or `"evaluate"`) around the script's own slow work: the stall watchdog allows it
-    what it allows a recipe's checkpoint (at least 10 min or --stall-timeout, 10 x the longest one before) instead
-    of a step's. A Lightning Trainer gets this from training/lightning.py's callback."""
-    return process_heartbeat().phase(name)
+    what it allows a recipe's (at least 10 min and --stall-timeout; a checkpoint also 10 x the run's longest one,
+    which rank 0 records as a `checkpoint` event with its seconds, as a recipe does) instead of a step's. A Lightning
+    Trainer gets this from training/lightning.py's callback."""
+    heartbeat = process_heartbeat()
+    started = time.monotonic()
+    with heartbeat.phase(name):
+        yield
+    if name == "checkpoint":
+        record_checkpoint(heartbeat.step, time.monotonic() - started)
+
+
+def record_checkpoint(step: int, seconds: float) -> None:
+    """Rank 0's `checkpoint` event: how long the save at `step` took, which the stall watchdog's next round of
+    workers allows ten times of (trainkit/run/watchdog.py seeded_longest). Outside a trainkit job, nothing."""
+    if os.environ.get(RUN_DIR_ENV) and int(os.environ.get("RANK", 0)) == 0:
+        with contextlib.suppress(OSError):  # a full volume: the run's story loses a line, not its run
+            append_event(run_dir(), "checkpoint", step=int(step), seconds=round(seconds, 3))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,8 @@
 """training/lightning.py's WatchdogPhases on a real Lightning 2.6 Trainer (CPU, one process): every save the
 ModelCheckpoint callback makes, and every validation, runs in the phase the stall watchdog gives the longer allowance,
-and the steps after them are steps again. In-process; Lightning is imported only here and by the example."""
+and the steps after them are steps again; every optimizer step beats, also in a script that never calls report_step;
+each save's seconds become a `checkpoint` event, which the watchdog's next round allows ten times of. In-process;
+Lightning is imported only here and by the example."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from training.common import heartbeat  # noqa: E402
+from training.common.files import read_events  # noqa: E402
 from training.lightning import WatchdogPhases  # noqa: E402
-from training.script import report_step  # noqa: E402
 
 
 class Tiny(L.LightningModule):
@@ -34,11 +36,6 @@ class Tiny(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-class Steps(Callback):
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        report_step(trainer.global_step)
-
-
 class Watched(Callback):
     """What the rank's phase was while the file was written (the last callback, after ModelCheckpoint's write it
     cannot see: it checks at the save's own hook and just after)."""
@@ -53,6 +50,7 @@ class Watched(Callback):
 def test_saves_and_validations_are_the_watchdogs_slow_phases(tmp_path, monkeypatch):
     monkeypatch.setenv(heartbeat.HEARTBEAT_DIR_ENV, str(tmp_path / "beats"))
     monkeypatch.setenv("TRAINKIT_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.delenv("RANK", raising=False)
     (tmp_path / "beats").mkdir()
     beats = []
     monkeypatch.setattr(heartbeat, "_process", None)
@@ -71,7 +69,7 @@ def test_saves_and_validations_are_the_watchdogs_slow_phases(tmp_path, monkeypat
         max_steps=4,
         val_check_interval=2,
         num_sanity_val_steps=0,
-        callbacks=[checkpoints, Steps(), WatchdogPhases(), Watched(seen)],
+        callbacks=[checkpoints, WatchdogPhases(), Watched(seen)],  # no report_step: the callback alone
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -88,9 +86,13 @@ def test_saves_and_validations_are_the_watchdogs_slow_phases(tmp_path, monkeypat
     trainer.fit(Tiny(), DataLoader(data, batch_size=4), DataLoader(data, batch_size=8))
     assert saved_in and set(saved_in) == {"checkpoint"}, saved_in  # every file written inside the phase
     assert seen and set(seen) == {("validating", "evaluate")}
-    phases = [phase for _, phase in beats]
-    assert "checkpoint" in phases and "evaluate" in phases
-    # after each save or validation the rank is back to its steps (the next step's beat or the phase's end)
-    after = [phases[i + 1] for i, phase in enumerate(phases[:-1]) if phase in ("checkpoint", "evaluate")]
-    assert all(next_phase in ("step", "checkpoint", "evaluate") for next_phase in after)
-    assert phases[-1] == "step"
+    assert sorted({step for step, phase in beats if phase == "step"}) == [1, 2, 3, 4]  # every step beats
+    # each save and validation ends before the next step is done: the next beat of another phase is a step's, at
+    # the same step (the phase left at the next hook), not the next step's beat
+    for index, (step, phase) in enumerate(beats):
+        if phase in ("checkpoint", "evaluate"):
+            after = next(beat for beat in beats[index + 1 :] if beat[1] != phase)
+            assert after in ((step, "step"), (step, "checkpoint"), (step, "evaluate")), (index, beats)
+    assert beats[-1][1] == "step"
+    saves = [e for e in read_events(tmp_path / "run") if e["event"] == "checkpoint"]
+    assert [e["step"] for e in saves] == [2, 4] and all(e["seconds"] >= 0 for e in saves), saves

@@ -126,3 +126,20 @@ def test_measuring_a_disk_writes_and_removes_one_file(tmp_path):
 
     assert measure_write_mb_s(tmp_path / "not" / "yet", size=4 * 2**20) > 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_on_sagemaker_each_host_writes_its_part_of_a_checkpoint_and_the_export_is_one_hosts():
+    """16 hosts, each with its own volume at the gp3 baseline: a 70B checkpoint is 16 writes of 51.7 GB at once
+    (under the 10 min floor), while the export adds rank 0's 275.9 GB alone, at one volume's rate."""
+    spec = build_spec({"target": "sagemaker", "model": "llama2-70b", "nodes": 16})
+    c = spec.checkpointing
+    assert (c.storage_hosts, c.storage_mb_s) == (16, 131.1)
+    (note,) = [n for n in spec.run.notes if n.startswith("stall watchdog: ")]
+    assert note == (
+        "stall watchdog: checkpoint allowance 10 min: at least 600 s; "
+        "export allowance 62 min: 827.7 GB over 16 hosts and 275.9 GB on one, at 131.1 MB/s each x 1.5"
+    )
+    from trainkit.run.watchdog import budgets
+
+    alone = budgets(None, c.phase_bytes, c.storage_mb_s)  # as one shared volume: 16 times the checkpoint's time
+    assert alone["checkpoint"].seconds > 15 * 600

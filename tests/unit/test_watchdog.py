@@ -256,15 +256,26 @@ def test_the_cause_names_who_did_not_arrive_or_says_the_peer_is_elsewhere():
 
 
 def test_a_stall_at_a_step_where_the_run_stalled_before_counts_each_round_once(tmp_path):
-    """Two nodes' findings of one stall are one round's; a stall at another step is not this one; another launch of
-    the run (a new rendezvous id) that stalls there again is."""
+    """Rounds are what lies between the run's start and resume events: two nodes' findings of one stall are one
+    round's, whatever attempt number each node's agent counted (an agent restarted for a peer's new round counts none);
+    a stall at another step is not this one; the round now running is not an earlier one."""
     events = tmp_path / "events.jsonl"
-    first = [json.loads(stalled_event(node, 100.0, [])) | {"attempt": 0, "submission": "a"} for node in ("n0", "n1")]
-    events.write_text("".join(json.dumps(e) + "\n" for e in first))
-    assert stalls.repeated_stall(tmp_path, 5, "a", 0) == 0  # this round: another node's finding of this stall
-    assert stalls.repeated_stall(tmp_path, 5, "a", 1) == 1
-    assert stalls.repeated_stall(tmp_path, 6, "a", 1) == 0
-    assert stalls.repeated_stall(tmp_path, 5, "b", 0) == 1
+
+    def add(*records: dict) -> None:
+        with events.open("a") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records)
+
+    add({"event": "start", "time": 90.0, "step": 0})
+    add(
+        json.loads(stalled_event("n0", 100.0, [1])) | {"attempt": 1},
+        json.loads(stalled_event("n1", 100.5, [])) | {"attempt": 0},
+    )
+    assert stalls.repeated_stall(tmp_path, 5) == 0  # this round's own findings
+    add({"event": "resume", "time": 110.0, "step": 4})
+    assert stalls.repeated_stall(tmp_path, 5) == 1  # the node that counted attempt 0 too: one earlier round
+    assert stalls.repeated_stall(tmp_path, 6) == 0
+    add(json.loads(stalled_event("n1", 120.0, [1])), {"event": "resume", "time": 130.0, "step": 4})
+    assert stalls.repeated_stall(tmp_path, 5) == 2
 
 
 def stalled_event(node: str, when: float, not_arrived: list[int]) -> str:

@@ -447,12 +447,21 @@ class CheckpointingOptions:
     keep_checkpoints: int = option(2, "How many published checkpoints to keep.", minimum=1, trains=False)
     storage_mb_s: float | None = option(
         None,
-        "Write throughput of the storage the run folder is on, MB/s: the stall watchdog allows a checkpoint and the "
-        "final export their bytes at this rate, x 1.5 (at least 10 min). Default: the FSx file system's throughput "
-        "per TiB x its size (eks, batch); measured on the run folder's disk when a checkpoint is large enough for it "
-        "to matter (local); 125, an EBS gp3 volume's baseline (sagemaker).",
+        "Write throughput of the storage the run folder is on, MB/s: the stall watchdog allows a recipe's checkpoint "
+        "and final export their bytes at this rate, x 1.5 (at least 10 min; a script's saves: --stall-timeout). "
+        "Default: the FSx file system's throughput per TiB x its size (eks, batch); measured on the run folder's "
+        "disk when a checkpoint is large enough for it to matter (local); on SageMaker each host's own volume, 131 "
+        "(an EBS gp3 volume's baseline, 125 MiB/s), every host writing its part of a checkpoint at once.",
         above=0,
         trains=False,
+    )
+    storage_hosts: int = option(
+        1,
+        "How many hosts write a checkpoint's parts at once, each at --storage-mb-s to a volume of its own (SageMaker: "
+        "every host); 1: one shared file system whose throughput is the whole. The export is one host's write.",
+        minimum=1,
+        trains=False,
+        cli=False,
     )
     phase_bytes: dict[str, int] = option(
         {},

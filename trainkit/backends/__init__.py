@@ -43,7 +43,7 @@ def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Bac
     derive(job, machine)
     validate(job, machine)
     backend.check(job)
-    plan_slow_phases(job, backend.storage_mb_s)
+    plan_slow_phases(job, backend.storage_mb_s, backend.storage_hosts)
     return job, backend, machine
 
 

@@ -161,6 +161,11 @@ class Backend(abc.ABC):
         None: unknown (they get the watchdog's least allowance)."""
         return None
 
+    def storage_hosts(self, job: Job) -> int:
+        """How many hosts write a checkpoint's parts at once, each to a volume of its own at storage_mb_s; 1 (the
+        default): the run folder is one shared storage, whose throughput is the whole."""
+        return 1
+
     def path_for(self, job: Job, path: str, flag: str) -> str:
         """A path of the user's as the job's processes see it (eks: relative to the FSx mount, their working
         directory; a path off the volume is refused naming `flag`). As given by default."""

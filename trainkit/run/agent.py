@@ -251,7 +251,7 @@ def _agent_class():
             submission = worker_group.spec.rdzv_handler.get_run_id()
             before = 0
             with contextlib.suppress(OSError):
-                before = stalls.repeated_stall(run_dir and Path(run_dir), report["step"], submission, attempt)
+                before = stalls.repeated_stall(run_dir and Path(run_dir), report["step"])
             report["repeated"] = before + 1 >= stalls.REPEATS_TO_END
             line = stalls.cause(report)
             if report["repeated"]:  # the same hang again after a restart: each further one would hang there too
@@ -326,7 +326,8 @@ def make_watchdog() -> watchdog.Watchdog | None:
         job = read_job(Path(run_dir) / SPEC_FILE) if run_dir else None
         if job is not None:
             stall_timeout = job.elastic.stall_timeout
-            planned = watchdog.budgets(stall_timeout, job.checkpointing.phase_bytes, job.checkpointing.storage_mb_s)
+            c = job.checkpointing
+            planned = watchdog.budgets(stall_timeout, c.phase_bytes, c.storage_mb_s, c.storage_hosts)
     if stall_timeout == 0:
         return None
     scale = float(os.environ.get(TIME_SCALE_ENV) or 1.0)

@@ -6,6 +6,7 @@ an earlier one at the same step, when a restart repeated it.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import re
@@ -212,15 +213,20 @@ def stall_elsewhere(run_dir: Path, failure: dict, wait_s: float = PEER_WAIT_S) -
         time.sleep(0.2)
 
 
-def repeated_stall(run_dir: Path | None, step: int | None, submission: str | None, attempt: int) -> int:
-    """How many earlier rounds of workers of the run stalled at `step`: its `stalled` events at that step from another
-    launch (`submission`, the rendezvous id) or another of torchrun's attempts than this one (every node of a round
-    records its own finding of one stall: the round counts once)."""
+def repeated_stall(run_dir: Path | None, step: int | None) -> int:
+    """How many earlier rounds of workers of the run stalled at `step`: its `stalled` events at that step before the
+    run's last `start` or `resume` event (which the current round's rank 0 wrote when it began), counted once per round
+    (the rounds are what lies between two such events: every node of a round records its own finding of one stall,
+    and the nodes' agents do not count their attempts alike: an agent restarted for a peer's new round counts none)."""
     if run_dir is None or step is None:
         return 0
-    rounds = {
-        (event.get("submission"), event.get("attempt"))
-        for event in read_events(Path(run_dir))
-        if event.get("event") == "stalled" and event.get("step") == step
-    }
-    return len(rounds - {(submission, attempt)})
+    events = read_events(Path(run_dir))
+    starts = sorted(float(e.get("time", 0)) for e in events if e.get("event") in ("start", "resume"))
+    if not starts:
+        return 0
+    earlier = [
+        float(e.get("time", 0))
+        for e in events
+        if e.get("event") == "stalled" and e.get("step") == step and float(e.get("time", 0)) < starts[-1]
+    ]
+    return len({bisect.bisect(starts, when) for when in earlier})

@@ -137,10 +137,11 @@ def needs_measuring(job) -> bool:
     return largest / (SLOW_DISK_MB_S * 1e6) * WRITE_MARGIN > SLOW_PHASE_S
 
 
-def plan_slow_phases(job, default_mb_s) -> None:
+def plan_slow_phases(job, default_mb_s, hosts=lambda job: 1) -> None:
     """Set what the stall watchdog needs to allow a checkpoint and the export their time (trainkit/run/watchdog.py:
-    `budgets`): the bytes of each, and the storage's throughput when --storage-mb-s left it open
-    (`default_mb_s(job)`: the target's); say the allowances in the run's notes where the bytes decide them."""
+    `budgets`): the bytes of each, the storage's throughput when --storage-mb-s left it open (`default_mb_s(job)`:
+    the target's) and how many hosts write a checkpoint's parts to volumes of their own (`hosts(job)`); say the
+    allowances in the run's notes where the bytes decide them."""
     from trainkit.run.watchdog import budgets, describe_budget
 
     c = job.checkpointing
@@ -149,7 +150,8 @@ def plan_slow_phases(job, default_mb_s) -> None:
         return
     if c.storage_mb_s is None:
         c.storage_mb_s = default_mb_s(job)
-    planned = budgets(job.elastic.stall_timeout, c.phase_bytes, c.storage_mb_s)
+    c.storage_hosts = hosts(job)
+    planned = budgets(job.elastic.stall_timeout, c.phase_bytes, c.storage_mb_s, c.storage_hosts)
     floor = budgets(job.elastic.stall_timeout)
     if any(planned[phase] != floor[phase] for phase in c.phase_bytes):  # else the documented least: nothing to say
         job.run.notes.append(

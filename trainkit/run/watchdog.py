@@ -109,23 +109,36 @@ class Budget:
 
 
 def budgets(
-    stall_timeout: float | None, phase_bytes: dict[str, int] | None = None, mb_s: float | None = None
+    stall_timeout: float | None,
+    phase_bytes: dict[str, int] | None = None,
+    mb_s: float | None = None,
+    hosts: int = 1,
 ) -> dict[str, Budget]:
-    """Each slow phase's allowance before the run's own history counts: its bytes (`phase_bytes`, what the run
-    writes in it) at `mb_s` (the storage's write throughput, MB/s) times WRITE_MARGIN, at least SLOW_PHASE_S and
-    --stall-timeout."""
+    """Each slow phase's allowance before the run's own history counts: what the run writes in it (`phase_bytes`: a
+    checkpoint; at the end the last checkpoint and the export) at `mb_s` (the storage's write throughput, MB/s)
+    times WRITE_MARGIN, at least SLOW_PHASE_S and --stall-timeout. A checkpoint's parts are written by all ranks at
+    once: with `hosts` > 1 each host writes its part to a volume of its own at `mb_s`; the export is rank 0's alone."""
     floor = max(SLOW_PHASE_S, float(stall_timeout or 0))
     floor_why = "--stall-timeout" if floor > SLOW_PHASE_S else f"at least {SLOW_PHASE_S:.0f} s"
     found = {}
+    sharded = (phase_bytes or {}).get("checkpoint", 0)
     for phase in SLOW_PHASES:
         size = (phase_bytes or {}).get(phase, 0)
-        writing = size / (mb_s * 1e6) * WRITE_MARGIN if size and mb_s else 0.0
-        if writing > floor:
-            amount = f"{size / 1e9:,.1f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
-            found[phase] = Budget(writing, f"{amount} at {mb_s:,.4g} MB/s x {WRITE_MARGIN:g}")
+        alone = max(size - sharded, 0) if phase == "export" else 0  # the export: one host's write after the save
+        writing = ((size - alone) / hosts + alone) / (mb_s * 1e6) * WRITE_MARGIN if size and mb_s else 0.0
+        if writing > floor and hosts > 1:
+            one = f" and {_amount(alone)} on one" if alone else ""
+            why = f"{_amount(size - alone)} over {hosts} hosts{one}, at {mb_s:,.4g} MB/s each x {WRITE_MARGIN:g}"
+            found[phase] = Budget(writing, why)
+        elif writing > floor:
+            found[phase] = Budget(writing, f"{_amount(size)} at {mb_s:,.4g} MB/s x {WRITE_MARGIN:g}")
         else:
             found[phase] = Budget(floor, floor_why)
     return found
+
+
+def _amount(size: float) -> str:
+    return f"{size / 1e9:,.1f} GB" if size >= 1e9 else f"{size / 1e6:,.1f} MB"
 
 
 def describe_budget(phase: str, budget: Budget) -> str:

@@ -336,7 +336,13 @@ class LocalBackend(Backend):
 
     def storage_mb_s(self, job: Job) -> float | None:
         """Measured on the run folder's disk, where a checkpoint is large enough for a slow disk to matter."""
-        return round(measure_write_mb_s(job.run_dir), 1) if needs_measuring(job) else None
+        if not needs_measuring(job):
+            return None
+        try:
+            return round(measure_write_mb_s(job.run_dir), 1)
+        except OSError as error:  # the run folder's disk refuses writes: the run will say so itself, more plainly
+            job.run.notes.append(f"could not measure the write throughput of {job.run_dir}'s disk ({error})")
+            return None
 
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         if dry_run:

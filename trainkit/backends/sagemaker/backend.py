@@ -127,9 +127,13 @@ class SageMakerBackend(AwsBackend):
         check(job)
 
     def storage_mb_s(self, job: Job) -> float | None:
-        """The hosts write checkpoints to their local volume (SageMaker uploads them to S3 from there): assumed an EBS
-        gp3 volume at its baseline, the slow end of what it may be."""
+        """Each host writes its part of a checkpoint to its own volume (SageMaker uploads it to S3 from there:
+        trainkit/backends/sagemaker/restore.py): assumed an EBS gp3 volume at its baseline, the slow end of what it
+        may be."""
         return round(GP3_BASELINE_MB_S, 1)
+
+    def storage_hosts(self, job: Job) -> int:
+        return job.parallelism.nodes
 
     def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
         for note in job.run.notes:  # stderr: with --dry-run, stdout is only the request
