@@ -1,6 +1,7 @@
 """What the idle guard's tests run against: a stand-in for dcgm-exporter that serves DCGM_FI_DEV_GPU_UTIL for one
-node's GPUs, moto's EKS with a GPU node group (each request checked against botocore's model), and the Kubernetes
-test API server (tests/helpers/kube_api.py) with the two calls the guard makes beyond the EKS backend's.
+node's GPUs, moto's EKS with a GPU node group (each request checked against botocore's model, sizes as EKS checks
+them), and the Kubernetes test API server (tests/helpers/kube_api.py) with the two calls the guard makes beyond the
+EKS backend's.
 
 dcgm-exporter 4.8.2's rules for this series (observability/contract.py cites them): a gauge per GPU with the labels
 GPU_LABELS in that order; a GPU that a pod holds also carries the pod's namespace, pod and container, so its series
@@ -155,6 +156,7 @@ class GuardCluster(FakeCluster):
                 "name": name,
                 "namespace": namespace,
                 "labels": {"app.kubernetes.io/managed-by": "trainkit"},
+                "creationTimestamp": now(),
             },
             "spec": {
                 "pytorchReplicaSpecs": {
@@ -171,11 +173,12 @@ class GuardCluster(FakeCluster):
         gpus: int = 1,
         job: str | None = None,
         unschedulable_at: float | None = None,
+        node: str = NODE,
     ) -> dict:
         """A pod that requests `gpus` nvidia.com/gpu (as a limit, as NVIDIA's examples give it), of PyTorchJob `job`
-        if named; bound to the first node and Running, or, with `unschedulable_at` (epoch seconds), Pending with
-        the condition kube-scheduler sets when no node fits (pkg/scheduler/schedule_one.go handleSchedulingFailure:
-        PodScheduled False, reason Unschedulable, its message)."""
+        if named; bound to `node` (the first node's name) and Running, or, with `unschedulable_at` (epoch seconds),
+        Pending with the condition kube-scheduler sets when no node fits (pkg/scheduler/schedule_one.go
+        handleSchedulingFailure: PodScheduled False, reason Unschedulable, its message)."""
         template = gpu_pod_spec(gpus, limits_only=True)
         labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": "worker"} if job else {}
         pod = {
@@ -186,7 +189,7 @@ class GuardCluster(FakeCluster):
             "status": {"phase": "Pending" if unschedulable_at else "Running"},
         }
         if unschedulable_at is None:
-            pod["spec"]["nodeName"] = NODE
+            pod["spec"]["nodeName"] = node
             pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]
         else:
             message = (
@@ -226,9 +229,27 @@ def gpu_pod_spec(gpus: int, limits_only: bool = False) -> dict:
     }
 
 
+def scaling_refusal(operation: str, scaling: dict) -> str | None:
+    """What EKS answers (InvalidParameterException) to a scalingConfig outside minSize <= desiredSize <= maxSize,
+    which moto 5 accepts: "desiredSize can't be greater than maxSize" (ministryofjustice/cloud-platform-
+    infrastructure PR 4595), on update "Minimum capacity N can't be greater than desired size M"
+    (terraform-aws-modules/terraform-aws-eks issues 2508 and 3306), on create "minSize can't be greater than
+    desiredSize" (sassoftware/viya4-iac-aws issue 298). None when the sizes given are in order."""
+    low, desired, high = (scaling.get(key) for key in ("minSize", "desiredSize", "maxSize"))
+    if None not in (desired, high) and desired > high:
+        return "desiredSize can't be greater than maxSize"
+    if None not in (low, desired) and low > desired:
+        if operation == "CreateNodegroup":
+            return "minSize can't be greater than desiredSize"
+        return f"Minimum capacity {low} can't be greater than desired size {desired}"
+    return None
+
+
 def checked_eks(moto) -> tuple[object, list]:
-    """An EKS client on moto whose every request is first checked against botocore's model; the list collects
-    (operation, params) of each call."""
+    """An EKS client on moto whose every request is first checked against botocore's model, and whose node group
+    sizes are checked as EKS checks them (scaling_refusal); the list collects (operation, params) of each call."""
+    from botocore.exceptions import ClientError
+
     eks = moto.client("eks")
     calls: list = []
 
@@ -236,6 +257,10 @@ def checked_eks(moto) -> tuple[object, list]:
         found = problems("eks", model.name, params)
         assert not found, f"{model.name}: {found}"
         calls.append((model.name, params))
+        refusal = scaling_refusal(model.name, params.get("scalingConfig") or {})
+        if refusal:
+            error = {"Code": "InvalidParameterException", "Message": refusal}
+            raise ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}, model.name)
 
     eks.meta.events.register("before-parameter-build.eks", check)
     return eks, calls

@@ -24,6 +24,7 @@ from tests.helpers.aws import ThreadedMoto
 from tests.helpers.containers import free_port
 from tests.helpers.eks import IMAGE
 from tests.helpers.idle_guard import DcgmStandIn, GuardCluster, checked_eks, gpu_nodegroup
+from tests.helpers.kube_api import status_body
 from tests.helpers.paths import REPO
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import backend, cluster, idle_guard, idle_inputs, nodegroup
@@ -97,13 +98,15 @@ def group_name(request, suffix: str = "") -> str:
     return request.node.name.replace("_", "-")[:56] + suffix
 
 
-def guard(history, moto, api, request, at: str, offset: float = 0.0, group_min: int = 0, suffix: str = ""):
-    """Run the guard once at the end of phase `at` (+ offset); returns its decision, the node group after it, the
-    EKS calls it made and the status it recorded."""
+def guard(
+    history, moto, api, request, at: str, offset: float = 0.0, group_min: int = 0, suffix: str = "", group_max: int = 2
+):
+    """Run the guard once at the end of phase `at` (+ offset) on a node group at 2 nodes; returns its decision, the
+    node group after it, the EKS calls it made and the status it recorded."""
     ends, prometheus = history
     eks, calls = checked_eks(moto)
     name = group_name(request, suffix)
-    gpu_nodegroup(eks, name, desired=2, minimum=group_min)
+    gpu_nodegroup(eks, name, desired=2, minimum=group_min, maximum=group_max)
     calls.clear()
     settings = idle_guard.GuardSettings("trainkit", name, WINDOW_S, STEP_S, prometheus)
     decision = idle_guard.run_once(settings, Kube.connect(), eks, clock=lambda: ends[at] + offset)
@@ -183,22 +186,42 @@ def _infra(nodegroup: str):
     return InfraOutputs("p5.48xlarge", None, "us-east-1", recorded=True, idle_guard=guard)
 
 
-def test_a_submit_scales_a_group_with_fewer_nodes_up_to_the_jobs_need(moto, request):
-    """After a 1-node job woke one node, a 3-node job gets three (the group's maxSize is 4); one that fits what the
-    group asks for already changes nothing."""
+def test_a_submit_scales_the_group_up_to_what_runs_plus_the_jobs_need(moto, api, request):
+    """A 1-node job runs on the group's one node (maxSize 4): a 2-node job gets three, as the guard counts it;
+    one that fits what the group asks for then changes nothing."""
     eks, calls = checked_eks(moto)
     name = request.node.name.replace("_", "-")[:56]
     gpu_nodegroup(eks, name, desired=1, maximum=4)
+    api.add_job("earlier", [{"type": "Running", "status": "True"}])
+    api.add_pod("trainkit-jobs", "earlier-worker-0", gpus=8, job="earlier")
     calls.clear()
-    plan = nodegroup.plan_wake(_infra(name), "p5.48xlarge", 3, 3, eks)
+    plan = nodegroup.plan_wake(_infra(name), "p5.48xlarge", 2, 2, Kube.connect(), eks)
     assert [op for op, _ in calls] == ["DescribeNodegroup"]  # planning changes nothing
     assert nodegroup.wake(plan) == (
         f"asked node group {name} for 3 node(s) (it had 1); the job stays Pending until they join (10 to 15 minutes)"
     )
     assert _scaling(eks, name) == {"minSize": 0, "maxSize": 4, "desiredSize": 3}
     calls.clear()
-    assert nodegroup.wake(nodegroup.plan_wake(_infra(name), "p5.48xlarge", 1, 2, eks)) is None
+    assert nodegroup.wake(nodegroup.plan_wake(_infra(name), "p5.48xlarge", 1, 2, Kube.connect(), eks)) is None
     assert [op for op, _ in calls] == ["DescribeNodegroup"]
+
+
+def test_credentials_that_may_not_list_every_namespace_ask_for_the_jobs_nodes_alone(
+    moto, api, request, monkeypatch, capsys
+):
+    """A user whose Role reaches only the jobs' namespace: the API server answers the cluster-wide lists 403 (as
+    RBAC does, with no partial answer); the submit still wakes the group for its own job, and says so."""
+    from kubernetes.client.exceptions import ApiException
+
+    def forbidden(kube, group):
+        raise ApiException(status=403, reason="Forbidden")
+
+    eks, _ = checked_eks(moto)
+    name = request.node.name.replace("_", "-")[:56]
+    gpu_nodegroup(eks, name, desired=0, maximum=4)
+    monkeypatch.setattr(nodegroup, "list_activity", forbidden)
+    plan = nodegroup.plan_wake(_infra(name), "p5.48xlarge", 2, 2, Kube.connect(), eks)
+    assert plan.desired == 2 and "HTTP 403" in capsys.readouterr().err
 
 
 def _scaling(eks, nodegroup: str) -> dict:
@@ -257,6 +280,25 @@ def test_a_submit_wakes_the_group_after_its_checks_and_before_the_job(guarded, a
     assert f"note: asked node group {name} for 2 node(s) (it had 0)" in capsys.readouterr().out
 
 
+def test_a_job_the_api_server_refuses_after_the_wake_scales_the_group_back(guarded, api, capsys, monkeypatch):
+    """Creating the job fails once the group was asked for its nodes: the submit asks for the old size again
+    (after EKS took the scale-up: DescribeNodegroup until ACTIVE), says so, and fails with the API's error."""
+    from kubernetes.client.exceptions import ApiException
+
+    eks, calls, name = guarded
+    refusal = status_body(403, "Forbidden", "pytorchjobs.kubeflow.org is forbidden")
+    monkeypatch.setattr(api, "create_job", lambda namespace, body: (403, refusal))
+    spec = _spec(nodes="2")
+    with pytest.raises(ApiException, match="Forbidden"):
+        backend.submit(spec, recipe(spec), eks=eks)
+    ops = [op for op, _ in calls]
+    assert ops == ["DescribeNodegroup", "UpdateNodegroupConfig", "DescribeNodegroup", "UpdateNodegroupConfig"]
+    assert _scaling(eks, name)["desiredSize"] == 0 and not api.jobs
+    assert capsys.readouterr().err.endswith(
+        f"note: the job was not created, so node group {name} was asked for its 0 node(s) again\n"
+    )
+
+
 def test_a_job_created_while_the_group_is_at_zero_gets_its_nodes(history, moto, api, request):
     """A job the launcher did not wake for (created just after the guard's re-list, or a dry run's manifest applied
     with kubectl) waits at zero: the guard's next run scales the group up to what it needs."""
@@ -268,7 +310,8 @@ def test_a_job_created_while_the_group_is_at_zero_gets_its_nodes(history, moto, 
     decision = idle_guard.run_once(settings, Kube.connect(), eks, clock=lambda: history[0]["idle"])
     assert decision.desired == 2
     assert decision.reason == (
-        f"PyTorchJob trainkit-jobs/after-relist has not ended and needs 2 node(s): scaling {name} from 0 nodes to 2"
+        f"PyTorchJob trainkit-jobs/after-relist waits for 2 node(s) besides the 0 that GPU pods are on: scaling {name} "
+        "from 0 nodes to 2"
     )
     assert _scaling(eks, name) == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
     status = api.configmaps[(cluster.PLATFORM_NAMESPACE, cluster.IDLE_GUARD)]["data"]
@@ -308,6 +351,45 @@ def test_a_job_unschedulable_longer_than_the_window_no_longer_keeps_the_nodes(hi
     assert again.desired is None and len(api.events) == 2  # at zero; the Event is not repeated
 
 
+def test_a_job_with_a_running_pod_keeps_the_nodes_while_another_of_its_pods_is_unschedulable(
+    history, moto, api, request
+):
+    """One worker runs (its GPUs idle: a restore, a rendezvous wait) and the other has been unschedulable for
+    longer than the window: the job is not stuck, and its running pod keeps the nodes."""
+    now = history[0]["idle"]
+    api.add_job("half-placed", [{"type": "Running", "status": "True"}], replicas=2)
+    api.add_pod("trainkit-jobs", "half-placed-worker-0", gpus=8, job="half-placed")
+    api.add_pod("trainkit-jobs", "half-placed-worker-1", gpus=8, job="half-placed", unschedulable_at=now - WINDOW_S - 1)
+    decision, group, writes, status, _ = guard(history, moto, api, request, "idle")
+    assert decision.desired is None and decision.reason == "PyTorchJob trainkit-jobs/half-placed has not ended"
+    assert group["desiredSize"] == 2 and writes == [] and "unschedulable" not in status and not api.events
+
+
+def test_what_runs_and_what_waits_scale_the_group_to_their_sum_at_most_max(history, moto, api, request):
+    """A 2-node job runs on the group's 2 nodes (maxSize 3) and a 2-node job waits: the group goes to 3, its
+    maxSize; EKS (and so the stand-in) refuses a desired size above it."""
+    from botocore.exceptions import ClientError
+
+    api.add_nodes("p5.48xlarge", 1, gpus=8, efa=32)
+    api.add_job("running", [{"type": "Running", "status": "True"}], replicas=2)
+    for index, node in enumerate(n["metadata"]["name"] for n in api.nodes[:2]):
+        api.add_pod("trainkit-jobs", f"running-worker-{index}", gpus=8, job="running", node=node)
+    api.add_job("waiting", [{"type": "Created", "status": "True"}], replicas=2)
+    decision, group, writes, _, _ = guard(history, moto, api, request, "idle", group_max=3)
+    assert decision.desired == 3 and group["desiredSize"] == 3 and writes == ["UpdateNodegroupConfig"]
+    assert decision.reason == (
+        f"PyTorchJob trainkit-jobs/waiting waits for 2 node(s) besides the 2 that GPU pods are on: scaling "
+        f"{group_name(request)} from 2 nodes to 3 (its maxSize; they need 4)"
+    )
+    eks, _ = checked_eks(moto)
+    with pytest.raises(ClientError, match=r"InvalidParameterException.*desiredSize can't be greater than maxSize"):
+        eks.update_nodegroup_config(
+            clusterName="trainkit",
+            nodegroupName=group_name(request),
+            scalingConfig={"minSize": 0, "maxSize": 3, "desiredSize": 4},
+        )
+
+
 def test_status_says_how_long_utilisation_data_has_been_missing(history, moto, api, request):
     now = history[0]["missing"]
     since = idle_inputs.timestamp(now - 4200)
@@ -318,6 +400,14 @@ def test_status_says_how_long_utilisation_data_has_been_missing(history, moto, a
     )
     decision, _, writes, status, _ = guard(history, moto, api, request, "missing")
     assert decision.missing_data and writes == [] and status["missing_data_since"] == since
+    (alarm,) = api.events  # more than an hour while the group has nodes: the run fails (IdleGuardFailing)
+    assert alarm["type"] == "Warning" and alarm["reason"] == "UtilisationDataMissing"
+    assert alarm["message"] == decision.alarm and decision.alarm.startswith(
+        f"utilisation data missing for 1 h 10 min while node group {group_name(request)} asks for 2 node(s), which "
+        "the guard keeps until it is back (no DCGM_FI_DEV_GPU_UTIL series in the window: missing data counts as "
+        f"activity): check the dcgm-exporter pods (`kubectl -n {cluster.MONITORING_NAMESPACE} get pods -o wide -l "
+        "app.kubernetes.io/name=dcgm-exporter`"
+    )
     assert idle_guard.describe(Kube.connect(), _infra("gpu"))[2] == (
         f"idle guard: no utilisation data for 1 h 10 min while 1 GPU node(s) are up (since {since}): the guard keeps "
         "them until DCGM_FI_DEV_GPU_UTIL reports again; check the GPU nodes' dcgm-exporter pods and Prometheus's "
@@ -417,3 +507,31 @@ def test_the_cronjobs_command_fails_with_one_line_when_the_node_group_is_missing
         "gpu-missing. (check --cluster, --nodegroup and --region, and the guard's Pod Identity role in "
         "terraform/modules/gpu-nodegroup)\n"
     )
+
+
+def test_nodes_that_never_joined_fail_the_run_after_an_hour_and_are_kept(history, moto, api, request, pod_env, capsys):
+    """The group asks for 2 nodes and none has joined (bootstrap, AMI or EFA failure): no GPU node, no series, no
+    job. That is missing data, kept; an hour on, each run records a Warning Event and exits 1 with one line, so
+    its Job fails and IdleGuardFailing fires."""
+    name = group_name(request)
+    gpu_nodegroup(moto.client("eks"), name)
+    api.nodes.clear()
+    now = history[0]["missing"]
+    metadata = {"name": cluster.IDLE_GUARD, "namespace": cluster.PLATFORM_NAMESPACE}
+    earlier = {"decision": "keep", "missing_data_since": idle_inputs.timestamp(now - 3700)}
+    api.create_configmap(
+        cluster.PLATFORM_NAMESPACE, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": earlier}
+    )
+    assert idle_guard.main(guard_args(history, name), clock=lambda: now) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err == (
+        f"idle guard: keep, failing: utilisation data missing for 1 h 1 min while node group {name} asks for 2 "
+        f"node(s), which the guard keeps until it is back (node group {name} asks for 2 node(s) and no GPU node with "
+        "GPUs has joined the cluster: nodes without data count as active): check why no GPU node joined: `kubectl "
+        "get nodes -l trainkit/pool=gpu`, and the node group's health (`aws eks describe-nodegroup --cluster-name "
+        f"trainkit --nodegroup-name {name} --query nodegroup.health`: bootstrap, AMI or EFA failures show there)\n"
+    )
+    assert _scaling(moto.client("eks"), name)["desiredSize"] == 2
+    (event,) = api.events
+    assert event["reason"] == "UtilisationDataMissing" and event["type"] == "Warning"

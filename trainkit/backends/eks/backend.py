@@ -105,21 +105,24 @@ def submit(
     job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdzv_id: str | None = None, eks=None
 ) -> str:
     """Check, then wake, then create: the idle guard's node group is asked for the job's nodes only once nothing
-    refuses the job (a refused job left no node up), and the preflight counts the nodes it will have."""
+    refuses the job, and back when creating it fails (no node stays up without a job); the preflight counts the
+    nodes it will have."""
     check_workload(workload)
     code = code_of(job, workload)
     kube = kube or Kube.connect()
     p = job.parallelism  # with the idle guard off there is no plan and nothing is scaled
-    plan = nodegroup.plan_wake(outputs.load_outputs(), job.placement.instance_type, p.min_nodes, p.nodes, eks)
+    preflight.check_cluster(kube)  # the plan reads what holds and waits for GPU nodes
+    plan = nodegroup.plan_wake(outputs.load_outputs(), job.placement.instance_type, p.min_nodes, p.nodes, kube, eks)
     notes = preflight.preflight(kube, job, ecr, job.run.workload == "recipe", plan.desired if plan else None)
-    for note in [nodegroup.wake(plan) if plan else None, *notes]:
-        if note:
-            print(f"note: {note}", flush=True)
-    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
-    namespace = job.placement.namespace
-    created = kube.custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S
-    )
+    with nodegroup.woken(plan) as woke:  # a job not created scales the group back
+        for note in [woke, *notes]:
+            if note:
+                print(f"note: {note}", flush=True)
+        manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
+        namespace = job.placement.namespace
+        created = kube.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S
+        )
     if code is not None:
         create_code(kube, job, code, created)
     name = manifest["metadata"]["name"]

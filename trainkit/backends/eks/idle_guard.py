@@ -7,15 +7,17 @@ The platform stack runs this as a CronJob (opt-in: the infra stack's idle_guard_
 Identity role whose only write is this node group's UpdateNodegroupConfig (terraform/modules/
 gpu-nodegroup). Each run gathers three things, then `decide` (pure) says scale down, scale up or keep, and why:
 - what uses or waits for the GPU nodes, in every namespace: PyTorchJobs whose replicas request nvidia.com/gpu
-  (with their pods; one whose pods are not created yet counts too) and every other pod, of any kind, that
-  requests nvidia.com/gpu and has not ended. One that has not ended, or that ended within the window, is
-  activity; one that has not ended and needs more nodes than the group asks for is a reason to scale up (to at
-  most maxSize); one whose pods have been unschedulable for longer than the window counts for neither (an Event
-  says so once);
+  (with their pods; one whose pods are not created yet counts too) and every other pod, of any kind but a
+  DaemonSet's, that requests nvidia.com/gpu and has not ended. One that has not ended, or that ended within the
+  window, is activity; when the nodes its pods are bound to plus what waits need more than the group asks for,
+  that is a reason to scale up (to at most maxSize; never for a job whose minimum is wider than that); one none
+  of whose pods can run for longer than the window (unschedulable, an image that cannot be pulled, no pods at
+  all) counts for neither (an Event says so once);
 - DCGM_FI_DEV_GPU_UTIL of every GPU over the window, from the platform's Prometheus: every GPU the GPU nodes
   have must report for the whole window and stay below IDLE_PERCENT; no series, a series with gaps or fewer GPUs
-  reporting than the nodes have all count as activity (no data never scales anything down), and the status
-  records since when data has been missing;
+  reporting than the nodes have all count as activity (no data never scales anything down), and so do nodes
+  asked for that never joined; the status records since when data has been missing, and past MISSING_DATA_ALERT_S
+  with nodes up each run records a Warning Event and fails (below), while it still keeps;
 - the node group (EKS DescribeNodegroup): changing, or at zero with nothing waiting, is left alone.
 What it found and did goes into the ConfigMap `trainkit-idle-guard` (trainkit-system), which `invoke status`
 reads, and a scale-down or scale-up also into a Kubernetes Event on that ConfigMap (`kubectl get events -n
@@ -33,11 +35,19 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainkit import hardware
 from trainkit.backends.eks import cluster
-from trainkit.backends.eks.idle_decision import DEFAULT_STEP_S, DEFAULT_WINDOW_MINUTES, UTIL_METRIC, Decision, decide
+from trainkit.backends.eks.idle_decision import (
+    DEFAULT_STEP_S,
+    DEFAULT_WINDOW_MINUTES,
+    UTIL_METRIC,
+    Decision,
+    NodeGroup,
+    Utilisation,
+    decide,
+)
 from trainkit.backends.eks.idle_inputs import (
     PROMETHEUS_URL,
     gpu_nodes_gpus,
@@ -186,6 +196,37 @@ class GuardSettings:
             raise SpecError(f"--step-seconds {self.step_s:g} is longer than the window ({self.window_s:g} s)")
 
 
+MISSING_DATA_ALERT_S = 3600
+"""A keep for want of utilisation data that lasts longer than this while the group has nodes fails the guard's
+runs, so the alert IdleGuardFailing (observability/rules.py) fires: nodes that never joined, an exporter that
+restarts within every hour or a GPU that fell off the bus keep the nodes so, and GpuUtilisationMissing (a node's GPU
+capacity without data for an hour) sees none of them."""
+
+
+def missing_data_alarm(
+    settings: GuardSettings, group: NodeGroup, decision: Decision, missing_s: float, utilisation: Utilisation
+) -> str:
+    """One line: for how long which data has been missing, and what to check."""
+    if not utilisation.expected_gpus:
+        check = (
+            "check why no GPU node joined: `kubectl get nodes -l trainkit/pool=gpu`, and the node group's health "
+            f"(`aws eks describe-nodegroup --cluster-name {settings.cluster_name} --nodegroup-name {group.name} "
+            "--query nodegroup.health`: bootstrap, AMI or EFA failures show there)"
+        )
+    else:
+        monitoring = cluster.MONITORING_NAMESPACE
+        check = (
+            f"check the dcgm-exporter pods (`kubectl -n {monitoring} get pods -o wide -l "
+            f"app.kubernetes.io/name=dcgm-exporter`: one Running per GPU node, not restarting), its ServiceMonitor "
+            f"(`kubectl -n {monitoring} get servicemonitor dcgm-exporter`) and that every GPU shows on its node "
+            "(`kubectl get nodes -l trainkit/pool=gpu`, nvidia-smi)"
+        )
+    return (
+        f"utilisation data missing for {_duration(missing_s)} while node group {group.name} asks for "
+        f"{group.desired_size} node(s), which the guard keeps until it is back ({decision.reason}): {check}"
+    )
+
+
 def run_once(settings: GuardSettings, kube: Kube, eks, clock: Callable[[], float] = time.time) -> Decision:
     """Gather, decide, act, record. What uses the GPUs is listed again just before a scale-down, so a job submitted
     while the guard was deciding keeps its nodes."""
@@ -195,7 +236,7 @@ def run_once(settings: GuardSettings, kube: Kube, eks, clock: Callable[[], float
     jobs = list_activity(kube, group)
     utilisation = query_utilisation(settings.prometheus, now, window, settings.step_s, gpu_nodes_gpus(kube))
     decision = decide(now, window, jobs, utilisation, group)
-    if decision.scale_down and any(job.waiting(now, window) for job in list_activity(kube, group)):
+    if decision.scale_down and any(job.counts(now, window) for job in list_activity(kube, group)):
         decision = Decision("a job was submitted while the guard decided")
     previous = read_status(kube, settings.status_namespace) or {}
     stuck = [job for job in jobs if job.stuck(now, window)]
@@ -217,6 +258,11 @@ def run_once(settings: GuardSettings, kube: Kube, eks, clock: Callable[[], float
         "unschedulable": ", ".join(job.name for job in stuck) or None,
     }
     events = []
+    if decision.missing_data and group.desired_size > 0:
+        missing = now - rfc3339(record["missing_data_since"])
+        if missing > MISSING_DATA_ALERT_S:
+            decision = replace(decision, alarm=missing_data_alarm(settings, group, decision, missing, utilisation))
+            events.append(("UtilisationDataMissing", decision.alarm, "Warning"))
     if decision.desired is not None and not settings.dry_run:
         scale_to(eks, settings.cluster_name, group, decision.desired)
         record["desired_size"] = decision.desired
@@ -226,12 +272,12 @@ def run_once(settings: GuardSettings, kube: Kube, eks, clock: Callable[[], float
     noted = set((previous.get("unschedulable") or "").split(", "))
     for job in stuck:
         if job.name not in noted:  # once per job: later runs say it in their reason
-            since = (now - job.unschedulable_since) / 60
+            what, since = job.blocked()
             message = (
-                f"{job.name} has been unschedulable for {since:.1f} min, longer than the {window / 60:g} min window: "
-                f"it no longer keeps node group {group.name} up nor scales it; see why with `kubectl describe` on its "
-                "pods, then fix what it asks for (instance type, GPUs, node count at most the group's maxSize) or "
-                "delete it"
+                f"{job.name} has been {what} for {(now - since) / 60:.1f} min, longer than the {window / 60:g} min "
+                f"window: it no longer keeps node group {group.name} up nor scales it; see why with `kubectl "
+                "describe` on its pods (or on it, without pods), then fix what it asks for (instance type, GPUs, node "
+                "count at most the group's maxSize, its image, the Secrets and ConfigMaps it names) or delete it"
             )
             events.append(("UnschedulableNotCounted", message, "Warning"))
     status_map = write_status(kube, settings.status_namespace, record)
@@ -284,8 +330,8 @@ def failure(error: Exception) -> str | None:
 
 
 def main(argv: list[str] | None = None, clock: Callable[[], float] = time.time) -> int:
-    """Exit 0 when it decided (one line: keep, scale down or scale up, and why), 1 when it could not check or act
-    (one line on stderr), 2 on bad arguments."""
+    """Exit 0 when it decided (one line: keep, scale down or scale up, and why), 1 when it could not check or act,
+    or has kept the nodes for want of data for too long (one line on stderr), 2 on bad arguments."""
     parser = argparse.ArgumentParser(
         prog="python -m trainkit.backends.eks.idle_guard", description=__doc__.split("\n")[0]
     )
@@ -319,6 +365,9 @@ def main(argv: list[str] | None = None, clock: Callable[[], float] = time.time) 
         if line is None:
             raise
         print(f"idle guard: failed: {line}", file=sys.stderr, flush=True)
+        return 1
+    if decision.alarm:  # fails the Job, so IdleGuardFailing fires
+        print(f"idle guard: keep, failing: {decision.alarm}", file=sys.stderr, flush=True)
         return 1
     action = "keep" if decision.desired is None else "scale down" if decision.scale_down else "scale up"
     print(f"idle guard: {action}: {decision.reason}", flush=True)

@@ -12,7 +12,16 @@ from datetime import UTC, datetime
 
 from trainkit import hardware
 from trainkit.backends.eks import cluster
-from trainkit.backends.eks.idle_decision import GPU_KEY, UTIL_METRIC, GpuSeries, JobSeen, NodeGroup, Utilisation
+from trainkit.backends.eks.idle_decision import (
+    GPU_KEY,
+    UTIL_METRIC,
+    GpuSeries,
+    JobSeen,
+    NodeGroup,
+    PodSeen,
+    Utilisation,
+    nodes_for,
+)
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube
 from trainkit.errors import SpecError
 
@@ -22,6 +31,20 @@ PROMETHEUS_URL = f"http://{cluster.MONITORING_RELEASE}-prometheus.{cluster.MONIT
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource NVIDIA's device plugin advertises (NVIDIA/k8s-device-plugin, the resource name it
 registers); an extended resource is a whole number, so any quantity but "0" asks for GPUs."""
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+"""The EFA devices AWS's EFA device plugin advertises (aws-efa-k8s-device-plugin); trainkit's workers ask for all of a
+node's (trainkit/backends/eks/render.py)."""
+STUCK_WAITING = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+)
+"""Waiting reasons of a container that the kubelet retries with no end in sight: its image cannot be pulled or named
+(pkg/kubelet/images/types.go ErrImagePullBackOff, ErrImagePull, ErrImageNeverPull, ErrInvalidImageName) or its
+config not made, e.g. a Secret or ConfigMap it names is missing (pkg/kubelet/kuberuntime/kuberuntime_container.go
+ErrCreateContainerConfig). A pod left so for longer than the window holds its node and uses none of it."""
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 """Training-operator v1.9.4 labels each pod of a job with its job's name (pkg/apis/kubeflow.org/v1/common_types.go
 JobNameLabel)."""
@@ -54,16 +77,31 @@ def ended_at(job: dict) -> float | None:
     return max(rfc3339(c["lastTransitionTime"]) for c in ended if c.get("lastTransitionTime"))
 
 
+def pod_requests(pod_spec: dict, resource: str) -> int:
+    """How many of an extended resource a pod asks for: its containers' sum, or an init container's if that is
+    more (they run one at a time before the others), each container's request or, given alone, its limit, which
+    is then its request too (k8s.io/api core/v1 types.go ResourceRequirements; an extended resource is whole)."""
+
+    def asked(container: dict) -> int:
+        resources = container.get("resources") or {}
+        return max(int(str((resources.get(part) or {}).get(resource, 0))) for part in ("requests", "limits"))
+
+    init = [asked(container) for container in pod_spec.get("initContainers") or []]
+    return max(sum(asked(container) for container in pod_spec.get("containers") or []), *init, 0)
+
+
 def requests_gpus(pod_spec: dict) -> bool:
-    """Whether any container or init container of a pod spec requests or limits nvidia.com/gpu (the device plugin's
-    resource may be given as a limit alone, which then is the request too: k8s.io/api core/v1 types.go
-    ResourceRequirements)."""
-    containers = [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]
-    return any(
-        str(((container.get("resources") or {}).get(part) or {}).get(GPU_RESOURCE, "0")) != "0"
-        for container in containers
-        for part in ("requests", "limits")
-    )
+    """Whether any container or init container of a pod spec requests or limits nvidia.com/gpu."""
+    return pod_requests(pod_spec, GPU_RESOURCE) > 0
+
+
+def node_gpus(pod_spec: dict, group: NodeGroup) -> int:
+    """The GPUs a pod asks of the group's nodes, or a whole node's when it asks for all of a node's GPUs or EFA
+    devices (as trainkit's workers do): no other GPU pod fits beside it."""
+    gpus, instance = pod_requests(pod_spec, GPU_RESOURCE), group.instance
+    efa = instance.efa_interfaces if instance else 0
+    whole = gpus >= group.gpus_per_node or (efa and pod_requests(pod_spec, EFA_RESOURCE) >= efa)
+    return max(gpus, group.gpus_per_node) if whole else gpus
 
 
 def fits_group(pod_spec: dict, group: NodeGroup) -> bool:
@@ -89,27 +127,80 @@ def unschedulable_since(pod: dict) -> float | None:
     return None
 
 
+def waiting_for_good(pod: dict) -> tuple[str, float] | None:
+    """A bound pod with a container waiting for what the kubelet cannot get (STUCK_WAITING), and since when: its
+    ContainersReady (or Ready) condition's last change to False, else its creation. None when none waits so."""
+    status = pod.get("status", {})
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    reasons = [((c.get("state") or {}).get("waiting") or {}).get("reason") for c in containers]
+    reason = next((r for r in reasons if r in STUCK_WAITING), None)
+    if reason is None:
+        return None
+    unready = [
+        c.get("lastTransitionTime")
+        for c in status.get("conditions") or []
+        if c.get("type") in ("ContainersReady", "Ready") and c.get("status") == "False"
+    ]
+    return f"in {reason}", rfc3339(next(filter(None, unready), None) or pod["metadata"]["creationTimestamp"])
+
+
+def pod_seen(pod: dict, group: NodeGroup) -> PodSeen:
+    gpus, node = node_gpus(pod["spec"], group), pod["spec"].get("nodeName") or None
+    if node is None:
+        return PodSeen(gpus, None, unschedulable_since(pod))
+    blocked = waiting_for_good(pod)
+    return PodSeen(gpus, node, blocked[1], blocked[0]) if blocked else PodSeen(gpus, node)
+
+
+def replica_gpus(job: dict, group: NodeGroup, least: bool = False) -> list[int]:
+    """What each replica of a PyTorchJob that runs on the group asks of it (node_gpus): all its replicas, or with
+    `least` the fewest it runs with: an elastic job's elasticPolicy.minReplicas workers (training-operator v1.9.4
+    pkg/apis/kubeflow.org/v1/pytorch_types.go ElasticPolicy, the lower limit its workers scale down to)."""
+    spec = job.get("spec") or {}
+    minimum = (spec.get("elasticPolicy") or {}).get("minReplicas")
+    gpus = []
+    for kind, replica in (spec.get("pytorchReplicaSpecs") or {}).items():
+        template = replica.get("template", {}).get("spec") or {}
+        if requests_gpus(template) and fits_group(template, group):
+            count = int(replica.get("replicas", 1))
+            if least and kind == "Worker" and minimum is not None:
+                count = min(count, int(minimum))
+            gpus += [node_gpus(template, group)] * count
+    return gpus
+
+
+def podless_since(job: dict) -> float | None:
+    """Since when a job without pods has had none: its creation or its latest condition change (the operator sets
+    Created, Running, Restarting as it goes), whichever is later; None when neither is known."""
+    meta, conditions = job["metadata"], job.get("status", {}).get("conditions") or []
+    stamps = [meta.get("creationTimestamp"), *(c.get("lastTransitionTime") for c in conditions)]
+    return max((rfc3339(stamp) for stamp in stamps if stamp), default=None)
+
+
+def daemon(pod: dict) -> bool:
+    """A DaemonSet's pod runs on every node it matches for as long as the node is there (k8s.io/api apps/v1
+    DaemonSet), so it is part of the nodes, not a use of them: were it activity, it would keep them forever."""
+    return any(ref.get("kind") == "DaemonSet" for ref in pod["metadata"].get("ownerReferences") or [])
+
+
 def activity(jobs: list[dict], pods: list[dict], group: NodeGroup) -> list[JobSeen]:
     """What uses or waits for the group's GPU nodes: each PyTorchJob whose replicas request GPUs, with the pods of it
-    that have not ended (its `nodes`: one per such replica, as trainkit's workers each take a node; its
-    `unschedulable_since`: its pods' earliest), and each other pod that requests GPUs and has not ended (one node).
-    A job's pods after it ended stand alone: whatever still runs is activity until it ends."""
+    that have not ended and what its replicas without a pod ask for, and each other pod that requests GPUs and has
+    not ended, but a DaemonSet's. A job's pods after it ended stand alone: whatever still runs is activity until it
+    ends."""
     live = [
         pod
         for pod in pods
         if pod.get("status", {}).get("phase") not in TERMINAL_PHASES
         and requests_gpus(pod["spec"])
         and fits_group(pod["spec"], group)
+        and not daemon(pod)
     ]
     seen, folded = [], set()
     for job in jobs:
         meta = job["metadata"]
-        replicas = [
-            replica
-            for replica in (job.get("spec", {}).get("pytorchReplicaSpecs") or {}).values()
-            if requests_gpus(spec := replica["template"].get("spec") or {}) and fits_group(spec, group)
-        ]
-        if not replicas:
+        wanted = replica_gpus(job, group)
+        if not wanted:
             continue
         ended = ended_at(job)
         own = [
@@ -120,13 +211,18 @@ def activity(jobs: list[dict], pods: list[dict], group: NodeGroup) -> list[JobSe
             and (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL) == meta["name"]
         ]
         folded.update(id(pod) for pod in own)
-        since = [stamp for stamp in map(unschedulable_since, own) if stamp is not None]
-        nodes = sum(int(replica.get("replicas", 1)) for replica in replicas)
-        seen.append(JobSeen(f"PyTorchJob {meta['namespace']}/{meta['name']}", ended, nodes, min(since, default=None)))
+        pods_seen = tuple(pod_seen(pod, group) for pod in own)
+        for pod in pods_seen:  # what its replicas ask for, less what its pods do
+            if pod.gpus in wanted:
+                wanted.remove(pod.gpus)
+        minimum = nodes_for(replica_gpus(job, group, least=True), group.gpus_per_node)
+        since = None if own or ended is not None else podless_since(job)
+        name = f"PyTorchJob {meta['namespace']}/{meta['name']}"
+        seen.append(JobSeen(name, ended, pods_seen, tuple(wanted) if ended is None else (), since, minimum))
     for pod in live:
         if id(pod) not in folded:
             meta = pod["metadata"]
-            seen.append(JobSeen(f"pod {meta['namespace']}/{meta['name']}", None, 1, unschedulable_since(pod)))
+            seen.append(JobSeen(f"pod {meta['namespace']}/{meta['name']}", None, (pod_seen(pod, group),)))
     return seen
 
 
