@@ -68,6 +68,7 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "channels_last": (VISION, ("--channels-last", "maybe"), "--channels-last"),
     "checkpoint_interval": ((), ("--checkpoint-interval", "-1"), "--checkpoint-interval"),
     "keep_checkpoints": ((), ("--keep-checkpoints", "0"), "--keep-checkpoints"),
+    "storage_mb_s": ((), ("--storage-mb-s", "0"), "--storage-mb-s"),
     "max_restarts": ((), ("--max-restarts", "-1"), "--max-restarts"),
     "collective_timeout": ((), ("--collective-timeout", "0"), "--collective-timeout"),
     "stall_timeout": ((), ("--stall-timeout", "-5"), "--stall-timeout"),
