@@ -86,9 +86,10 @@ class EcrBlobs:
         (self.folder / digest.replace(":", "-")).write_bytes(body)
         return {"digest": digest, "size": len(body)}
 
-    def push(self, ecr, repository: str, tag: str, labels: dict[str, str]) -> str:
-        """An amd64 image whose config carries `labels`, under `tag`; its manifest digest."""
-        config = {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}, "rootfs": {"type": "layers"}}
+    def push(self, ecr, repository: str, tag: str, labels: dict[str, str], architecture: str = "amd64") -> str:
+        """A linux image of `architecture` whose config carries `labels`, under `tag`; its manifest digest."""
+        config = {"architecture": architecture, "os": "linux", "config": {"Labels": labels}}
+        config["rootfs"] = {"type": "layers"}
         layer = self.blob(tag.encode())  # one distinct layer per tag
         manifest = {
             "schemaVersion": 2,

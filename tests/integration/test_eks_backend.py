@@ -169,6 +169,11 @@ def test_an_image_without_the_pod_entry_point_is_refused_before_anything_is_tagg
         image.check_image(spec_of(image=f"{url}:other"), ecr)
     (plain,) = ecr.describe_images(repositoryName="trainkit/train", imageIds=[{"imageTag": "plain"}])["imageDetails"]
     assert plain["imageTags"] == ["plain"]  # refused: no run tag keeps it
+    blobs.push(ecr, "trainkit/train", "laptop", ENTRY, architecture="arm64")  # built on an arm64 laptop
+    with pytest.raises(
+        SpecError, match=r":laptop is built for linux/arm64 and the GPU nodes run linux/amd64: build it"
+    ):
+        image.check_image(spec_of(image=f"{url}:laptop"), ecr)
 
 
 def test_an_image_index_is_checked_by_its_linux_amd64_image(fake, ecr):

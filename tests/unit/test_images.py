@@ -212,3 +212,22 @@ def test_the_nodes_architecture_is_the_one_of_the_node_groups_ami_types():
     assert len(ami_types) == 2, ami_types
     architectures = {"amd64" if "_x86_64_" in ami else "arm64" if "_ARM_64_" in ami else ami for ami in ami_types}
     assert architectures == {outputs.NODE_ARCHITECTURE}, ami_types
+
+
+def test_an_ecr_that_cannot_say_whether_the_guards_tag_is_there_spares_the_platform_stack(tmp_path, monkeypatch):
+    """Throttled or refused, the tag lookup fails as a failed build does: GuardImageFailed, which `make up` answers by
+    applying the platform stack all the same (trainkit/infra/lifecycle.py), never a traceback before it."""
+    from botocore.exceptions import ClientError
+
+    from trainkit.infra import guard_image
+
+    class RefusingEcr:
+        def describe_images(self, **request):
+            error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+            raise ClientError(error, "DescribeImages")
+
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path))
+    outputs.save_outputs({"ecr_repository_urls": {outputs.IDLE_GUARD_REPOSITORY: f"{ECR}/trainkit/idle-guard"}})
+    monkeypatch.setattr(images, "content_tag", lambda root, prefix, run=None: f"{prefix}-0123abc")
+    with pytest.raises(guard_image.GuardImageFailed, match=r"ECR did not say whether .*ThrottlingException.*no idle"):
+        guard_image.publish_idle_guard(ecr=RefusingEcr())

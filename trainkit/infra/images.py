@@ -1,7 +1,7 @@
 """The training image (containers/train/Dockerfile): build it with docker buildx or buildah, push it to the infra
 stack's ECR repository, and record what was pushed as the EKS backend's default image. The same file's stage
 `guard` is the EKS idle guard's small image, which `make up PROFILE=aws` builds and pushes to a repository of its own
-(`publish_idle_guard`) for the platform stack's CronJob.
+(trainkit/infra/guard_image.py) for the platform stack's CronJob.
 
 Tags are content-addressed: `<flavor>-<arch>-<commit>`, and `-dirty-<hash>` after it for a checkout with changes (a hash
 of the diff and the untracked files: two different dirty trees never share a tag); `<arch>` is what the image is built
@@ -45,13 +45,8 @@ SIGNATURE_CHECK = Path("containers") / "train" / "verify-signature.sh"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 CA_SECRET = "pip-ca"
 BUILDS_FILE = "images.json"  # what images.build made, per flavour, beside the infra outputs
-PLATFORM_RETRY = "invoke infra.up --profile aws --stack platform"  # what applies the guard's image (and the platform)
 
 Runner = Callable[..., subprocess.CompletedProcess]
-
-
-class GuardImageFailed(SpecError):
-    """The guard's image did not build or push: `make up` applies the platform stack all the same, then fails."""
 
 
 def architecture(flavor: str) -> str:
@@ -258,7 +253,7 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
     shutil.copy2(plan.root / SIGNATURE_CHECK, plan.context / SIGNATURE_CHECK.name)
 
 
-def _record(name: str, flavor_or_none: str | None, entry: dict) -> None:
+def record(name: str, flavor_or_none: str | None, entry: dict) -> None:
     path = outputs.aws_state_dir() / name
     data = json.loads(path.read_text()) if path.is_file() else {}
     data = {**data, flavor_or_none: entry} if flavor_or_none else entry
@@ -271,7 +266,7 @@ def build(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.r
     done = run(plan.command())
     if done.returncode != 0:
         raise SpecError(f"the image build failed (exit {done.returncode}); the builder's output is above")
-    _record(BUILDS_FILE, plan.flavor, {"image": plan.image, "tag": plan.tag})
+    record(BUILDS_FILE, plan.flavor, {"image": plan.image, "tag": plan.tag})
     return plan.image
 
 
@@ -313,62 +308,17 @@ def push(tag: str, tool: str, ecr=None, run: Runner = subprocess.run, flavor: st
     login = run([tool, "login", "--username", "AWS", "--password-stdin", registry], input=password, text=True)
     if login.returncode != 0:
         raise SpecError(f"{tool} login to {registry} failed (exit {login.returncode})")
-    existing = _digest_of(ecr, repository.split("/", 1)[1], tag)
+    existing = digest_of(ecr, repository.split("/", 1)[1], tag)
     if existing:
         digest, note = existing, "already in ECR (tags are immutable there): not pushed again"
     else:
         digest, note = _push(tool, f"{LOCAL_NAME}:{tag}", remote, run), "pushed"
     entry = {"image": remote, "tag": tag, "digest": digest}
-    _record(outputs.IDLE_GUARD_IMAGE_FILE if flavor == GUARD else outputs.PUSHED_IMAGE_FILE, None, entry)
+    record(outputs.IDLE_GUARD_IMAGE_FILE if flavor == GUARD else outputs.PUSHED_IMAGE_FILE, None, entry)
     return {**entry, "note": note}
 
 
-def publish_idle_guard(
-    ecr=None, run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which
-) -> str:
-    """`make up PROFILE=aws`'s step between its stacks when the idle guard is on: this checkout's guard image, for the
-    nodes' platform, in its ECR repository (built and pushed only when its tag is not there yet), recorded for the
-    platform stack's CronJob; says what it did in one line. Without a builder (or a git checkout) the line says what to
-    do; a failed build or push raises GuardImageFailed: the platform stack keeps the guard image recorded before."""
-    infra = outputs.load_outputs()
-    kept = f"the guard keeps running {infra.idle_guard_image}" if infra.idle_guard_image else "no idle guard runs"
-    repository = infra.idle_guard_repository
-    if not repository:
-        why = f"the infra stack has no {outputs.IDLE_GUARD_REPOSITORY} ECR repository yet"
-        return _guard_skipped(why, kept, "`make up PROFILE=aws` (both stacks) makes it and starts the guard")
-    try:
-        tag = content_tag(checkout(), f"{GUARD}-{architecture(GUARD)}", run)
-    except SpecError:
-        return _guard_skipped("this is not a git checkout of trainkit", kept, "run `make up PROFILE=aws` from one")
-    if ecr is None:
-        import boto3
-
-        ecr = boto3.client("ecr", region_name=infra.region)
-    digest = _digest_of(ecr, repository.split("/", 1)[1], tag)
-    if digest:
-        entry = {"image": f"{repository}:{tag}", "tag": tag, "digest": digest}
-        _record(outputs.IDLE_GUARD_IMAGE_FILE, None, entry)
-        return f"idle guard image {entry['image']}: already in ECR, not built again"
-    try:
-        tool = find_builder(run, which)
-    except SpecError:
-        fix = f"install Docker with buildx (its daemon running) or buildah, then run `{PLATFORM_RETRY}`"
-        return _guard_skipped("no image builder here", kept, fix)
-    plan = plan_build(GUARD, tag, tool=tool)
-    print("\n".join(plan.describe()), flush=True)
-    try:
-        build(plan, run=run)
-        pushed = push(tag, tool, ecr, run, flavor=GUARD)
-    except SpecError as error:
-        raise GuardImageFailed(f"the idle guard's image {tag} was not built and pushed ({error}), so {kept}") from None
-    return f"idle guard image {pushed['image']} ({pushed['digest']}): {pushed['note']}"
-
-
-def _guard_skipped(why: str, kept: str, fix: str) -> str:
-    return f"note: the idle guard's image was not built ({why}), so {kept}: {fix}"
-
-
-def _digest_of(ecr, repository: str, tag: str) -> str | None:
+def digest_of(ecr, repository: str, tag: str) -> str | None:
     """The digest `tag` names in the repository, None when no image has it (asked by tag: no listing to page)."""
     from botocore.exceptions import ClientError
 

@@ -10,7 +10,7 @@ import re
 import time
 
 from trainkit.errors import SpecError
-from trainkit.infra import aws, images
+from trainkit.infra import aws, guard_image
 from trainkit.infra.outputs import IDLE_GUARD_IMAGE_FILE, aws_state_dir, kubeconfig_path, outputs_path, save_outputs
 from trainkit.infra.terraform import TerraformError, TerraformStack
 
@@ -65,8 +65,8 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
             # A failed build or push must not leave the GPU nodes without the platform (device plugins, operator, FSx
             # claim): the platform stack goes on with the guard image recorded before, and `up` fails at the end.
             try:
-                print(images.publish_idle_guard(), flush=True)
-            except images.GuardImageFailed as error:
+                print(guard_image.publish_idle_guard(), flush=True)
+            except guard_image.GuardImageFailed as error:
                 guard_failed = error
                 print(f"error: {error}; applying the platform stack all the same", flush=True)
         # Device plugins, training operator, etcd, FSx claim, idle guard (terraform/stacks/platform); its
@@ -80,7 +80,7 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
     if guard_failed:
         print(done, flush=True)
         raise SpecError(
-            f"{guard_failed}: fix that and run `{images.PLATFORM_RETRY}` (or set idle_guard_minutes = null in "
+            f"{guard_failed}: fix that and run `{guard_image.PLATFORM_RETRY}` (or set idle_guard_minutes = null in "
             "terraform/stacks/infra/terraform.tfvars)"
         )
     return done

@@ -111,7 +111,8 @@ def check_pod_entry(image: str, labels: dict[str, str]) -> None:
 
 
 def image_labels(ecr, repository: str, record: dict, fetch=urllib.request.urlopen) -> dict[str, str]:
-    """The labels of the linux/amd64 image of a BatchGetImage `record`: its manifest, then its config blob."""
+    """The labels of the linux/amd64 image of a BatchGetImage `record`: its manifest, then its config blob (which
+    must say linux/amd64 too)."""
     tag = record["imageId"].get("imageTag", record["imageId"].get("imageDigest"))
     manifest = json.loads(record["imageManifest"])
     if "manifests" in manifest:  # an index: the image for the nodes' platform
@@ -128,7 +129,17 @@ def image_labels(ecr, repository: str, record: dict, fetch=urllib.request.urlope
     algorithm, _, expected = digest.partition(":")
     if len(body) > CONFIG_LIMIT or algorithm != "sha256" or hashlib.sha256(body).hexdigest() != expected:
         raise SpecError(f"image {repository}:{tag}: its config blob {digest} did not download intact; submit again")
-    return json.loads(body).get("config", {}).get("Labels") or {}
+    config = json.loads(body)
+    # A single-platform image says its platform in its config (OCI image spec, config.md: `architecture` and `os`
+    # are required); one built on an arm64 laptop would start on the nodes with "exec format error".
+    built_for = {key: config.get(key) for key in PLATFORM}
+    if built_for != PLATFORM:
+        raise SpecError(
+            f"image {repository}:{tag} is built for {built_for['os']}/{built_for['architecture']} and the GPU nodes "
+            "run linux/amd64: build it with `invoke images.build` (it passes --platform linux/amd64), or with "
+            "`--platform linux/amd64` yourself, and push it again"
+        )
+    return config.get("config", {}).get("Labels") or {}
 
 
 def _image(ecr, repository: str, image_id: dict) -> dict:
