@@ -68,6 +68,9 @@ def test_spot_and_deadlines_reach_the_stopping_condition(tmp_path):
         (("--instance-type", "ml.g5.48xlarge"), "is not in the instance table; choose one of: ml.p4d.24xlarge"),
         (("--max-wait", "1h"), "--max-wait bounds a spot job's wait: add --spot"),
         (("--spot", "--max-runtime", "2h", "--max-wait", "1h"), "is shorter than --max-runtime"),
+        # against what the request would say: SageMaker's default runtime (1 day), and its 28-day maximum
+        (("--spot", "--max-wait", "2h"), "--max-wait 7200 s is shorter than SageMaker's default runtime (86400 s)"),
+        (("--max-runtime", "30d"), "--max-runtime 2592000 s is more than SageMaker allows a training job, 28 days"),
         (("--max-runtime", "soon"), "--max-runtime 'soon': give a whole number of seconds"),
     ],
 )

@@ -58,6 +58,22 @@ def check(job: Job) -> None:
         )
     if job.placement.namespace is not None:
         raise SpecError(f"--namespace {job.placement.namespace} is for --target eks; drop it")
+    # What the request will say (its defaults filled in), checked before anything is uploaded: CreateTrainingJob
+    # refuses a MaxRuntimeInSeconds over 28 days and a MaxWaitTimeInSeconds shorter than it (API reference,
+    # StoppingCondition), which botocore's model does not check.
+    condition = request.stopping_condition(job)
+    runtime, wait = condition["MaxRuntimeInSeconds"], condition.get("MaxWaitTimeInSeconds")
+    if runtime > request.MAX_RUNTIME_LIMIT_S:
+        raise SpecError(
+            f"--max-runtime {runtime} s is more than SageMaker allows a training job, 28 days "
+            f"({request.MAX_RUNTIME_LIMIT_S} s): give at most 28d and resume the run with a second job"
+        )
+    if wait is not None and wait < runtime:
+        given = "--max-runtime" if job.placement.max_runtime else f"SageMaker's default runtime ({runtime} s)"
+        raise SpecError(
+            f"--max-wait {wait} s is shorter than {given}: a spot job's wait includes its run, so give "
+            f"--max-wait {runtime} or more (or a shorter --max-runtime)"
+        )
     if job.run.runs_dir != request.CHECKPOINTS:
         raise SpecError(
             f"--runs-dir {job.run.runs_dir}: on SageMaker the run folder lives under {request.CHECKPOINTS}, which "

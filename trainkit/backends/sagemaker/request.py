@@ -41,6 +41,11 @@ DEFAULT_MAX_RUNTIME_S = 86_400
 reference, StoppingCondition)."""
 SPOT_WAIT_FACTOR = 2
 """--max-wait's default with --spot: twice the runtime, so a job may wait as long for capacity as it runs."""
+MAX_RUNTIME_LIMIT_S = 28 * 86_400
+"""StoppingCondition.MaxRuntimeInSeconds' maximum for a training job, 28 days (API reference, StoppingCondition;
+CloudFormation's AWS::SageMaker StoppingCondition: "The maximum value is 28 days"). botocore's model states no maximum,
+so CreateTrainingJob would refuse it only after the launch files were uploaded."""
+
 INSTANCE_PREFIX = "ml."
 SPARE_GB = 50
 """Beyond what the run writes: the image's layers, the data the instance stages, logs (an EBS volume; instances
