@@ -43,6 +43,27 @@ def test_no_secret_named_means_no_token_and_no_call():
     assert host.hf_token(None) == {}
 
 
+def test_the_token_is_read_in_the_secrets_own_region_whatever_the_environment_says(monkeypatch):
+    """Issue 47: the host's Secrets Manager client had no region of its own (none in a SageMaker container's
+    documented environment): it takes the one the secret's ARN names."""
+    import boto3
+
+    made = {}
+
+    class Client:
+        exceptions = type("E", (), {"ResourceNotFoundException": KeyError})
+
+        def get_secret_value(self, SecretId):  # noqa: N803 (botocore's name)
+            return {"SecretString": " hf_abc \n"}
+
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setattr(boto3, "client", lambda service, **kwargs: made.update(service=service, **kwargs) or Client())
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:trainkit/hf-token-AbCdEf"
+    assert host.hf_token(arn) == {"HF_TOKEN": "hf_abc"}
+    assert made == {"service": "secretsmanager", "region_name": "eu-west-1"}
+
+
 def test_the_launchers_run_folder_becomes_this_hosts_in_arguments_script_and_environment():
     from trainkit.backends.base import Workload
 

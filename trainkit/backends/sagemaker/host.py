@@ -71,7 +71,9 @@ def hf_token(arn: str | None) -> dict[str, str]:
         return {}
     import boto3
 
-    client = boto3.client("secretsmanager")
+    # In the secret's own region, which its ARN names (arn:partition:secretsmanager:region:account:secret:name): a
+    # SageMaker container's environment is not documented to carry one, and without it boto3 has no region at all.
+    client = boto3.client("secretsmanager", region_name=arn.split(":")[3])
     try:
         value = client.get_secret_value(SecretId=arn)["SecretString"].strip()
     except client.exceptions.ResourceNotFoundException:  # no value stored: the run does without (the launcher's
