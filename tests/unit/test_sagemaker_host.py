@@ -59,7 +59,7 @@ def test_the_token_is_read_in_the_secrets_own_region_whatever_the_environment_sa
     monkeypatch.delenv("AWS_REGION", raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     monkeypatch.setattr(boto3, "client", lambda service, **kwargs: made.update(service=service, **kwargs) or Client())
-    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:trainkit/hf-token-AbCdEf"
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hf-token-AbCdEf"
     assert host.hf_token(arn) == {"HF_TOKEN": "hf_abc"}
     assert made == {"service": "secretsmanager", "region_name": "eu-west-1"}
 
