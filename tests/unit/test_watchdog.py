@@ -27,6 +27,14 @@ def write(folder, rank: int, **beat) -> None:
     (folder / f"rank-{rank}").write_text(json.dumps(record))
 
 
+def late_after(dog, clock, seconds: float):
+    """Nothing is late one second before `seconds` pass since the last beat; what `look` finds one second after."""
+    clock.now += seconds - 1
+    assert dog.look() is None
+    clock.now += 2
+    return dog.look()
+
+
 def test_a_step_gets_ten_medians_at_least_a_minute_and_the_first_steps_ten_minutes(tmp_path):
     clock = Clock()
     dog = wd.Watchdog(tmp_path, clock=clock)
@@ -38,10 +46,7 @@ def test_a_step_gets_ten_medians_at_least_a_minute_and_the_first_steps_ten_minut
     stalled = dog.look()
     assert stalled.rank == 0 and stalled.allowance == wd.FIRST_STEPS_S and "first steps" in stalled.why
     write(tmp_path, 0, step=30, time=clock.now, timed=30, median_s=0.5)  # 10 x 0.5 s < the 60 s minimum
-    clock.now += wd.MIN_STALL_S - 1
-    assert dog.look() is None
-    clock.now += 2
-    assert dog.look().allowance == wd.MIN_STALL_S
+    assert late_after(dog, clock, wd.MIN_STALL_S).allowance == wd.MIN_STALL_S
     write(tmp_path, 0, step=40, time=clock.now, timed=40, median_s=12.0)
     clock.now += 119
     assert dog.look() is None
@@ -65,10 +70,7 @@ def test_a_step_of_the_wall_clock_ends_no_rank(tmp_path, monkeypatch):
         heartbeat.beat(step)
         clock.now += 1
         assert dog.look() is None
-    clock.now += wd.FIRST_STEPS_S - 1
-    assert dog.look() is None  # not late: 600 s since its last beat, on either clock
-    clock.now += 2
-    assert dog.look().rank == 0
+    assert late_after(dog, clock, wd.FIRST_STEPS_S).rank == 0
 
 
 def test_a_slow_phase_gets_what_it_writes_at_the_storages_throughput_and_never_less_than_stall_timeout(tmp_path):
@@ -96,10 +98,7 @@ def test_a_slow_phase_gets_what_it_writes_at_the_storages_throughput_and_never_l
 
     long_timeout = wd.Watchdog(tmp_path, stall_timeout=3600, clock=clock)
     write(tmp_path, 0, step=100, time=clock.now, phase="checkpoint", timed=100, median_s=2.0)
-    clock.now += 3599
-    assert long_timeout.look() is None
-    clock.now += 2
-    assert long_timeout.look().why == "a checkpoint: --stall-timeout"
+    assert late_after(long_timeout, clock, 3600).why == "a checkpoint: --stall-timeout"
 
 
 def test_stall_timeout_sets_a_steps_allowance_and_a_short_one_leaves_a_checkpoint_ten_minutes(tmp_path):
@@ -111,10 +110,7 @@ def test_stall_timeout_sets_a_steps_allowance_and_a_short_one_leaves_a_checkpoin
     clock.now += 1
     assert dog.look().why == "--stall-timeout"
     write(tmp_path, 1, step=10, time=clock.now, phase="checkpoint", timed=10, median_s=0.3)
-    clock.now += wd.SLOW_PHASE_S - 1
-    assert dog.look() is None
-    clock.now += 2
-    assert dog.look().why == "a checkpoint: at least 600 s"
+    assert late_after(dog, clock, wd.SLOW_PHASE_S).why == "a checkpoint: at least 600 s"
 
 
 def test_a_slow_phase_gets_ten_times_the_longest_one_seen_and_a_restart_keeps_the_runs(tmp_path):
@@ -136,10 +132,7 @@ def test_a_slow_phase_gets_ten_times_the_longest_one_seen_and_a_restart_keeps_th
     dog = wd.Watchdog(beats, clock=clock, run_dir=run_dir)
     dog.reset()
     write(beats, 0, step=40, time=clock.now, phase="checkpoint", timed=0)
-    clock.now += 1399
-    assert dog.look() is None
-    clock.now += 2
-    assert dog.look().why == "a checkpoint: 10 x the run's longest, 140 s"
+    assert late_after(dog, clock, 1400).why == "a checkpoint: 10 x the run's longest, 140 s"
 
 
 def test_a_scaled_clock_counts_every_second_for_many(tmp_path):
