@@ -23,6 +23,7 @@ from tests.helpers.eks import container, job_for
 from tests.helpers.image_build import BASE, HOST_CA, IMAGE
 from tests.helpers.kube_api import operator_env
 from trainkit.backends.eks.image import POD_ENTRY_LABEL, check_pod_entry
+from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
 from trainkit.services import EtcdServer
 
 
@@ -70,6 +71,7 @@ def test_a_two_process_job_runs_inside_through_the_pod_entry_point(built, tmp_pa
         spec = container(job)
         variables = {item["name"]: item["value"] for item in spec["env"] if "value" in item}
         variables |= {"POD_NAME": f"{job['metadata']['name']}-worker-0", **operator_env(job, 0)}
+        variables[STANDIN_FSTYPE_ENV] = mount_here(fsx).fstype  # the host folder at /fsx stands for FSx for Lustre
         # What the kubelet gives a pod: its name as hostname, resolving to the pod's address (torchrun's workers
         # reach their agent's store by hostname).
         pod = variables["POD_NAME"]

@@ -70,6 +70,7 @@ from pathlib import Path
 from tests.helpers.containers import free_port, kill_after_grace, pump_lines, running, signal_container, start_container
 from tests.helpers.paths import REPO
 from trainkit.backends.batch.request import TAG_RUN
+from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
 
 ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 STOP_GRACE_S = 30.0
@@ -302,6 +303,7 @@ class Job:
         here = {
             "ECS_CONTAINER_METADATA_URI_V4": self.service.metadata.uri(f"{node.job_id}-{attempt}", "127.0.0.1"),
             "TRAINKIT_BATCH_FSX_ROOT": str(self.service.fsx),
+            STANDIN_FSTYPE_ENV: mount_here(self.service.fsx).fstype,  # the folder stands for FSx for Lustre
             "TRAINKIT_BATCH_RDZV_PORT": str(port),
             "PYTHONPATH": str(REPO),
         }

@@ -94,6 +94,7 @@ from urllib.parse import parse_qs, urlparse
 from tests.helpers.crd import admission_errors
 from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
 from trainkit.backends.eks.render import CODE_MOUNT
+from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
 
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 ALL_JOBS, ALL_PODS = "/apis/kubeflow.org/v1/pytorchjobs", "/api/v1/pods"  # the lists across namespaces
@@ -416,6 +417,7 @@ class FakeCluster:
         cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
         termination_log = self.root / f"{name}.termination-log"
         env[TERMINATION_LOG_ENV] = str(termination_log)  # the kubelet's mount at terminationMessagePath
+        env[STANDIN_FSTYPE_ENV] = mount_here(self.fsx).fstype  # the FSx folder stands for FSx for Lustre
         pod = Pod(manifest, self.root / f"{name}.log", env, cwd, termination_log=termination_log)
         self.pods[(namespace, name)] = pod
         self._start_when_mounted(namespace, pod)

@@ -151,8 +151,9 @@ locals {
   EOT
 
   # FSx for Lustre User Guide, "Installing the Lustre client" (Amazon Linux 2023: dnf lustre-client) and "Mounting
-  # from an Amazon EC2 instance" (relatime,flock). A job that finds /fsx unmounted must refuse to start: its run
-  # folder would otherwise land on the root volume.
+  # from an Amazon EC2 instance" (relatime,flock). A failed mount fails this part only, and the instance still runs
+  # jobs: each node refuses to start when /fsx is not a Lustre mount (trainkit/run/mounts.py), as its run folder
+  # would otherwise land on the root volume.
   fsx_part = var.fsx == null ? "" : <<-EOT
     #!/bin/bash
     set -euo pipefail

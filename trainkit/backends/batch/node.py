@@ -48,6 +48,7 @@ from training.common.job import Job
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.batch.request import CODE_ENV, FSX_MOUNT_ENV, SPEC_ENV, attempts, unpack_code
 from trainkit.run.agent import SCHEDULER_RESTARTS_ENV
+from trainkit.run.mounts import NotLustre, require_lustre
 from trainkit.run.node import EXIT_CANNOT_START, EXIT_REPLACE, run_node
 
 RDZV_PORT = 29400
@@ -180,7 +181,17 @@ def meaning(code: int, attempts_left: int) -> str:
 
 
 def run(found: Place, env: dict) -> int:
-    os.chdir(env.get(FSX_ROOT_ENV) or env.get(FSX_MOUNT_ENV, "/fsx"))  # runs/<run-id> is on FSx, as on EKS
+    fsx = env.get(FSX_ROOT_ENV) or env.get(FSX_MOUNT_ENV, "/fsx")
+    remedy = (
+        "the instance's FSx mount failed at boot (its /var/log/cloud-init-output.log says why): terminate the "
+        "instance, so that the compute environment starts another, and submit again"
+    )
+    try:  # an instance whose user data failed to mount FSx still runs jobs (terraform/modules/batch)
+        require_lustre(fsx, remedy, env)
+    except NotLustre as error:  # no run folder to record the result in: the log's line is the cause
+        print(f"{RESULT_PREFIX}{found.name} exit {EXIT_CANNOT_START} (cannot start): {error}", file=sys.stderr)
+        return EXIT_CANNOT_START
+    os.chdir(fsx)  # runs/<run-id> is on FSx, as on EKS
     job = Job.from_dict(json.loads(env[SPEC_ENV]))
     submitted = Workload.from_json(env[WORKLOAD_ENV])
     workload = replace(submitted, restarts=False)

@@ -9,7 +9,9 @@ to. Every worker pod does this; the writes are atomic and identical, so
 pods may race. A SIGTERM from the kubelet is passed on to torchrun, which stops its workers at a step
 boundary.
 
-The pod's exit code says whether the operator replaces it (trainkit/run/node.py lists the codes).
+The pod's exit code says whether the operator replaces it (trainkit/run/node.py lists the codes). A pod whose
+working directory is not an FSx for Lustre mount (trainkit/run/mounts.py) ends at once with 2, "cannot start": its
+run folder would otherwise land on the node's own disk.
 
 The cause goes, in one line, to the container's termination message (`TERMINATION_LOG`, the file the kubelet
 reads into the pod's status when the container ends, so `invoke status` shows it from the API), and to the
@@ -28,8 +30,10 @@ from pathlib import Path
 
 from training.common.job import Job
 from trainkit.backends.base import WORKLOAD_ENV, Workload
+from trainkit.backends.eks import cluster
 from trainkit.backends.eks.render import TERMINATION_LOG
-from trainkit.run.node import run_node
+from trainkit.run.mounts import NotLustre, require_lustre
+from trainkit.run.node import EXIT_CANNOT_START, run_node
 
 # TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
 # kubelet's mount there, tests/helpers/kube_api.py).
@@ -58,6 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     if workload.code is not None and CODE_MOUNT_ENV in os.environ:
         workload = replace(workload, code=os.environ[CODE_MOUNT_ENV])
     pod_name = os.environ.get("POD_NAME", "pod")
+    remedy = (
+        f"the claim {cluster.FSX_CLAIM} mounted there must be bound to the infra stack's FSx for Lustre file system "
+        f"(kubectl -n {cluster.JOBS_NAMESPACE} get pvc {cluster.FSX_CLAIM}; terraform/stacks/platform creates it)"
+    )
+    try:  # the working directory is the FSx claim's mount (render.py): runs/<run-id> is written there
+        require_lustre(os.getcwd(), remedy)
+    except NotLustre as error:
+        line = f"{pod_name}: run {job.run.run_id} cannot start: {error}"
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        terminate_with(line)
+        return EXIT_CANNOT_START
     return run_node(job, workload, args.rdzv_endpoint, args.rdzv_id, pod_name, terminate_with)
 
 
