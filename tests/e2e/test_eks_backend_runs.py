@@ -17,7 +17,9 @@ from training.common.faults import HANG_ENV
 from trainkit.services import EtcdServer
 
 
-def job_flags(etcd, run_id: str, steps: int, *extra: str) -> list[str]:
+def job_flags(etcd: str, run_id: str, steps: int, *extra: str) -> list[str]:
+    """`etcd`: host:port of the etcd the pods meet at (each pod has its own network: the test's etcd through the
+    cluster network's gateway)."""
     return [
         "--target",
         "eks",
@@ -32,7 +34,7 @@ def job_flags(etcd, run_id: str, steps: int, *extra: str) -> list[str]:
         "--rdzv",
         "etcd",
         "--rdzv-endpoint",
-        etcd.endpoint,
+        etcd,
         "--metrics-port",
         "0",
         "--steps",
@@ -58,7 +60,7 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"cause": "DataError: old", "time": 1.0, "submission": "an-earlier-job"}))
     with EtcdServer(tmp_path / "etcd") as etcd:
-        submitted = invoke("train", *job_flags(etcd, "e2e", 24, "--checkpoint-interval", "4"))
+        submitted = invoke("train", *job_flags(fake.reach(etcd.endpoint), "e2e", 24, "--checkpoint-interval", "4"))
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/e2e: 2 x p5.48xlarge, 1 processes each, rendezvous etcd" in submitted.stdout
         run = fake.fsx / "runs" / "e2e"
@@ -135,9 +137,9 @@ def test_a_frozen_rank_is_restarted_and_no_pod_leaves_before_the_run_is_publishe
     fake.pod_env[HANG_ENV] = "sigstop@1:6"  # every pod: each run's rank 1 freezes once (a marker in its folder)
     stall = ("--checkpoint-interval", "4", "--stall-timeout", "6")
     with EtcdServer(tmp_path / "etcd") as etcd:
-        submitted = invoke("train", *job_flags(etcd, "slow", 8, *stall))
+        submitted = invoke("train", *job_flags(fake.reach(etcd.endpoint), "slow", 8, *stall))
         assert submitted.returncode == 0, submitted.stderr
-        submitted = invoke("train", *job_flags(etcd, "frozen", 8, *stall, "--max-restarts", "0"))
+        submitted = invoke("train", *job_flags(fake.reach(etcd.endpoint), "frozen", 8, *stall, "--max-restarts", "0"))
         assert submitted.returncode == 0, submitted.stderr
         frozen = fake.jobs[("trainkit-jobs", "frozen")]
 

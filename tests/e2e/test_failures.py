@@ -138,7 +138,7 @@ def test_on_the_emulated_operator_a_full_volume_fails_the_job_and_status_says_wh
     which `invoke status` reads from the API (tests/helpers/kube_api.py)."""
     with small_volume(fake.fsx / "runs", "160m") as volume, EtcdServer(tmp_path / "etcd") as etcd:
         flags = ["--target", "eks", "--model", "llama2-tiny", "--image", "registry.example.com/trainkit/train:test"]
-        flags += ["--nodes", "1", "--nproc", "1", "--rdzv", "etcd", "--rdzv-endpoint", etcd.endpoint]
+        flags += ["--nodes", "1", "--nproc", "1", "--rdzv", "etcd", "--rdzv-endpoint", fake.reach(etcd.endpoint)]
         flags += ["--metrics-port", "0", "--steps", "8", "--checkpoint-interval", "4", "--run-id", "fsx-full"]
         submitted = invoke("train", *flags)
         assert submitted.returncode == 0, submitted.stderr

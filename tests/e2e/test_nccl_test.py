@@ -41,7 +41,7 @@ def test_on_eks_a_sweep_that_saw_no_gpu_fails_the_job_on_every_node_with_its_rep
     rank exits 1; restartPolicy Never fails the job at once (nothing reruns)."""
     with EtcdServer(tmp_path / "etcd") as etcd:
         flags = ["--target", "eks", "--nodes", "2", "--nproc", "1", "--image", IMAGE, "--run-id", "fabric"]
-        flags += ["--rdzv", "etcd", "--rdzv-endpoint", etcd.endpoint, "--max-bytes", "16K", "--iters", "2"]
+        flags += ["--rdzv", "etcd", "--rdzv-endpoint", fake.reach(etcd.endpoint), "--max-bytes", "16K", "--iters", "2"]
         submitted = invoke("nccl-test", *flags)
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/fabric: 2 x p5.48xlarge, 1 processes each" in submitted.stdout

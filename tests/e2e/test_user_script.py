@@ -214,7 +214,7 @@ def test_on_eks_a_script_runs_in_two_pods_with_its_folder_and_packages_from_a_wh
     requirements.write_text("tk_extra==1.0\n")
     with EtcdServer(tmp_path / "etcd") as etcd:
         flags = ["--target", "eks", "--image", IMAGE, "--nodes", "2", "--nproc", "1", "--rdzv", "etcd"]
-        flags += ["--rdzv-endpoint", etcd.endpoint, "--metrics-port", "0", "--run-id", "mine"]
+        flags += ["--rdzv-endpoint", fake.reach(etcd.endpoint), "--metrics-port", "0", "--run-id", "mine"]
         flags += ["--requirements", str(requirements), "--wheelhouse", "wheels"]
         submitted = invoke("run", "--script", str(code / "train.py"), *flags)
         assert submitted.returncode == 0, submitted.stderr

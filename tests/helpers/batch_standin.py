@@ -21,9 +21,11 @@ brackets:
 - Network ["Compute environment considerations for MNP"]: MNP containers run in awsvpc mode, each with a private IP
   of its own, which the ECS agent serves in the container's task metadata (ECS_CONTAINER_METADATA_URI_V4,
   Networks[].IPv4Addresses; Amazon ECS Developer Guide, "Task metadata endpoint version 4"): served here from a
-  local endpoint. Every node here is 127.0.0.1, so each attempt gets a rendezvous port of its own
-  (TRAINKIT_BATCH_RDZV_PORT), and the FSx volume every node mounts is one shared folder, given as
-  TRAINKIT_BATCH_FSX_ROOT (no container here bind-mounts it at its path).
+  local endpoint. Each node's container runs in a network and UTS namespace of its own (tests/helpers/netns.py):
+  its eth0 at an address of the job's test network, a new one for each attempt's fresh container, a hostname an
+  instance's own that no other node resolves (a VPC's DNS hostnames are not documented for MNP containers); the
+  metadata endpoint and the AWS APIs are reached through the network's gateway. The FSx volume every node mounts
+  is one shared folder, given as TRAINKIT_BATCH_FSX_ROOT (no container here bind-mounts it at its path).
 - Outcome ["Multi-node parallel jobs", "Job lifecycle for MNP jobs"]: the job is finished when the main node exits,
   and the child nodes are then stopped; its status, statusReason and exit code are the main node's. A child that
   exits or dies changes nothing for the others: "AWS Batch doesn't take any action on the other nodes".
@@ -67,7 +69,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.helpers.containers import free_port, kill_after_grace, pump_lines, running, signal_container, start_container
+from tests.helpers.containers import kill_after_grace, pump_lines, running, signal_container, start_container
+from tests.helpers.netns import Network
 from tests.helpers.paths import REPO
 from trainkit.backends.batch.request import TAG_RUN
 from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
@@ -170,7 +173,7 @@ class Node:
     def job_id(self) -> str:
         return f"{self.job.id}#{self.index}"
 
-    def start(self, env: dict, folder: Path) -> None:
+    def start(self, env: dict, folder: Path, on=None) -> None:
         self.status, self.started = "STARTING", now_ms()
         container = self.job.container()
         try:
@@ -179,7 +182,8 @@ class Node:
             self.end(None, f"ResourceInitializationError: unable to pull secrets: {type(error).__name__}")
             return
         folder.mkdir(parents=True, exist_ok=True)
-        self.process = start_container(container["command"], folder, {**env, **secrets, "TMPDIR": str(folder)})
+        env = {**env, **secrets, "TMPDIR": str(folder)}
+        self.process = start_container(container["command"], folder, env, on)
         self.stream = f"{self.job.definition.name}/default/{self.task}"
         self.job.create_stream(self.stream)
         self.status = "RUNNING"
@@ -259,6 +263,7 @@ class Job:
         self.terminated: str | None = None
         self.lock = threading.Lock()
         self.folder = service.folder / "jobs" / self.id
+        self.network = Network()  # opened when the job runs, closed when it ends or by kill()
 
     # ---------------------------------------------------------------- what the containers get
 
@@ -283,7 +288,8 @@ class Job:
         logs = self.service.clients("logs")
         logs.put_log_events(logGroupName=self.log_group(), logStreamName=stream, logEvents=[event])
 
-    def environment(self, node: Node, attempt: int, port: int) -> dict:
+    def environment(self, node: Node, attempt: int, addresses: dict[int, str]) -> dict:
+        """The node's container environment; `addresses`: the attempt's nodes' awsvpc addresses by index."""
         container = self.container()
         env = {e["name"]: e["value"] for e in container.get("environment", [])}
         for override in (self.request.get("nodeOverrides") or {}).get("nodePropertyOverrides", []):
@@ -299,24 +305,27 @@ class Job:
             "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(self.main),
         }
         if node.index != self.main:
-            batch["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
+            batch["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = addresses[self.main]
+        metadata = self.service.metadata.uri(f"{node.job_id}-{attempt}", addresses[node.index])
         here = {
-            "ECS_CONTAINER_METADATA_URI_V4": self.service.metadata.uri(f"{node.job_id}-{attempt}", "127.0.0.1"),
+            "ECS_CONTAINER_METADATA_URI_V4": metadata,
             "TRAINKIT_BATCH_FSX_ROOT": str(self.service.fsx),
             STANDIN_FSTYPE_ENV: mount_here(self.service.fsx).fstype,  # the folder stands for FSx for Lustre
-            "TRAINKIT_BATCH_RDZV_PORT": str(port),
             "PYTHONPATH": str(REPO),
         }
         extra = self.service.run_env.get((self.request.get("tags") or {}).get(TAG_RUN), {})
-        return {**os.environ, **env, **extra, **batch, **here}
+        return self.network.reach({**os.environ, **env, **extra, **batch, **here})
 
     # ---------------------------------------------------------------- the run
 
     def run(self) -> None:
         try:
+            self.network.__enter__()
             self._run()
         except Exception as error:  # the stand-in's own fault: the job fails saying so
             self._finish("FAILED", f"stand-in error: {type(error).__name__}: {error}")
+        finally:
+            self.network.close()
 
     def _run(self) -> None:
         for state in ("PENDING", "RUNNABLE"):
@@ -347,17 +356,23 @@ class Job:
     def _attempt(self, attempt: int) -> tuple:
         """One attempt: the main node, then the children once it runs, until the main node ends; (statusReason,
         reason, exit code) of the main node."""
-        port = free_port()
         folder = self.folder / f"attempt-{attempt}"
         main = self.nodes[self.main]
         self.status, started = "STARTING", now_ms()
         self.started = self.started or started
-        main.start(self.environment(main, attempt, port), folder / main.job_id.replace("#", "-"))
+        hosts = {node.index: self.network.add(f"{attempt}/{node.index}") for node in self.nodes}
+        addresses = {index: host.address for index, host in hosts.items()}
+
+        def start(node: Node) -> None:
+            on = functools.partial(self.network.command, hosts[node.index])
+            node.start(self.environment(node, attempt, addresses), folder / node.job_id.replace("#", "-"), on)
+
+        start(main)
         if main.status == "RUNNING":
             self.status = "RUNNING"
             for node in self.nodes:
                 if node is not main and not self.terminated:
-                    node.start(self.environment(node, attempt, port), folder / node.job_id.replace("#", "-"))
+                    start(node)
         deadline = started / 1000 + self.timeout["attemptDurationSeconds"] if self.timeout else None
         while main.status not in ("SUCCEEDED", "FAILED"):
             for node in self.nodes:
@@ -412,6 +427,7 @@ class Job:
         self.terminated = self.terminated or "the account was closed"
         for node in self.nodes:
             node.signal(signal.SIGKILL)
+        self.network.close()
 
     def describe(self) -> dict:
         main = self.nodes[self.main]

@@ -24,13 +24,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_container(command: list[str], cwd: Path, env: dict) -> subprocess.Popen:
+def start_container(
+    command: list[str], cwd: Path, env: dict, on: Callable[[list[str]], list[str]] | None = None
+) -> subprocess.Popen:
     """A container's entry point, its first process, in a session of its own (the process group stands for the
-    container); `python` is this interpreter. Its output, stdout and stderr together, is read as text."""
+    container); `python` is this interpreter. Its output, stdout and stderr together, is read as text. `on`: how
+    to run a command on the container's own host (tests/helpers/netns.py, Network.command)."""
     if command[0].startswith("python"):
         command = [sys.executable, *command[1:]]
     return subprocess.Popen(
-        list(command),
+        on(list(command)) if on else list(command),
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

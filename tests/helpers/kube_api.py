@@ -52,6 +52,11 @@ elasticPolicy, restartPolicy ExitCode, OnFailure or Never, cleanPodPolicy Runnin
   Restarting replace each other; Succeeded/Failed set Running's status to False; after Failed nothing
   changes.
 
+Network (Kubernetes' cluster networking and DNS concepts pages): each pod runs in a network and UTS namespace of its
+own (tests/helpers/netns.py), with its own IP and its name as hostname (the kubelet's /etc/hosts names it), and
+the operator's per-replica Service names (`<job>-worker-<i>`) resolve to the worker pods' IPs on every pod of the
+job; nothing else resolves. What runs on the test's 127.0.0.1 (etcd) is reached at `FakeCluster.reach`.
+
 Pods and PyTorchJobs are also listed across namespaces (GET /api/v1/pods, /apis/kubeflow.org/v1/pytorchjobs); a
 pod bound to a node has the condition PodScheduled True, as the API server's binding sets it.
 
@@ -76,6 +81,7 @@ status.active/succeeded/failed count the pods. Pods get what Pod Identity would 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import random
@@ -85,6 +91,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,6 +99,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from tests.helpers.crd import admission_errors
+from tests.helpers.netns import Network
 from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
 from trainkit.backends.eks.render import CODE_MOUNT
 from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
@@ -164,6 +172,7 @@ class Pod:
     terminated: dict | None = None  # this container run's end: exitCode, reason, message, startedAt, finishedAt
     created_at: str = field(default_factory=now)
     last_terminated: dict | None = None  # the run before an in-place restart
+    on: Callable[[list[str]], list[str]] | None = None  # how a command runs on the pod's own host (its network)
 
     @property
     def name(self) -> str:
@@ -179,9 +188,10 @@ class Pod:
         if self.termination_log is not None:
             self.termination_log.write_bytes(b"")  # each container run gets a new, empty file
         self.started_at, self.terminated = now(), None
+        command = [expand(word, self.declared()) for word in container["command"] + container.get("args", [])]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [expand(word, self.declared()) for word in container["command"] + container.get("args", [])],
+                self.on(command) if self.on else command,
                 cwd=self.cwd,
                 env=self.env,
                 stdout=out,
@@ -311,6 +321,7 @@ class FakeCluster:
         self.lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
+        self.network = Network()  # the pods' network (tests/helpers/netns.py), open while the cluster is
         self.stopping = threading.Event()
         self._failures: dict = {}  # (namespace, job) -> failed pods in the replica status (the last round's)
 
@@ -346,6 +357,7 @@ class FakeCluster:
         return path
 
     def __enter__(self) -> FakeCluster:
+        self.network.__enter__()
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         threading.Thread(target=self._kubelet, daemon=True).start()
         return self
@@ -356,6 +368,11 @@ class FakeCluster:
             for pod in self.pods.values():
                 pod.kill()
         self.server.shutdown()
+        self.network.close()
+
+    def reach(self, endpoint: str) -> str:
+        """host:port of a service this test runs on 127.0.0.1 (etcd), as the pods reach it: the network's gateway."""
+        return self.network.reach({"endpoint": endpoint})["endpoint"]
 
     # ------------------------------------------------------------ operator and kubelet
 
@@ -373,9 +390,20 @@ class FakeCluster:
             set_condition(body["status"]["conditions"], "Created", "PyTorchJobCreated", created)
             self.jobs[(namespace, name)] = body
             worker = body["spec"]["pytorchReplicaSpecs"]["Worker"]
+            self._services(name, worker["replicas"])
             for index in range(worker["replicas"]):
                 self._create_pod(namespace, body, worker["template"], index)
         return 201, body
+
+    def _services(self, job: str, replicas: int) -> None:
+        """The operator's headless Service per replica, `<job>-worker-<i>`, selecting the pod of that name
+        (training-operator v1.9.4, pkg/controller.v1/common/service.go): each worker pod's host is made now, the
+        pod's IP kept across its replacements (a new pod may get another IP in a cluster; keeping it is one of the
+        outcomes), and every service name resolves on every pod of the job, as cluster DNS resolves it."""
+        names = [f"{job}-worker-{i}" for i in range(replicas)]
+        hosts = [self.network.add(name, hostname=name) for name in names]  # kubelet: the hostname is the pod's name
+        for host in hosts:
+            self.network.write_hosts(host, {other.hostname: other.address for other in hosts if other is not host})
 
     def _create_pod(self, namespace: str, job: dict, template: dict, index: int) -> None:
         name = f"{job['metadata']['name']}-worker-{index}"
@@ -418,7 +446,10 @@ class FakeCluster:
         termination_log = self.root / f"{name}.termination-log"
         env[TERMINATION_LOG_ENV] = str(termination_log)  # the kubelet's mount at terminationMessagePath
         env[STANDIN_FSTYPE_ENV] = mount_here(self.fsx).fstype  # the FSx folder stands for FSx for Lustre
-        pod = Pod(manifest, self.root / f"{name}.log", env, cwd, termination_log=termination_log)
+        host = self.network.add(name, hostname=name)  # its own network namespace, its IP, its name as hostname
+        on = functools.partial(self.network.command, host)
+        log = self.root / f"{name}.log"
+        pod = Pod(manifest, log, self.network.reach(env), cwd, termination_log=termination_log, on=on)
         self.pods[(namespace, name)] = pod
         self._start_when_mounted(namespace, pod)
 

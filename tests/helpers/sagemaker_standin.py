@@ -34,13 +34,19 @@ job moves through SageMaker's states while they run. Each rule is SageMaker's, f
   run"), and a spot restart does not reset it (with a RetryStrategy "the maximum time for all of the attempts in
   total").
 
-The hosts share this machine, so `algo-1` does not resolve: the first host's address is handed to them as
-TRAINKIT_SAGEMAKER_LEADER (host.py), a port of its own per job.
+- Network (Developer Guide, "How Amazon SageMaker AI Runs Your Training Image" and "Distributed Training
+  Configuration": hosts are named algo-1 .. algo-N, and resourceconfig.json names the interface between them):
+  each host runs in a network and UTS namespace of its own (tests/helpers/netns.py), its interface eth0 at an
+  address of the job's test network, fresh instances (a spot restart) at fresh addresses. Its hostname is an
+  instance's own, not `algo-N` (the container's hostname is not its host name on SageMaker: AWS's own images patch
+  gethostname(), sagemaker-training-toolkit's src/sagemaker_training/c/gethostname.c); the `algo-N` names resolve
+  only through the hosts file written for the host. The AWS APIs are reached through the network's gateway.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -51,7 +57,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers.containers import free_port, kill_after_grace, pump_lines, signal_container, start_container
+from tests.helpers.containers import kill_after_grace, pump_lines, signal_container, start_container
+from tests.helpers.netns import Network
 from tests.helpers.paths import REPO
 from trainkit.backends.sagemaker.request import TAG_RUN
 
@@ -85,6 +92,7 @@ class Job:
         self.started = time.time()
         self.stamp = 0  # the epoch seconds in the log streams' names of the latest start of the instances
         self.lock = threading.Lock()
+        self.network = Network()  # opened when the job runs, closed when it ends or by kill()
         self.fake.secondary_status_transitions = []
         self._state("InProgress", "Starting", "Preparing the instances for training")
 
@@ -153,6 +161,7 @@ class Job:
         root = self.folder / f"attempt-{self.attempt}" / host / "opt" / "ml"
         config = root / "input" / "config"
         config.mkdir(parents=True)
+        self.network.add(f"{self.attempt}/{host}")  # a fresh instance: a fresh address
         resource = {"current_host": host, "hosts": self.hosts, "network_interface_name": "eth0"}
         (config / "resourceconfig.json").write_text(json.dumps(resource))
         (config / "hyperparameters.json").write_text(json.dumps(self.request.get("HyperParameters", {})))
@@ -182,10 +191,13 @@ class Job:
 
     def run(self) -> None:
         try:
+            self.network.__enter__()
             self._run()
         except Exception as error:  # the stand-in's own fault: the job fails saying so
             self.fake.failure_reason = f"stand-in error: {type(error).__name__}: {error}"
             self._state("Failed", "Failed", "Training job failed")
+        finally:
+            self.network.close()
 
     def _run(self) -> None:
         with contextlib.suppress(Exception):
@@ -220,7 +232,10 @@ class Job:
 
     def _run_hosts(self, roots: dict) -> tuple[dict, tuple | None]:
         """One attempt: every host's entry point until all have exited; (exit codes, the first host that failed)."""
-        leader = f"127.0.0.1:{free_port()}"
+        instances = {host: self.network.add(f"{self.attempt}/{host}") for host in roots}
+        names = {host: instance.address for host, instance in instances.items()}
+        for instance in instances.values():
+            self.network.write_hosts(instance, names)
         self.stamp = max(int(time.time()), self.stamp + 1)
         entry = self.request["AlgorithmSpecification"]["ContainerEntrypoint"]
         self.processes, pumps = {}, []
@@ -231,11 +246,11 @@ class Job:
                 **self.extra_env,
                 "TRAINING_JOB_NAME": self.name,
                 "TRAINKIT_SAGEMAKER_ROOT": str(root),
-                "TRAINKIT_SAGEMAKER_LEADER": leader,
                 "PYTHONPATH": str(REPO),
                 "PYTHONUNBUFFERED": "1",
             }
-            process = start_container(entry, root, env)
+            on = functools.partial(self.network.command, instances[host])
+            process = start_container(entry, root, self.network.reach(env), on)
             self.processes[host] = process
             pump = threading.Thread(target=self._pump, args=(host, process, self.stamp), daemon=True)
             pump.start()
@@ -315,6 +330,7 @@ class Job:
         """The account goes away: nothing of the job may outlive the test."""
         self.stopping.set()
         self._signal_all(signal.SIGKILL)
+        self.network.close()
 
     def stop(self) -> None:
         """StopTrainingJob: SIGTERM, the grace, then SIGKILL (the run loop records Stopped)."""

@@ -31,7 +31,19 @@ def test_each_node_finds_its_place_and_every_node_of_an_attempt_one_rendezvous()
     assert main.is_main and not child.is_main and (main.count, child.index) == (2, 1)
     # the node's job id may carry `#<index>`; the attempt makes each retry meet afresh
     assert main.rendezvous_id == child.rendezvous_id == "5b1f0c52-8a5e-4c9d-9f00-3f6d1b2a7e10-2"
-    assert node.endpoint(child, CHILD) == "10.0.1.17:29400"
+
+
+def test_the_main_node_runs_the_store_and_each_node_is_reached_at_its_awsvpc_address():
+    def fetch(own):
+        return lambda uri, timeout: io.BytesIO(json.dumps({"Networks": [{"IPv4Addresses": [own]}]}).encode())
+
+    env = {node.METADATA_ENV: "http://169.254.170.2/v4/abc"}
+    endpoint, main = node.rendezvous(node.place(MAIN), {**MAIN, **env}, fetch("10.0.1.17"))
+    assert endpoint == "10.0.1.17:29400" and (main.is_host, main.local_addr) == (True, "10.0.1.17")
+    endpoint, child = node.rendezvous(node.place(CHILD), {**CHILD, **env}, fetch("10.0.1.40"))
+    assert endpoint == "10.0.1.17:29400" and (child.is_host, child.local_addr) == (False, "10.0.1.40")
+    # the children start after the main node runs and pull the image: more than torch's 600 s to join
+    assert child.join_timeout_s == main.join_timeout_s > 600
 
 
 def test_the_main_node_gets_no_address_variable_and_reads_its_own_from_the_task_metadata():

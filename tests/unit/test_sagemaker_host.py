@@ -6,13 +6,41 @@ from __future__ import annotations
 
 import pytest
 
+from trainkit.backends import job_from_flags
 from trainkit.backends.sagemaker import host
+from trainkit.run.torchrun import Placement, PreparedRun, torchrun_command
 
 
-def test_each_host_finds_its_index_and_the_first_hosts_rendezvous():
+def test_the_first_host_runs_the_store_and_every_host_is_reached_by_its_algo_name():
     config = {"current_host": "algo-2", "hosts": ["algo-1", "algo-2", "algo-10"], "network_interface_name": "eth0"}
-    assert host.placement(config) == ("algo-2", 1, "algo-1:29400")
-    assert host.placement({**config, "current_host": "algo-10"})[1] == 2  # the given order, not a sort
+    assert host.placement(config) == ("algo-2", "algo-1:29400", Placement(is_host=False, local_addr="algo-2"))
+    first = host.placement({**config, "current_host": "algo-1"})[2]
+    assert first == Placement(is_host=True, local_addr="algo-1")
+    # the first of `hosts` as given, not as sorted: algo-10 after algo-2 hosts nothing
+    assert host.placement({**config, "hosts": ["algo-2", "algo-10", "algo-1"], "current_host": "algo-1"})[2:] == (
+        Placement(is_host=False, local_addr="algo-1"),
+    )
+
+
+def test_the_torchrun_command_carries_the_placement(tmp_path):
+    config = {"current_host": "algo-2", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"}
+    _, endpoint, place = host.placement(config)
+    command = torchrun_command(
+        PreparedRun(job_from_flags({"nodes": 2, "nproc": 1, "rdzv": "c10d"}), ["-m", "x"]),
+        endpoint,
+        "id",
+        tmp_path,
+        place,
+    )
+    assert command[command.index("--local-addr") + 1] == "algo-2"
+    assert command[command.index("--rdzv-endpoint") + 1] == "algo-1:29400"
+    assert "is_host=false" in command[command.index("--rdzv-conf") + 1]
+
+
+def test_nccl_and_gloo_use_the_interface_resourceconfig_names():
+    config = {"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "ens33"}
+    assert host.interface_env(config) == {"NCCL_SOCKET_IFNAME": "ens33", "GLOO_SOCKET_IFNAME": "ens33"}
+    assert host.interface_env({"current_host": "algo-1", "hosts": ["algo-1"]}) == {}
 
 
 def test_a_host_outside_the_list_is_refused():

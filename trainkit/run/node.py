@@ -39,7 +39,7 @@ from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.stalls import stall_elsewhere
-from trainkit.run.torchrun import torchrun_command
+from trainkit.run.torchrun import Placement, torchrun_command
 
 # 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
 EXIT_REPLACE = 192
@@ -68,9 +68,10 @@ def run_node(
     rdzv_id: str,
     name: str,
     report: Callable[[str], None],
+    placement: Placement | None = None,
 ) -> int:
-    """Prepare the run, run torchrun (rendezvous `endpoint`, `rdzv_id`), and return the node's exit code; the
-    cause of a failure goes to stderr and to `report` as one line naming the node."""
+    """Prepare the run, run torchrun (rendezvous `endpoint`, `rdzv_id`, the node's `placement`), and return the
+    node's exit code; the cause of a failure goes to stderr and to `report` as one line naming the node."""
     # From the start: a SIGTERM (the node being stopped) before torchrun runs ends this process with 128 + signal
     # at once; after, it is passed on to torchrun, which stops its workers at a step boundary.
     received: list[int] = []
@@ -97,7 +98,7 @@ def run_node(
         print(f"{name}: note: {note}", flush=True)
     forget_failure(job.run_dir, submission=rdzv_id)  # an earlier job's cause no longer says why this one stops
     log_dir = job.run_dir / "logs" / name
-    command = torchrun_command(run, endpoint, rdzv_id, log_dir)
+    command = torchrun_command(run, endpoint, rdzv_id, log_dir, placement=placement)
     print(f"{name}: run {job.run.run_id} in {job.run_dir.resolve()}", flush=True)
     started = time.time()
     with FailureChannel() as channel:

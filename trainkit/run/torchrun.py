@@ -41,6 +41,19 @@ def rank_prefix(rank: int, nproc: int) -> str:
     return f"[default{rank % nproc}]:"
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a cluster node stands in its job's network, as its target's entry point finds it. `is_host`: whether
+    it runs the c10d store (None: torch decides by matching the endpoint against this machine's names).
+    `local_addr`: the name or address its peers reach it by, which the rendezvous hands out as MASTER_ADDR when
+    this node holds group rank 0 (torch's default, socket.getfqdn(), is a name only a cluster's DNS may resolve).
+    `join_timeout_s`: torch's rendezvous join timeout, where the scheduler starts nodes far apart."""
+
+    is_host: bool | None = None
+    local_addr: str | None = None
+    join_timeout_s: int | None = None
+
+
 @dataclass
 class PreparedRun:
     """A run ready to start on a node: the job, what follows torchrun's options (`-m module args` or `script
@@ -57,14 +70,17 @@ def rendezvous_id(job: Job) -> str:
     return f"{job.run.run_id}-{uuid.uuid4().hex[:8]}"
 
 
-def rdzv_conf(backend: str, is_host: bool | None = None) -> str:
+def rdzv_conf(backend: str, is_host: bool | None = None, join_timeout_s: int | None = None) -> str:
     """A short last call and heartbeat. `is_host` (c10d only) says whether this node hosts the store;
-    None leaves it to torch, which hosts it where the endpoint's address is the node's own."""
+    None leaves it to torch, which hosts it where the endpoint's address is the node's own. `join_timeout_s`: how
+    long the first round waits for every node (torch's default: 600 s)."""
     conf = [
         f"last_call_timeout={LAST_CALL_TIMEOUT_S}",
         f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S}",
         f"keep_alive_max_attempt={KEEP_ALIVE_MAX_ATTEMPT}",
     ]
+    if join_timeout_s is not None:
+        conf.append(f"join_timeout={join_timeout_s}")
     if backend == "c10d" and is_host is not None:
         conf.append(f"is_host={'true' if is_host else 'false'}")
     return ",".join(conf)
@@ -75,7 +91,7 @@ def torchrun_command(
     endpoint: str,
     rdzv_id: str,
     log_dir: Path,
-    is_host: bool | None = None,
+    placement: Placement | None = None,
     tee: bool = True,
 ) -> list[str]:
     """`tee`: every rank's output also on the agent's console, each line prefixed `[default<local rank>]:`
@@ -83,6 +99,8 @@ def torchrun_command(
     `log_dir` (a local run's console follows rank 0's files instead, see backends/local/console.py)."""
     job, p = run.job, run.job.parallelism
     nnodes = str(p.nodes) if p.min_nodes == p.nodes else f"{p.min_nodes}:{p.nodes}"
+    place = placement or Placement()
+    local = ["--local-addr", place.local_addr] if place.local_addr else []
     return [
         sys.executable,
         "-m",
@@ -98,7 +116,8 @@ def torchrun_command(
         "--rdzv-id",
         rdzv_id,
         "--rdzv-conf",
-        rdzv_conf(job.elastic.rdzv, is_host),
+        rdzv_conf(job.elastic.rdzv, place.is_host, place.join_timeout_s),
+        *local,
         "--max-restarts",
         str(job.elastic.max_restarts if run.restarts else 0),
         "--log-dir",

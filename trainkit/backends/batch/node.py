@@ -50,12 +50,17 @@ from trainkit.backends.batch.request import CODE_ENV, FSX_MOUNT_ENV, SPEC_ENV, a
 from trainkit.run.agent import SCHEDULER_RESTARTS_ENV
 from trainkit.run.mounts import NotLustre, require_lustre
 from trainkit.run.node import EXIT_CANNOT_START, EXIT_REPLACE, run_node
+from trainkit.run.torchrun import Placement
 
 RDZV_PORT = 29400
 FSX_ROOT_ENV = "TRAINKIT_BATCH_FSX_ROOT"
 """Where the FSx volume is when not at its mount path (the tests' stand-in gives all nodes one shared folder)."""
-RDZV_PORT_ENV = "TRAINKIT_BATCH_RDZV_PORT"
-"""The rendezvous port when not RDZV_PORT (the stand-in's nodes share one address: a port of its own per job)."""
+JOIN_TIMEOUT_S = 1800
+"""How long the rendezvous waits for every node (torch's default: 600 s; torchrun restarts nobody here, so there is
+one round per attempt). Batch launches the children only once the main node's container runs ("Job lifecycle for MNP
+jobs"), and each then pulls the training image (several GB) on an instance the compute environment may first have to
+launch: 10 minutes can pass before the last child joins, and a timed-out rendezvous closes for good (the attempt
+fails)."""
 METADATA_ENV = "ECS_CONTAINER_METADATA_URI_V4"
 PERMANENT = (EXIT_CANNOT_START, EXIT_NO_RETRY)
 RESULTS_DIR = "batch"
@@ -125,10 +130,14 @@ def own_address(env: dict, fetch=urllib.request.urlopen) -> str:
         return sock.getsockname()[0]
 
 
-def endpoint(found: Place, env: dict) -> str:
-    """host:port of the rendezvous store on the main node."""
-    port = env.get(RDZV_PORT_ENV) or str(RDZV_PORT)
-    return f"{own_address(env) if found.is_main else found.main_address}:{port}"
+def rendezvous(found: Place, env: dict, fetch=urllib.request.urlopen) -> tuple[str, Placement]:
+    """host:port of the rendezvous store on the main node, and this node's placement: the main node runs the store
+    (it is the node whose address the endpoint names, but its own names need not say so), and every node is
+    reached at its awsvpc address, which becomes MASTER_ADDR when it holds group rank 0 (torch's default, the
+    container's fqdn, resolves across the VPC only where its DNS hostnames do: not documented for MNP)."""
+    own = own_address(env, fetch)
+    main = own if found.is_main else found.main_address
+    return f"{main}:{RDZV_PORT}", Placement(is_host=found.is_main, local_addr=own, join_timeout_s=JOIN_TIMEOUT_S)
 
 
 def batch_code(code: int) -> int:
@@ -203,7 +212,8 @@ def run(found: Place, env: dict) -> int:
         workload = replace(workload, code=str(folder))
     os.environ[NODE_ENV] = found.name
     lines: list[str] = []
-    code = batch_code(run_node(job, workload, endpoint(found, env), found.rendezvous_id, found.name, lines.append))
+    endpoint, placement = rendezvous(found, env)
+    code = batch_code(run_node(job, workload, endpoint, found.rendezvous_id, found.name, lines.append, placement))
     line = lines[-1] if lines else None
     if found.is_main and code == EXIT_REPLACE:  # not after a stop: Batch ended the job, there is nothing to decide
         verdict = peer_verdict(job.run_dir, found.rendezvous_id, found)

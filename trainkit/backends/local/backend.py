@@ -44,7 +44,7 @@ from trainkit.errors import JobFailed
 from trainkit.job.build import Machine, local_machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.storage import measure_write_mb_s, needs_measuring
-from trainkit.run.torchrun import PreparedRun, rendezvous_id, torchrun_command
+from trainkit.run.torchrun import Placement, PreparedRun, rendezvous_id, torchrun_command
 from trainkit.services import LocalEtcd, LocalPrometheus
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
@@ -68,7 +68,7 @@ def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int, tee: 
     Ranks write to their files only unless `tee` (console.py shows rank 0's on the console)."""
     job = run.job
     log_dir = job.run_dir / "logs" / (f"node-{node}" if job.parallelism.nodes > 1 else "")
-    return torchrun_command(run, endpoint, rdzv_id, log_dir, is_host=node == 0, tee=tee)
+    return torchrun_command(run, endpoint, rdzv_id, log_dir, Placement(is_host=node == 0), tee=tee)
 
 
 def node_environment(env: dict[str, str], job: Job, node: int) -> dict[str, str]:

@@ -16,8 +16,17 @@ SageMaker AI Provides Training Information" and "How Amazon SageMaker AI Process
     /opt/ml/output/failure                     its text becomes the job's FailureReason
 
 The hosts meet on the first host of `hosts` (a c10d store there; the job name is the rendezvous id, so a spot
-restart, which restarts the same job on fresh instances, meets afresh). The Hugging Face token is read from
-Secrets Manager by the ARN in the environment and handed to this host's processes only.
+restart, which restarts the same job on fresh instances, meets afresh). Everything comes from resourceconfig.json,
+as AWS's own torchrun launcher takes it (sagemaker-training-toolkit, src/sagemaker_training/torch_distributed.py:
+`--master_addr algo-1 --node_rank <index in hosts>`, NCCL_SOCKET_IFNAME = network_interface_name): the `algo-N`
+names resolve on every host, but the container's own hostname is not its `algo-N` name (AWS's images patch
+gethostname() for that: the toolkit's src/sagemaker_training/c/gethostname.c), so this host tells torchrun so
+itself: the first host runs the store (`is_host`), and each host's address in the rendezvous is its `algo-N`
+name (`--local-addr`), which becomes MASTER_ADDR when it holds group rank 0. Without it, a host's workers are
+handed another's fqdn, which only that host resolves. NCCL's and gloo's sockets use the interface
+resourceconfig.json names (a user's torchrun on SageMaker whose NCCL picked 169.254.x.x failed:
+ultralytics/yolov5#12811). The Hugging Face token is read from Secrets Manager by the ARN in the environment and
+handed to this host's processes only.
 """
 
 from __future__ import annotations
@@ -37,12 +46,10 @@ from trainkit.backends.sagemaker.request import DATA_CHANNEL
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
+from trainkit.run.torchrun import Placement
 
 ROOT_ENV = "TRAINKIT_SAGEMAKER_ROOT"
 """Where /opt/ml is when not there (the tests' stand-in gives every host a tree of its own)."""
-LEADER_ENV = "TRAINKIT_SAGEMAKER_LEADER"
-"""host:port the hosts meet at when the first host's name does not resolve (the stand-in's hosts share one
-machine); on SageMaker, `algo-1:RDZV_PORT`."""
 RDZV_PORT = 29400
 FAILURE_LIMIT = 1024  # SageMaker shows the failure file's first 1,024 characters
 
@@ -51,12 +58,19 @@ def root() -> Path:
     return Path(os.environ.get(ROOT_ENV, "/opt/ml"))
 
 
-def placement(resource_config: dict) -> tuple[str, int, str]:
-    """(this host's name, its index, the rendezvous endpoint on the first host) from resourceconfig.json."""
+def placement(resource_config: dict) -> tuple[str, str, Placement]:
+    """(this host's name, the rendezvous endpoint on the first host, its placement) from resourceconfig.json."""
     hosts, current = resource_config["hosts"], resource_config["current_host"]
     if current not in hosts:
         raise ValueError(f"resourceconfig.json: current_host {current!r} is not among hosts {hosts}")
-    return current, hosts.index(current), f"{hosts[0]}:{RDZV_PORT}"
+    return current, f"{hosts[0]}:{RDZV_PORT}", Placement(is_host=current == hosts[0], local_addr=current)
+
+
+def interface_env(resource_config: dict) -> dict[str, str]:
+    """NCCL's and gloo's socket interface: the one between the hosts, as resourceconfig.json names it (the image's
+    default, every interface but loopback and container links, may pick SageMaker's 169.254.x.x one)."""
+    name = resource_config.get("network_interface_name")
+    return {"NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name} if name else {}
 
 
 def report_failure(line: str) -> None:
@@ -109,7 +123,7 @@ def relocated(workload: Workload, submitted: str, here: str) -> Workload:
 def main() -> int:
     base = root()
     resources = json.loads((base / "input" / "config" / "resourceconfig.json").read_text())
-    host, _index, endpoint = placement(resources)
+    host, endpoint, place = placement(resources)
     hosts = resources["hosts"]
     launch = base / "input" / "data" / os.environ.get("TRAINKIT_LAUNCH_CHANNEL", "trainkit")
     job = read_job(launch / SPEC_FILE)
@@ -125,7 +139,7 @@ def main() -> int:
     secret = os.environ.get("TRAINKIT_HF_TOKEN_SECRET_ARN") if workload.token else None
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)
     os.environ.update(hf_token(secret))  # this host's processes only, as the Secret is a pod's environment on EKS
-    endpoint = os.environ.get(LEADER_ENV) or endpoint
+    os.environ.update(interface_env(resources))
     # The hosts share no filesystem: checkpoints publish per host (training/common/checkpoint.py). Before torchrun
     # restarts the workers in place, each host fetches the others' parts from the checkpoint prefix (restore.py); a
     # job from before that prefix was in its environment ends at its first failure instead.
@@ -134,7 +148,7 @@ def main() -> int:
         os.environ[RESTART_HOOK_ENV] = f"{restore.__name__}:before_restart"
     else:
         workload = replace(workload, restarts=False)
-    code = run_node(job, workload, endpoint, rdzv_id, host, report_failure)
+    code = run_node(job, workload, endpoint, rdzv_id, host, report_failure, place)
     if code == 0:
         publish_model(job.run_dir)
     return code
