@@ -30,6 +30,18 @@ FAKE_AWS = {
 
 
 @contextlib.contextmanager
+def in_process_bucket(name: str) -> Iterator:
+    """An S3 client on moto in this process (mock_aws), with bucket `name` made."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=name)
+        yield client
+
+
+@contextlib.contextmanager
 def moto_server(log_path: Path, env: dict | None = None) -> Iterator[str]:
     """An AWS emulator (moto server) on 127.0.0.1; yields its endpoint URL. Real HTTP, real boto3 calls."""
     port = free_port()

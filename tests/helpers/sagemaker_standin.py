@@ -7,9 +7,10 @@ job moves through SageMaker's states while they run. Each rule is SageMaker's, f
   algo-N) and `network_interface_name`; each input channel's S3 objects under `/opt/ml/input/data/<channel>/`
   (File mode downloads before the container starts; FastFile streams on first read, which a copy stands for here);
   the request's `Environment` and `TRAINING_JOB_NAME`; `ContainerEntrypoint` run as the container's process.
-- Checkpoints ("Use checkpoints in Amazon SageMaker AI"): at start the checkpoint prefix is copied into every
-  host's `CheckpointConfig.LocalPath`; while the job runs, what each host writes there is uploaded to the same
-  prefix (here: every SYNC_S, and once more at the end), every host to the same keys.
+- Checkpoints ("Checkpoints in Amazon SageMaker AI"): at start the checkpoint prefix is copied into every host's
+  `CheckpointConfig.LocalPath`, and nothing added to it later; while the job runs, what each host writes or deletes
+  there is written or deleted under the prefix (here: every SYNC_S, and once more at the end), every host under
+  the same keys (tests/helpers/sagemaker_sync.py has the rules and this stand-in's reading of the rest).
 - Output ("How Amazon SageMaker AI Processes Training Output"): when every host exited 0, `/opt/ml/model` of all
   hosts is packed into `<S3OutputPath>/<job>/output/model.tar.gz`; a host that exits non-zero fails the job with
   its `/opt/ml/output/failure` text as the FailureReason (the other hosts are stopped).
@@ -60,6 +61,7 @@ from pathlib import Path
 from tests.helpers.containers import kill_after_grace, pump_lines, signal_container, start_container
 from tests.helpers.netns import Network
 from tests.helpers.paths import REPO
+from tests.helpers.sagemaker_sync import CheckpointSync
 from trainkit.backends.sagemaker.request import TAG_RUN
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -83,6 +85,7 @@ class Job:
         self.processes: dict[str, subprocess.Popen] = {}
         self.stopping = threading.Event()
         self.no_sync = threading.Event()  # set: the instances are gone at once, nothing more is uploaded
+        self.syncs: dict[str, CheckpointSync] = {}  # host -> its checkpoint sync, on the instance started last
         self.interrupted: str | None = None
         condition = request.get("StoppingCondition") or {}
         self.max_runtime = condition.get("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME_S)
@@ -118,41 +121,26 @@ class Job:
         return bucket, key
 
     def _download(self, uri: str, target: Path, folder: bool = True) -> None:
-        """The objects under `uri` into `target`. `folder` (the checkpoint prefix, synced with its local path): the
-        URI is a folder. Otherwise (a channel's S3Prefix: "all objects that match the specified key name prefix",
-        API reference, S3DataSource) the key's part after the prefix's last `/` is the local path, so one object
-        lands under its own name; that landing is this stand-in's reading, not a documented rule (docs/sagemaker.md
-        lists it as cloud-only)."""
+        """The objects whose keys start with `uri`'s into `target`. `folder` (the checkpoint prefix, synced with its
+        local path): the key's part after the prefix, a leading `/` aside, is the local path; the prefix is taken as
+        given, so one without its trailing `/` (`.../exp1`) restores `.../exp10/...` too, as SageMaker does
+        (syne-tune/syne-tune#363; where such keys land is this stand-in's reading). Otherwise (a channel's S3Prefix:
+        "all objects that match the specified key name prefix", API reference, S3DataSource) the key's part after the
+        prefix's last `/` is the local path, so one object lands under its own name; that landing is this stand-in's
+        reading, not a documented rule (docs/sagemaker.md lists it as cloud-only)."""
         s3 = self.clients("s3")
         bucket, prefix = self._s3_parts(uri)
-        if folder:
-            prefix = prefix.rstrip("/") + "/" if prefix else ""
-        kept = prefix[: prefix.rfind("/") + 1]
+        kept = prefix if folder else prefix[: prefix.rfind("/") + 1]
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for item in page.get("Contents", []):
-                path = target / item["Key"][len(kept) :]
+                path = target / item["Key"][len(kept) :].lstrip("/")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
 
-    def _sync_up(self, host_root: Path, uploaded: dict) -> None:
-        """New or changed files of the host's checkpoint folder to the checkpoint prefix (same keys for all)."""
-        config = self.request.get("CheckpointConfig")
-        if not config:
-            return
-        local = host_root / "checkpoints"
-        bucket, prefix = self._s3_parts(config["S3Uri"])
-        s3 = self.clients("s3")
-        for path in sorted(p for p in local.rglob("*") if p.is_file()):
-            relative = str(path.relative_to(local))
-            try:
-                stat = path.stat()
-                if uploaded.get(relative) == (stat.st_mtime_ns, stat.st_size):
-                    continue  # unchanged since its upload: not read again
-                data = path.read_bytes()
-            except OSError:  # renamed or removed while we looked: the next pass sees its new name
-                continue
-            s3.put_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/{relative}", Body=data)
-            uploaded[relative] = (stat.st_mtime_ns, stat.st_size)
+    def _sync_up(self, host: str) -> None:
+        """One pass of the host's checkpoint sync: its writes and deletions to the checkpoint prefix."""
+        if host in self.syncs:
+            self.syncs[host].push()
 
     # ---------------------------------------------------------------- hosts
 
@@ -170,7 +158,9 @@ class Job:
             self._download(uri, root / "input" / "data" / channel["ChannelName"], folder=False)
         (root / "checkpoints").mkdir()
         if self.request.get("CheckpointConfig"):
-            self._download(self.request["CheckpointConfig"]["S3Uri"], root / "checkpoints")
+            uri = self.request["CheckpointConfig"]["S3Uri"]
+            self._download(uri, root / "checkpoints")
+            self.syncs[host] = CheckpointSync(self.clients("s3"), uri, root / "checkpoints")  # what came in is in S3
         (root / "model").mkdir()
         (root / "output").mkdir()
         return root
@@ -255,15 +245,14 @@ class Job:
             pump = threading.Thread(target=self._pump, args=(host, process, self.stamp), daemon=True)
             pump.start()
             pumps.append(pump)
-        uploaded: dict = {host: {} for host in roots}
         failed = None
         while any(p.poll() is None for p in self.processes.values()):
             if self._past_max_runtime():
                 self.expired = True
                 self.stop()
             if not self.no_sync.is_set():
-                for host, root in roots.items():
-                    self._sync_up(root, uploaded[host])
+                for host in roots:
+                    self._sync_up(host)
             for host, process in self.processes.items():
                 ended = process.poll() not in (None, 0)
                 if ended and failed is None and not self.stopping.is_set() and self.interrupted is None:
@@ -273,8 +262,8 @@ class Job:
         for pump in pumps:
             pump.join(timeout=30)
         if not self.no_sync.is_set():  # an abrupt loss of the instances uploads nothing more
-            for host, root in roots.items():
-                self._sync_up(root, uploaded[host])
+            for host in roots:
+                self._sync_up(host)
         self.no_sync.clear()
         return {host: process.returncode for host, process in self.processes.items()}, failed
 

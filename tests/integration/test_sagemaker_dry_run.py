@@ -37,7 +37,7 @@ def test_every_model_makes_a_request_the_service_model_accepts(model, tmp_path):
     resources = body["ResourceConfig"]
     assert resources["InstanceType"] == "ml.p5.48xlarge" and resources["InstanceCount"] == 2
     assert body["CheckpointConfig"]["LocalPath"] == CHECKPOINTS
-    assert body["CheckpointConfig"]["S3Uri"].endswith(f"/checkpoints/{body['Tags'][0]['Value']}")
+    assert body["CheckpointConfig"]["S3Uri"].endswith(f"/checkpoints/{body['Tags'][0]['Value']}/")  # exp1 not exp10
     assert body["OutputDataConfig"]["S3OutputPath"].startswith("s3://")
     assert body["VpcConfig"]["Subnets"] and body["VpcConfig"]["SecurityGroupIds"]
     assert TOKEN not in printed

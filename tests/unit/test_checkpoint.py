@@ -3,6 +3,7 @@ shared disk publish parts that make a checkpoint together (the union a SageMaker
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -137,3 +138,79 @@ def test_each_host_keeps_its_newest_parts(tmp_path):
         _save_on_two_hosts(a, b, step)
     assert sorted(p.name for p in b.glob("step-*")) == ["step-00000020", "step-00000030"]
     assert (a / "latest").read_text().strip() == "step-00000030" and not (b / "latest").exists()
+
+
+def test_a_host_publishes_without_a_rename_its_marker_last(tmp_path, monkeypatch):
+    """SageMaker's sync is not documented to see a rename as one: every file is written under its own name."""
+    from training.common import checkpoint
+
+    def no_rename(*args, **kwargs):
+        raise AssertionError("renamed")
+
+    for module, name in ((checkpoint.os, "rename"), (checkpoint.os, "replace"), (Path, "rename"), (Path, "replace")):
+        monkeypatch.setattr(module, name, no_rename)
+    written, write = [], checkpoint._write_in_place
+    monkeypatch.setattr(
+        checkpoint, "_write_in_place", lambda path, text: written.append(path.name) or write(path, text)
+    )
+    step = tmp_path / "algo-1" / "step-00000020"
+
+    def shard(directory: Path) -> None:
+        assert directory == step  # the ranks write into the step's own folder
+        (directory / "shard-algo-1.bin").write_bytes(b"x" * 8)
+
+    _host(tmp_path / "algo-1", "algo-1", True).save(20, shard, {})
+    assert written == ["MANIFEST.algo-1.json", "trainer_state.json", "HOSTS", "COMPLETE.algo-1", "latest"]
+    assert not list(tmp_path.rglob(".*"))
+
+
+def test_a_host_writes_a_step_again_over_a_restored_one_and_claims_only_what_it_wrote(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    _save_on_two_hosts(a, b, 20)
+    restored = _union(tmp_path / "restored", a, b)
+    step = restored / "step-00000020"
+    (step / "shard-algo-2.bin").write_bytes(b"y" * 8)  # algo-2's part as S3 held it: not algo-1's to claim or delete
+
+    def shard(directory: Path) -> None:
+        assert not (directory / "COMPLETE.algo-1").exists()  # its earlier part no longer counts while it writes
+        (directory / "shard-algo-1.bin").write_bytes(b"z" * 4)
+
+    _host(restored, "algo-1", True).save(20, shard, {})
+    assert json.loads((step / "MANIFEST.algo-1.json").read_text()) == {"shard-algo-1.bin": 4}
+    assert (step / "shard-algo-2.bin").read_bytes() == b"y" * 8 and (step / "COMPLETE.algo-2").is_file()
+
+
+def test_a_host_prunes_only_its_own_part_of_a_step_a_restore_gave_it_whole(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    for step in (10, 20):
+        _save_on_two_hosts(a, b, step)
+    restored = _union(tmp_path / "restored", a, b)
+    _host(restored, "algo-1", True).save(30, lambda tmp: (tmp / "shard-algo-1.bin").write_bytes(b"x" * 8), {})
+    assert sorted(p.name for p in (restored / "step-00000010").iterdir()) == [
+        "COMPLETE.algo-2",
+        "MANIFEST.algo-2.json",
+        "shard-algo-2.bin",
+    ]
+
+
+def test_a_host_resumes_from_its_newest_complete_step_not_a_restored_latest(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    for step in (10, 20):
+        _save_on_two_hosts(a, b, step)
+    restored = _union(tmp_path / "restored", a, b)
+    (restored / "latest").write_text("step-00000010\n")  # the main host's, as the job's start restored it
+    assert _host(restored, "algo-2", False).latest() == restored / "step-00000020"
+
+
+def test_a_save_after_going_back_withdraws_the_abandoned_newer_step_and_keeps_the_resumed_one(tmp_path):
+    """Step 100 whole; at 200 only algo-1 marked its part before the job was lost; the restart resumed from 100. A
+    save at 150 with one checkpoint kept must keep 150 (not count 200 as newer) and drop algo-1's part of 200."""
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    _save_on_two_hosts(a, b, 100)
+    _host(a, "algo-1", True).save(200, lambda tmp: (tmp / "shard-algo-1.bin").write_bytes(b"x" * 8), {})
+    restored = _union(tmp_path / "restored", a, b)
+    host = _host(restored, "algo-1", True)
+    host.keep = 1
+    host.save(150, lambda tmp: (tmp / "shard-algo-1.bin").write_bytes(b"x" * 8), {})
+    assert (restored / "step-00000150" / "COMPLETE.algo-1").is_file()
+    assert not (restored / "step-00000200").exists() and not (restored / "step-00000100" / "COMPLETE.algo-1").exists()

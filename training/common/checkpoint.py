@@ -20,22 +20,32 @@ Accelerate's sharded `save_state`), with barriers around it supplied by the call
 
 Hosts that share no filesystem (a SageMaker job: each host syncs its own checkpoint folder to one S3 prefix, and
 a job's start restores the union onto every host; trainkit/backends/sagemaker/README.md) publish per host: HOST_ENV
-names this host and HOSTS_ENV all of them. Each host's local main rank renames its own `.tmp-step-N/` to
-`step-N/` with its marker `COMPLETE.<host>` and its manifest `MANIFEST.<host>.json` (names no other host writes,
-so the union keeps every host's); the main rank adds `trainer_state.json` and `HOSTS`, and after a barrier that
-every host has published, `latest`. A step is complete where `HOSTS` is and every host it names has its marker
-and a manifest that matches the files: that is, in the union a job's start restores. Within one job no host holds
-the others' parts: before its workers restart in place, each host fetches them from S3
+names this host and HOSTS_ENV all of them. A step is complete where `HOSTS` is and every host it names has its marker
+`COMPLETE.<host>` and a manifest `MANIFEST.<host>.json` that matches the files (names no other host writes, so the
+union keeps every host's): that is, in the union a job's start restores. SageMaker's sync mirrors the folder file by
+file, deletions included (Developer Guide, "Checkpoints in Amazon SageMaker AI": "If a checkpoint is deleted in the
+SageMaker AI container, it will also be deleted in the S3 folder"), and no page says what it makes of a rename, so:
+
+- nothing is renamed: this host's ranks write straight into `step-N/`, then its local main rank writes the host's
+  manifest (what its ranks wrote there, and nothing another host's part brought), the main rank `trainer_state.json`
+  and `HOSTS`, and the host's marker last; after a barrier that every host has, the main rank writes `latest`;
+- a host deletes only its own part (its marker first): when it prunes, or writes a step again. After a restore every
+  host holds every host's files, under keys all hosts share, and another host's may be newer in S3 than here;
+- resume takes the newest complete step here, not `latest`: another host's copy of `latest` is the one the job's
+  start restored.
+
+Within one job no host holds the others' parts: before its workers restart in place, each host fetches them from S3
 (trainkit/backends/sagemaker/restore.py), and the next job, or a spot restart, resumes from the union.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .files import fsync_dir, publish_text
@@ -54,17 +64,51 @@ HOSTS_ENV = "TRAINKIT_CHECKPOINT_HOSTS"
 # Fault injection for tests and `invoke chaos`: seconds to pause after the shards are written and
 # before the checkpoint is published, so a kill can land inside the write.
 STALL_ENV = "TRAINKIT_CHECKPOINT_STALL_S"
+SYNC_MARKER_SUFFIXES = (".sagemaker-uploading", ".sagemaker-uploaded")
+"""Files SageMaker's agent may leave beside one it uploads (AWS's sagemaker-xgboost-container, checkpointing.py, waits
+on them; the Developer Guide does not name them): no part of what a host wrote."""
 
 
-def _fsync_tree(root: Path) -> None:
-    """fsync every file and folder under `root`: the shards this machine's ranks wrote reach the disk before the
-    marker."""
-    for path in sorted(root.rglob("*")):
+def _fsync_tree(root: Path, names: Iterable[str] | None = None) -> None:
+    """fsync the files under `root` (`names`: only these) and their folders: what this machine's ranks wrote reaches
+    the disk before the marker."""
+    paths = sorted(root.rglob("*")) if names is None else [root / name for name in sorted(names)]
+    for path in paths:
         if path.is_file():
             with path.open("rb") as handle:
                 os.fsync(handle.fileno())
-    for folder in sorted({p.parent for p in root.rglob("*")} | {root}):
+    for folder in sorted({p.parent for p in paths} | {root}):
         fsync_dir(folder)
+
+
+def _signatures(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """{path relative to `folder`: (inode, mtime ns, size)} of the files under it."""
+    found = {}
+    for path in folder.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            found[str(path.relative_to(folder))] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    """`text` under `path`'s own name, on disk when this returns: per host, where a rename is not known to reach S3 as
+    one. A reader never takes it half-written: it counts only with the marker, written after it."""
+    with path.open("w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _stall() -> None:
+    stall = float(os.environ.get(STALL_ENV, "0") or 0)
+    if stall > 0:
+        time.sleep(stall)
+
+
+def _no_part(name: str) -> bool:
+    """A file in a step folder that is no host's data: the step's bookkeeping, or the sync's own markers."""
+    return is_bookkeeping(Path(name).name) or name.endswith(SYNC_MARKER_SUFFIXES)
 
 
 def host_marker(host: str) -> str:
@@ -204,9 +248,10 @@ class CheckpointManager:
         return complete_steps(self.root)
 
     def latest(self) -> Path | None:
-        """The checkpoint to resume from, or None for a fresh start."""
+        """The checkpoint to resume from, or None for a fresh start. Per host the newest complete one: `latest` is the
+        main rank's, and another host's copy of it is what the job's start restored."""
         pointer = self.root / LATEST
-        if pointer.is_file():
+        if pointer.is_file() and not self.host:
             candidate = self.root / pointer.read_text().strip()
             if is_complete(candidate):
                 return candidate
@@ -226,7 +271,10 @@ class CheckpointManager:
         self.barrier()
 
     def save(self, step: int, write_fn: Callable[[Path], None], state: dict) -> Path:
-        """Write on every rank into a temporary directory, then publish from the main rank."""
+        """Write on every rank into a temporary directory, then publish from the main rank (per host: see
+        `_save_per_host`)."""
+        if self.host:
+            return self._save_per_host(step, write_fn, state)
         tmp = self.root / f".tmp-{step_dir_name(step)}"
         final = self.root / step_dir_name(step)
         if self.disk_owner:
@@ -238,12 +286,7 @@ class CheckpointManager:
         if self.is_local_main:  # one rank per machine: what its ranks wrote is on disk before anything is published
             _fsync_tree(tmp)
         self.barrier()
-        stall = float(os.environ.get(STALL_ENV, "0") or 0)
-        if stall > 0:
-            time.sleep(stall)
-        if self.host:
-            self._publish_per_host(step, tmp, final, state)
-            return final
+        _stall()
         if self.is_main:
             publish_text(tmp / MANIFEST, json.dumps(manifest_of(tmp), indent=1) + "\n")
             publish_text(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
@@ -257,24 +300,66 @@ class CheckpointManager:
         self.barrier()
         return final
 
-    def _publish_per_host(self, step: int, tmp: Path, final: Path, state: dict) -> None:
-        """Each host publishes its own part under names only it writes; `latest` once every host has."""
+    def _save_per_host(self, step: int, write_fn: Callable[[Path], None], state: dict) -> Path:
+        """Per host, with no rename (see the module's docstring): this host's ranks write into `step-N/` itself, then
+        its local main rank writes what they wrote into the host's manifest, the main rank the trainer state and
+        `HOSTS`, and the host's marker comes last; `latest` once every host has its marker."""
+        final = self.root / step_dir_name(step)
+        before, written = {}, {}
         if self.is_local_main:
-            publish_text(tmp / host_manifest(self.host), json.dumps(manifest_of(tmp), indent=1) + "\n")
+            for later in self._own_steps():  # a timeline the run went back from (a resume before them): not kept,
+                if step_of_dir(later.name) > step:  # nor counted by the prune below as newer than this step
+                    self._withdraw(later)
+            self._withdraw(final)  # the step written again: this host's earlier part no longer counts
+            final.mkdir(parents=True, exist_ok=True)
+            before = _signatures(final)  # another host's part, restored here, is no part of this host's
+        self.barrier()
+        write_fn(final)
+        self.barrier()
+        if self.is_local_main:
+            found = _signatures(final).items()
+            written = {name: sig for name, sig in found if before.get(name) != sig and not _no_part(name)}
+            _fsync_tree(final, written)
+        self.barrier()
+        _stall()
+        if self.is_local_main:
+            sizes = {name: signature[2] for name, signature in sorted(written.items())}
+            _write_in_place(final / host_manifest(self.host), json.dumps(sizes, indent=1) + "\n")
             if self.is_main:
-                publish_text(tmp / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
-                publish_text(tmp / HOSTS_FILE, "\n".join(self.hosts) + "\n")
-            publish_text(tmp / host_marker(self.host), f"{step}\n")
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
+                _write_in_place(final / STATE_FILE, json.dumps(dict(state, step=step), indent=2) + "\n")
+                _write_in_place(final / HOSTS_FILE, "\n".join(self.hosts) + "\n")
+            fsync_dir(final)
+            _write_in_place(final / host_marker(self.host), f"{step}\n")
+            fsync_dir(final)
             fsync_dir(self.root)
         self.barrier()
         if self.is_main:
-            publish_text(self.root / LATEST, final.name + "\n")
+            _write_in_place(self.root / LATEST, final.name + "\n")
         if self.is_local_main:
             self._prune()
         self.barrier()
+        return final
+
+    def _own_steps(self) -> list[Path]:
+        """The steps this host has its marker in, oldest first."""
+        return sorted(p for p in self.root.glob("step-*") if (p / host_marker(self.host)).is_file())
+
+    def _withdraw(self, directory: Path) -> None:
+        """Delete this host's part of a step: its marker first (the step no longer counts), the files its manifest
+        lists, the manifest; the main rank's part holds the trainer state and `HOSTS` too. Never another host's
+        files: where a deletion here is one in S3, their keys may hold what that host wrote since the restore."""
+        manifest = directory / host_manifest(self.host)
+        (directory / host_marker(self.host)).unlink(missing_ok=True)
+        try:
+            names = list(json.loads(manifest.read_text()))
+        except (OSError, ValueError):  # none, or cut short by a crash before this host's marker
+            names = []
+        names += [host_manifest(self.host)] + ([STATE_FILE, HOSTS_FILE] if self.is_main else [])
+        for name in names:
+            (directory / name).unlink(missing_ok=True)
+        for folder in sorted((p for p in directory.rglob("*") if p.is_dir()), reverse=True) + [directory]:
+            with contextlib.suppress(OSError):  # not empty: another host's files are still in it
+                folder.rmdir()
 
     def set_aside(self, checkpoint: Path, reason: str) -> Path:
         """Rename a published checkpoint that cannot be used to `corrupt-<name>` (main rank), with why, and point
@@ -295,12 +380,12 @@ class CheckpointManager:
         return target
 
     def _prune(self) -> None:
-        """Keep the newest `keep` published steps on this disk (per host: those this host published; an older
-        one restored from S3 stays there until its lifecycle rule expires it, and costs disk, not correctness)."""
+        """Keep the newest `keep` published steps on this disk. Per host: this host's parts of the steps it published
+        but the newest `keep`; the other hosts' files of them that a restore brought stay on this disk (their own
+        hosts delete them in S3), costing disk until the job ends, not correctness."""
         if self.host:
-            mine = [p for p in self.root.glob("step-*") if (p / host_marker(self.host)).is_file()]
-            published = sorted(mine, key=lambda p: p.name)
-        else:
-            published = self._complete_steps()
-        for old in published[: -self.keep]:
+            for old in self._own_steps()[: -self.keep]:
+                self._withdraw(old)
+            return
+        for old in self._complete_steps()[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from accelerate import Accelerator
 from tqdm import tqdm
 
-from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name
+from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name, step_of_dir
 from .failure import NoRetry, doing
 from .faults import hang_here
 from .files import EVENTS_FILE, append_event, publish_text, read_events
@@ -190,7 +190,7 @@ class RunContext:
         exit to be restarted fresh (they may hold part of a failed load), and train from the start."""
         self.checkpoints.clean_partial()
         latest, step, set_aside = None, 0, []
-        while (candidate := self.checkpoints.latest()) is not None:
+        while (candidate := self._agreed(self.checkpoints.latest())) is not None:
             reason = self._unusable(candidate)
             if reason is None:
                 latest = candidate
@@ -246,6 +246,14 @@ class RunContext:
             elif kind in ("start", "resume"):
                 count, stalled = count + stalled, False
         return count + stalled  # this resume, when a stall came after the last one
+
+    def _agreed(self, candidate: Path | None) -> Path | None:
+        """The checkpoint every rank tries: the oldest of the ranks' newest whole ones, None everywhere when a rank
+        has none. Hosts that share no disk (SageMaker) each find their own, and a restore's timing can leave one a
+        step behind another (trainkit/backends/sagemaker/restore.py): a step whole on one host only is then not
+        whole here (`_unusable` says so on every rank), and the ranks go back together, never apart."""
+        step = agreed_step(step_of_dir(candidate.name) if candidate else None, self.accelerator.device)
+        return None if step is None else self.checkpoints.root / step_dir_name(step)
 
     def _unusable(self, checkpoint: Path) -> str | None:
         """Why `checkpoint` cannot be resumed from (None: it loaded), the same answer on every rank."""
@@ -412,3 +420,13 @@ class RunContext:
         self.accelerator.wait_for_everyone()
         if not self.accelerator.is_main_process:  # rank 0's console ends with the summary
             print(f"rank {self.accelerator.process_index}: run published by rank 0, leaving", flush=True)
+
+
+def agreed_step(step: int | None, device: torch.device | str = "cpu") -> int | None:
+    """The smallest of every rank's `step` (None: this rank has none, which wins), by one MIN all-reduce; `step`
+    itself in a single process."""
+    value = torch.tensor([-1 if step is None else step], dtype=torch.long, device=device)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(value, op=dist.ReduceOp.MIN)
+    found = int(value.item())
+    return None if found < 0 else found

@@ -83,8 +83,9 @@ def run_prefix(stack: SageMakerStack, run_id: str) -> str:
 
 def checkpoint_prefix(stack: SageMakerStack, run_id: str) -> str:
     """Apart from the run's other files, so the bucket's lifecycle rule can expire old checkpoints by prefix
-    (terraform/modules/sagemaker)."""
-    return f"s3://{stack.bucket}/checkpoints/{run_id}"
+    (terraform/modules/sagemaker). It ends in `/`: SageMaker restores every object whose key starts with the
+    prefix, so without it run `exp1` would also restore `exp10/` (syne-tune/syne-tune#363)."""
+    return f"s3://{stack.bucket}/checkpoints/{run_id}/"
 
 
 def launch_prefix(stack: SageMakerStack, run_id: str, name: str) -> str:

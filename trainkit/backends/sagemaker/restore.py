@@ -10,10 +10,14 @@ RESTART_HOOK_ENV), which puts the parts this host lacks into its checkpoint fold
 - the step: the newest one this host published itself (its own `COMPLETE.<host>`: the hosts publish a step
   together, so the others' parts follow it to S3, an upload taking as long as its size needs); up to WAIT_S for
   them to arrive whole, then the newest step that S3 and this disk hold whole, if any;
-- whole: the step's HOSTS file names its hosts, each host's marker and manifest are there, and every file each
-  manifest lists is here or in S3 at the size it records (a file still uploading is not yet);
+- whole: in S3 the step's HOSTS file names its hosts, and each host's marker, manifest and every file the manifest
+  lists at the size it records (a file still uploading is not yet); this host's own part may be here instead;
+- from S3, every file but this host's own part, even where a copy is here: that copy is what the job's start
+  restored, and its host may have written the step again since (checkpoint.py writes in place);
 - written so a cut download is never mistaken for a checkpoint: each file under a temporary name renamed into place,
-  the data first, the markers last (a step counts only once every host's marker is there).
+  the data first, the markers last (a step counts only once every host's marker is there);
+- this host's marker withdrawn from the steps it published after the one restored: they are no checkpoint now (here,
+  where resume takes the newest complete step, and in S3, where SageMaker deletes the marker too).
 
 The job's role may read its checkpoint prefix (terraform/modules/sagemaker: ListRuns, ReadRuns). Tested on the
 stand-in, which uploads like SageMaker (tests/e2e/test_sagemaker_runs.py: a stalled rank restarted in place).
@@ -42,7 +46,8 @@ from trainkit.backends.aws import s3_parts
 
 CHECKPOINT_S3_ENV = "TRAINKIT_CHECKPOINT_S3"
 """The job's CheckpointConfig.S3Uri (trainkit/backends/sagemaker/request.py): what its LocalPath is mirrored to. The
-run folder is `<LocalPath>/<run id>` (host.py), so its checkpoints are under `<S3Uri>/<run id>/checkpoints/`."""
+run folder is `<LocalPath>/<run id>` (host.py), so its checkpoints are under `<S3Uri><run id>/checkpoints/` (the
+S3Uri ends in `/`)."""
 WAIT_S = 300.0
 POLL_S = 1.0
 
@@ -64,36 +69,31 @@ class Remote:
         return self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}/{name}")["Body"].read()
 
 
-def missing_parts(local: Path, remote: Remote) -> dict[str, int] | None:
-    """{name: size} of the step's files this host lacks, every one of them in S3; None when this disk and S3
-    together do not hold the step whole (yet)."""
-    here = (
-        {str(p.relative_to(local)): p.stat().st_size for p in local.rglob("*") if p.is_file()} if local.is_dir() else {}
-    )
+def own_part_here(local: Path, host: str) -> bool:
+    """This host's part of the step is here whole: its marker, and every file its manifest lists at that size."""
+    marker, manifest = local / host_marker(host), local / host_manifest(host)
+    if not (marker.is_file() and manifest.is_file()):
+        return False
+    files = json.loads(manifest.read_text())
+    return all((local / name).is_file() and (local / name).stat().st_size == size for name, size in files.items())
+
+
+def missing_parts(local: Path, remote: Remote, host: str) -> dict[str, int] | None:
+    """{name: size} of the step's files to fetch: all but this host's own part when that is here whole, every one of
+    them in S3; None when S3 (and this host's own part here) do not hold the step whole (yet)."""
     there = remote.sizes()
-    present = here.keys() | there.keys()
-
-    def text(name: str) -> str | None:
-        if name in here:
-            return (local / name).read_text()
-        return remote.read(name).decode() if name in there else None
-
-    hosts_text = text(HOSTS_FILE)
-    if hosts_text is None or STATE_FILE not in present:
+    if HOSTS_FILE not in there or STATE_FILE not in there:
         return None
-    wanted: dict[str, int | None] = {HOSTS_FILE: None, STATE_FILE: None}
-    for host in hosts_text.split():
-        manifest = text(host_manifest(host))
-        if manifest is None or host_marker(host) not in present:
-            return None
-        wanted |= {host_manifest(host): None, host_marker(host): None} | json.loads(manifest)
-    fetch = {}
-    for name, size in wanted.items():
-        if name in here and size in (None, here[name]):
+    fetch = {HOSTS_FILE: there[HOSTS_FILE], STATE_FILE: there[STATE_FILE]}
+    for name in remote.read(HOSTS_FILE).decode().split():
+        if name == host and own_part_here(local, host):
             continue
-        if name not in there or size not in (None, there[name]):
+        if host_marker(name) not in there or host_manifest(name) not in there:
+            return None
+        files = json.loads(remote.read(host_manifest(name)))
+        if any(there.get(file) != size for file, size in files.items()):
             return None  # not uploaded yet, or still being uploaded
-        fetch[name] = there[name]
+        fetch |= {file: there[file] for file in (*files, host_manifest(name), host_marker(name))}
     return fetch
 
 
@@ -118,10 +118,16 @@ def restore(checkpoints: Path, bucket: str, prefix: str, host: str, s3, wait_s: 
     def complete(name: str) -> int | None:
         """The step made whole here: how many files it took; None while S3 and this disk do not hold it whole."""
         remote = Remote(s3, bucket, f"{prefix}/{name}")
-        fetch = missing_parts(checkpoints / name, remote)
+        fetch = missing_parts(checkpoints / name, remote, host)
         if fetch is not None:
             download(checkpoints / name, remote, fetch)
         return None if fetch is None else len(fetch)
+
+    def settle(restored: str | None, line: str) -> str:
+        for name in own:
+            if restored is None or name > restored:  # published after the one restored: no checkpoint now
+                (checkpoints / name / host_marker(host)).unlink(missing_ok=True)
+        return line
 
     own = [p.name for p in checkpoints.glob("step-*") if (p / host_marker(host)).is_file()]
     newest = max(own, default=None)
@@ -129,15 +135,16 @@ def restore(checkpoints: Path, bucket: str, prefix: str, host: str, s3, wait_s: 
     while newest is not None:
         fetched = complete(newest)
         if fetched is not None:
-            return f"{newest}: {fetched} file(s) of the other hosts' parts restored from S3"
+            return f"{newest}: {fetched} file(s) restored from S3 (all but this host's own part)"
         if time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
     for name in sorted({*own, *_remote_steps(s3, bucket, prefix)} - {newest}, reverse=True):
         fetched = complete(name)
         if fetched is not None:
-            return f"{name}: {fetched} file(s) restored from S3 ({newest} never arrived whole within {wait_s:g} s)"
-    return f"no checkpoint whole in S3 and here{f' ({newest} never arrived whole)' if newest else ''}"
+            line = f"{name}: {fetched} file(s) restored from S3 ({newest} never arrived whole within {wait_s:g} s)"
+            return settle(name, line)
+    return settle(None, f"no checkpoint whole in S3 and here{f' ({newest} never arrived whole)' if newest else ''}")
 
 
 def _remote_steps(s3, bucket: str, prefix: str) -> list[str]:
