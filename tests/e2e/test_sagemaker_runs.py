@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from tests.helpers.aws import REGION
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke_in, job_processes
 from tests.helpers.sagemaker_moto import sagemaker_account
@@ -109,6 +110,8 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     reference = submit(tmp_path, account, "ref", *JOB)
     spot = submit(tmp_path, account, "spot", *JOB, "--spot", *stall)
     hung = submit(tmp_path, account, "hung", *JOB, *stall, "--max-restarts", "0")
+    # the job's region in the request (moto's describe leaves Environment out): the hosts' boto3 clients need one
+    assert account.runners[hung].request["Environment"]["TRAINKIT_AWS_REGION"] == REGION
 
     # no restart left: the job fails with the stall's cause, and none of its processes stays
     described = account.wait(hung, timeout=240)

@@ -126,7 +126,8 @@ def submit_job(job: Job, workload: Workload, stack: SageMakerStack, clients: Cli
     name = request.job_name(job.run.run_id, stamp())
     prefix = request.launch_prefix(stack, job.run.run_id, name)
     api.upload(clients, {prefix + rel: data for rel, data in launch_files(job, workload).items()})
-    api.create(clients, request.render(job, workload, stack, name))
+    region = clients("sagemaker").meta.region_name  # the client's, whichever way boto3 found it
+    api.create(clients, request.render(job, workload, stack, name, region))
     api.SUBMITTED.remember(job.run.run_id, name=name, region=clients.region)
     return name
 

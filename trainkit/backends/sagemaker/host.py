@@ -42,7 +42,7 @@ from training.common.checkpoint import HOST_ENV, HOSTS_ENV
 from training.common.job import DATA_MOUNT_ENV, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, Workload
 from trainkit.backends.sagemaker import restore
-from trainkit.backends.sagemaker.request import DATA_CHANNEL
+from trainkit.backends.sagemaker.request import DATA_CHANNEL, REGION_ENV
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
@@ -122,6 +122,8 @@ def relocated(workload: Workload, submitted: str, here: str) -> Workload:
 
 def main() -> int:
     base = root()
+    if os.environ.get(REGION_ENV):  # the job's region, for this host's boto3 clients (restore.py's S3)
+        os.environ.setdefault("AWS_DEFAULT_REGION", os.environ[REGION_ENV])
     resources = json.loads((base / "input" / "config" / "resourceconfig.json").read_text())
     host, endpoint, place = placement(resources)
     hosts = resources["hosts"]

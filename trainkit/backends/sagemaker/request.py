@@ -34,6 +34,8 @@ ENTRY = ("python3", "-m", "trainkit.backends.sagemaker.host")
 """The container's entry point (AlgorithmSpecification.ContainerEntrypoint): torchrun on every host."""
 CHECKPOINTS = "/opt/ml/checkpoints"
 """CheckpointConfig.LocalPath (SageMaker's default); the run folder lives under it."""
+REGION_ENV = "TRAINKIT_AWS_REGION"
+"""The job's region, in its Environment: each host's boto3 clients take it as AWS_DEFAULT_REGION (host.py)."""
 LAUNCH_CHANNEL = "trainkit"
 DATA_CHANNEL = "data"
 DEFAULT_MAX_RUNTIME_S = 86_400
@@ -128,8 +130,9 @@ def stopping_condition(job: Job) -> dict:
     return condition
 
 
-def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> dict:
-    """The CreateTrainingJob request: everything in it may be shown to anyone who can describe the job."""
+def render(job: Job, workload: Workload, stack: SageMakerStack, name: str, region: str | None = None) -> dict:
+    """The CreateTrainingJob request: everything in it may be shown to anyone who can describe the job. `region`:
+    the job's, which its hosts' AWS clients use (REGION_ENV)."""
     run_id, p = job.run.run_id, job.parallelism
     prefix = run_prefix(stack, run_id)
     environment = {
@@ -137,6 +140,8 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str) -> di
         "TRAINKIT_LAUNCH_CHANNEL": LAUNCH_CHANNEL,
         CHECKPOINT_S3_ENV: checkpoint_prefix(stack, run_id),  # where a host finds the others' parts (restore.py)
     }
+    if region:  # a SageMaker container's environment is not documented to carry one; boto3 needs it (S3 restores)
+        environment[REGION_ENV] = region
     if workload.token and stack.hf_token_secret_arn:
         environment["TRAINKIT_HF_TOKEN_SECRET_ARN"] = stack.hf_token_secret_arn  # the secret's name, not its value
     algorithm = {
