@@ -168,9 +168,37 @@ locals {
     mountpoint -q ${local.fsx_mount_path}
   EOT
 
+  # EFA needs the driver on the host ("The AMI has the EFA driver loaded": efa). Batch's ECS GPU AMI may lack it: the
+  # build of aws/amazon-ecs-ami (al2023gpu.pkr.hcl, scripts/al2023/gpu/) installs no EFA software. So the node
+  # installs it as aws-samples/aws-batch-efa's launch template does, with the installer and command the EC2 User
+  # Guide documents ("Install the EFA software": efa_installer.sh -y), unless libfabric already finds the efa
+  # provider (an AMI that ships it, `ami_id`). The ECS agent starts after cloud-init's user data whether or not a
+  # part failed (ecs.service: After=cloud-final.service), so an instance still without EFA masks the agent (it never
+  # joins the compute environment: Batch places no job on it) and powers off: a p5 that can run nothing must not
+  # stay up billing. What Batch's Auto Scaling group then does with the stopped instance is cloud-only.
+  efa_needed = anytrue([for ni in local.first_type.network_interfaces : contains(["efa", "efa-only"], ni.interface_type)])
+  efa_part   = !local.efa_needed ? "" : <<-EOT
+    #!/bin/bash
+    set -uo pipefail
+    efa_ready() { /opt/amazon/efa/bin/fi_info -p efa >/dev/null 2>&1; }
+    if ! efa_ready; then
+      work=$(mktemp -d)
+      curl -fsSL --retry 5 -o "$work/aws-efa-installer-latest.tar.gz" https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz \
+        && tar -xzf "$work/aws-efa-installer-latest.tar.gz" -C "$work" \
+        && (cd "$work/aws-efa-installer" && ./efa_installer.sh -y)
+      rm -rf "$work"
+    fi
+    if ! efa_ready; then
+      echo "trainkit: no EFA provider (fi_info -p efa) on this instance: its ECS agent is masked, it runs no Batch job" >&2
+      systemctl mask --now --no-block ecs.service
+      shutdown -h +1 "trainkit: no EFA provider: powering off"
+      exit 1
+    fi
+  EOT
+
   user_data = join("\n", concat(
     ["MIME-Version: 1.0", "Content-Type: multipart/mixed; boundary=\"==TRAINKIT==\"", ""],
-    flatten([for part in compact([local.ecs_agent_part, local.fsx_part]) : [
+    flatten([for part in compact([local.ecs_agent_part, local.efa_part, local.fsx_part]) : [
       "--==TRAINKIT==",
       "Content-Type: text/x-shellscript; charset=\"us-ascii\"",
       "",

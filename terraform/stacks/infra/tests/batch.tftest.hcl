@@ -90,6 +90,14 @@ run "p5_batch_part_with_32_efa_interfaces_in_the_gpu_subnet_from_zero_vcpus" {
     error_message = "The user data mounts the stack's FSx for Lustre (its DNS name and mount name) at /fsx, and fails when it cannot."
   }
   assert {
+    condition     = strcontains(module.batch.launch_template.user_data, "if ! efa_ready; then") && strcontains(module.batch.launch_template.user_data, "curl -fsSL --retry 5 -o \"$work/aws-efa-installer-latest.tar.gz\" https://efa-installer.amazonaws.com/aws-efa-installer-latest.tar.gz") && strcontains(module.batch.launch_template.user_data, "./efa_installer.sh -y")
+    error_message = "An instance without the efa provider installs the EFA software from AWS's installer at boot."
+  }
+  assert {
+    condition     = strcontains(module.batch.launch_template.user_data, "efa_ready() { /opt/amazon/efa/bin/fi_info -p efa >/dev/null 2>&1; }") && strcontains(module.batch.launch_template.user_data, "systemctl mask --now --no-block ecs.service\n  shutdown -h +1 \"trainkit: no EFA provider: powering off\"\n  exit 1")
+    error_message = "An instance that still has no EFA provider keeps its ECS agent from starting, fails its user data and powers off: it never runs a job, nor bills idle."
+  }
+  assert {
     condition     = strcontains(module.batch.launch_template.user_data, "ECS_ENABLE_AWSLOGS_EXECUTIONROLE_OVERRIDE=true") && strcontains(module.batch.launch_template.user_data, "ECS_AWSVPC_BLOCK_IMDS=true")
     error_message = "The ECS agent injects the token with the execution role, and awsvpc containers cannot reach IMDS."
   }
