@@ -99,7 +99,7 @@ def test_the_recorded_stack_fills_the_request(tmp_path, monkeypatch):
         "hf_token_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-hf-token-AbCdEf",
     }
     save_outputs(
-        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "stack_id": "trainkit-x", "sagemaker": stack}
+        {"gpu_instance_type": "p5.48xlarge", "region": "eu-west-1", "stack_id": "trainkit-x", "sagemaker": stack}
     )
     body, printed = dry_run(tmp_path, "train", "--model", "llama2-tiny")
     assert problems("sagemaker", "CreateTrainingJob", body) == []
@@ -107,3 +107,4 @@ def test_the_recorded_stack_fills_the_request(tmp_path, monkeypatch):
     assert body["RoleArn"] == stack["role_arn"] and body["VpcConfig"]["Subnets"] == stack["subnet_ids"]
     assert body["CheckpointConfig"]["S3Uri"].startswith("s3://trainkit-runs-123456789012/checkpoints/")
     assert {"Key": "trainkit:stack-id", "Value": "trainkit-x"} in body["Tags"]
+    assert body["Environment"]["TRAINKIT_AWS_REGION"] == "eu-west-1"  # the stack's: the hosts' boto3 clients need one

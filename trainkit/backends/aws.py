@@ -21,6 +21,12 @@ class Clients:
     region: str | None = None
     made: dict = field(default_factory=dict)
 
+    def region_name(self) -> str | None:
+        """The region these clients call: the stack's, else what boto3 finds (environment, config file)."""
+        import boto3
+
+        return self.region or boto3.session.Session().region_name
+
     def __call__(self, service: str):
         if service not in self.made:
             import boto3

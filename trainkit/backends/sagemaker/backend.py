@@ -107,10 +107,10 @@ def shown_uploads(files: dict[str, bytes], prefix: str) -> dict:
     return shown
 
 
-def dry_run_text(job: Job, workload: Workload, stack: SageMakerStack) -> str:
+def dry_run_text(job: Job, workload: Workload, stack: SageMakerStack, region: str | None) -> str:
     """The request (`request`, as CreateTrainingJob takes it) and the launch channel's files (`uploads`)."""
     name = request.job_name(job.run.run_id, stamp())
-    body = request.render(job, workload, stack, name)
+    body = request.render(job, workload, stack, name, region)
     prefix = request.launch_prefix(stack, job.run.run_id, name)
     return json.dumps({"request": body, "uploads": shown_uploads(launch_files(job, workload), prefix)}, indent=2)
 
@@ -126,8 +126,7 @@ def submit_job(job: Job, workload: Workload, stack: SageMakerStack, clients: Cli
     name = request.job_name(job.run.run_id, stamp())
     prefix = request.launch_prefix(stack, job.run.run_id, name)
     api.upload(clients, {prefix + rel: data for rel, data in launch_files(job, workload).items()})
-    region = clients("sagemaker").meta.region_name  # the client's, whichever way boto3 found it
-    api.create(clients, request.render(job, workload, stack, name, region))
+    api.create(clients, request.render(job, workload, stack, name, clients.region_name()))
     api.SUBMITTED.remember(job.run.run_id, name=name, region=clients.region)
     return name
 
@@ -161,7 +160,7 @@ class SageMakerBackend(AwsBackend):
         if dry_run:
             if not stack.recorded:
                 print(f"note: {NOT_RECORDED}", file=sys.stderr, flush=True)
-            print(dry_run_text(job, workload, stack), flush=True)
+            print(dry_run_text(job, workload, stack, self.clients().region_name()), flush=True)
             return 0
         name = submit_job(job, workload, stack, self.clients())
         run_id = job.run.run_id
