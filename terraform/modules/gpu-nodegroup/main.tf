@@ -2,7 +2,8 @@
 # GPU node group
 #
 # One launch template per node group with every EFA interface its instance type offers, one
-# cluster placement group per node group, all in the single GPU subnet.
+# cluster placement group per node group (none for a capacity reservation unless it names its own),
+# all in the single GPU subnet.
 ################################################################################
 
 locals {
@@ -22,6 +23,18 @@ locals {
     ]
   }
   interfaces = { for key, ng in local.node_groups : key => local.efa_interfaces[ng.instance_type] }
+
+  # A reservation holds capacity where it was made: a new cluster placement group around it can fail to launch
+  # although the reservation has room (aws-parallelcluster's PlacementGroupCapacityReservationValidator), so a node
+  # group with a reservation launches into the placement group it names, or none.
+  new_placement_groups = {
+    for key, ng in local.node_groups : key => ng
+    if var.enable_placement_group && ng.placement_group_name == null && ng.capacity_reservation_id == null
+  }
+  placement_groups = {
+    for key, ng in local.node_groups : key => coalesce(ng.placement_group_name, try(aws_placement_group.this[key].name, null))
+    if ng.placement_group_name != null || contains(keys(local.new_placement_groups), key)
+  }
 }
 
 resource "aws_security_group" "efa" {
@@ -52,7 +65,7 @@ resource "aws_vpc_security_group_egress_rule" "efa_self" {
 }
 
 resource "aws_placement_group" "this" {
-  for_each = var.enable_placement_group ? local.node_groups : {}
+  for_each = local.new_placement_groups
 
   name     = "${var.cluster_name}-${coalesce(each.value.name, each.key)}"
   strategy = "cluster"
@@ -62,16 +75,20 @@ resource "aws_placement_group" "this" {
 resource "aws_launch_template" "this" {
   for_each = local.node_groups
 
-
   name_prefix = "${var.cluster_name}-${coalesce(each.value.name, each.key)}-"
 
+  # EKS takes a capacity block's instance type from the launch template only (EKS User Guide, "Create a managed
+  # node group with Capacity Blocks for ML"); otherwise it stays on the node group.
+  instance_type = each.value.market == "capacity-block" ? each.value.instance_type : null
+
+  # No subnet_id: the node group's subnet_ids place the nodes, and EKS fails a node group whose launch template
+  # names a subnet (CreateNodegroup API reference; tests/gpu_nodegroup.tftest.hcl checks EKS's launch template rules).
   dynamic "network_interfaces" {
     for_each = local.interfaces[each.key]
     content {
       network_card_index    = network_interfaces.value.network_card_index
       device_index          = network_interfaces.value.device_index
       interface_type        = network_interfaces.value.interface_type
-      subnet_id             = var.subnet_id
       security_groups       = [var.cluster_security_group_id, aws_security_group.efa[0].id]
       delete_on_termination = true
     }
@@ -83,8 +100,10 @@ resource "aws_launch_template" "this" {
     # Hop limit 1: a pod in its own network namespace (one hop further) cannot reach IMDS, so training
     # pods cannot borrow the node role (nothing in them needs AWS credentials: data comes over FSx).
     # What does need the node's identity runs with hostNetwork (no extra hop): aws-node (VPC CNI),
-    # kube-proxy, the EKS Pod Identity agent, the FSx CSI node plugin; the NVIDIA and EFA device
-    # plugins and dcgm-exporter read only the node's devices.
+    # kube-proxy, the EKS Pod Identity agent. The FSx CSI node plugin does not (its chart dropped
+    # hostNetwork in 1.6.1): it makes no AWS call, and when IMDS does not answer it reads its
+    # instance id and zone from its Node's providerID through the Kubernetes API. The NVIDIA and EFA
+    # device plugins and dcgm-exporter read only the node's devices.
     http_put_response_hop_limit = 1
   }
 
@@ -100,9 +119,9 @@ resource "aws_launch_template" "this" {
   }
 
   dynamic "placement" {
-    for_each = var.enable_placement_group ? [1] : []
+    for_each = contains(keys(local.placement_groups), each.key) ? [local.placement_groups[each.key]] : []
     content {
-      group_name = aws_placement_group.this[each.key].name
+      group_name = placement.value
     }
   }
 
@@ -122,9 +141,14 @@ resource "aws_launch_template" "this" {
     }
   }
 
-  tag_specifications {
-    resource_type = "instance"
-    tags          = merge(var.tags, { Name = "${var.cluster_name}-${coalesce(each.value.name, each.key)}" })
+  # The instances, their root volumes and their EFA interfaces carry the stack's tags, so `invoke infra.audit`
+  # finds whatever outlives the stack.
+  dynamic "tag_specifications" {
+    for_each = ["instance", "volume", "network-interface"]
+    content {
+      resource_type = tag_specifications.value
+      tags          = merge(var.tags, { Name = "${var.cluster_name}-${coalesce(each.value.name, each.key)}" })
+    }
   }
 
   tags = var.tags
@@ -138,7 +162,7 @@ resource "aws_eks_node_group" "this" {
   node_role_arn   = var.node_role_arn
   subnet_ids      = [var.subnet_id]
   ami_type        = "AL2023_x86_64_NVIDIA"
-  instance_types  = [each.value.instance_type]
+  instance_types  = each.value.market == "capacity-block" ? null : [each.value.instance_type]
   capacity_type   = each.value.market == "capacity-block" ? "CAPACITY_BLOCK" : "ON_DEMAND"
 
   launch_template {
@@ -165,6 +189,9 @@ resource "aws_eks_node_group" "this" {
     effect = "NO_SCHEDULE"
   }
 
+  # One node at a time. This does not avoid surge: EKS's default update strategy first launches up to twice the
+  # number of AZs in new nodes (2 here), and the MINIMAL strategy that does not needs aws provider >= 6.26. So a
+  # launch template change needs the group at 0 nodes first (README, "Changing the launch template").
   update_config {
     max_unavailable = 1
   }

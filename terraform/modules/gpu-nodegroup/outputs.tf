@@ -13,7 +13,7 @@ output "efa_interfaces" {
 }
 
 output "node_groups" {
-  description = "Per node group: name, instance type, GPUs and EFA interfaces per node, max nodes, placement group."
+  description = "Per node group: name, instance type, GPUs and EFA interfaces per node, max and initial desired nodes, placement group (null: none)."
   value = {
     for key, ng in local.node_groups : key => {
       name            = try(aws_eks_node_group.this[key].node_group_name, null)
@@ -22,7 +22,7 @@ output "node_groups" {
       efa_per_node    = local.instance_table[ng.instance_type].efa_interfaces
       max_size        = ng.max_size
       desired_size    = ng.desired_size
-      placement_group = try(aws_placement_group.this[key].name, null)
+      placement_group = try(local.placement_groups[key], null)
     }
   }
 }

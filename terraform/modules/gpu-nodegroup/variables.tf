@@ -40,7 +40,7 @@ variable "kms_key_arn" {
 }
 
 variable "enable_placement_group" {
-  description = "Put each node group in a cluster placement group (off only for emulators that lack the API)."
+  description = "Create a cluster placement group for each node group without a capacity_reservation_id or placement_group_name (off only for emulators that lack the API)."
   type        = bool
   default     = true
   nullable    = false
@@ -49,17 +49,22 @@ variable "enable_placement_group" {
 variable "node_groups" {
   description = <<-EOT
     GPU node groups by key. instance_type: one of instance_types.json (p5.48xlarge, p5e.48xlarge,
-    p5en.48xlarge, p4d.24xlarge, p4de.24xlarge). market: on-demand or capacity-block (capacity blocks
-    need capacity_reservation_id). Root volume in GiB must hold the training image.
+    p5en.48xlarge, p4d.24xlarge, p4de.24xlarge). desired_size: the nodes the group is created with (0 by
+    default: nothing waits for capacity; later changes are ignored, the launcher and the idle guard set it).
+    market: on-demand or capacity-block (capacity blocks need capacity_reservation_id). capacity_reservation_id
+    (cr-...): launch into that reservation, with no new cluster placement group; placement_group_name: an
+    existing cluster placement group to launch into instead (the one the reservation was made in). Root volume
+    in GiB must hold the training image.
   EOT
   type = map(object({
     name                    = optional(string)
     instance_type           = optional(string, "p5.48xlarge")
     min_size                = optional(number, 0)
-    desired_size            = optional(number, 2)
+    desired_size            = optional(number, 0)
     max_size                = optional(number, 2)
     market                  = optional(string, "on-demand")
     capacity_reservation_id = optional(string)
+    placement_group_name    = optional(string)
     root_volume_gb          = optional(number, 500)
     labels                  = optional(map(string), {})
   }))

@@ -146,6 +146,7 @@ module "gpu_nodegroup" {
   enable_placement_group    = var.enable_placement_group
 
   idle_guard = local.idle_guard ? {} : null
+  tags       = local.tags # the GPU nodes' instances, volumes and EFA interfaces: default_tags do not reach them
 
   node_groups = {
     gpu = {
@@ -155,6 +156,7 @@ module "gpu_nodegroup" {
       max_size                = var.gpu_max_nodes
       market                  = var.gpu_market
       capacity_reservation_id = var.gpu_capacity_reservation_id
+      placement_group_name    = var.gpu_placement_group_name
     }
   }
 }

@@ -106,9 +106,14 @@ variable "gpu_min_nodes" {
 }
 
 variable "gpu_desired_nodes" {
-  description = "GPU nodes to start with."
+  description = <<-EOT
+    GPU nodes the node group is created with. 0 (default): `make up` waits for no GPU capacity (on-demand p5 is
+    often not there, and a group that cannot reach its size fails the apply); with idle_guard_minutes set,
+    `invoke train --target eks` asks the group for the job's nodes, else scale it with `aws eks
+    update-nodegroup-config`. Terraform sets it only when it creates the group: later changes are ignored.
+  EOT
   type        = number
-  default     = 2
+  default     = 0
 
   validation {
     condition     = var.gpu_desired_nodes <= var.gpu_max_nodes
@@ -149,13 +154,19 @@ variable "idle_guard_minutes" {
 }
 
 variable "gpu_market" {
-  description = "on-demand, or capacity-block (needs gpu_capacity_reservation_id)."
+  description = "on-demand, or capacity-block (needs gpu_capacity_reservation_id; the instance type then goes on the launch template only)."
   type        = string
   default     = "on-demand"
 }
 
 variable "gpu_capacity_reservation_id" {
-  description = "On-demand capacity reservation or capacity block (cr-...) the GPU nodes launch into; null for none."
+  description = "On-demand capacity reservation or capacity block (cr-...) the GPU nodes launch into; null for none. With one, no cluster placement group is created (a new group around a reservation made outside it can fail to launch); see gpu_placement_group_name."
+  type        = string
+  default     = null
+}
+
+variable "gpu_placement_group_name" {
+  description = "An existing cluster placement group the GPU nodes launch into instead of a new one: the one gpu_capacity_reservation_id was made in, if it was. null (default): a new one, or none with a reservation."
   type        = string
   default     = null
 }

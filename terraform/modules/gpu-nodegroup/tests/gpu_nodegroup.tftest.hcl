@@ -1,5 +1,10 @@
 mock_provider "aws" {
   source = "../../tests/mocks"
+
+  # Computed attributes the module leaves unset read as empty here, so a run tells "not sent" from "sent".
+  mock_resource "aws_eks_node_group" {
+    defaults = { instance_types = [], disk_size = 0 }
+  }
 }
 
 variables {
@@ -31,8 +36,85 @@ run "p5_node_has_32_efa_interfaces_in_one_cluster_placement_group" {
     error_message = "GPU nodes must launch into the placement group."
   }
   assert {
-    condition     = alltrue([for ni in aws_launch_template.this["gpu"].network_interfaces : ni.subnet_id == var.subnet_id])
-    error_message = "Every interface sits in the single GPU subnet."
+    condition     = aws_eks_node_group.this["gpu"].subnet_ids == toset([var.subnet_id])
+    error_message = "The node group's subnet_ids place every node in the single GPU subnet (the launch template names no subnet)."
+  }
+}
+
+# EKS's rules for a managed node group with a launch template, checked on every variant at once (on-demand p5, p4d,
+# capacity block). Sources:
+#   [API] EKS API Reference, LaunchTemplateSpecification and CreateNodegroup (subnets, diskSize, instanceTypes,
+#         remoteAccess): https://docs.aws.amazon.com/eks/latest/APIReference/API_LaunchTemplateSpecification.html,
+#         https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateNodegroup.html
+#   [LT]  EKS User Guide, "Customize managed nodes with launch templates", Launch template configuration basics and
+#         Using custom security groups: https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html
+#   [CB]  EKS User Guide, "Create a managed node group with Capacity Blocks for ML":
+#         https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html
+run "every_launch_template_obeys_the_eks_launch_template_rules" {
+  command = apply
+
+  variables {
+    node_groups = {
+      gpu  = {}
+      p4d  = { instance_type = "p4d.24xlarge" }
+      cb   = { market = "capacity-block", capacity_reservation_id = "cr-0a1b2c3d4e5f60718" }
+      odcr = { capacity_reservation_id = "cr-0f1e2d3c4b5a60718", placement_group_name = "reserved-pg" }
+    }
+  }
+
+  # [API] CreateNodegroup subnets: "If you specify launchTemplate, then don't specify SubnetId in your launch
+  # template, or the node group deployment will fail." [LT] prohibits "Subnet under Network interfaces".
+  assert {
+    condition     = alltrue(flatten([for lt in aws_launch_template.this : [for ni in lt.network_interfaces : ni.subnet_id == null]]))
+    error_message = "No network interface of a node group's launch template may name a subnet: the node group's subnet_ids place the nodes ([API] CreateNodegroup, [LT])."
+  }
+  # [API] LaunchTemplateSpecification: no IamInstanceProfile; [LT]: "IAM instance profile" is prohibited, the node
+  # group's node role takes its place.
+  assert {
+    condition     = alltrue([for lt in aws_launch_template.this : length(lt.iam_instance_profile) == 0])
+    error_message = "A node group's launch template must not set an IAM instance profile: EKS uses node_role_arn ([API] LaunchTemplateSpecification, [LT])."
+  }
+  # [API] LaunchTemplateSpecification: no RequestSpotInstances (capacity_type SPOT on the node group instead).
+  assert {
+    condition     = alltrue([for lt in aws_launch_template.this : alltrue([for m in lt.instance_market_options : m.market_type != "spot"])])
+    error_message = "A node group's launch template must not request Spot Instances: Spot is the node group's capacity_type ([API] LaunchTemplateSpecification)."
+  }
+  # [API] LaunchTemplateSpecification: no HibernationOptions, no TerminateInstances; [LT]: leave "Shutdown behavior"
+  # and "Stop - Hibernate behavior" out of the launch template, EKS controls the instance lifecycle.
+  assert {
+    condition     = alltrue([for lt in aws_launch_template.this : length(lt.hibernation_options) == 0 && lt.instance_initiated_shutdown_behavior == null])
+    error_message = "A node group's launch template must leave shutdown and hibernate behaviour unset ([API] LaunchTemplateSpecification, [LT])."
+  }
+  # [API] CreateNodegroup: with launchTemplate, don't specify diskSize or remoteAccess; [LT]: disk size and SSH key
+  # go in the launch template.
+  assert {
+    condition     = alltrue([for ng in aws_eks_node_group.this : ng.disk_size == 0 && length(ng.remote_access) == 0])
+    error_message = "A node group with a launch template must not set disk_size or remote_access ([API] CreateNodegroup, [LT])."
+  }
+  # [LT] Note: zero or one instance type in the launch template; if it has one, the node group may name none.
+  assert {
+    condition     = alltrue([for k, lt in aws_launch_template.this : lt.instance_type == null || length(aws_eks_node_group.this[k].instance_types) == 0])
+    error_message = "An instance type goes in the launch template or in the node group's instance_types, never both ([LT])."
+  }
+  # [LT] Only with a custom AMI (image_id in the launch template) is ami_type prohibited; these templates have none.
+  assert {
+    condition     = alltrue([for k, lt in aws_launch_template.this : lt.image_id == null && aws_eks_node_group.this[k].ami_type == "AL2023_x86_64_NVIDIA"])
+    error_message = "No custom AMI in the launch template, so the node group picks the AL2023 NVIDIA AMI type ([LT])."
+  }
+  # [LT] Using custom security groups: instance-level or network-interface security groups, not both.
+  assert {
+    condition     = alltrue([for lt in aws_launch_template.this : length(coalesce(lt.vpc_security_group_ids, [])) == 0 || alltrue([for ni in lt.network_interfaces : length(coalesce(ni.security_groups, [])) == 0])])
+    error_message = "Security groups go on the instance or on the network interfaces of a launch template, not both ([LT])."
+  }
+  # [CB] A capacity-block node group: capacity type CAPACITY_BLOCK, and its launch template has the capacity-block
+  # market, the reservation and the instance type, "or the create request will be rejected".
+  assert {
+    condition = alltrue([for k, ng in aws_eks_node_group.this : ng.capacity_type != "CAPACITY_BLOCK" ? true : (
+      one(aws_launch_template.this[k].instance_market_options).market_type == "capacity-block"
+      && one(one(aws_launch_template.this[k].capacity_reservation_specification).capacity_reservation_target).capacity_reservation_id != null
+      && aws_launch_template.this[k].instance_type != null
+    )])
+    error_message = "A capacity-block launch template needs market type capacity-block, the reservation id and the instance type ([CB])."
   }
 }
 
@@ -99,17 +181,69 @@ run "p4d_gets_4_efa_interfaces" {
 run "capacity_block_launches_into_its_reservation" {
   command = apply
 
+  # A key of its own: earlier runs' state holds group "gpu" with its instance_types.
   variables {
-    node_groups = { gpu = { market = "capacity-block", capacity_reservation_id = "cr-0a1b2c3d4e5f60718" } }
+    node_groups = { cb = { market = "capacity-block", capacity_reservation_id = "cr-0a1b2c3d4e5f60718" } }
   }
 
   assert {
-    condition     = aws_launch_template.this["gpu"].instance_market_options[0].market_type == "capacity-block" && aws_eks_node_group.this["gpu"].capacity_type == "CAPACITY_BLOCK"
+    condition     = aws_launch_template.this["cb"].instance_market_options[0].market_type == "capacity-block" && aws_eks_node_group.this["cb"].capacity_type == "CAPACITY_BLOCK"
     error_message = "Capacity blocks use the capacity-block market."
   }
   assert {
-    condition     = aws_launch_template.this["gpu"].capacity_reservation_specification[0].capacity_reservation_target[0].capacity_reservation_id == "cr-0a1b2c3d4e5f60718"
+    condition     = aws_launch_template.this["cb"].capacity_reservation_specification[0].capacity_reservation_target[0].capacity_reservation_id == "cr-0a1b2c3d4e5f60718"
     error_message = "The reservation id reaches the launch template."
+  }
+  assert {
+    condition     = aws_launch_template.this["cb"].instance_type == "p5.48xlarge" && length(aws_eks_node_group.this["cb"].instance_types) == 0
+    error_message = "A capacity block takes its instance type from the launch template only; the node group sends no instance_types."
+  }
+  assert {
+    condition     = length(aws_placement_group.this) == 0 && length(aws_launch_template.this["cb"].placement) == 0 && output.node_groups["cb"].placement_group == null
+    error_message = "A reservation made outside this module's placement group gets no new cluster placement group."
+  }
+}
+
+run "reservation_launches_into_the_placement_group_it_names" {
+  command = apply
+
+  variables {
+    node_groups = { gpu = { capacity_reservation_id = "cr-0a1b2c3d4e5f60718", placement_group_name = "reserved-pg" } }
+  }
+
+  assert {
+    condition     = length(aws_placement_group.this) == 0 && aws_launch_template.this["gpu"].placement[0].group_name == "reserved-pg" && output.node_groups["gpu"].placement_group == "reserved-pg"
+    error_message = "A reservation made in a cluster placement group launches into that group, and no new one is created."
+  }
+  assert {
+    condition     = aws_launch_template.this["gpu"].instance_type == null && aws_eks_node_group.this["gpu"].instance_types == tolist(["p5.48xlarge"]) && aws_eks_node_group.this["gpu"].capacity_type == "ON_DEMAND"
+    error_message = "An on-demand capacity reservation keeps the instance type on the node group."
+  }
+}
+
+run "created_at_zero_nodes_and_updated_without_more_unavailable_than_one" {
+  command = apply
+
+  assert {
+    condition     = aws_eks_node_group.this["gpu"].scaling_config[0].desired_size == 0 && aws_eks_node_group.this["gpu"].scaling_config[0].min_size == 0
+    error_message = "The GPU group is created at 0 nodes: `make up` does not wait for p5 capacity; the launcher or the idle guard asks for nodes."
+  }
+  assert {
+    condition     = aws_eks_node_group.this["gpu"].update_config[0].max_unavailable == 1
+    error_message = "A rolling update replaces at most one GPU node at a time."
+  }
+}
+
+run "instances_volumes_and_interfaces_carry_the_stack_tags" {
+  command = apply
+
+  variables {
+    tags = { "trainkit:stack-id" = "trainkit-test" }
+  }
+
+  assert {
+    condition     = toset([for ts in aws_launch_template.this["gpu"].tag_specifications : ts.resource_type if ts.tags["trainkit:stack-id"] == "trainkit-test"]) == toset(["instance", "volume", "network-interface"])
+    error_message = "Instances, their root volumes and their EFA interfaces carry the stack's tags (invoke infra.audit finds them)."
   }
 }
 

@@ -281,3 +281,12 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
     error_message = "The role writes only outputs and checkpoints, reads only the named datasets, the token's secret and this stack's images."
   }
 }
+
+run "the_gpu_group_is_created_at_zero_nodes_by_default" {
+  command = plan
+
+  assert {
+    condition     = module.gpu_nodegroup.node_groups["gpu"].desired_size == 0 && module.gpu_nodegroup.node_groups["gpu"].max_size == 2
+    error_message = "`make up` creates the GPU node group empty (gpu_desired_nodes = 0) and waits for no p5 capacity; a job asks for nodes up to gpu_max_nodes."
+  }
+}
