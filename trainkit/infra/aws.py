@@ -252,8 +252,26 @@ def release_batch(stack_id: str, region: str) -> list[str]:
     return done
 
 
+def network_interfaces(ec2, stack_id: str, vpc_ids: list[str]) -> set[str]:
+    """The network interfaces tagged with the stack id (its nodes' launch templates tag theirs, EFA ones included), and
+    every one left in the stack's VPCs whatever its tags: the VPC CNI leaks `available` interfaces that carry only its
+    own tags, and an interface left in a subnet holds up the subnet's and the VPC's deletion. Named with their status
+    and description (the CNI's say which node made them)."""
+    searches = [[{"Name": f"tag:{STACK_TAG}", "Values": [stack_id]}]]
+    if vpc_ids:
+        searches.append([{"Name": "vpc-id", "Values": vpc_ids}])
+    found = {}
+    for filters in searches:
+        for page in ec2.get_paginator("describe_network_interfaces").paginate(Filters=filters):
+            for interface in page["NetworkInterfaces"]:
+                about = f"{interface['Status']}, {interface.get('Description') or 'no description'}"
+                found[interface["NetworkInterfaceId"]] = f"{interface['NetworkInterfaceId']} ({about})"
+    return set(found.values())
+
+
 def audit(stack_id: str, region: str, name: str) -> list[str]:
-    """Everything still tagged with this stack id (or named after it), by ARN or id."""
+    """Everything still tagged with this stack id (or named after it), by ARN or id, and every network interface left
+    in the stack's VPC."""
     session = boto3.session.Session(region_name=region)
     left: set[str] = set()
     tagging = session.client("resourcegroupstaggingapi")
@@ -273,14 +291,17 @@ def audit(stack_id: str, region: str, name: str) -> list[str]:
             left.discard(arn)  # an ended SageMaker job stays listed for good and bills nothing
         elif ":batch:" in arn:
             left.discard(arn)  # Batch's own listing says what is live: ended jobs, old job definitions stay listed
+        elif ":network-interface/" in arn:
+            left.discard(arn)  # the EC2 listing below names each one left, by id
         elif ":natgateway/" in arn:
             gateways = ec2.describe_nat_gateways(NatGatewayIds=[arn.rsplit("/", 1)[1]])["NatGateways"]
             if all(g["State"] in ("deleted", "deleting") for g in gateways):
                 left.discard(arn)
     left |= batch
     tag_filter = [{"Name": f"tag:{STACK_TAG}", "Values": [stack_id]}]
-    for vpc in ec2.describe_vpcs(Filters=tag_filter)["Vpcs"]:
-        left.add(vpc["VpcId"])
+    vpcs = [vpc["VpcId"] for vpc in ec2.describe_vpcs(Filters=tag_filter)["Vpcs"]]
+    left.update(vpcs)
+    left |= network_interfaces(ec2, stack_id, vpcs)
     for reservation in ec2.describe_instances(Filters=tag_filter)["Reservations"]:
         left.update(i["InstanceId"] for i in reservation["Instances"] if i["State"]["Name"] != "terminated")
     for volume in ec2.describe_volumes(Filters=tag_filter)["Volumes"]:

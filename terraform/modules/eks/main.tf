@@ -165,9 +165,15 @@ resource "aws_launch_template" "system" {
     }
   }
 
-  tag_specifications {
-    resource_type = "instance"
-    tags          = merge(var.tags, { Name = "${var.name}-system" })
+  # What the node group launches carries the tags too (the provider's default_tags reach only what Terraform itself
+  # creates), so the audit finds instances, root volumes and network interfaces by the stack id. These three are the
+  # types a launch template can tag (EC2 API reference, LaunchTemplateTagSpecificationRequest).
+  dynamic "tag_specifications" {
+    for_each = toset(["instance", "volume", "network-interface"])
+    content {
+      resource_type = tag_specifications.value
+      tags          = merge(var.tags, { Name = "${var.name}-system" })
+    }
   }
 
   tags = var.tags

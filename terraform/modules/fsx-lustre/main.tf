@@ -33,6 +33,27 @@ resource "aws_vpc_security_group_ingress_rule" "lustre" {
   description                  = "Lustre from cluster nodes and file servers"
 }
 
+# The clients' side (same guide, "Lustre client VPC security group rules"): each client group admits the Lustre
+# ports from the file system's group, for the traffic the file servers start. Clients reach one another already: the
+# EKS cluster group and the EFA group each admit all traffic from themselves.
+locals {
+  client_ingress = {
+    for pair in setproduct(keys(local.lustre_ports), range(var.create ? length(var.client_security_group_ids) : 0)) :
+    "${pair[0]}-${pair[1]}" => { ports = local.lustre_ports[pair[0]], client = var.client_security_group_ids[pair[1]] }
+  }
+}
+
+resource "aws_vpc_security_group_ingress_rule" "client" {
+  for_each = local.client_ingress
+
+  security_group_id            = each.value.client
+  referenced_security_group_id = aws_security_group.lustre[0].id
+  ip_protocol                  = "tcp"
+  from_port                    = each.value.ports[0]
+  to_port                      = each.value.ports[1]
+  description                  = "Lustre from FSx for Lustre file servers"
+}
+
 resource "aws_vpc_security_group_egress_rule" "lustre" {
   count = var.create ? 1 : 0
 

@@ -31,6 +31,37 @@ locals {
 }
 
 ################################################################################
+# Auto Scaling's service-linked role, which the key policy below names
+################################################################################
+
+# KMS refuses a key policy whose principal does not exist ("MalformedPolicyDocumentException: Policy contains a
+# statement with one or more invalid principals"), and an account that has never had an Auto Scaling group has no
+# AWSServiceRoleForAutoScaling. IAM refuses to create it a second time ("has been taken in this account"), so it is
+# looked up: created when missing, and kept while it is the one this stack made (default_tags give it the
+# stack id).
+data "aws_iam_roles" "autoscaling" {
+  name_regex  = "^AWSServiceRoleForAutoScaling$"
+  path_prefix = "/aws-service-role/autoscaling.amazonaws.com/"
+}
+
+data "aws_iam_role" "autoscaling" {
+  for_each = data.aws_iam_roles.autoscaling.names
+
+  name = each.value
+}
+
+locals {
+  autoscaling_role_is_ours = anytrue([for role in data.aws_iam_role.autoscaling : try(role.tags["trainkit:stack-id"], null) == var.stack_id])
+}
+
+resource "aws_iam_service_linked_role" "autoscaling" {
+  count = length(data.aws_iam_roles.autoscaling.names) == 0 || local.autoscaling_role_is_ours ? 1 : 0
+
+  aws_service_name = "autoscaling.amazonaws.com"
+  description      = "Made by trainkit stack ${var.stack_id}: its KMS key policy names this role; the stack's destroy deletes it"
+}
+
+################################################################################
 # KMS: one key for Kubernetes secrets, logs, EBS root volumes, FSx and ECR
 ################################################################################
 
@@ -97,6 +128,8 @@ resource "aws_kms_key" "this" {
   enable_key_rotation     = true
   deletion_window_in_days = 7
   policy                  = data.aws_iam_policy_document.kms.json
+
+  depends_on = [aws_iam_service_linked_role.autoscaling] # its principal must exist first
 }
 
 resource "aws_kms_alias" "this" {
@@ -132,6 +165,7 @@ module "eks" {
   enable_pod_identity   = var.enable_pod_identity
   fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id } # FSx carries it (default_tags)
   data_reader           = { buckets = var.data_source_buckets }
+  tags                  = local.tags # the system nodes' instances, volumes and interfaces: default_tags do not reach them
 }
 
 module "gpu_nodegroup" {

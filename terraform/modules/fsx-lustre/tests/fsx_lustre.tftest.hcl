@@ -40,6 +40,34 @@ run "lustre_ports_only_from_client_groups_and_itself" {
   }
 }
 
+run "client_groups_admit_the_lustre_ports_from_the_file_servers" {
+  command = apply
+
+  assert {
+    condition = toset([for r in aws_vpc_security_group_ingress_rule.client : "${r.security_group_id} ${r.from_port}-${r.to_port}"]) == toset([
+      for pair in setproduct(var.client_security_group_ids, ["988-988", "1018-1023"]) : "${pair[0]} ${pair[1]}"
+    ])
+    error_message = "Each client group admits TCP 988 and 1018-1023 (FSx for Lustre User Guide, Lustre client VPC security group rules)."
+  }
+  assert {
+    condition     = alltrue([for r in aws_vpc_security_group_ingress_rule.client : r.referenced_security_group_id == aws_security_group.lustre[0].id && r.ip_protocol == "tcp"])
+    error_message = "Only from the file system's own group, over TCP."
+  }
+}
+
+run "no_file_system_no_client_rules" {
+  command = plan
+
+  variables {
+    create = false
+  }
+
+  assert {
+    condition     = length(aws_vpc_security_group_ingress_rule.client) == 0
+    error_message = "Without a file system the clients' groups are left as they are."
+  }
+}
+
 run "s3_association_imports_and_exports" {
   command = apply
 

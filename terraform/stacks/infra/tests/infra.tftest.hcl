@@ -47,6 +47,56 @@ run "secrets_volumes_and_fsx_use_the_stack_kms_key" {
   }
 }
 
+run "an_account_without_the_autoscaling_role_gets_it_before_the_key" {
+  command = plan
+
+  override_data {
+    target = data.aws_iam_roles.autoscaling
+    values = { names = [] }
+  }
+
+  assert {
+    condition     = length(aws_iam_service_linked_role.autoscaling) == 1 && aws_iam_service_linked_role.autoscaling[0].aws_service_name == "autoscaling.amazonaws.com"
+    error_message = "The key policy names AWSServiceRoleForAutoScaling, which KMS requires to exist: an account that never had an Auto Scaling group gets it from this stack."
+  }
+}
+
+run "an_account_that_has_the_autoscaling_role_keeps_it_as_it_is" {
+  command = plan
+
+  override_data {
+    target = data.aws_iam_roles.autoscaling
+    values = { names = ["AWSServiceRoleForAutoScaling"] }
+  }
+  override_data {
+    target = data.aws_iam_role.autoscaling
+    values = { tags = {} }
+  }
+
+  assert {
+    condition     = length(aws_iam_service_linked_role.autoscaling) == 0
+    error_message = "IAM refuses a second AWSServiceRoleForAutoScaling; the account's own is used (and never deleted)."
+  }
+}
+
+run "the_autoscaling_role_this_stack_made_stays_in_its_state" {
+  command = plan
+
+  override_data {
+    target = data.aws_iam_roles.autoscaling
+    values = { names = ["AWSServiceRoleForAutoScaling"] }
+  }
+  override_data {
+    target = data.aws_iam_role.autoscaling
+    values = { tags = { "trainkit:stack-id" = "trainkit-test" } }
+  }
+
+  assert {
+    condition     = length(aws_iam_service_linked_role.autoscaling) == 1
+    error_message = "Once made, the lookup finds the stack's own role: it stays planned, not destroyed."
+  }
+}
+
 run "outputs_the_launcher_needs" {
   command = apply
 
