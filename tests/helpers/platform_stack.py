@@ -1,14 +1,20 @@
 """The platform root (terraform/stacks/platform) as python-hcl2 parses it, without its providers: its
 resources, variables and locals, and its Kubernetes objects rendered with the variables' defaults and
-sample infra outputs (the few HCL expressions the manifests use are evaluated here)."""
+sample infra outputs (the few HCL expressions the manifests use are evaluated here). `EtcdPodOnLustre` runs the
+rendered etcd pod here on a folder that keeps the FSx file system's ownership rules."""
 
 from __future__ import annotations
 
+import functools
 import re
+import subprocess
+from pathlib import Path
 
 import hcl2
 
 from tests.helpers.paths import REPO
+from trainkit.services.etcd import etcd_healthy
+from trainkit.services.process import free_port_pair, launch, terminate
 
 ROOT = REPO / "terraform" / "stacks" / "platform"
 INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROFILE=aws`
@@ -95,6 +101,7 @@ def base_context() -> dict:
         "monitoring_charts",
         "training_pod_monitor",
         "idle_guard_name",
+        "etcd_user",
     ):
         context["local"][name] = resolve(LOCALS[name], context)
     # the guard's one instance, as `local.idle_guard` makes it when the infra stack has one and its image is pushed
@@ -138,3 +145,85 @@ def manifests() -> list[tuple[str, dict]]:
             each = {**context, "each": {"key": key, "value": value}}
             rendered.append((f"{name}[{key}]" if key else name, resolve(body["manifest"], each)))
     return rendered
+
+
+def etcd_pod() -> dict:
+    """The etcd StatefulSet's pod spec, as rendered."""
+    (pod,) = [obj["spec"]["template"]["spec"] for _, obj in manifests() if obj["kind"] == "StatefulSet"]
+    return pod
+
+
+class EtcdPodOnLustre:
+    """The platform's etcd pod, run here as the kubelet runs it on the FSx claim.
+
+    `volume_root` stands in for the file system's root (root-owned, mode 0755 as a new Lustre root: the issue's
+    reading, unverified). The kubelet creates each subPath as root with the volume root's mode (kubernetes
+    pkg/kubelet/kubelet_pods.go, makeMounts: SafeMakeDir with GetMode(volumePath)); no fsGroup is applied (the FSx CSI
+    driver's fsGroupPolicy is ReadWriteOnceWithFSType and the volume is ReadWriteMany). Each container then runs its
+    rendered command, its mount paths mapped to those folders and etcd's ports to free ones, under setpriv as the
+    user, group and capabilities its securityContext names: a step that needs more than it declares fails here as on
+    the node."""
+
+    def __init__(self, volume_root: Path, log_path: Path, pod: dict | None = None):
+        self.root, self.log_path = volume_root, log_path
+        self.pod = pod or etcd_pod()
+        self.port = free_port_pair()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def folder(self, mount: dict) -> Path:
+        return self.root / mount["subPath"]
+
+    def mount(self) -> None:
+        """The kubelet's part: every subPath folder that is missing, made by root with the volume root's mode."""
+        mode = self.root.stat().st_mode & 0o7777
+        for container in [*self.pod.get("initContainers", []), *self.pod["containers"]]:
+            for mount in container["volumeMounts"]:
+                folder = self.root
+                for part in Path(mount["subPath"]).parts:
+                    folder = folder / part
+                    if not folder.exists():
+                        folder.mkdir()
+                        folder.chmod(mode)  # past the umask, as the kubelet does
+
+    def command(self, container: dict) -> list[str]:
+        """setpriv as the container's user, group and capabilities, then its command on this machine's paths."""
+        context = {**self.pod.get("securityContext", {}), **container.get("securityContext", {})}
+        uid, gid = context.get("runAsUser", 0), context.get("runAsGroup", 0)
+        if context.get("runAsNonRoot") and uid == 0:
+            raise ValueError(f"{container['name']}: runAsNonRoot with runAsUser 0, which the kubelet refuses")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            raise ValueError(f"{container['name']}: the stand-in runs containers that drop ALL capabilities")
+        kept = ",".join(["-all", *(f"+{name.lower()}" for name in capabilities.get("add", []))])
+        identity = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all"]
+        identity.append(f"--bounding-set={kept}")
+        if context.get("allowPrivilegeEscalation") is False:
+            identity.append("--no-new-privs")
+        paths = {mount["mountPath"]: str(self.folder(mount)) for mount in container["volumeMounts"]}
+        ports = {"2379": self.port, "2380": self.port + 1}
+
+        def here(arg: str) -> str:
+            for path, folder in paths.items():
+                arg = re.sub(rf"(^|=){re.escape(path)}(?=/|$)", rf"\g<1>{folder}", arg)
+            return re.sub(r"http://[^:/]+:(2379|2380)", lambda m: f"http://127.0.0.1:{ports[m[1]]}", arg)
+
+        return identity + [here(arg) for arg in [*container["command"], *container.get("args", [])]]
+
+    def run_init_containers(self) -> None:
+        for container in self.pod.get("initContainers", []):
+            done = subprocess.run(self.command(container), capture_output=True, text=True, timeout=30)
+            if done.returncode != 0:
+                raise RuntimeError(f"init container {container['name']} failed: {done.stderr.strip()}")
+
+    def start_etcd(self, timeout: float = 15) -> None:
+        """Start the etcd container; once it answers /health it has written its data directory."""
+        (container,) = self.pod["containers"]
+        ready = functools.partial(etcd_healthy, self.endpoint)
+        self.process = launch(self.command(container), self.log_path, ready, "etcd", timeout, detach=False)
+
+    def stop(self) -> None:
+        terminate(self.process)

@@ -25,6 +25,7 @@ from tests.helpers.platform_stack import (
     ROOT,
     base_context,
     blocks,
+    etcd_pod,
     manifests,
     selected,
     unquote,
@@ -130,6 +131,26 @@ def test_operator_and_images_are_pinned():
     assert unquote(build["path"]).endswith("?ref=${var.training_operator_ref}")
     image, _, tag = DEFAULTS["etcd_image"].rpartition(":")
     assert image and re.fullmatch(r"v3\.5\.\d+", tag), "etcd 3.5.x: the v2 API torch's etcd rendezvous needs"
+    image, _, tag = DEFAULTS["busybox_image"].rpartition(":")
+    assert image and EXACT_VERSION.match(tag), DEFAULTS["busybox_image"]
+
+
+def test_etcd_gets_its_folder_on_fsx_from_a_root_step_that_may_only_chown():
+    """The FSx CSI driver's fsGroupPolicy (ReadWriteOnceWithFSType) leaves fsGroup unapplied on this ReadWriteMany
+    claim, so the subPath stays root's: one init step, root with CAP_CHOWN alone, gives it to etcd's user; etcd keeps
+    its data in a directory of its own inside (tests/integration/test_platform_etcd_on_lustre.py runs them)."""
+    pod = etcd_pod()
+    user = pod["securityContext"]["runAsUser"]
+    assert user != 0 and pod["securityContext"]["runAsGroup"] == user and "fsGroup" not in pod["securityContext"]
+    (init,) = pod["initContainers"]
+    (etcd,) = pod["containers"]
+    assert init["volumeMounts"] == etcd["volumeMounts"]
+    (mount,) = etcd["volumeMounts"]
+    assert init["command"] == ["chown", f"{user}:{user}", mount["mountPath"]]
+    assert init["securityContext"]["runAsUser"] == 0 and init["securityContext"]["allowPrivilegeEscalation"] is False
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert f"--data-dir={mount['mountPath']}/data" in etcd["command"]  # etcd makes it, 0700
+    assert etcd["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_names_match_what_the_eks_backend_uses():

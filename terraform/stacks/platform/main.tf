@@ -163,6 +163,11 @@ resource "kubernetes_manifest" "fsx_claim" {
 # etcd for the etcd rendezvous (--rdzv etcd, the EKS default)
 ################################################################################
 
+locals {
+  # etcd's uid and gid; its folder on FSx belongs to this user.
+  etcd_user = 1000
+}
+
 resource "kubernetes_manifest" "etcd_service" {
   manifest = {
     apiVersion = "v1"
@@ -200,17 +205,38 @@ resource "kubernetes_manifest" "etcd" {
           automountServiceAccountToken = false # etcd does not talk to the Kubernetes API
           securityContext = {
             runAsNonRoot   = true
-            runAsUser      = 1000
-            fsGroup        = 1000
+            runAsUser      = local.etcd_user
+            runAsGroup     = local.etcd_user
             seccompProfile = { type = "RuntimeDefault" }
           }
+          # The FSx CSI driver declares fsGroupPolicy ReadWriteOnceWithFSType, so Kubernetes applies no fsGroup to
+          # this ReadWriteMany volume, and the kubelet creates the subPath as root with the mode of the file system's
+          # root. This step gives that folder to etcd's user: root with CAP_CHOWN only (the etcd image is distroless:
+          # no chown). etcd then makes its data directory inside, 0700 as it wants, and needs no capability.
+          initContainers = [{
+            name    = "etcd-data-owner"
+            image   = var.busybox_image
+            command = ["chown", "${local.etcd_user}:${local.etcd_user}", "/var/lib/etcd"]
+            resources = {
+              requests = { cpu = "10m", memory = "16Mi" }
+              limits   = { cpu = "100m", memory = "32Mi" }
+            }
+            securityContext = {
+              runAsNonRoot             = false
+              runAsUser                = 0
+              allowPrivilegeEscalation = false
+              readOnlyRootFilesystem   = true
+              capabilities             = { drop = ["ALL"], add = ["CHOWN"] }
+            }
+            volumeMounts = [{ name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" }]
+          }]
           containers = [{
             name  = "etcd"
             image = var.etcd_image
             command = [
               "etcd",
               "--name=trainkit-etcd",
-              "--data-dir=/var/lib/etcd",
+              "--data-dir=/var/lib/etcd/data",
               "--enable-v2=true",
               "--listen-client-urls=http://0.0.0.0:2379",
               "--advertise-client-urls=http://trainkit-etcd.${var.system_namespace}.svc:2379",
