@@ -40,10 +40,10 @@ def test_the_recipe_gives_a_valid_job_at_every_node_count(model):
             manifest = render.render_pytorchjob(job, "fixed-rdzv-id", recipe_workload(job))
             assert admission_errors(manifest) is None, (where, admission_errors(manifest))
             limits = container(manifest)["resources"]["limits"]
-            assert limits == {
-                "nvidia.com/gpu": str(instance.gpus),
-                "vpc.amazonaws.com/efa": str(instance.efa_interfaces),
-            }
+            assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == (
+                str(instance.gpus),
+                str(instance.efa_interfaces),
+            )
             assert worker(manifest)["replicas"] == job.parallelism.nodes
             assert o.micro_batch_size <= recipe.micro_batch_size, where
             largest = max(sizes(job))
@@ -77,7 +77,8 @@ def test_the_dry_run_of_a_wide_elastic_range_prints_an_admissible_job(tmp_path):
     job = yaml.safe_load(result.stdout)
     assert admission_errors(job) is None, admission_errors(job)
     assert (job["spec"]["elasticPolicy"]["minReplicas"], job["spec"]["elasticPolicy"]["maxReplicas"]) == (4, 16)
-    assert container(job)["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    limits = container(job)["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
 
 
 def test_an_explicit_batch_that_does_not_split_is_still_refused(tmp_path):

@@ -12,11 +12,13 @@ import os
 import kubernetes_validate
 import pytest
 import yaml
+from kubernetes.utils import parse_quantity
 
 from tests.helpers.crd import admission_errors
 from tests.helpers.eks import container, job_for, validate_core, worker
 from tests.helpers.kubernetes import kubernetes_version
 from tests.helpers.paths import GOLDEN, REPO
+from tests.helpers.pod_resources import DAEMONSET_REQUESTS, misfits, node_allocatable, qos_class, resource_errors
 from tests.helpers.product import invoke
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV
@@ -49,7 +51,13 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
     assert admission_errors(job) is None, admission_errors(job)
     validate_core(job)
     requests = container(job)["resources"]["requests"]
-    assert requests == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"} == container(job)["resources"]["limits"]
+    assert requests == container(job)["resources"]["limits"]
+    assert (requests["nvidia.com/gpu"], requests["vpc.amazonaws.com/efa"], requests["hugepages-2Mi"]) == (
+        "8",
+        "32",
+        "5120Mi",
+    )
+    assert qos_class(worker(job)["template"]["spec"]) == "Guaranteed"
     assert worker(job)["replicas"] == 2 and job["spec"]["nprocPerNode"] == "8"
     pod = worker(job)["template"]["spec"]
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
@@ -111,6 +119,40 @@ def test_golden_manifests(recorded_outputs, name, flags):
     gpus = hardware.INSTANCE_TYPES[flags.get("instance_type", "p5.48xlarge")]
     assert container(job)["resources"]["limits"]["vpc.amazonaws.com/efa"] == str(gpus.efa_interfaces)
     assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == str(gpus.gpus)
+
+
+@pytest.mark.parametrize("instance_type", sorted(hardware.INSTANCE_TYPES))
+def test_workers_are_guaranteed_and_fit_their_node_beside_its_daemonsets(instance_type):
+    """Issue 48: a worker asks for the whole node (GPUs, EFA devices, EFA's hugepages, CPU and memory), requests equal
+    to limits, so Kubernetes makes the pod Guaranteed; and the scheduler fits it, with the GPU nodes' DaemonSets, in
+    what the node's kubelet makes allocatable (tests/helpers/pod_resources.py, from Kubernetes' and the AMI's code)."""
+    job = job_for({"model": "llama2-7b", "instance_type": instance_type, "run_id": "sized"})
+    pod, resources = worker(job)["template"]["spec"], container(job)["resources"]
+    instance = hardware.INSTANCE_TYPES[instance_type]
+    assert resource_errors(container(job)) == [] and qos_class(pod) == "Guaranteed"
+    assert resources["requests"] == resources["limits"]
+    whole = {"nvidia.com/gpu": str(instance.gpus), "vpc.amazonaws.com/efa": str(instance.efa_interfaces)}
+    assert {name: resources["requests"][name] for name in whole} == whole
+    assert resources["requests"]["hugepages-2Mi"] == "5120Mi"  # the EKS EFA guide's example worker
+    allocatable = node_allocatable(instance_type)
+    assert misfits([resources["requests"], *DAEMONSET_REQUESTS], allocatable) == {}
+    # Nearly all of the node: what stays unasked is the margin for the DaemonSets' and the node's own use.
+    left = {name: allocatable[name] - parse_quantity(resources["requests"][name]) for name in ("cpu", "memory")}
+    assert left["cpu"] <= 3 and left["memory"] <= 10 * 2**30, left
+
+
+def test_the_qos_and_resource_rules_tell_the_old_workers_apart():
+    """The rules in tests/helpers/pod_resources.py find what the workers were before (GPUs and EFA devices only:
+    BestEffort) and the mistakes the API server refuses."""
+    devices = {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    assert qos_class({"containers": [{"resources": {"requests": devices, "limits": devices}}]}) == "BestEffort"
+    burstable = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
+    assert qos_class({"containers": [{"resources": burstable}]}) == "Burstable"
+    assert qos_class({"containers": [{"resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}]}) == "Guaranteed"
+    hugepages_only = {"requests": {"hugepages-2Mi": "5120Mi"}, "limits": {"hugepages-2Mi": "5120Mi"}}
+    assert resource_errors({"resources": hugepages_only}) == ["resources: HugePages require cpu or memory"]
+    fewer = {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert resource_errors({"resources": fewer}) == ["requests.nvidia.com/gpu: must be equal to nvidia.com/gpu limit"]
 
 
 def test_schema_and_core_validation_catch_mistakes(recorded_outputs):
@@ -175,7 +217,8 @@ def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_swee
     trained = job_for({"model": "llama2-7b", "nodes": "2", "run_id": "fabric"})
     for key in ("resources", "securityContext", "volumeMounts", "workingDir", "image"):
         assert container(job)[key] == container(trained)[key], key
-    assert container(job)["resources"]["limits"] == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    limits = container(job)["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
     pod, trained_pod = worker(job)["template"]["spec"], worker(trained)["template"]["spec"]
     assert {k: v for k, v in pod.items() if k != "containers"} == {
         k: v for k, v in trained_pod.items() if k != "containers"

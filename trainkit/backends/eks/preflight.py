@@ -44,9 +44,12 @@ GPU_NODEGROUP = "gpu"
 
 
 def check_capacity(kube: Kube, job: Job, planned: int | None = None) -> str | None:
-    """Enough nodes of the instance type with the GPUs and EFA devices one worker asks for. `planned`: the idle guard
-    is on and the launcher asks the node group for this many nodes of the job's type before it creates the job
-    (nodegroup.plan_wake checked the type and maxSize), so too few now is no error: the job waits for them."""
+    """Enough schedulable nodes of the instance type whose allocatable GPUs and EFA devices (what the node offers
+    pods in all, node.status.allocatable) cover one worker. Allocatable, not free: a node another job's pods hold
+    counts, since this job then waits for it (Pending) rather than being refused; whether the nodes are free shows
+    once the job is created (`invoke status`). `planned`: the idle guard is on and the launcher asks the node group
+    for this many nodes of the job's type before it creates the job (nodegroup.plan_wake checked the type and
+    maxSize), so too few now is no error: the job waits for them."""
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
     nodes = kube.core.list_node(
         label_selector=f"node.kubernetes.io/instance-type={job.placement.instance_type}", _request_timeout=TIMEOUT_S
@@ -54,23 +57,26 @@ def check_capacity(kube: Kube, job: Job, planned: int | None = None) -> str | No
     efa = instance.efa_interfaces
 
     def fits(node) -> bool:
-        free = node.status.allocatable or {}
+        allocatable = node.status.allocatable or {}
         return (
-            int(free.get("nvidia.com/gpu", 0)) >= job.parallelism.nproc
-            and int(free.get("vpc.amazonaws.com/efa", 0)) >= efa
+            int(allocatable.get("nvidia.com/gpu", 0)) >= job.parallelism.nproc
+            and int(allocatable.get("vpc.amazonaws.com/efa", 0)) >= efa
         )
 
     usable = sum(1 for node in nodes if fits(node) and not node.spec.unschedulable)
     p = job.parallelism
     if usable < p.min_nodes and planned is not None:
         return (
-            f"{usable} of the {p.min_nodes} {job.placement.instance_type} node(s) the job needs are ready now; it "
-            f"stays Pending until the node group's nodes (it asks for {planned}) join or free up"
+            f"{usable} of the {p.min_nodes} {job.placement.instance_type} node(s) the job needs are in the cluster "
+            f"now; it stays Pending until the node group's nodes (it asks for {planned}) join and are free"
         )
     if usable < p.min_nodes:
         raise SpecError(capacity_refusal(job, usable, efa))
     if usable < p.nodes:
-        return f"{usable} of {p.nodes} nodes are ready; the job starts at {usable} and grows when more join"
+        return (
+            f"{usable} of {p.nodes} nodes are in the cluster; the job starts with at most {usable} and grows when more "
+            "join"
+        )
     return None
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
-from trainkit.backends.eks import cluster
+from trainkit.backends.eks import cluster, resources
 from trainkit.run.torchrun import TORCH_ENV
 
 API_VERSION = "kubeflow.org/v1"
@@ -162,9 +162,6 @@ def container_of(job: Job, rdzv_id: str, workload: Workload) -> Container:
 
 def _container(job: Job, workload: Container) -> dict:
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
-    devices = {"nvidia.com/gpu": str(job.parallelism.nproc)}
-    if instance.efa_interfaces:
-        devices["vpc.amazonaws.com/efa"] = str(instance.efa_interfaces)
     return {
         "name": CONTAINER,
         "image": job.placement.image,
@@ -173,7 +170,7 @@ def _container(job: Job, workload: Container) -> dict:
         "args": workload.args,
         "workingDir": cluster.FSX_MOUNT,
         "env": workload.env,
-        "resources": {"requests": dict(devices), "limits": dict(devices)},
+        "resources": resources.worker_resources(instance, job.parallelism.nproc),  # Guaranteed QoS
         "securityContext": CONTAINER_SECURITY,
         # The pod entry point writes the failure's cause here; without it (a crash before), the log's tail.
         "terminationMessagePath": TERMINATION_LOG,
