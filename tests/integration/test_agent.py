@@ -208,7 +208,9 @@ def test_a_node_stopped_after_the_run_finished_records_no_failure(tmp_path, monk
     script.write_text(STOPPED_NODE)
     monkeypatch.setattr(node, "ready", lambda job, workload: SimpleNamespace(env={"PYTHONPATH": str(REPO)}))
     word = "finished" if finished else "running"
-    monkeypatch.setattr(node, "torchrun_command", lambda *a, **kw: [sys.executable, str(script), word, str(job.run_dir)])
+    monkeypatch.setattr(
+        node, "torchrun_command", lambda *a, **kw: [sys.executable, str(script), word, str(job.run_dir)]
+    )
     reports = []
     code = node.run_node(job, None, "localhost:0", "submission-1", "node-1", reports.append)
     if finished:
