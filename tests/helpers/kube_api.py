@@ -372,7 +372,7 @@ class FakeCluster:
 
     def reach(self, endpoint: str) -> str:
         """host:port of a service this test runs on 127.0.0.1 (etcd), as the pods reach it: the network's gateway."""
-        return self.network.reach({"endpoint": endpoint})["endpoint"]
+        return self.network.reached(endpoint)
 
     # ------------------------------------------------------------ operator and kubelet
 

@@ -50,7 +50,6 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 @dataclass(frozen=True)
 class Host:
-    key: str
     netns: str
     address: str
     hostname: str
@@ -119,7 +118,7 @@ class Network:
             raise RuntimeError("a test network holds at most 251 hosts")
         address = f"{RANGE}.{self.subnet}.{index + 2}"
         netns, outside = f"{PREFIX}{self.id}-{index}", f"{PREFIX}{self.id}h{index}"
-        host = Host(key, netns, address, hostname or f"ip-{address.replace('.', '-')}.ec2.internal")
+        host = Host(netns, address, hostname or f"ip-{address.replace('.', '-')}.ec2.internal")
         ip("netns", "add", netns)
         ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", netns)
         ip("link", "set", outside, "master", self.bridge, "up")
@@ -165,8 +164,12 @@ class Network:
         return f"{self.gateway}:{port}"
 
     def reach(self, env: dict[str, str]) -> dict[str, str]:
-        """`env` with each 127.0.0.1:PORT (or localhost:PORT) in its values pointed at the gateway's relay."""
-        return {name: LOOPBACK_URL.sub(lambda m: self.relay(int(m[1])), value) for name, value in env.items()}
+        """`env` with each of its values as `reached` gives it."""
+        return {name: self.reached(value) for name, value in env.items()}
+
+    def reached(self, text: str) -> str:
+        """`text` with each 127.0.0.1:PORT (or localhost:PORT) in it pointed at the gateway's relay."""
+        return LOOPBACK_URL.sub(lambda m: self.relay(int(m[1])), text)
 
     def _accept(self, server: socket.socket, port: int) -> None:
         while not self._closing.is_set():

@@ -149,7 +149,6 @@ class Job:
         root = self.folder / f"attempt-{self.attempt}" / host / "opt" / "ml"
         config = root / "input" / "config"
         config.mkdir(parents=True)
-        self.network.add(f"{self.attempt}/{host}")  # a fresh instance: a fresh address
         resource = {"current_host": host, "hosts": self.hosts, "network_interface_name": "eth0"}
         (config / "resourceconfig.json").write_text(json.dumps(resource))
         (config / "hyperparameters.json").write_text(json.dumps(self.request.get("HyperParameters", {})))

@@ -44,7 +44,7 @@ def test_hosts_reach_each_other_by_address_or_given_name_only_and_the_root_throu
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(1.0)
-            gateway = network.reach({"url": f"http://127.0.0.1:{port}/"})["url"]
+            gateway = network.reached(f"http://127.0.0.1:{port}/")
             targets = [
                 "http://algo-2:8000/",
                 f"http://{b.address}:8000/",
