@@ -17,6 +17,9 @@ def test_up_then_down_leaves_nothing(infra_round_trip_record):
     up = round_trip["up"]
     assert up["returncode"] == 0, up["stdout"][-4000:] + up["stderr"][-4000:]
     assert "Estimated cost: $98.32/hour for 1 x p5.48xlarge" in up["stdout"]
+    # Read from the real plan's variables: its tfvars ask for one node, and without pod identity no guard runs.
+    assert "GPU node group: created with 1 node(s), which `make up` waits for" in up["stdout"]
+    assert "nothing scales it down (the idle guard is off)" in up["stdout"]
     config = round_trip["kubeconfig"]
     assert config is not None, "make up succeeded without writing the kubeconfig"
     assert config["current-context"] == "tk-e2e"

@@ -69,16 +69,18 @@ def test_operator_missing(fake):
 
 
 def test_not_enough_gpu_nodes(fake):
-    """Without the idle guard the launcher scales nothing; Terraform sets the node group's desired size only when it
-    creates it, so the advice is to scale the group, not to change gpu_desired_nodes."""
+    """Without a `make up` recorded on this machine the launcher knows no node group to ask (with one, it asks:
+    tests/integration/test_idle_guard.py); Terraform sets the node group's desired size only when it creates it, so
+    the advice is to submit where the outputs are, or to scale the group, not to change gpu_desired_nodes."""
     with pytest.raises(SpecError) as refused:
         check(nodes="3", global_batch_size="48", micro_batch_size="1")
     assert str(refused.value) == (
-        "the job needs 3 p5.48xlarge node(s) with 8 GPUs and 32 EFA devices allocatable each and the cluster has 2: "
-        "ask for fewer with --nodes 2, or scale the GPU node group up (Terraform sets its desired size only when it "
-        "creates it): `aws eks update-nodegroup-config --cluster-name <cluster_name> --nodegroup-name gpu "
-        "--scaling-config desiredSize=3` (cluster_name as `make up` printed it), at most gpu_max_nodes "
-        "(terraform/stacks/infra/terraform.tfvars)"
+        "the job needs 3 p5.48xlarge node(s) with 8 GPUs and 32 EFA devices allocatable each and the cluster has 2, "
+        "and no `make up PROFILE=aws` on this machine recorded the GPU node group to ask for them: submit from the "
+        f"machine that ran it (or copy its outputs.json here, to {outputs.outputs_path()}), ask for fewer with "
+        "--nodes 2, or scale the group yourself (Terraform sets its desired size only when it creates it): `aws eks "
+        "update-nodegroup-config --cluster-name <cluster_name> --nodegroup-name gpu --scaling-config desiredSize=3` "
+        "(cluster_name as `make up` printed it), at most gpu_max_nodes (terraform/stacks/infra/terraform.tfvars)"
     )
     assert (
         "the job starts with at most 2 and grows" in check(nodes="1:3", global_batch_size="48", micro_batch_size="1")[0]

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+import zlib
 
 import pytest
 
@@ -30,7 +31,7 @@ from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import backend, cluster, idle_guard, idle_inputs, nodegroup
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
-from trainkit.infra import outputs
+from trainkit.infra import images, outputs
 from trainkit.services.prometheus import GPU_JOB, PrometheusServer, write_targets
 from trainkit.workloads.recipe import recipe
 
@@ -179,11 +180,22 @@ def _rfc3339(epoch: float) -> str:
     return idle_inputs.timestamp(epoch)
 
 
+GUARD_REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/idle-guard"
+
+
 def _infra(nodegroup: str):
     from trainkit.infra.outputs import InfraOutputs
 
-    guard = {"cluster_name": "trainkit", "region": "us-east-1", "nodegroup": nodegroup, "window_minutes": 30}
-    return InfraOutputs("p5.48xlarge", None, "us-east-1", recorded=True, idle_guard=guard)
+    names = {"cluster_name": "trainkit", "region": "us-east-1", "nodegroup": nodegroup}
+    return InfraOutputs(
+        "p5.48xlarge",
+        None,
+        "us-east-1",
+        recorded=True,
+        idle_guard={**names, "window_minutes": 30},
+        gpu_nodegroup=names,
+        idle_guard_image=f"{GUARD_REPOSITORY}:guard-amd64-0123abc",
+    )
 
 
 def test_a_submit_scales_the_group_up_to_what_runs_plus_the_jobs_need(moto, api, request):
@@ -228,15 +240,33 @@ def _scaling(eks, nodegroup: str) -> dict:
     return eks.describe_nodegroup(clusterName="trainkit", nodegroupName=nodegroup)["nodegroup"]["scalingConfig"]
 
 
-@pytest.fixture
-def guarded(moto, api, tmp_path, monkeypatch, request):
-    """The launcher's side with the guard on: infra outputs that name a node group at zero (maxSize 2) in moto's
-    EKS; yields (EKS client, its calls, node group name)."""
-    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
-    name = request.node.name.replace("_", "-").replace("[", "-").replace("]", "")[:56]
+def _record_make_up(name: str, guard: bool) -> None:
+    """outputs.json as `make up PROFILE=aws` records it (the infra stack's outputs at defaults, or with
+    idle_guard_minutes = null), and, with the guard, the guard image it pushed."""
+    infra = _infra(name)
+    guarded_outputs = {"idle_guard": infra.idle_guard, "ecr_repository_urls": {"idle-guard": GUARD_REPOSITORY}}
     outputs.save_outputs(
-        {"gpu_instance_type": "p5.48xlarge", "region": "us-east-1", "idle_guard": _infra(name).idle_guard}
+        {
+            "gpu_instance_type": "p5.48xlarge",
+            "region": "us-east-1",
+            "gpu_nodegroup": infra.gpu_nodegroup,
+            **(guarded_outputs if guard else {}),
+        }
     )
+    if guard:
+        image = infra.idle_guard_image
+        images.record(outputs.IDLE_GUARD_IMAGE_FILE, None, {"image": image, "tag": image.rsplit(":", 1)[1]})
+
+
+@pytest.fixture(params=[True], ids=["guard-on"])
+def guarded(moto, api, tmp_path, monkeypatch, request):
+    """The launcher's side after `make up` (the guard on, as by default, unless a test parametrizes it off): infra
+    outputs that name a node group at zero (maxSize 2) in moto's EKS; yields (EKS client, its calls, node group
+    name)."""
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
+    test = request.node.name.split("[")[0].replace("_", "-")
+    name = f"{test[:44]}-{'on' if request.param else 'off'}-{zlib.crc32(request.node.name.encode()):08x}"
+    _record_make_up(name, request.param)
     eks, calls = checked_eks(moto)
     gpu_nodegroup(eks, name, desired=0)
     calls.clear()
@@ -270,14 +300,29 @@ def test_a_preflight_refusal_wakes_nothing(guarded, api, refusal):
     assert [op for op, _ in calls] == ["DescribeNodegroup"] and _scaling(eks, name)["desiredSize"] == 0
 
 
-def test_a_submit_wakes_the_group_after_its_checks_and_before_the_job(guarded, api, capsys):
+@pytest.mark.parametrize("guarded", [True, False], ids=["guard-on", "guard-off"], indirect=True)
+def test_a_submit_wakes_the_group_after_its_checks_and_before_the_job(guarded, api, capsys, request):
+    """`make up` creates the group empty, so a submit asks it for the job's nodes whether or not the idle guard runs;
+    without the guard it says that the nodes stay up, and how to give them back."""
     eks, calls, name = guarded
     spec = _spec(nodes="2")
     submitted = backend.submit(spec, recipe(spec), eks=eks)
     assert submitted.startswith("submitted trainkit-jobs/")
     assert [op for op, _ in calls] == ["DescribeNodegroup", "UpdateNodegroupConfig"]
     assert _scaling(eks, name)["desiredSize"] == 2 and len(api.jobs) == 1
-    assert f"note: asked node group {name} for 2 node(s) (it had 0)" in capsys.readouterr().out
+    noted = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: asked node group")]
+    asked = (
+        f"note: asked node group {name} for 2 node(s) (it had 0); the job stays Pending until they join "
+        "(10 to 15 minutes)"
+    )
+    if "guard-on" in request.node.name:
+        assert noted == [asked]
+    else:
+        assert noted == [
+            f"{asked}; no idle guard runs on this group (idle_guard_minutes is null, or `make up` pushed no guard "
+            "image), so they stay up and bill after the job ends until you run `aws eks update-nodegroup-config "
+            f"--cluster-name trainkit --nodegroup-name {name} --scaling-config desiredSize=0`"
+        ]
 
 
 def test_a_job_the_api_server_refuses_after_the_wake_scales_the_group_back(guarded, api, capsys, monkeypatch):

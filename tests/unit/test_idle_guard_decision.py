@@ -203,7 +203,7 @@ def _update(desired: int) -> tuple[dict, dict]:
 
 def test_a_job_not_created_after_the_wake_scales_the_group_back_and_says_so(capsys):
     eks, stub = _stubbed_eks()
-    plan = Wake("trainkit", NodeGroup("gpu", "ACTIVE", 0, 2, 0, ("p5.48xlarge",)), 2, eks)
+    plan = Wake("trainkit", NodeGroup("gpu", "ACTIVE", 0, 2, 0, ("p5.48xlarge",)), 2, True, eks)
     stub.add_response("update_nodegroup_config", *_update(2))
     # the scale-back waits for EKS to take the scale-up (one update at a time), then asks for the old size
     stub.add_response(
@@ -224,13 +224,13 @@ def test_a_group_eks_will_not_scale_now_is_one_line_or_left_to_the_guard(capsys)
     refusal = "Nodegroup cannot be updated as it is currently not in Active State"
     stub.add_client_error("update_nodegroup_config", "ResourceInUseException", refusal, 409)
     with stub, pytest.raises(SpecError) as refused:
-        wake(Wake("trainkit", NodeGroup("gpu", "ACTIVE", 0, 2, 0), 2, eks))
+        wake(Wake("trainkit", NodeGroup("gpu", "ACTIVE", 0, 2, 0), 2, True, eks))
     assert str(refused.value) == (
         "EKS did not scale node group gpu to 2 node(s) (An error occurred (ResourceInUseException) when calling the "
         f"UpdateNodegroupConfig operation: {refusal}); nothing was created: submit again once `aws eks "
         "describe-nodegroup --cluster-name trainkit --nodegroup-name gpu --query nodegroup.status` says ACTIVE"
     )
-    updating = Wake("trainkit", NodeGroup("gpu", "UPDATING", 0, 2, 0), 2, eks)  # known before: no call at all
+    updating = Wake("trainkit", NodeGroup("gpu", "UPDATING", 0, 2, 0), 2, True, eks)  # known before: no call at all
     with stub, pytest.raises(RuntimeError), woken(updating) as note:
         raise RuntimeError("creating the job failed")
     assert note.startswith(
@@ -238,6 +238,11 @@ def test_a_group_eks_will_not_scale_now_is_one_line_or_left_to_the_guard(capsys)
         "new size until then); the idle guard asks for them at its first run once it is ACTIVE"
     )
     assert capsys.readouterr().err == ""
+    unguarded = Wake("trainkit", NodeGroup("gpu", "UPDATING", 0, 2, 0), 2, False, eks)  # no guard asks later
+    assert (
+        "; once it is ACTIVE, run `aws eks update-nodegroup-config --cluster-name trainkit --nodegroup-name gpu "
+        "--scaling-config desiredSize=2`. If it stays UPDATING" in wake(unguarded)
+    )
 
 
 # ---------------------------------------------------------------- what the guard reads as activity

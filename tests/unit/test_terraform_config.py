@@ -44,3 +44,31 @@ def test_the_fsx_csi_role_may_change_only_this_stacks_file_system():
     infra = (terraform / "stacks" / "infra" / "main.tf").read_text()
     assert 'fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id }' in infra
     assert '"trainkit:stack-id" = var.stack_id' in infra  # the tag every resource (FSx included) carries
+
+
+def _infra_defaults() -> dict:
+    """The infra stack's variables at their defaults, as `terraform show -json` of a plan lists them."""
+    import hcl2
+
+    from tests.helpers.paths import REPO
+
+    blocks = hcl2.load((REPO / "terraform" / "stacks" / "infra" / "variables.tf").open())["variable"]
+    return {name.strip('"'): body.get("default") for block in blocks for name, body in block.items()}
+
+
+def test_the_plan_says_the_gpu_group_starts_empty_and_how_nodes_come_and_go():
+    """`invoke infra.plan` at the stack's defaults: no node at first, each job asks for its nodes, the idle guard
+    gives them back; with the guard off (or without the pod identity it needs) it says nothing scales them down."""
+    from trainkit.infra.aws import describe_gpu_nodes
+
+    defaults = _infra_defaults()
+    said = describe_gpu_nodes(defaults)
+    assert said == (
+        "GPU node group: created with no nodes, so `make up` waits for no GPU capacity; `invoke train --target eks` "
+        "asks it for each job's nodes (at most gpu_max_nodes = 2; they join in 10 to 15 minutes); the idle guard "
+        "scales it to zero after 30 minutes with no job and idle GPUs"
+    )
+    for off in ({"idle_guard_minutes": None}, {"enable_pod_identity": False}):
+        said = describe_gpu_nodes({**defaults, **off, "gpu_desired_nodes": 1})
+        assert "created with 1 node(s), which `make up` waits for" in said
+        assert said.endswith("nothing scales it down (the idle guard is off): scale it to 0 when you are done")

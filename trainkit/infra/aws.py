@@ -114,22 +114,47 @@ def teardown_order() -> list[str]:
 class CostEstimate:
     instance_type: str
     nodes: int
-    usd_per_hour: float | None
+    usd_per_node_hour: float | None
 
     def describe(self) -> str:
-        if self.usd_per_hour is None:
+        if self.usd_per_node_hour is None:
             return f"GPU nodes: {self.nodes} x {self.instance_type} (no price in the table; check the EC2 pricing page)"
-        return (
-            f"Estimated cost: ${self.usd_per_hour:,.2f}/hour for {self.nodes} x {self.instance_type} "
-            f"(on-demand list price, {PRICE_TABLE_AS_OF}); EKS control plane, FSx, NAT and storage come on top"
-        )
+        price = f"(on-demand list price, {PRICE_TABLE_AS_OF}); EKS control plane, FSx, NAT and storage come on top"
+        if not self.nodes:
+            return (
+                f"Estimated cost: no GPU node at first; ${self.usd_per_node_hour:,.2f}/hour for each "
+                f"{self.instance_type} while a job has it {price}"
+            )
+        total = self.usd_per_node_hour * self.nodes
+        return f"Estimated cost: ${total:,.2f}/hour for {self.nodes} x {self.instance_type} {price}"
 
 
 def estimate_cost(plan: PlanSummary) -> CostEstimate:
     instance_type = plan.variables.get("gpu_instance_type", "p5.48xlarge")
     nodes = int(plan.variables.get("gpu_desired_nodes", 0))
-    price = ON_DEMAND_USD_PER_HOUR.get(instance_type)
-    return CostEstimate(instance_type, nodes, price * nodes if price is not None else None)
+    return CostEstimate(instance_type, nodes, ON_DEMAND_USD_PER_HOUR.get(instance_type))
+
+
+def describe_gpu_nodes(variables: dict) -> str:
+    """How the plan's GPU node group gets its nodes and gives them back, from the infra stack's variables (a plan's
+    values, defaults included): created empty by default, asked for nodes by each `invoke train --target eks`
+    (trainkit/backends/eks/nodegroup.py), emptied again by the idle guard when it runs (it needs pod identity)."""
+    desired, most = int(variables.get("gpu_desired_nodes") or 0), variables.get("gpu_max_nodes")
+    guard = variables.get("idle_guard_minutes") if variables.get("enable_pod_identity", True) else None
+    created = (
+        "created with no nodes, so `make up` waits for no GPU capacity"
+        if not desired
+        else f"created with {desired} node(s), which `make up` waits for (it fails if EC2 has no capacity for them)"
+    )
+    back = (
+        f"the idle guard scales it to zero after {guard} minutes with no job and idle GPUs"
+        if guard
+        else "nothing scales it down (the idle guard is off): scale it to 0 when you are done"
+    )
+    return (
+        f"GPU node group: {created}; `invoke train --target eks` asks it for each job's nodes (at most "
+        f"gpu_max_nodes = {most}; they join in 10 to 15 minutes); {back}"
+    )
 
 
 def confirm(question: str, yes: bool) -> None:

@@ -36,7 +36,8 @@ def _plan_infra(var_file: str | None):
     stack = aws.stack()
     stack.init()
     plan = stack.plan(path)
-    return stack, plan, f"{plan.describe()}\n{aws.estimate_cost(plan).describe()}"
+    described = [plan.describe(), aws.describe_gpu_nodes(plan.variables), aws.estimate_cost(plan).describe()]
+    return stack, plan, "\n".join(described)
 
 
 def plan(var_file: str | None = None) -> str:

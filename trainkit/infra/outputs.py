@@ -78,6 +78,7 @@ class InfraOutputs:
     batch: dict | None = None  # the infra stack's `batch` output (terraform/modules/batch/README.md)
     stack_id: str | None = None  # the value of STACK_TAG on everything the stack made (the audit's key)
     idle_guard: dict | None = None  # the infra stack's `idle_guard` output (trainkit/backends/eks/idle_guard.py)
+    gpu_nodegroup: dict | None = None  # the infra stack's `gpu_nodegroup` output: cluster_name, region, nodegroup
     idle_guard_repository: str | None = None  # its own ECR repository (IDLE_GUARD_REPOSITORY)
     idle_guard_image: str | None = None  # the guard's image pushed there last (IDLE_GUARD_IMAGE_FILE)
 
@@ -109,6 +110,7 @@ def load_outputs() -> InfraOutputs:
         batch=data.get("batch"),
         stack_id=data.get("stack_id"),
         idle_guard=data.get("idle_guard"),
+        gpu_nodegroup=data.get("gpu_nodegroup") or data.get("idle_guard"),  # outputs from before the first had both
         pushed_image=_pushed(PUSHED_IMAGE_FILE, repository),
         idle_guard_repository=guard_repository,
         idle_guard_image=_pushed(IDLE_GUARD_IMAGE_FILE, guard_repository),

@@ -87,8 +87,17 @@ output "data_reader" {
   value       = { for key in ["namespace", "service_account", "buckets"] : key => module.eks.data_reader[key] }
 }
 
+output "gpu_nodegroup" {
+  description = "The GPU node group as EKS names it (cluster, region, node group): `invoke train --target eks` asks it for a job's nodes."
+  value = {
+    cluster_name = module.eks.cluster_name
+    region       = var.region
+    nodegroup    = module.gpu_nodegroup.node_groups["gpu"].name
+  }
+}
+
 output "idle_guard" {
-  description = "The idle guard the platform stack runs (cluster, node group, window, namespace, service account); null unless idle_guard_minutes is set."
+  description = "The idle guard the platform stack runs (cluster, node group, window, namespace, service account); null when idle_guard_minutes is null or pod identity is off."
   value = module.gpu_nodegroup.idle_guard == null ? null : {
     cluster_name    = module.eks.cluster_name
     region          = var.region

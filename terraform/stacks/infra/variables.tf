@@ -134,14 +134,15 @@ variable "gpu_max_nodes" {
 
 variable "idle_guard_minutes" {
   description = <<-EOT
-    Opt-in idle guard: when no trainkit job has run on the GPU node group for this many minutes and every GPU's
-    DCGM utilisation stayed below 5% for as long, a CronJob scales the group to zero (docs/eks.md, "Idle guard").
-    null (default): off. 30 is the suggested value: two p5.48xlarge idle for 30 minutes cost about $98, while
-    nodes take 10-15 minutes to come back, so a shorter window makes users wait more often than it saves.
-    Needs gpu_min_nodes = 0 and enable_pod_identity.
+    The idle guard, on by default: when no trainkit job has run on the GPU node group for this many minutes and
+    every GPU's DCGM utilisation stayed below 5% for as long, a CronJob scales the group to zero (docs/eks.md, "Idle
+    guard"); `invoke train --target eks` asks it for a job's nodes. 30 (default): two p5.48xlarge idle for 30
+    minutes cost about $98, while nodes take 10-15 minutes to come back, so a shorter window makes users wait more
+    often than it saves. null: off (nodes a job was given stay until you scale the group down). Needs
+    gpu_min_nodes = 0 and enable_pod_identity (without pod identity the guard is off).
   EOT
   type        = number
-  default     = null
+  default     = 30
 
   validation {
     condition     = var.idle_guard_minutes == null || try(var.idle_guard_minutes >= 10 && var.idle_guard_minutes <= 1440, false)
@@ -149,7 +150,7 @@ variable "idle_guard_minutes" {
   }
   validation {
     condition     = var.idle_guard_minutes == null || var.gpu_min_nodes == 0
-    error_message = "idle_guard_minutes needs gpu_min_nodes = 0: the guard scales the GPU node group to zero nodes."
+    error_message = "idle_guard_minutes (default 30) needs gpu_min_nodes = 0, as the guard scales the GPU node group to zero: set gpu_min_nodes = 0, or idle_guard_minutes = null to keep nodes up."
   }
 }
 

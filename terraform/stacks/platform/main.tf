@@ -450,7 +450,7 @@ resource "kubernetes_config_map_v1" "grafana_dashboard" {
 }
 
 ################################################################################
-# Idle guard (opt-in: the infra stack's idle_guard_minutes)
+# Idle guard (the infra stack's idle_guard_minutes, default 30; null turns it off)
 #
 # A CronJob in its own small image (trainkit/backends/eks/idle_guard.py) scales the GPU node group to zero
 # after a window without PyTorchJobs or pods that request GPUs and with near-zero DCGM utilisation. Its AWS rights come from the

@@ -104,13 +104,13 @@ def create_code(kube: Kube, job: Job, code: dict[str, bytes], owner: dict) -> No
 def submit(
     job: Job, workload: Workload, kube: Kube | None = None, ecr=None, rdzv_id: str | None = None, eks=None
 ) -> str:
-    """Check, then wake, then create: the idle guard's node group is asked for the job's nodes only once nothing
+    """Check, then wake, then create: the GPU node group is asked for the job's nodes only once nothing
     refuses the job, and back when creating it fails (no node stays up without a job); the preflight counts the
     nodes it will have."""
     check_workload(workload)
     code = code_of(job, workload)
     kube = kube or Kube.connect()
-    p = job.parallelism  # with the idle guard off there is no plan and nothing is scaled
+    p = job.parallelism  # without recorded outputs there is no plan and nothing is scaled
     preflight.check_cluster(kube)  # the plan reads what holds and waits for GPU nodes
     plan = nodegroup.plan_wake(outputs.load_outputs(), job.placement.instance_type, p.min_nodes, p.nodes, kube, eks)
     notes = preflight.preflight(kube, job, ecr, job.run.workload == "recipe", plan.desired if plan else None)

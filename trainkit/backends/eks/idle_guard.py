@@ -2,7 +2,7 @@
 
     python -m trainkit.backends.eks.idle_guard --cluster trainkit --nodegroup gpu --region us-east-1
 
-The platform stack runs this as a CronJob (opt-in: the infra stack's idle_guard_minutes) in an image of its own
+The platform stack runs this as a CronJob (the infra stack's idle_guard_minutes, 30 by default) in an image of its own
 (the `guard` stage of containers/train/Dockerfile, which `make up` pushes: trainkit/infra/images.py), under a Pod
 Identity role whose only write is this node group's UpdateNodegroupConfig (terraform/modules/
 gpu-nodegroup). Each run gathers three things, then `decide` (pure) says scale down, scale up or keep, and why:
@@ -152,7 +152,11 @@ def describe(kube: Kube, infra) -> list[str]:
             f"(on-demand us-east-1, {hardware.PRICE_TABLE_AS_OF})"
         )
     if not infra.idle_guard:
-        return [cost, "idle guard: off (set idle_guard_minutes in terraform/stacks/infra/terraform.tfvars)"]
+        return [
+            cost,
+            "idle guard: off, so nodes stay up until the group is scaled to 0 (idle_guard_minutes = 30 in "
+            "terraform/stacks/infra/terraform.tfvars and `make up PROFILE=aws` turn it on)",
+        ]
     record = read_status(kube)
     window = infra.idle_guard.get("window_minutes")
     if record is None:

@@ -47,7 +47,7 @@ def check_capacity(kube: Kube, job: Job, planned: int | None = None) -> str | No
     """Enough schedulable nodes of the instance type whose allocatable GPUs and EFA devices (what the node offers
     pods in all, node.status.allocatable) cover one worker. Allocatable, not free: a node another job's pods hold
     counts, since this job then waits for it (Pending) rather than being refused; whether the nodes are free shows
-    once the job is created (`invoke status`). `planned`: the idle guard is on and the launcher asks the node group
+    once the job is created (`invoke status`). `planned`: `make up` recorded the GPU node group and the launcher asks it
     for this many nodes of the job's type before it creates the job (nodegroup.plan_wake checked the type and
     maxSize), so too few now is no error: the job waits for them."""
     instance = hardware.INSTANCE_TYPES[job.placement.instance_type]
@@ -81,7 +81,8 @@ def check_capacity(kube: Kube, job: Job, planned: int | None = None) -> str | No
 
 
 def capacity_refusal(job: Job, usable: int, efa: int) -> str:
-    """What to change when the cluster has too few nodes for the job and the idle guard is off. Terraform sets the
+    """What to change when the cluster has too few nodes for the job and no `make up` recorded the GPU node group the
+    launcher would ask for them (outputs.json: this machine did not run it). Terraform sets the
     node group's desired size only when it creates the group (lifecycle ignore_changes in terraform/modules/
     gpu-nodegroup), so gpu_desired_nodes and `make up` cannot add nodes to a running cluster: the group is scaled
     directly, within its maxSize (gpu_max_nodes)."""
@@ -95,9 +96,11 @@ def capacity_refusal(job: Job, usable: int, efa: int) -> str:
         )
     need = f"{p.nproc} GPUs" + (f" and {efa} EFA devices" if efa else "")
     return (
-        f"the job needs {p.min_nodes} {wanted} node(s) with {need} allocatable each and the cluster has {usable}: ask "
-        f"for fewer with --nodes {max(usable, 1)}, or scale the GPU node group up (Terraform sets its desired size "
-        f"only when it creates it): `aws eks update-nodegroup-config --cluster-name <cluster_name> "
+        f"the job needs {p.min_nodes} {wanted} node(s) with {need} allocatable each and the cluster has {usable}, and "
+        "no `make up PROFILE=aws` on this machine recorded the GPU node group to ask for them: submit from the machine "
+        f"that ran it (or copy its outputs.json here, to {outputs.outputs_path()}), ask for fewer "
+        f"with --nodes {max(usable, 1)}, or scale the group yourself (Terraform sets its desired size only when it "
+        f"creates it): `aws eks update-nodegroup-config --cluster-name <cluster_name> "
         f"--nodegroup-name {GPU_NODEGROUP} --scaling-config desiredSize={p.min_nodes}` (cluster_name as `make up` "
         "printed it), at most gpu_max_nodes (terraform/stacks/infra/terraform.tfvars)"
     )
@@ -148,7 +151,7 @@ def check_not_running(kube: Kube, job: Job) -> None:
 def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, planned: int | None = None) -> list[str]:
     """Every check, in order; returns notes (things that are fine but worth saying). `training` False (another
     workload on the job's placement, e.g. the NCCL test): the model's storage and token are not its concern.
-    `planned`: the GPU nodes the launcher asks the idle guard's node group for once these checks pass."""
+    `planned`: the GPU nodes the launcher asks the GPU node group for once these checks pass."""
     check_cluster(kube)
     check_operator(kube)
     check_not_running(kube, job)

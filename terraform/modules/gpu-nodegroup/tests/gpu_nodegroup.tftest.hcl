@@ -302,6 +302,6 @@ run "no_idle_guard_role_unless_asked" {
 
   assert {
     condition     = length(aws_iam_role.idle_guard) == 0 && output.idle_guard == null
-    error_message = "The idle guard is opt-in."
+    error_message = "The module makes no guard role unless its caller asks (the infra stack does by default)."
   }
 }

@@ -109,22 +109,43 @@ run "outputs_the_launcher_needs" {
     error_message = "Cluster endpoint and FSx id are exported."
   }
   assert {
-    condition     = toset(keys(output.ecr_repository_urls)) == toset(["train", "data-prep"])
-    error_message = "Both image repositories are exported."
+    condition     = toset(keys(output.ecr_repository_urls)) == toset(["train", "data-prep", "idle-guard"])
+    error_message = "The image repositories are exported; the idle guard (on by default) gets its own, whose lifecycle rules training pushes do not touch."
+  }
+  assert {
+    condition     = output.gpu_nodegroup.cluster_name == output.cluster_name && output.gpu_nodegroup.nodegroup == "gpu" && output.gpu_nodegroup.region == "us-east-1"
+    error_message = "The GPU node group's names as EKS knows them are exported: the launcher asks that group for a job's nodes."
+  }
+  assert {
+    condition     = output.idle_guard.window_minutes == 30 && output.idle_guard.nodegroup == output.gpu_nodegroup.nodegroup
+    error_message = "The idle guard is on by default, with a 30-minute window, on the same node group."
   }
 }
 
-run "the_idle_guard_image_has_a_repository_of_its_own" {
+run "the_idle_guard_can_be_switched_off" {
   command = plan
 
   variables {
-    idle_guard_minutes = 30
+    idle_guard_minutes = null
+    gpu_min_nodes      = 1
+    gpu_desired_nodes  = 1
   }
 
   assert {
-    condition     = toset(keys(module.ecr.repository_urls)) == toset(["train", "data-prep", "idle-guard"])
-    error_message = "With the guard on, its image gets its own repository, whose lifecycle rules training pushes do not touch."
+    condition     = toset(keys(module.ecr.repository_urls)) == toset(["train", "data-prep"]) && module.gpu_nodegroup.idle_guard == null
+    error_message = "idle_guard_minutes = null makes no guard role and no guard repository, and lets gpu_min_nodes above 0."
   }
+}
+
+run "the_idle_guard_refuses_a_floor_of_nodes" {
+  command = plan
+
+  variables {
+    gpu_min_nodes     = 1
+    gpu_desired_nodes = 1
+  }
+
+  expect_failures = [var.idle_guard_minutes]
 }
 
 run "p4d_changes_the_efa_count" {
