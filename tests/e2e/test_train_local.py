@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -18,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.helpers.paths import HELPERS, REPO
+from tests.helpers.planted import Planted
 from tests.helpers.product import (
     invoke,
     job_processes,
@@ -371,15 +373,24 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_resumed(s
 
 
 def test_when_every_checkpoint_is_damaged_the_run_trains_again_from_the_start(six_steps, tmp_path):
+    """The newest was planted by another job: its DCP metadata, which DCP itself unpickles with pickle.load, names
+    code to run, and its manifest was rewritten to match; the older one has an empty shard."""
     run = tmp_path / "runs" / "ck"
     shutil.copytree(six_steps, run)
     (run / "summary.json").unlink()
-    for step in ("step-00000004", "step-00000006"):
-        shard = sorted((run / "checkpoints" / step).rglob("*.distcp"))[0]
-        shard.write_bytes(b"")
+    sorted((run / "checkpoints" / "step-00000004").rglob("*.distcp"))[0].write_bytes(b"")
+    planted = run / "checkpoints" / "step-00000006"
+    metadata = planted / "pytorch_model_fsdp_0" / ".metadata"
+    metadata.write_bytes(pickle.dumps(Planted(tmp_path / "ran")))
+    manifest = json.loads((planted / "MANIFEST.json").read_text())
+    manifest["pytorch_model_fsdp_0/.metadata"] = metadata.stat().st_size
+    (planted / "MANIFEST.json").write_text(json.dumps(manifest))
     result = invoke(*tiny_args(tmp_path / "runs", "--steps", "6", "--checkpoint-interval", "2", "--run-id", "ck"))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "no usable checkpoint left (step-00000006, step-00000004 set aside)" in result.stdout
+    refused = "pytorch_model_fsdp_0/.metadata would import posix.mkdir when unpickled"
+    assert f"checkpoint step-00000006 is not usable (it does not load: RefusedCheckpoint: {refused}" in result.stdout
+    assert not (tmp_path / "ran").exists()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["resumed_from"] is None and summary["steps"] == 6  # fresh processes, from step 0
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(1, 7))  # each step once

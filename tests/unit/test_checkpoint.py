@@ -1,14 +1,21 @@
 """Checkpoint publishing: atomic, `latest` moves only after a complete write, keep the last K; hosts without a
-shared disk publish parts that make a checkpoint together (the union a SageMaker job's start restores)."""
+shared disk publish parts that make a checkpoint together (the union a SageMaker job's start restores). Loading:
+Accelerate's state and DCP's files load weights-only, and a planted pickle is refused, named, without running."""
 
 from __future__ import annotations
 
 import json
+import os
+import pickle
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
+from tests.helpers.guards import RefusedPopen
+from tests.helpers.planted import REFUSED, Planted, plant_and_load
 from training.common.checkpoint import (
     COMPLETE_MARKER,
     CheckpointManager,
@@ -16,6 +23,7 @@ from training.common.checkpoint import (
     complete_steps,
     remove_partial,
 )
+from training.common.weights_only import FORCE_ENV, RefusedCheckpoint, load_weights_only, weights_only_loads
 
 
 def manager(root: Path, keep: int = 2) -> CheckpointManager:
@@ -214,3 +222,98 @@ def test_a_save_after_going_back_withdraws_the_abandoned_newer_step_and_keeps_th
     host.save(150, lambda tmp: (tmp / "shard-algo-1.bin").write_bytes(b"x" * 8), {})
     assert (restored / "step-00000150" / "COMPLETE.algo-1").is_file()
     assert not (restored / "step-00000200").exists() and not (restored / "step-00000100" / "COMPLETE.algo-1").exists()
+
+
+# --------------------------------------------------------------------------- loading weights-only
+
+
+@pytest.fixture(scope="module")
+def accelerate_state(tmp_path_factory):
+    """A real `save_state` of a model, an optimizer and a registered schedule (as the recipes register theirs), one
+    CPU process: (the Accelerator's TrainingState, the model, the schedule, the folder)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from training.common.run import AcceleratorCheckpoint
+    from training.vision.lamb import Lamb
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setattr(subprocess, "Popen", RefusedPopen)  # set up before the layer's own guard
+        accelerator = Accelerator(cpu=True)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        model, optimizer = accelerator.prepare(model, Lamb(model.parameters(), lr=0.1))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer.optimizer, lambda step: 1.0 / (step + 1))
+        accelerator.register_for_checkpointing(scheduler)
+        accelerator.backward(model(torch.ones(3, 4)).sum())
+        optimizer.step()
+        scheduler.step()
+        folder = tmp_path_factory.mktemp("accelerate") / "step-00000001"
+        state = AcceleratorCheckpoint(accelerator)
+        state.save(folder)
+    yield state, model, scheduler, folder
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_accelerates_state_resumes_with_every_load_weights_only(accelerate_state):
+    state, model, scheduler, folder = accelerate_state
+    saved = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad():
+        for param in model.parameters():
+            param.zero_()
+    scheduler.step()
+    load_weights_only(folder, state.load, state.safe_globals)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), saved, strict=True))
+    assert scheduler.last_epoch == 1  # the registered schedule: Accelerate itself loads it with weights_only=False
+    assert FORCE_ENV not in os.environ  # forced for the load only
+
+
+@pytest.mark.parametrize("name", ["custom_checkpoint_0.pkl", "optimizer.bin", "random_states_0.pkl"])
+def test_a_pickle_planted_in_accelerates_state_is_refused_by_name_and_never_runs(accelerate_state, tmp_path, name):
+    """The schedule's file is the one Accelerate unpickles with weights_only=False; the RNG file one whose failure
+    Accelerate would swallow (docs/security.md)."""
+    state, _, _, folder = accelerate_state
+    planted = plant_and_load(state, folder, tmp_path, name)
+    torch.load(planted, weights_only=False)  # what resuming did before: the payload runs
+    assert (tmp_path / "ran").is_dir()
+
+
+def dcp_checkpoint(folder: Path) -> None:
+    """DCP's own save (single process) of what an FSDP checkpoint holds: tensors and a non-tensor item."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {"model": {"weight": torch.arange(6.0).reshape(2, 3)}, "optimizer": {"lr": 0.25}}
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(folder))
+
+
+def test_a_planted_dcp_metadata_file_is_refused_before_dcp_unpickles_it(tmp_path):
+    """DCP reads `.metadata` with plain pickle.load, whatever torch's options: it is checked first."""
+    import torch.distributed.checkpoint as dcp
+
+    checkpoint = tmp_path / "step-00000002"
+    dcp_checkpoint(checkpoint / "pytorch_model_fsdp_0")
+    load_weights_only(checkpoint, lambda folder: None)  # DCP's own metadata passes
+    (checkpoint / "pytorch_model_fsdp_0" / ".metadata").write_bytes(pickle.dumps(Planted(tmp_path / "ran")))
+    with pytest.raises(RefusedCheckpoint) as refused:
+        load_weights_only(checkpoint, lambda folder: pytest.fail("loaded"))
+    assert str(refused.value) == f"pytorch_model_fsdp_0/.metadata {REFUSED}"
+    assert not (tmp_path / "ran").exists()
+    with pytest.raises(AttributeError):  # DCP's reader runs the payload (and then finds no metadata)
+        dcp.FileSystemReader(checkpoint / "pytorch_model_fsdp_0").read_metadata()
+    assert (tmp_path / "ran").is_dir()
+
+
+def test_dcps_non_tensor_items_load_weights_only_although_dcp_asks_for_pickle(tmp_path):
+    """DCP's planner torch.loads a non-tensor item with weights_only=False: under weights_only_loads it is forced."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp_checkpoint(tmp_path / "clean")
+    loaded = {"model": {"weight": torch.zeros(2, 3)}, "optimizer": {"lr": 0.0}}
+    with weights_only_loads():
+        dcp.load(loaded, storage_reader=dcp.FileSystemReader(tmp_path / "clean"))
+    assert loaded["optimizer"]["lr"] == 0.25 and torch.equal(loaded["model"]["weight"], torch.arange(6.0).reshape(2, 3))
+    dcp.save({"optimizer": {"lr": Planted(tmp_path / "ran")}}, storage_writer=dcp.FileSystemWriter(tmp_path / "bad"))
+    with pytest.raises(RefusedCheckpoint) as refused, weights_only_loads():
+        dcp.load({"optimizer": {"lr": 0.0}}, storage_reader=dcp.FileSystemReader(tmp_path / "bad"))
+    assert str(refused.value) == f"a file {REFUSED}"  # no name: the torch.load call is DCP's, the check above names
+    assert not (tmp_path / "ran").exists()

@@ -1,11 +1,31 @@
 """DeepSpeed ZeRO-1's glue (training/common/zero.py) without processes: the engine's configuration, how many ranks
-wrote a checkpoint, and the set-up that builds DeepSpeed. With processes: tests/e2e/test_bert_train.py."""
+wrote a checkpoint, the set-up that builds DeepSpeed, and its checkpoints loaded weights-only by a real engine in a
+gloo world of one, a planted pickle refused. With processes: tests/e2e/test_bert_train.py."""
 
 from __future__ import annotations
 
-import pytest
+import os
+import random
+import shutil
+import subprocess
 
-from training.common.zero import TAG, engine_config, saved_world_size
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.helpers.guards import RefusedPopen
+from tests.helpers.planted import REFUSED, Planted, plant_and_load
+from training.common.sharded_lamb import PartitionLamb
+from training.common.weights_only import FORCE_ENV, RefusedCheckpoint, load_weights_only, weights_only_loads
+from training.common.zero import (
+    TAG,
+    ZeroCheckpoint,
+    _universal_load,
+    convert_to_universal,
+    engine_config,
+    initialize,
+    saved_world_size,
+)
 
 
 def test_the_engine_steps_when_the_trainer_says_and_partitions_the_optimizer_only():
@@ -40,3 +60,77 @@ def test_the_set_up_builds_the_deepspeed_the_project_pins():
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^DEEPSPEED_VERSION = (\S+)$", makefile, re.M).group(1) == pinned
     assert "DS_BUILD_SHM_COMM=" in makefile and "--no-build-isolation deepspeed==$(DEEPSPEED_VERSION)" in makefile
+
+
+# --------------------------------------------------------------------------- loading weights-only
+
+
+@pytest.fixture(scope="module")
+def zero_state(tmp_path_factory):
+    """A real ZeRO-1 engine (LAMB on partitions, as BERT's recipe) in a gloo world of one process, one step taken and
+    checkpointed by ZeroCheckpoint.save: (the state, the engine, the schedule, the checkpoint folder)."""
+    folder = tmp_path_factory.mktemp("zero")
+    with pytest.MonkeyPatch.context() as env:
+        env.setattr(subprocess, "Popen", RefusedPopen)  # set up before the layer's own guard: DeepSpeed's op probes
+        env.setenv("LOCAL_RANK", "0")  # DeepSpeed asks for torchrun's variable
+        dist.init_process_group("gloo", init_method=f"file://{folder / 'group'}", rank=0, world_size=1)
+        try:
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+            optimizer = PartitionLamb(model.parameters(), lr=0.01)
+            engine = initialize(model, optimizer, engine_config(2, 1, 1.0, bf16=False))
+            scheduler = torch.optim.lr_scheduler.LambdaLR(engine.optimizer.optimizer, lambda step: 1.0 / (step + 1))
+            engine.backward(engine(torch.ones(2, 4)).sum())
+            engine.step()
+            scheduler.step()
+            state = ZeroCheckpoint(engine, scheduler, world=1, rank=0)
+            state.save(folder / "step-00000001")
+            yield state, engine, scheduler, folder / "step-00000001"
+        finally:
+            dist.destroy_process_group()
+
+
+def test_a_zero_checkpoint_resumes_with_every_load_weights_only(zero_state):
+    state, engine, scheduler, folder = zero_state
+    saved = [p.detach().clone() for p in engine.module.parameters()]
+    draw = random.random()
+    with torch.no_grad():
+        for param in engine.module.parameters():
+            param.zero_()
+    scheduler.step()
+    load_weights_only(folder, state.load, state.safe_globals)
+    assert all(torch.equal(p, q) for p, q in zip(engine.module.parameters(), saved, strict=True))
+    assert scheduler.last_epoch == 1
+    assert random.random() == draw  # the RNG file, numpy's state in it, came back
+    assert FORCE_ENV not in os.environ
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f"{TAG}/rng_state_0.pt", f"{TAG}/mp_rank_00_model_states.pt", f"{TAG}/zero_pp_rank_0_mp_rank_00_optim_states.pt"],
+)
+def test_a_pickle_planted_in_a_zero_checkpoint_is_refused_by_name_and_never_runs(zero_state, tmp_path, name):
+    """The RNG file is trainkit's own, loaded with weights_only=False before; DeepSpeed loads the others so."""
+    state, _, _, folder = zero_state
+    plant_and_load(state, folder, tmp_path, name)
+
+
+def test_the_universal_conversion_and_its_load_are_weights_only(zero_state, tmp_path):
+    """DeepSpeed's conversion (ds_to_universal.py) and universal load torch.load with weights_only=False: under the
+    load's forcing the conversion and a load of its output work, and a file that names code stops the conversion
+    (here one the check before the load does not read: torch's old, non-zip format)."""
+    state, engine, _, folder = zero_state
+    with weights_only_loads(state.safe_globals):
+        convert_to_universal(folder / TAG, tmp_path / "universal" / TAG)
+        with _universal_load(engine, True):
+            path, client = engine.load_checkpoint(str(tmp_path / "universal"), tag=TAG, load_lr_scheduler_states=False)
+    assert path is not None and client["scheduler"]["last_epoch"] == 1
+    planted = tmp_path / "step-00000001"
+    shutil.copytree(folder, planted)
+    optimizer_file = planted / TAG / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    torch.save({"state": Planted(tmp_path / "ran")}, optimizer_file, _use_new_zipfile_serialization=False)
+    load_weights_only(planted, lambda checkpoint: None, state.safe_globals)  # the check cannot read the old format
+    with pytest.raises(RefusedCheckpoint) as refused, weights_only_loads(state.safe_globals):
+        convert_to_universal(planted / TAG, tmp_path / "again" / TAG)
+    assert str(refused.value) == f"a file {REFUSED}"
+    assert not (tmp_path / "ran").exists()

@@ -33,6 +33,7 @@ from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink, metrics_address
 from .profiling import StepProfile
+from .weights_only import NUMPY_RNG_STATE, load_weights_only
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
@@ -109,7 +110,12 @@ class Diverged(NoRetry):
 
 class TrainingState(Protocol):
     """What a checkpoint holds of the training (model, optimizer, schedule, RNG), written into and read from one
-    checkpoint folder by every rank."""
+    checkpoint folder by every rank. RunContext loads it weights-only (training/common/weights_only.py)."""
+
+    @property
+    def safe_globals(self) -> tuple:
+        """The classes and functions beyond torch's weights-only set that its files name, each one's reason beside."""
+        ...
 
     def save(self, directory: Path) -> None: ...
 
@@ -118,9 +124,12 @@ class TrainingState(Protocol):
 
 @dataclass(frozen=True)
 class AcceleratorCheckpoint:
-    """Accelerate's own: `save_state` / `load_state` over what the Accelerator prepared and registered."""
+    """Accelerate's own: `save_state` / `load_state` over what the Accelerator prepared and registered. Its files:
+    model.safetensors, or DCP's folders under FSDP; optimizer.bin and custom_checkpoint_<i>.pkl (the schedule),
+    tensors and plain data; random_states_<rank>.pkl, which holds numpy's RNG state (NUMPY_RNG_STATE)."""
 
     accelerator: Accelerator
+    safe_globals = NUMPY_RNG_STATE
 
     def save(self, directory: Path) -> None:
         self.accelerator.save_state(str(directory))
@@ -260,10 +269,10 @@ class RunContext:
         reason = check_manifest(checkpoint)
         if reason is None:
             try:
-                self.state.load(checkpoint)
+                load_weights_only(checkpoint, self.state.load, self.state.safe_globals)
             except NoRetry:  # the checkpoint is sound and this job cannot take it (it says why): not set aside
                 raise
-            except Exception as error:  # a shard that does not parse, whatever the reader raises
+            except Exception as error:  # a shard that does not parse, whatever the reader raises; a refused pickle
                 first = (str(error).strip().splitlines() or [""])[0][:200]
                 reason = f"it does not load: {type(error).__name__}: {first}"
         (failed,) = self._any_rank(reason is not None)

@@ -28,6 +28,10 @@ one file per parameter and state (`fp32`, `exp_avg`, `exp_avg_sq`, `step`: Parti
 this), under `checkpoints/.universal/<step>/`, by the rank that owns the disk (the main rank on a shared file
 system, each host's first rank where hosts have their own), and every rank loads its new slice from it with the
 engine's `load_universal` switched on for that load. The published checkpoint stays as it was.
+
+DeepSpeed unpickles every file it reads with weights_only=False, and offers no option against it; RunContext loads a
+ZeroCheckpoint, the conversion included, with torch forced to weights-only loads and `safe_globals` added
+(training/common/weights_only.py).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import torch.distributed as dist
 from .checkpoint import this_rank_owns_disk
 from .distributed import ShardingError
 from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
+from .weights_only import NUMPY_RNG_STATE
 
 TAG = "zero"
 """The folder DeepSpeed writes inside a checkpoint (its `tag`)."""
@@ -143,10 +148,27 @@ def saved_world_size(checkpoint: Path) -> int:
 
 
 class ZeroCheckpoint:
-    """What RunContext saves and loads for a DeepSpeed engine (see the module's docstring)."""
+    """What RunContext saves and loads for a DeepSpeed engine (see the module's docstring), weights-only."""
 
     def __init__(self, engine, scheduler: torch.optim.lr_scheduler.LRScheduler, world: int, rank: int):
         self.engine, self.scheduler, self.world, self.rank = engine, scheduler, world, rank
+
+    @property
+    def safe_globals(self) -> tuple:
+        """Beyond tensors and plain data, the optimizer files hold three of DeepSpeed's classes
+        (deepspeed/runtime/zero/stage_1_and_2.py:3370-3397, `state_dict`; BF16_Optimizer's,
+        deepspeed/runtime/bf16_optimizer.py:629-637, only the first), each a holder of numbers whose unpickling sets
+        attributes and calls nothing: `fragment_address`, a dataclass of two ints (deepspeed/utils/tensor_fragment.py
+        :12-15), one per parameter; `ZeroStageEnum`, an int Enum (deepspeed/runtime/zero/config.py:81-87);
+        `LossScaler`, the static scale of a run not in fp16, a number and a bool (deepspeed/runtime/fp16/loss_scaler.py
+        :134-191, CreateLossScaler :293-299; trainkit never trains in fp16, so DynamicLossScaler is not allowed). The
+        RNG files beside hold numpy's state (NUMPY_RNG_STATE)."""
+        _import_deepspeed()
+        from deepspeed.runtime.fp16.loss_scaler import LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        return (fragment_address, ZeroStageEnum, LossScaler, *NUMPY_RNG_STATE)
 
     def save(self, directory: Path) -> None:
         self.engine.save_checkpoint(
@@ -172,7 +194,8 @@ class ZeroCheckpoint:
         self.scheduler.load_state_dict(client["scheduler"])
         rng = directory / TAG / f"rng_state_{self.rank}.pt"
         if rng.is_file():  # a rank the writing world did not have keeps the seed it started from
-            _set_rng_state(torch.load(rng, weights_only=False))
+            # numpy's state needs NUMPY_RNG_STATE, among the safe_globals RunContext's load allows
+            _set_rng_state(torch.load(rng, weights_only=True))
 
 
 UNIVERSAL_DIR = ".universal"
