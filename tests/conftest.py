@@ -177,9 +177,18 @@ def recorded_outputs(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
-    """A local Kubernetes API server with two p5.48xlarge nodes (tests/helpers/kube_api.py), in KUBECONFIG."""
+    """A local Kubernetes API server with two p5.48xlarge nodes (tests/helpers/kube_api.py), in KUBECONFIG, with the
+    platform stack's NetworkPolicies and admission policies (terraform/stacks/platform, as tests/helpers/
+    platform_stack.py renders them)."""
+    from tests.helpers.platform_stack import manifests
+
     with FakeCluster(tmp_path / "cluster") as api:
         api.add_nodes("p5.48xlarge", 2, gpus=8, efa=32)
+        for _, manifest in manifests():
+            if manifest["kind"] == "NetworkPolicy":
+                assert api.create_network_policy(manifest["metadata"]["namespace"], manifest)[0] == 201
+            if manifest["kind"].startswith("ValidatingAdmissionPolicy"):
+                api.admission.append(manifest)
         monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig()))
         monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
         yield api

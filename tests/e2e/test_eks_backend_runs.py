@@ -63,6 +63,13 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         submitted = invoke("train", *job_flags(fake.reach(etcd.endpoint), "e2e", 24, "--checkpoint-interval", "4"))
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/e2e: 2 x p5.48xlarge, 1 processes each, rendezvous etcd" in submitted.stdout
+        # Issue 49: the platform's default deny and the submission's own policy (tests/helpers/network_policy.py):
+        # the job's pods reach each other's sockets (its stores, NCCL's and gloo's), a pod of another job in the
+        # namespace reaches none of them. Checked while the job starts, on a socket of the test's own in each pod.
+        with fake.visiting_pod("trainkit-jobs", "other-job-0", {"trainkit/run-id": "other"}) as other:
+            for pod, peer in (("e2e-worker-0", "e2e-worker-1"), ("e2e-worker-1", "e2e-worker-0")):
+                with fake.serving(pod, 29555):
+                    assert fake.connects(peer, pod, 29555) and not fake.connects(other, pod, 29555), pod
         run = fake.fsx / "runs" / "e2e"
         metrics = run / "metrics.jsonl"
         fake.wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 6, 120, "6 training steps")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import kubernetes_validate
+import yaml
 
 from tests.helpers.kubernetes import kubernetes_version
 from trainkit.backends import job_from_flags as build_spec
@@ -34,3 +35,19 @@ def validate_core(job: dict) -> None:
         "template": worker(job)["template"],
     }
     kubernetes_validate.validate(template, kubernetes_version(), strict=True)
+
+
+def dry_run_objects(stdout: str) -> dict[str, dict]:
+    """An EKS dry run's objects by kind (a NetworkPolicy, a ConfigMap when the workload brings code, the PyTorchJob),
+    each checked in order: what the pods need before the job."""
+    documents = list(yaml.safe_load_all(stdout))
+    kinds = [document["kind"] for document in documents]
+    assert kinds in (["NetworkPolicy", "PyTorchJob"], ["NetworkPolicy", "ConfigMap", "PyTorchJob"]), kinds
+    for document in documents[:-1]:
+        kubernetes_validate.validate(document, kubernetes_version(), strict=True)
+    return dict(zip(kinds, documents, strict=True))
+
+
+def dry_run_job(stdout: str) -> dict:
+    """The PyTorchJob of an EKS dry run."""
+    return dry_run_objects(stdout)["PyTorchJob"]

@@ -81,6 +81,7 @@ status.active/succeeded/failed count the pods. Pods get what Pod Identity would 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import os
@@ -91,15 +92,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from tests.helpers.admission import denial
 from tests.helpers.crd import admission_errors
 from tests.helpers.netns import Network
+from tests.helpers.network_policy import Endpoint, enforce
 from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
 from trainkit.backends.eks.render import CODE_MOUNT
 from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
@@ -114,6 +117,7 @@ SECRETS = re.compile(r"^/api/v1/namespaces/([^/]+)/secrets(?:/([^/]+))?$")
 ACCOUNTS = re.compile(r"^/api/v1/namespaces/([^/]+)/serviceaccounts/([^/]+)$")
 CLAIMS = re.compile(r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$")
 CONFIGMAPS = re.compile(r"^/api/v1/namespaces/([^/]+)/configmaps(?:/([^/]+))?$")
+NETWORK_POLICIES = re.compile(r"^/apis/networking\.k8s\.io/v1/namespaces/([^/]+)/networkpolicies(?:/([^/]+))?$")
 CONFIGMAP_BYTES = 1024 * 1024  # pkg/apis/core/validation ValidateConfigMap: data + binaryData, core.MaxSecretSize
 
 
@@ -309,6 +313,9 @@ class FakeCluster:
     nodes: list[dict] = field(default_factory=list)
     secrets: dict = field(default_factory=dict)
     configmaps: dict = field(default_factory=dict)
+    network_policies: dict = field(default_factory=dict)
+    admission: list = field(default_factory=list)  # ValidatingAdmissionPolicies and their bindings, applied to pods
+    refused_pods: list = field(default_factory=list)  # (namespace, name, message): what admission refused
     jobs: dict = field(default_factory=dict)
     batch_jobs: dict = field(default_factory=dict)
     pods: dict = field(default_factory=dict)
@@ -324,6 +331,7 @@ class FakeCluster:
         self.network = Network()  # the pods' network (tests/helpers/netns.py), open while the cluster is
         self.stopping = threading.Event()
         self._failures: dict = {}  # (namespace, job) -> failed pods in the replica status (the last round's)
+        self._filtered = False  # some pod's packet filter holds NetworkPolicy rules
 
     # ------------------------------------------------------------ lifecycle
 
@@ -429,6 +437,9 @@ class FakeCluster:
         controller injects, the test's `pod_env`; /fsx is the FSx folder. A pod whose ConfigMap volume does not
         exist yet stays Pending until it does (the kubelet retries the mount)."""
         name, container = manifest["metadata"]["name"], manifest["spec"]["containers"][0]
+        if refused := denial(self.admission, namespace, {**manifest, "metadata": {**manifest["metadata"]}}):
+            self.refused_pods.append((namespace, name, refused))  # the creating controller gets the 422
+            return
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(self.root)}
         for item in container.get("env", []):
             if "value" in item:
@@ -451,6 +462,7 @@ class FakeCluster:
         log = self.root / f"{name}.log"
         pod = Pod(manifest, log, self.network.reach(env), cwd, termination_log=termination_log, on=on)
         self.pods[(namespace, name)] = pod
+        self._enforce()  # before it starts: its filter, and the others' that may name it
         self._start_when_mounted(namespace, pod)
 
     def _start_when_mounted(self, namespace: str, pod: Pod) -> None:
@@ -497,6 +509,47 @@ class FakeCluster:
             body["metadata"].update(namespace=namespace, uid=f"uid-{name}", creationTimestamp=now())
             self.configmaps[(namespace, name)] = body
         return 201, body
+
+    def create_network_policy(self, namespace: str, body: dict) -> tuple[int, dict]:
+        """Checked against the v1.33 schema (strict); enforced on every pod at once (network_policy.py)."""
+        import kubernetes_validate
+
+        from tests.helpers.kubernetes import kubernetes_version
+
+        name = body["metadata"]["name"]
+        try:
+            kubernetes_validate.validate(body, kubernetes_version(), strict=True)
+        except kubernetes_validate.ValidationError as error:
+            return 422, status_body(422, "Invalid", f"NetworkPolicy is invalid: {error}")
+        with self.lock:
+            if (namespace, name) in self.network_policies:
+                message = f'networkpolicies.networking.k8s.io "{name}" already exists'
+                return 409, status_body(409, "AlreadyExists", message)
+            body["metadata"].update(namespace=namespace, uid=f"uid-{name}", creationTimestamp=now())
+            self.network_policies[(namespace, name)] = body
+            self._enforce()
+        return 201, body
+
+    def _enforce(self) -> None:
+        """Every pod's packet filter from the NetworkPolicies as they are now (none: nothing is filtered)."""
+        with self.lock:
+            if not self.network_policies and not self._filtered:
+                return
+            endpoints = []
+            for (namespace, name), pod in self.pods.items():
+                host = self.network.hosts.get(name)
+                if host is None:
+                    continue
+                ports = {
+                    port["name"]: (port["containerPort"], port.get("protocol", "TCP"))
+                    for container in pod.manifest["spec"]["containers"]
+                    for port in container.get("ports", [])
+                    if "name" in port
+                }
+                labels = pod.manifest["metadata"].get("labels") or {}
+                endpoints.append(Endpoint(namespace, labels, host.address, host.netns, ports))
+            enforce(list(self.network_policies.values()), endpoints)
+            self._filtered = bool(self.network_policies)
 
     def _kubelet(self) -> None:
         while not self.stopping.wait(0.2):
@@ -707,6 +760,7 @@ class FakeCluster:
         """The kubelet's stop: SIGTERM, then SIGKILL after the grace period; the pod leaves the API at once."""
         self.pods.pop((namespace, pod.name), None)
         self.deleted.append(pod.name)
+        self._enforce()
         pod.kill(signal.SIGTERM)
         grace = pod.manifest["spec"].get("terminationGracePeriodSeconds", 30)
         threading.Timer(grace, pod.kill).start()
@@ -720,9 +774,11 @@ class FakeCluster:
                 self._delete_pod(namespace, self.pods[key])
             # The garbage collector: objects the job owned (metadata.ownerReferences) go with it.
             uid = job["metadata"]["uid"]
-            for key, body in list(self.configmaps.items()):
-                if any(ref.get("uid") == uid for ref in body["metadata"].get("ownerReferences", [])):
-                    del self.configmaps[key]
+            for objects in (self.configmaps, self.network_policies):
+                for key, body in list(objects.items()):
+                    if any(ref.get("uid") == uid for ref in body["metadata"].get("ownerReferences", [])):
+                        del objects[key]
+            self._enforce()
         return 200, status_body(200, "Deleted", name) | {"status": "Success"}
 
     def served_pods(self) -> list[dict]:
@@ -741,6 +797,44 @@ class FakeCluster:
         return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
     # ------------------------------------------------------------ test controls
+
+    @contextlib.contextmanager
+    def visiting_pod(self, namespace: str, name: str, labels: dict) -> Iterator[str]:
+        """A plain pod (another team's job, a notebook) on a host of its own while the block runs, then gone
+        (neither listed nor counted as deleted): yields its name, for `connects`."""
+        manifest = {
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "x", "command": ["sleep", "600"]}]},
+        }
+        with self.lock:
+            self._run_pod(namespace, manifest)
+        try:
+            yield name
+        finally:
+            with self.lock:
+                self.pods.pop((namespace, name)).kill()
+                self._enforce()
+
+    def connects(self, source: str, target: str, port: int, timeout: float = 1.5) -> bool:
+        """Whether pod `source` opens a TCP connection to pod `target`'s address on `port` within `timeout`."""
+        host, address = self.network.hosts[source], self.network.hosts[target].address
+        probe = f"import socket; socket.create_connection(({address!r}, {port}), timeout={timeout}).close()"
+        done = subprocess.run(self.network.command(host, [sys.executable, "-c", probe]), capture_output=True)
+        return done.returncode == 0
+
+    @contextlib.contextmanager
+    def serving(self, name: str, port: int) -> Iterator[None]:
+        """A TCP listener on every address of pod `name`'s network, as any socket of its processes (a store, NCCL's
+        bootstrap) would be, while the block runs."""
+        serve = f"import socket, time; s = socket.create_server(('', {port})); print('up', flush=True); time.sleep(600)"
+        argv = self.network.command(self.network.hosts[name], [sys.executable, "-c", serve])
+        server = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout.readline().strip() == "up", f"no listener on {name}:{port}"
+            yield
+        finally:
+            server.kill()
+            server.wait()
 
     def pod(self, name: str, namespace: str = "trainkit-jobs") -> Pod:
         return self.pods[(namespace, name)]
@@ -838,6 +932,8 @@ def _handler(cluster: FakeCluster):
                 return self._secrets(method, m[1], m[2])
             if m := CONFIGMAPS.match(path):
                 return self._configmaps(method, m[1], m[2])
+            if m := NETWORK_POLICIES.match(path):
+                return self._network_policies(method, m[1], m[2])
             return self._send(404, status_body(404, "NotFound", f"no route for {method} {path}"))
 
         def _jobs(self, method, namespace, name, query):
@@ -884,6 +980,13 @@ def _handler(cluster: FakeCluster):
             return self._send(200, {"apiVersion": "batch/v1", "kind": "JobList", "items": items, "metadata": {}})
 
         def _pods(self, method, namespace, name, log, query):
+            if method == "POST" and name is None:
+                body = self._body()
+                with cluster.lock:
+                    if refused := denial(cluster.admission, namespace, body):
+                        return self._send(422, status_body(422, "Invalid", refused))
+                    cluster._run_pod(namespace, body)
+                    return self._send(201, cluster.pods[(namespace, body["metadata"]["name"])].to_api())
             if method == "GET" and name is None:
                 return self._send(200, cluster.pod_list(namespace, query.get("labelSelector")))
             pod = cluster.pods.get((namespace, name))
@@ -933,13 +1036,29 @@ def _handler(cluster: FakeCluster):
         def _configmaps(self, method, namespace, name):
             if method == "POST" and name is None:
                 return self._send(*cluster.create_configmap(namespace, self._body()))
+            return self._object(cluster.configmaps, "configmaps", method, namespace, name)
+
+        def _network_policies(self, method, namespace, name):
+            if method == "POST" and name is None:
+                return self._send(*cluster.create_network_policy(namespace, self._body()))
+            return self._object(cluster.network_policies, "networkpolicies.networking.k8s.io", method, namespace, name)
+
+        def _object(self, objects: dict, resource: str, method: str, namespace: str, name: str | None):
+            """GET, DELETE, or PATCH of metadata.ownerReferences (what the launcher patches: a JSON merge or
+            strategic merge patch replaces that list whole) of one object."""
             with cluster.lock:
-                body = cluster.configmaps.get((namespace, name))
+                body = objects.get((namespace, name))
                 if body is None:
-                    return self._send(404, status_body(404, "NotFound", f'configmaps "{name}" not found'))
+                    return self._send(404, status_body(404, "NotFound", f'{resource} "{name}" not found'))
                 if method == "DELETE":
-                    del cluster.configmaps[(namespace, name)]
+                    del objects[(namespace, name)]
+                    cluster._enforce()
                     return self._send(200, status_body(200, "Success", ""))
+                if method == "PATCH":
+                    patch = self._body()
+                    if set(patch) != {"metadata"} or set(patch["metadata"]) != {"ownerReferences"}:
+                        return self._send(422, status_body(422, "Invalid", "only ownerReferences are patched here"))
+                    body["metadata"]["ownerReferences"] = patch["metadata"]["ownerReferences"]
                 return self._send(200, body)
 
         def do_GET(self):
@@ -953,5 +1072,8 @@ def _handler(cluster: FakeCluster):
 
         def do_DELETE(self):
             self._route("DELETE")
+
+        def do_PATCH(self):
+            self._route("PATCH")
 
     return Handler

@@ -6,6 +6,7 @@ rendered etcd pod here on a folder that keeps the FSx file system's ownership ru
 from __future__ import annotations
 
 import functools
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -24,6 +25,12 @@ INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROF
     "fsx_storage_capacity_gib": 2400,
     "gpu_nodes_max": 2,
     "gpus_per_node": 8,
+    "submitters": {  # submitter_principal_arns set
+        "principal_arns": ["arn:aws:iam::123456789012:role/ml-team"],
+        "kubernetes_group": "trainkit-submitters",
+        "edit_namespaces": ["trainkit-jobs"],
+        "view_namespaces": ["trainkit-system"],
+    },
     "idle_guard": {  # idle_guard_minutes = 30
         "cluster_name": "trainkit",
         "region": "us-east-1",
@@ -69,6 +76,8 @@ def evaluate(expression: str, context: dict):
     """The few HCL expressions the manifests use: references, tostring(), merge(x, {literal})."""
     if found := re.fullmatch(r"tostring\((.+)\)", expression):
         return str(evaluate(found[1], context))
+    if found := re.fullmatch(r"jsonencode\((.+)\)", expression):
+        return json.dumps(evaluate(found[1], context), separators=(",", ":"))
     if found := re.fullmatch(r"merge\(([\w.]+), \{(.*)\}\)", expression):
         return {**evaluate(found[1], context), **dict(re.findall(r'"([^"]+)" = "([^"]*)"', found[2]))}
     value = context
@@ -102,8 +111,15 @@ def base_context() -> dict:
         "training_pod_monitor",
         "idle_guard_name",
         "etcd_user",
+        "pod_capabilities",
+        "pod_rules_name",
+        "pod_selinux_types",
+        "pod_safe_sysctls",
+        "submitter_name",
     ):
         context["local"][name] = resolve(LOCALS[name], context)
+    # the submitters' group, as `local.submitters` makes it when the infra stack has submitters
+    context["local"]["submitters"] = {"group": INFRA_SAMPLE["submitters"]["kubernetes_group"]}
     # the guard's one instance, as `local.idle_guard` makes it when the infra stack has one and its image is pushed
     context["local"]["idle_guard"] = {"guard": {**INFRA_SAMPLE["idle_guard"], "image": IDLE_GUARD_IMAGE}}
     return context

@@ -9,10 +9,9 @@ strictly, and its webhook: tests/helpers/crd.py).
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from tests.helpers.crd import admission_errors
-from tests.helpers.eks import container, worker
+from tests.helpers.eks import container, dry_run_job, worker
 from tests.helpers.product import invoke
 from training.common.job import micro_steps, share
 from trainkit import hardware
@@ -74,7 +73,7 @@ def test_the_dry_run_of_a_wide_elastic_range_prints_an_admissible_job(tmp_path):
     result = invoke("train", *flags, env=env)
     assert result.returncode == 0, result.stderr
     assert "global batch 128: the recipe's 64 rounded to 1 per process x 128 processes" in result.stderr
-    job = yaml.safe_load(result.stdout)
+    job = dry_run_job(result.stdout)
     assert admission_errors(job) is None, admission_errors(job)
     assert (job["spec"]["elasticPolicy"]["minReplicas"], job["spec"]["elasticPolicy"]["maxReplicas"]) == (4, 16)
     limits = container(job)["resources"]["limits"]

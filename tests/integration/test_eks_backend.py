@@ -265,3 +265,22 @@ def test_a_run_id_without_a_job_and_logs_or_stop_without_one_say_what_to_do(fake
     for command in (lambda: list(eks.logs("trainkit-jobs", None)), lambda: eks.stop("trainkit-jobs", None)):
         with pytest.raises(SpecError, match=r"^no job from trainkit in namespace trainkit-jobs: submit one with "):
             command()
+
+
+def test_the_api_server_refuses_a_pod_that_would_share_the_nodes_network(fake):
+    """Issue 49: whoever creates a pod in the jobs' namespace (here through the official client, as kubectl or a
+    user's script with API credentials would), the platform's admission policy refuses hostNetwork with a 422."""
+    from kubernetes.client.exceptions import ApiException
+
+    from trainkit.backends.eks.kube import Kube
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sniffer"},
+        "spec": {"hostNetwork": True, "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "1"]}]},
+    }
+    with pytest.raises(ApiException) as refused:
+        Kube.connect().core.create_namespaced_pod("trainkit-jobs", pod)
+    assert refused.value.status == 422 and "may not share the node's network" in refused.value.body
+    assert ("trainkit-jobs", "sniffer") not in fake.pods

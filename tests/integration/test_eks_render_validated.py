@@ -15,7 +15,7 @@ import yaml
 from kubernetes.utils import parse_quantity
 
 from tests.helpers.crd import admission_errors
-from tests.helpers.eks import container, job_for, validate_core, worker
+from tests.helpers.eks import container, dry_run_job, job_for, validate_core, worker
 from tests.helpers.kubernetes import kubernetes_version
 from tests.helpers.paths import GOLDEN, REPO
 from tests.helpers.pod_resources import DAEMONSET_REQUESTS, misfits, node_allocatable, qos_class, resource_errors
@@ -46,7 +46,7 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
     )
     assert result.returncode == 0, result.stderr
     assert TOKEN not in result.stdout + result.stderr
-    job = yaml.safe_load(result.stdout)  # stdout is only the YAML; notes go to stderr
+    job = dry_run_job(result.stdout)  # stdout is only the YAML; notes go to stderr
     assert "assuming p5.48xlarge" in result.stderr and "rendezvous: etcd" in result.stderr
     assert admission_errors(job) is None, admission_errors(job)
     validate_core(job)
@@ -211,7 +211,7 @@ def test_nccl_test_dry_run_is_a_job_on_the_training_placement_that_runs_the_swee
     env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none")}
     result = invoke("nccl-test", "--target", "eks", "--nodes", "2", "--run-id", "fabric", "--dry-run", env=env)
     assert result.returncode == 0, result.stderr
-    job = yaml.safe_load(result.stdout)
+    job = dry_run_job(result.stdout)
     assert admission_errors(job) is None, admission_errors(job)
     validate_core(job)
     trained = job_for({"model": "llama2-7b", "nodes": "2", "run_id": "fabric"})

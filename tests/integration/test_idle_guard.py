@@ -310,6 +310,16 @@ def test_a_submit_wakes_the_group_after_its_checks_and_before_the_job(guarded, a
     assert submitted.startswith("submitted trainkit-jobs/")
     assert [op for op, _ in calls] == ["DescribeNodegroup", "UpdateNodegroupConfig"]
     assert _scaling(eks, name)["desiredSize"] == 2 and len(api.jobs) == 1
+    (job,) = api.jobs.values()
+    (policy,) = api.network_policies.values()  # made before the job, then owned by it (issue 49)
+    assert policy["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "name": job["metadata"]["name"],
+            "uid": job["metadata"]["uid"],
+        }
+    ]
     noted = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: asked node group")]
     asked = (
         f"note: asked node group {name} for 2 node(s) (it had 0); the job stays Pending until they join "
@@ -339,6 +349,7 @@ def test_a_job_the_api_server_refuses_after_the_wake_scales_the_group_back(guard
     ops = [op for op, _ in calls]
     assert ops == ["DescribeNodegroup", "UpdateNodegroupConfig", "DescribeNodegroup", "UpdateNodegroupConfig"]
     assert _scaling(eks, name)["desiredSize"] == 0 and not api.jobs
+    assert not api.network_policies  # the policy made for the job's pods before it went with it (issue 49)
     assert capsys.readouterr().err.endswith(
         f"note: the job was not created, so node group {name} was asked for its 0 node(s) again\n"
     )

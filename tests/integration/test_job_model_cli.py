@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
+from tests.helpers.eks import dry_run_job
 from tests.helpers.jobs import WALKS
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
@@ -37,7 +37,7 @@ def _printed_job(result) -> dict:
         if "request" in printed:
             return next(body for path, body in printed["uploads"].items() if path.endswith("/spec.json"))
         return printed
-    manifest = yaml.safe_load(result.stdout)
+    manifest = dry_run_job(result.stdout)
     container = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     return json.loads(next(e["value"] for e in container["env"] if e["name"] == "TRAINKIT_SPEC"))
 

@@ -28,6 +28,8 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
         "Service",
         "ServiceAccount",
         "StatefulSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     for name, obj in objects:
         try:

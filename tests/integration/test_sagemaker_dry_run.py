@@ -43,6 +43,8 @@ def test_every_model_makes_a_request_the_service_model_accepts(model, tmp_path):
     assert TOKEN not in printed
     assert "HF_TOKEN" not in body["Environment"]  # the secret's ARN travels; the instances read the value
     assert "HyperParameters" not in body  # shown to anyone who may describe the job: nothing travels there
+    assert body["OutputDataConfig"]["KmsKeyId"].startswith("arn:aws:kms:")  # the output is encrypted with a key
+    assert body["EnableInterContainerTrafficEncryption"] is False  # the stack's default
 
 
 def test_a_users_script_makes_a_request_the_service_model_accepts(tmp_path):
@@ -88,8 +90,9 @@ def test_other_targets_refuse_the_sagemaker_only_flags(tmp_path):
 
 
 def test_the_recorded_stack_fills_the_request(tmp_path, monkeypatch):
-    """What `make up PROFILE=aws` recorded with sagemaker_enabled: the role, bucket, subnets, security group and
-    secret of the stack's `sagemaker` output, and the stack's tag, so `infra.audit` finds a job still running."""
+    """What `make up PROFILE=aws` recorded with sagemaker_enabled: the role, bucket, subnets, security group,
+    secret and KMS key of the stack's `sagemaker` output, and the stack's tag, so `infra.audit` finds a job still
+    running."""
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path / "state"))
     stack = {
         "role_arn": "arn:aws:iam::123456789012:role/trainkit-sagemaker-20261125",
@@ -97,6 +100,8 @@ def test_the_recorded_stack_fills_the_request(tmp_path, monkeypatch):
         "subnet_ids": ["subnet-0fffffffffffffff1"],
         "security_group_ids": ["sg-0c1a2b3c4d5e6f708"],
         "hf_token_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-hf-token-AbCdEf",
+        "kms_key_arn": "arn:aws:kms:eu-west-1:123456789012:key/0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+        "inter_container_traffic_encryption": True,
     }
     save_outputs(
         {"gpu_instance_type": "p5.48xlarge", "region": "eu-west-1", "stack_id": "trainkit-x", "sagemaker": stack}
@@ -108,3 +113,8 @@ def test_the_recorded_stack_fills_the_request(tmp_path, monkeypatch):
     assert body["CheckpointConfig"]["S3Uri"].startswith("s3://trainkit-runs-123456789012/checkpoints/")
     assert {"Key": "trainkit:stack-id", "Value": "trainkit-x"} in body["Tags"]
     assert body["Environment"]["TRAINKIT_AWS_REGION"] == "eu-west-1"  # the stack's: the hosts' boto3 clients need one
+    # The stack's key on the output; none on the volume of a p5, whose local NVMe storage SageMaker will not take a
+    # key for (API reference, ResourceConfig.VolumeKmsKeyId); the stack's choice of inter-container encryption.
+    assert body["OutputDataConfig"]["KmsKeyId"] == stack["kms_key_arn"]
+    assert "VolumeKmsKeyId" not in body["ResourceConfig"]
+    assert body["EnableInterContainerTrafficEncryption"] is True

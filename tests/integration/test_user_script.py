@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 
-import kubernetes_validate
-import yaml
 
 from tests.helpers.crd import admission_errors
-from tests.helpers.eks import IMAGE, container, validate_core, worker
-from tests.helpers.kubernetes import kubernetes_version
+from tests.helpers.eks import IMAGE, container, dry_run_objects, validate_core, worker
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
 from trainkit.backends.base import WORKLOAD_ENV
@@ -23,8 +20,9 @@ def test_on_eks_the_dry_run_is_the_code_configmap_and_a_job_the_operator_admits(
     flags = ["--target", "eks", "--nodes", "1:2", "--image", IMAGE, "--run-id", "mine", "--dry-run"]
     result = invoke("run", "--script", "examples/native_ddp.py", *flags, "--", "--epochs", "3", env=env)
     assert result.returncode == 0, result.stderr
-    configmap, job = yaml.safe_load_all(result.stdout)
-    kubernetes_validate.validate(configmap, kubernetes_version(), strict=True)
+    objects = dry_run_objects(result.stdout)  # each valid as a core object, strictly
+    configmap, job = objects["ConfigMap"], objects["PyTorchJob"]
+    assert configmap["metadata"]["name"] == worker(job)["template"]["spec"]["volumes"][-1]["configMap"]["name"]
     assert admission_errors(job) is None, admission_errors(job)
     validate_core(job)
     mapped = {i["path"] for i in worker(job)["template"]["spec"]["volumes"][-1]["configMap"]["items"]}

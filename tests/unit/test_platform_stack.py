@@ -232,3 +232,89 @@ def test_the_idle_guard_runs_its_own_image_and_only_once_make_up_pushed_it():
     guard_stage = dockerfile[dockerfile.index(" AS guard\n") :]
     (user,) = re.findall(r"^USER (\d+):(\d+)$", guard_stage, flags=re.MULTILINE)
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (int(user[0]), True)
+
+
+def test_grafana_reads_configmaps_and_secrets_only_in_its_own_namespace():
+    """The grafana chart (a subchart of the pinned kube-prometheus-stack) grants its dashboard and datasource
+    sidecars get/list/watch on configmaps and secrets: in a ClusterRole unless `rbac.namespaced` (templates/
+    clusterrole.yaml: `if and .Values.rbac.create (not .Values.rbac.namespaced)`), else in a Role of its namespace
+    (templates/role.yaml). So Grafana must be namespaced, search only its own namespace (values.yaml: no
+    searchNamespace means the sidecar's), and the dashboards must be created there."""
+    grafana = yaml.safe_load((ROOT / "values" / "kube-prometheus-stack.yaml").read_text())["grafana"]
+    assert grafana["rbac"]["namespaced"] is True
+    for sidecar in grafana["sidecar"].values():
+        assert sidecar.get("searchNamespace") in (None, ""), "a namespace beyond its own needs the ClusterRole"
+    assert unquote(RESOURCES[("helm_release", "monitoring_operator")]["namespace"]) == "${var.monitoring_namespace}"
+    dashboards = RESOURCES[("kubernetes_config_map_v1", "grafana_dashboard")]["metadata"][0]
+    assert unquote(dashboards["namespace"]) == "${var.monitoring_namespace}"
+
+
+def test_the_jobs_namespace_admits_the_workers_and_refuses_what_reaches_the_node():
+    """The platform's ValidatingAdmissionPolicy, its CEL run as the API server runs it (tests/helpers/admission.py):
+    a rendered worker (IPC_LOCK for EFA, the FSx claim) is admitted; each way to the node is refused with its
+    message, in the jobs' namespace only."""
+    import copy
+
+    from tests.helpers.admission import denial
+    from tests.helpers.eks import job_for
+
+    objects = [m for _, m in manifests() if m["kind"].startswith("ValidatingAdmissionPolicy")]
+    template = job_for({"model": "llama2-7b", "run_id": "vap"})["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vap-worker-0", **template["metadata"]}}
+    worker["spec"] = template["spec"]
+    assert denial(objects, "trainkit-jobs", worker) is None
+
+    def changed(edit) -> dict:
+        pod = copy.deepcopy(worker)
+        edit(pod["spec"])
+        return pod
+
+    cases = {
+        "(hostNetwork, hostPID, hostIPC)": lambda s: s.update(hostNetwork=True),
+        "hostPID": lambda s: s.update(hostPID=True),
+        "(hostPath volumes)": lambda s: s["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+        "run privileged": lambda s: s.update(
+            initContainers=[{"name": "i", "image": "x", "securityContext": {"privileged": True}}]
+        ),
+        "(hostPort)": lambda s: s["containers"][0]["ports"].append({"containerPort": 22, "hostPort": 22}),
+        "baseline's capabilities": lambda s: s["containers"][0]["securityContext"]["capabilities"]["add"].append(
+            "SYS_ADMIN"
+        ),
+        "unmask /proc": lambda s: s["containers"][0]["securityContext"].update(procMount="Unmasked"),
+        "may not run without seccomp": lambda s: s["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+        "an SELinux type": lambda s: s["containers"][0]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+        "set a sysctl": lambda s: s["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
+    }
+    for said, edit in cases.items():
+        refused = denial(objects, "trainkit-jobs", changed(edit))
+        assert refused and said in refused, (said, refused)
+        assert refused.startswith(
+            "pods \"vap-worker-0\" is forbidden: ValidatingAdmissionPolicy 'trainkit-jobs-pods' with binding "
+            "'trainkit-jobs-pods' denied request: "
+        )
+    assert denial(objects, "trainkit-system", changed(cases["(hostNetwork, hostPID, hostIPC)"])) is None
+
+
+def test_submitters_get_pytorchjobs_in_the_jobs_namespace_and_the_node_list_and_nothing_more():
+    """The EKS access policies a submitter holds (AmazonEKSEditPolicy in the jobs' namespace, View in this one: the
+    eks module) have neither PyTorchJobs nor nodes; the group their access entries carry (the module's default
+    name, which the sample's output repeats) gets exactly those."""
+    import hcl2
+
+    from tests.helpers.paths import REPO
+
+    with (REPO / "terraform" / "modules" / "eks" / "variables.tf").open() as handle:
+        variables = {unquote(k): v for block in hcl2.load(handle)["variable"] for k, v in block.items()}
+    group = re.search(r'kubernetes_group\s*=\s*optional\(string, "([^"]+)"\)', str(variables["submitter_access"]))
+    assert group and group[1] == INFRA_SAMPLE["submitters"]["kubernetes_group"]
+    bound = {m["kind"]: m for n, m in manifests() if n.startswith("submitter_")}
+    assert {s["name"] for k in ("RoleBinding", "ClusterRoleBinding") for s in bound[k]["subjects"]} == {group[1]}
+    assert bound["Role"]["metadata"]["namespace"] == cluster.JOBS_NAMESPACE
+    assert bound["Role"]["rules"] == [
+        {
+            "apiGroups": ["kubeflow.org"],
+            "resources": ["pytorchjobs"],
+            "verbs": ["create", "get", "list", "watch", "delete"],
+        }
+    ]
+    assert bound["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]

@@ -3,6 +3,8 @@ no terraform binary runs here (tests/integration/test_terraform.py runs it)."""
 
 from __future__ import annotations
 
+import re
+
 from trainkit.infra.cli_config import find_provider_mirror, render_cli_config
 
 
@@ -42,7 +44,7 @@ def test_the_fsx_csi_role_may_change_only_this_stacks_file_system():
     (content,) = condition["content"]
     assert content["test"] == '"StringEquals"' and content["variable"] == '"aws:ResourceTag/${condition.value.key}"'
     infra = (terraform / "stacks" / "infra" / "main.tf").read_text()
-    assert 'fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id }' in infra
+    assert re.search(r'fsx_scope_tag\s+= \{ key = "trainkit:stack-id", value = var.stack_id \}', infra)
     assert '"trainkit:stack-id" = var.stack_id' in infra  # the tag every resource (FSx included) carries
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from trainkit.backends import job_from_flags
 from trainkit.backends.base import WORKLOAD_ENV, Workload
-from trainkit.backends.eks import render
+from trainkit.backends.eks import render, submission
 from trainkit.errors import SpecError
 from trainkit.run.code import CODE_LIMIT_BYTES, code_digest, code_files, read_code
 from trainkit.workloads.script import run_id_for, script_workload
@@ -131,8 +131,9 @@ def test_on_eks_the_code_rides_in_a_configmap_mounted_read_only_in_every_worker(
     spec = job(target="eks", nodes=2, instance_type="p5.48xlarge", nproc=None)
     workload = script_workload(spec, str(folder / "train.py"), [])
     code = read_code(folder)
-    manifest = render.render_pytorchjob(spec, "rdzv", workload, code)
-    configmap = render.render_code_configmap(spec, code)
+    name = submission.code_configmap_name(spec, "0a1b2c3d4e")
+    manifest = render.render_pytorchjob(spec, "rdzv", workload, code, name)
+    configmap = submission.render_code_configmap(spec, code, name)
     items = render.code_items(code)
     assert [item["path"] for item in items] == ["pkg/__init__.py", "train.py", "weights.bin"]
     binary = next(item["key"] for item in items if item["path"] == "weights.bin")

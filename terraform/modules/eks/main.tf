@@ -64,7 +64,8 @@ resource "aws_eks_cluster" "this" {
     endpoint_private_access = true
     #trivy:ignore:AVD-AWS-0040 public endpoint is deliberate, limited to public_access_cidrs
     endpoint_public_access = var.endpoint_public_access
-    public_access_cidrs    = var.public_access_cidrs
+    # Without the public endpoint the list means nothing (EKS API Reference, VpcConfigRequest.publicAccessCidrs).
+    public_access_cidrs = var.endpoint_public_access ? var.public_access_cidrs : null
   }
 
   access_config {
@@ -86,10 +87,29 @@ resource "aws_eks_cluster" "this" {
 
 ################################################################################
 # Access entries
+#
+# Admins (the platform's owners) get cluster-admin; submitters get AmazonEKSEditPolicy in the jobs' namespace and
+# AmazonEKSViewPolicy in the platform's, nothing cluster-wide. The policies' rules: EKS User Guide, "Review access
+# policy permissions" (https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html).
 ################################################################################
 
+locals {
+  access_entries = local.create && var.enable_access_entries
+  submitter_policies = {
+    edit = { policy = "AmazonEKSEditPolicy", namespaces = var.submitter_access.edit_namespaces }
+    view = { policy = "AmazonEKSViewPolicy", namespaces = var.submitter_access.view_namespaces }
+  }
+  submitter_associations = {
+    for pair in setproduct(var.submitter_principal_arns, keys(local.submitter_policies)) : "${pair[1]} ${pair[0]}" => {
+      principal_arn = pair[0]
+      policy        = local.submitter_policies[pair[1]].policy
+      namespaces    = local.submitter_policies[pair[1]].namespaces
+    } if length(local.submitter_policies[pair[1]].namespaces) > 0
+  }
+}
+
 resource "aws_eks_access_entry" "admin" {
-  for_each = local.create && var.enable_access_entries ? toset(var.admin_principal_arns) : toset([])
+  for_each = local.access_entries ? toset(var.admin_principal_arns) : toset([])
 
   cluster_name  = aws_eks_cluster.this[0].name
   principal_arn = each.value
@@ -105,6 +125,31 @@ resource "aws_eks_access_policy_association" "admin" {
 
   access_scope {
     type = "cluster"
+  }
+}
+
+# A submitter's entry also carries a Kubernetes group, which the platform stack binds to what the access policies
+# lack: kubeflow.org PyTorchJobs in the jobs' namespace and listing nodes (EKS User Guide, "Create access entries":
+# an entry's kubernetes_groups are the groups RoleBindings and ClusterRoleBindings name).
+resource "aws_eks_access_entry" "submitter" {
+  for_each = local.access_entries ? toset(var.submitter_principal_arns) : toset([])
+
+  cluster_name      = aws_eks_cluster.this[0].name
+  principal_arn     = each.value
+  kubernetes_groups = [var.submitter_access.kubernetes_group]
+  tags              = var.tags
+}
+
+resource "aws_eks_access_policy_association" "submitter" {
+  for_each = local.access_entries ? local.submitter_associations : {}
+
+  cluster_name  = aws_eks_cluster.this[0].name
+  principal_arn = aws_eks_access_entry.submitter[each.value.principal_arn].principal_arn
+  policy_arn    = "arn:${local.partition}:eks::aws:cluster-access-policy/${each.value.policy}"
+
+  access_scope {
+    type       = "namespace"
+    namespaces = each.value.namespaces
   }
 }
 
@@ -130,8 +175,22 @@ resource "aws_iam_role" "node" {
   tags               = var.tags
 }
 
+locals {
+  # The VPC CNI (aws-node) gets AmazonEKS_CNI_Policy through its own Pod Identity role when the cluster has both
+  # add-ons and Pod Identity; only otherwise (emulators) does the node role carry it, where every process on the node
+  # that reaches IMDS could use it.
+  vpc_cni_pod_identity = (
+    local.create && var.enable_addons && var.enable_pod_identity
+    && contains(keys(var.addons), "vpc-cni") && contains(keys(var.addons), "eks-pod-identity-agent")
+  )
+  node_policies = concat(
+    ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"],
+    local.vpc_cni_pod_identity ? [] : ["AmazonEKS_CNI_Policy"],
+  )
+}
+
 resource "aws_iam_role_policy_attachment" "node" {
-  for_each = local.create ? toset(["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"]) : toset([])
+  for_each = local.create ? toset(local.node_policies) : toset([])
 
   role       = aws_iam_role.node[0].name
   policy_arn = "${local.policy}/${each.value}"
@@ -144,14 +203,21 @@ resource "aws_iam_role_policy_attachment" "node" {
 resource "aws_launch_template" "system" {
   count = local.create ? 1 : 0
 
-  #checkov:skip=CKV_AWS_341:hop limit 2 so pods on the node can use IMDSv2 (tokens stay required)
-
   name_prefix = "${var.name}-system-"
 
   metadata_options {
-    http_endpoint               = "enabled"
-    http_tokens                 = "required"
-    http_put_response_hop_limit = 2
+    http_endpoint = "enabled"
+    http_tokens   = "required" # IMDSv2 only
+    # Hop limit 1: a pod in its own network namespace is one hop further and gets no IMDSv2 token, so Grafana,
+    # Prometheus, etcd, the operator and the data-preparation job cannot borrow the node role; what needs AWS among
+    # them has its own Pod Identity role. Pods with hostNetwork stay at one hop and keep IMDS: aws-node (the VPC
+    # CNI, which also reads its ENI layout there), kube-proxy, the Pod Identity agent (EKS User Guide, "Amazon EKS
+    # security best practices", restricting IMDS: IMDSv2 with hop limit 1 blocks containers "that don't use host
+    # networking"). The FSx CSI controller then reads its instance id from its Node's providerID, but no region
+    # (aws-fsx-csi-driver pkg/cloud/metadata_k8s.go, metadataForEC2Node): its own FSx API calls (dynamic
+    # provisioning, resize) would fail. The platform's volume is static (a PersistentVolume of the stack's file
+    # system), which the node plugin mounts without the controller; a dynamic one would need the region set.
+    http_put_response_hop_limit = 1
   }
 
   block_device_mappings {
@@ -203,15 +269,59 @@ resource "aws_eks_node_group" "system" {
   labels = { "trainkit/pool" = "system" }
   tags   = var.tags
 
-  depends_on = [aws_iam_role_policy_attachment.node]
+  # The nodes come up with the VPC CNI and the Pod Identity agent as configured below, so aws-node starts with its
+  # own role's credentials, never the node role's.
+  depends_on = [aws_iam_role_policy_attachment.node, aws_eks_addon.before_nodes]
 }
 
 ################################################################################
-# Managed add-ons and the FSx CSI driver's pod identity
+# Managed add-ons, the VPC CNI's and the FSx CSI driver's pod identities
 ################################################################################
 
+locals {
+  addons = local.create && var.enable_addons ? var.addons : {}
+  # DaemonSets the nodes need from their first minute, made before the node group (terraform-aws-eks's
+  # `before_compute` add-ons): the VPC CNI, so that aws-node runs with its Pod Identity role from the start, and the
+  # Pod Identity agent that hands it those credentials (hostNetwork: it needs no pod network itself).
+  addons_before_nodes = ["vpc-cni", "eks-pod-identity-agent"]
+}
+
+resource "aws_eks_addon" "before_nodes" {
+  for_each = { for name, addon in local.addons : name => addon if contains(local.addons_before_nodes, name) }
+
+  cluster_name                = aws_eks_cluster.this[0].name
+  addon_name                  = each.key
+  addon_version               = each.value.version
+  configuration_values        = each.value.configuration_values
+  resolve_conflicts_on_create = "OVERWRITE"
+  resolve_conflicts_on_update = "PRESERVE"
+  tags                        = var.tags
+
+  # The VPC CNI supports EKS Pod Identity (EKS User Guide, "Configure Amazon VPC CNI plugin to use IRSA", note;
+  # "IAM roles for Amazon EKS add-ons": an add-on creates its associations itself). aws-node is its service account.
+  dynamic "pod_identity_association" {
+    for_each = each.key == "vpc-cni" && local.vpc_cni_pod_identity ? [aws_iam_role.vpc_cni[0].arn] : []
+    content {
+      role_arn        = pod_identity_association.value
+      service_account = local.pod_identities.vpc_cni.service_account
+    }
+  }
+
+  depends_on = [aws_iam_role_policy_attachment.vpc_cni]
+}
+
+moved {
+  from = aws_eks_addon.this["vpc-cni"]
+  to   = aws_eks_addon.before_nodes["vpc-cni"]
+}
+
+moved {
+  from = aws_eks_addon.this["eks-pod-identity-agent"]
+  to   = aws_eks_addon.before_nodes["eks-pod-identity-agent"]
+}
+
 resource "aws_eks_addon" "this" {
-  for_each = local.create && var.enable_addons ? var.addons : {}
+  for_each = { for name, addon in local.addons : name => addon if !contains(local.addons_before_nodes, name) }
 
   cluster_name                = aws_eks_cluster.this[0].name
   addon_name                  = each.key
@@ -228,6 +338,7 @@ resource "aws_eks_addon" "this" {
 locals {
   # The service accounts that get a Pod Identity role here; each role may be assumed for its own one only.
   pod_identities = {
+    vpc_cni     = { create = local.vpc_cni_pod_identity, namespace = "kube-system", service_account = "aws-node" }
     fsx_csi     = { create = local.create && var.enable_pod_identity, namespace = "kube-system", service_account = "fsx-csi-controller-sa" }
     data_reader = { create = local.data_reader, namespace = var.data_reader.namespace, service_account = var.data_reader.service_account }
   }
@@ -293,6 +404,23 @@ data "aws_iam_policy_document" "fsx_csi" {
       }
     }
   }
+}
+
+# The VPC CNI's own role: the AWS managed policy for an IPv4 cluster (EKS User Guide, "Configure Amazon VPC CNI plugin
+# to use IRSA": AmazonEKS_CNI_Policy, attached to "a separate IAM role", which it recommends over the node role).
+resource "aws_iam_role" "vpc_cni" {
+  count = local.vpc_cni_pod_identity ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-vpc-cni-"
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume["vpc_cni"].json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "vpc_cni" {
+  count = local.vpc_cni_pod_identity ? 1 : 0
+
+  role       = aws_iam_role.vpc_cni[0].name
+  policy_arn = "${local.policy}/AmazonEKS_CNI_Policy"
 }
 
 resource "aws_iam_role" "fsx_csi" {

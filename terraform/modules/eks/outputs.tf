@@ -48,3 +48,35 @@ output "data_reader" {
     association = [for a in aws_eks_pod_identity_association.data_reader : { namespace = a.namespace, service_account = a.service_account }]
   }
 }
+
+output "endpoint_access" {
+  description = "The API endpoint's reach: public (bool), the CIDRs the public endpoint admits (null when it is off), private (always true)."
+  value = try({
+    public              = aws_eks_cluster.this[0].vpc_config[0].endpoint_public_access
+    public_access_cidrs = aws_eks_cluster.this[0].vpc_config[0].public_access_cidrs
+    private             = aws_eks_cluster.this[0].vpc_config[0].endpoint_private_access
+  }, null)
+}
+
+################################################################################
+# Access entries
+################################################################################
+
+output "submitters" {
+  description = "The job submitters' access: their principals, the Kubernetes group their access entries carry (the platform stack binds it to PyTorchJobs in the jobs' namespace and to listing nodes), the namespaces where they edit and where they view."
+  value = {
+    principal_arns   = [for entry in aws_eks_access_entry.submitter : entry.principal_arn]
+    kubernetes_group = var.submitter_access.kubernetes_group
+    edit_namespaces  = var.submitter_access.edit_namespaces
+    view_namespaces  = var.submitter_access.view_namespaces
+  }
+}
+
+################################################################################
+# Node IAM role and the VPC CNI's
+################################################################################
+
+output "vpc_cni_role_arn" {
+  description = "The VPC CNI's (aws-node) Pod Identity role; null when it uses the node role (pod identity or add-ons off)."
+  value       = try(aws_iam_role.vpc_cni[0].arn, null)
+}

@@ -41,19 +41,23 @@ variable "subnet_ids" {
 }
 
 variable "endpoint_public_access" {
-  description = "Expose the Kubernetes API endpoint publicly (restricted to public_access_cidrs). The private endpoint is always on."
+  description = "Expose the Kubernetes API endpoint publicly (restricted to public_access_cidrs). false: the private endpoint only, reachable from inside the VPC. The private endpoint is always on."
   type        = bool
   default     = true
   nullable    = false
 }
 
 variable "public_access_cidrs" {
-  description = "CIDRs allowed to reach the public API endpoint (your office/VPN ranges). Required: no open default."
+  description = "IPv4 CIDRs allowed to reach the public API endpoint (your office/VPN ranges). Required while endpoint_public_access is on: no open default. The caller decides how broad a range it accepts (the infra stack refuses any broader than /16)."
   type        = list(string)
+  nullable    = false
 
   validation {
-    condition     = length(var.public_access_cidrs) > 0 && alltrue([for c in var.public_access_cidrs : can(cidrhost(c, 0))])
-    error_message = "public_access_cidrs must list at least one valid IPv4 CIDR, e.g. [\"203.0.113.0/24\"]."
+    # IPv4 only: an IPv4 cluster's public endpoint takes no IPv6 CIDR (EKS API Reference, VpcConfigRequest).
+    condition = (length(var.public_access_cidrs) > 0 || !var.endpoint_public_access) && alltrue([
+      for c in var.public_access_cidrs : can(cidrhost(c, 0)) && can(regex("^[0-9.]+/[0-9]+$", c))
+    ])
+    error_message = "public_access_cidrs must list at least one valid IPv4 CIDR while endpoint_public_access is on, e.g. [\"203.0.113.0/24\"]."
   }
 }
 
@@ -75,13 +79,38 @@ variable "kms_key_arn" {
 }
 
 variable "admin_principal_arns" {
-  description = "IAM principals given cluster-admin through EKS access entries (the caller is added by EKS itself)."
+  description = "IAM principals given cluster-admin (AmazonEKSClusterAdminPolicy, cluster-wide) through EKS access entries: the platform's owners. The caller is added by EKS itself."
   type        = list(string)
   default     = []
+  nullable    = false
+}
+
+variable "submitter_principal_arns" {
+  description = "IAM principals that submit jobs: AmazonEKSEditPolicy in submitter_access.edit_namespaces and AmazonEKSViewPolicy in submitter_access.view_namespaces, nothing cluster-wide, and the Kubernetes group submitter_access.kubernetes_group. None of them may also be an admin (EKS allows one access entry per principal)."
+  type        = list(string)
+  default     = []
+  nullable    = false
+
+  validation {
+    # EKS User Guide, "Create access entries": "An IAM principal can't be included in more than one access entry."
+    condition     = length(setintersection(var.submitter_principal_arns, var.admin_principal_arns)) == 0
+    error_message = "A principal is in both admin_principal_arns and submitter_principal_arns: EKS allows one access entry per principal; list it in one."
+  }
+}
+
+variable "submitter_access" {
+  description = "Where submitters act: edit_namespaces get AmazonEKSEditPolicy (the jobs' namespace), view_namespaces AmazonEKSViewPolicy (the platform's, where the idle guard's status lives); kubernetes_group is the group their access entries carry, which the platform stack binds to PyTorchJobs and to listing nodes (access policies have neither)."
+  type = object({
+    edit_namespaces  = optional(list(string), ["trainkit-jobs"])
+    view_namespaces  = optional(list(string), ["trainkit-system"])
+    kubernetes_group = optional(string, "trainkit-submitters")
+  })
+  default  = {}
+  nullable = false
 }
 
 variable "enable_access_entries" {
-  description = "Create access entries for admin_principal_arns (off only for emulators that lack the API)."
+  description = "Create access entries for admin_principal_arns and submitter_principal_arns (off only for emulators that lack the API)."
   type        = bool
   default     = true
   nullable    = false
@@ -112,7 +141,7 @@ variable "enable_addons" {
 }
 
 variable "enable_pod_identity" {
-  description = "Create the FSx CSI controller's pod identity association (off only for emulators)."
+  description = "Create the pod identity roles and associations: the VPC CNI's (then the node role carries no AmazonEKS_CNI_Policy), the FSx CSI controller's, the data-preparation job's. Off only for emulators."
   type        = bool
   default     = true
   nullable    = false

@@ -75,6 +75,14 @@ resource "aws_fsx_lustre_file_system" "this" {
   data_compression_type       = "LZ4"
   file_system_type_version    = "2.15"
   tags                        = merge(var.tags, { Name = var.name })
+
+  dynamic "root_squash_configuration" {
+    for_each = var.root_squash == null ? [] : [var.root_squash]
+    content {
+      root_squash    = root_squash_configuration.value.uid_gid
+      no_squash_nids = root_squash_configuration.value.no_squash_nids
+    }
+  }
 }
 
 locals {

@@ -73,6 +73,34 @@ variable "sync_deletions" {
   default     = false
 }
 
+variable "root_squash" {
+  description = <<-EOT
+    Lustre root squash: a client's root user (UID 0, e.g. a pod running as root) reaches the file system as uid_gid
+    ("UID:GID", both non-zero; "65534:65534" is nobody) instead of as root, except from the clients in
+    no_squash_nids (Lustre NIDs such as 10.0.1.6@tcp, or ranges such as 10.0.[2-10].[1-255]@tcp). null (default): off.
+    Off for now because pods that create their run folders as root would be refused where root owns the parent
+    folder, and how pods create folders on FSx is being redesigned; turn it on with that design.
+  EOT
+  type = object({
+    uid_gid        = optional(string, "65534:65534")
+    no_squash_nids = optional(list(string), [])
+  })
+  default = null
+
+  # FSx API Reference, LustreRootSquashConfiguration: RootSquash "UID:GID" (0 would mean root, i.e. no squash),
+  # NoSquashNids at most 64, each matching ^([0-9\[\]\-]*\.){3}([0-9\[\]\-]*)@tcp$.
+  validation {
+    condition     = var.root_squash == null || can(regex("^[1-9][0-9]*:[1-9][0-9]*$", var.root_squash.uid_gid))
+    error_message = "root_squash.uid_gid must be \"UID:GID\" with both non-zero, e.g. \"65534:65534\" (0 would squash to root: no squash)."
+  }
+  validation {
+    condition = var.root_squash == null || try(length(var.root_squash.no_squash_nids) <= 64 && alltrue([
+      for nid in var.root_squash.no_squash_nids : can(regex("^([0-9\\[\\]-]*\\.){3}([0-9\\[\\]-]*)@tcp$", nid))
+    ]), false)
+    error_message = "root_squash.no_squash_nids: at most 64 Lustre NIDs such as 10.0.1.6@tcp or 10.0.[2-10].[1-255]@tcp."
+  }
+}
+
 variable "repository_mount_path" {
   description = "Where the S3 data appears inside the file system."
   type        = string

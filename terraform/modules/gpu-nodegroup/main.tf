@@ -99,8 +99,9 @@ resource "aws_launch_template" "this" {
     http_tokens   = "required" # IMDSv2 only
     # Hop limit 1: a pod in its own network namespace (one hop further) cannot reach IMDS, so training
     # pods cannot borrow the node role (nothing in them needs AWS credentials: data comes over FSx).
-    # What does need the node's identity runs with hostNetwork (no extra hop): aws-node (VPC CNI),
-    # kube-proxy, the EKS Pod Identity agent. The FSx CSI node plugin does not (its chart dropped
+    # What does need IMDS runs with hostNetwork (no extra hop): aws-node (VPC CNI: its ENI layout; its
+    # credentials come from its own Pod Identity role, terraform/modules/eks), kube-proxy, the EKS Pod Identity
+    # agent. The FSx CSI node plugin does not (its chart dropped
     # hostNetwork in 1.6.1): it makes no AWS call, and when IMDS does not answer it reads its
     # instance id and zone from its Node's providerID through the Kubernetes API. The NVIDIA and EFA
     # device plugins and dcgm-exporter read only the node's devices.

@@ -164,12 +164,28 @@ resource "aws_cloudwatch_log_group" "flow_logs" {
   tags              = var.tags
 }
 
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+
 data "aws_iam_policy_document" "flow_logs_assume" {
   statement {
     actions = ["sts:AssumeRole"]
     principals {
       type        = "Service"
       identifiers = ["vpc-flow-logs.amazonaws.com"]
+    }
+    # Confused deputy: only the flow logs service acting for this account's flow logs in this region (VPC User Guide,
+    # "IAM role for publishing flow logs to CloudWatch Logs", trust policy with aws:SourceAccount and aws:SourceArn;
+    # IAM User Guide, "The confused deputy problem").
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${data.aws_partition.current.partition}:ec2:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:vpc-flow-log/*"]
     }
   }
 }

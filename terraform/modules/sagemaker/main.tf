@@ -232,11 +232,18 @@ data "aws_iam_policy_document" "training" {
       resources = concat(local.data_arns, [for arn in local.data_arns : "${arn}/*"])
     }
   }
-  # The bucket's and the secret's encryption.
+  # The stack's key, only as S3 and Secrets Manager use it for the role (kms:ViaService, AWS KMS Developer Guide,
+  # "kms:ViaService"): the runs bucket's objects and the job's output (OutputDataConfig.KmsKeyId: the role "must
+  # include permissions to call kms:Encrypt", SageMaker API Reference, OutputDataConfig), and the token's secret.
   statement {
-    sid       = "UseTheStackKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    sid       = "UseTheStackKeyThroughS3"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey", "kms:Encrypt"]
     resources = [var.kms_key_arn]
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["s3.${local.region}.amazonaws.com"]
+    }
   }
   dynamic "statement" {
     for_each = var.hf_token_secret_arn != null ? [1] : []
@@ -244,6 +251,19 @@ data "aws_iam_policy_document" "training" {
       sid       = "ReadTheToken"
       actions   = ["secretsmanager:GetSecretValue"]
       resources = [var.hf_token_secret_arn]
+    }
+  }
+  dynamic "statement" {
+    for_each = var.hf_token_secret_arn != null ? [1] : []
+    content {
+      sid       = "DecryptTheToken"
+      actions   = ["kms:Decrypt"]
+      resources = [var.kms_key_arn]
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["secretsmanager.${local.region}.amazonaws.com"]
+      }
     }
   }
   # The training image, from this stack's repositories only.
@@ -273,11 +293,16 @@ data "aws_iam_policy_document" "training" {
       values   = ["/aws/sagemaker/TrainingJobs"]
     }
   }
-  # VpcConfig: SageMaker attaches the instances' network interfaces in the stack's subnets (Developer Guide,
-  # "Give SageMaker AI Training Jobs Access to Resources in Your Amazon VPC").
+  # VpcConfig: SageMaker attaches the instances' network interfaces in the stack's subnets with this role (Developer
+  # Guide, "Give SageMaker AI Training Jobs Access to Resources in Your Amazon VPC"; the CreateTrainingJob execution
+  # role's EC2 actions, "How to use SageMaker AI execution roles"). Scoped per the Service Authorization Reference,
+  # Amazon EC2 (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html):
+  # CreateNetworkInterface authorizes the new interface (no ec2:Subnet key on it, and no ARN yet), the subnet
+  # (required) and the security groups, so naming the subnets and the group bounds where interfaces are made; the
+  # other three act on an existing interface, whose ec2:Subnet (an ARN) must be one of the stack's subnets.
   statement {
-    sid     = "AttachToTheVpc"
-    actions = ["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission"]
+    sid     = "CreateInterfacesInTheSubnets"
+    actions = ["ec2:CreateNetworkInterface"]
     resources = concat(
       local.subnet_arns,
       ["arn:${local.partition}:ec2:${local.region}:${local.account}:network-interface/*"],
@@ -285,9 +310,27 @@ data "aws_iam_policy_document" "training" {
     )
   }
   statement {
-    sid       = "DetachFromTheVpc"
-    actions   = ["ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"]
+    sid       = "ManageInterfacesInTheSubnets"
+    actions   = ["ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface"]
     resources = ["arn:${local.partition}:ec2:${local.region}:${local.account}:network-interface/*"]
+    condition {
+      test     = "ArnEquals"
+      variable = "ec2:Subnet"
+      values   = local.subnet_arns
+    }
+  }
+  # DeleteNetworkInterfacePermission names a permission, not an interface: the reference lists the interface as an
+  # optional resource of it, with ec2:Subnet. Where EC2 evaluates the interface the subnet must be the stack's; a
+  # strict condition could leave SageMaker unable to remove its own permissions if it ever did not.
+  statement {
+    sid       = "RemoveInterfacePermissionsInTheSubnets"
+    actions   = ["ec2:DeleteNetworkInterfacePermission"]
+    resources = ["arn:${local.partition}:ec2:${local.region}:${local.account}:network-interface/*"]
+    condition {
+      test     = "ArnEqualsIfExists"
+      variable = "ec2:Subnet"
+      values   = local.subnet_arns
+    }
   }
   statement {
     sid = "DescribeTheVpc"

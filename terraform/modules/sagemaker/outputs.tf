@@ -10,6 +10,10 @@ output "sagemaker" {
     subnet_ids          = var.subnet_ids
     security_group_ids  = [aws_security_group.training[0].id]
     hf_token_secret_arn = var.hf_token_secret_arn
+    # The launcher encrypts each job's output (OutputDataConfig.KmsKeyId) and, where the instance type has no local
+    # storage, its volume (ResourceConfig.VolumeKmsKeyId) with the stack's key.
+    kms_key_arn                        = var.kms_key_arn
+    inter_container_traffic_encryption = var.inter_container_traffic_encryption
   } : null
 }
 
@@ -67,4 +71,16 @@ output "trust" {
 output "grants" {
   description = "The execution role's resources by statement, sorted."
   value       = { for statement in data.aws_iam_policy_document.training.statement : statement.sid => sort(statement.resources) }
+}
+
+output "grant_conditions" {
+  description = "The execution role's conditions by statement: variable => [test, sorted values]."
+  value = { for statement in data.aws_iam_policy_document.training.statement : statement.sid => {
+    for condition in coalesce(statement.condition, []) : condition.variable => [condition.test, sort(condition.values)]
+  } }
+}
+
+output "grant_actions" {
+  description = "The execution role's actions by statement, sorted."
+  value       = { for statement in data.aws_iam_policy_document.training.statement : statement.sid => sort(statement.actions) }
 }

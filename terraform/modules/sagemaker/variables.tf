@@ -57,6 +57,13 @@ variable "checkpoint_retention_days" {
   }
 }
 
+variable "inter_container_traffic_encryption" {
+  description = "Encrypt the traffic between a job's instances (CreateTrainingJob EnableInterContainerTrafficEncryption), which the launcher sets from the `sagemaker` output. Off by default: SageMaker says training may take longer, depending on how much the instances communicate (Developer Guide, \"Protect Communications Between ML Compute Instances in a Distributed Training Job\"), and data-parallel training communicates at every step."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
 variable "force_destroy" {
   description = "Let `make down` delete the runs bucket with its objects (runs, checkpoints, models): back to nothing."
   type        = bool

@@ -153,19 +153,21 @@ module "network" {
 module "eks" {
   source = "../../modules/eks"
 
-  name                  = var.name
-  kubernetes_version    = var.kubernetes_version
-  vpc_id                = module.network.vpc_id
-  subnet_ids            = module.network.private_subnet_ids
-  kms_key_arn           = aws_kms_key.this.arn
-  public_access_cidrs   = var.public_access_cidrs
-  admin_principal_arns  = var.admin_principal_arns
-  enable_addons         = var.enable_eks_addons
-  enable_access_entries = var.enable_access_entries
-  enable_pod_identity   = var.enable_pod_identity
-  fsx_scope_tag         = { key = "trainkit:stack-id", value = var.stack_id } # FSx carries it (default_tags)
-  data_reader           = { buckets = var.data_source_buckets }
-  tags                  = local.tags # the system nodes' instances, volumes and interfaces: default_tags do not reach them
+  name                     = var.name
+  kubernetes_version       = var.kubernetes_version
+  vpc_id                   = module.network.vpc_id
+  subnet_ids               = module.network.private_subnet_ids
+  kms_key_arn              = aws_kms_key.this.arn
+  endpoint_public_access   = var.endpoint_public_access
+  public_access_cidrs      = var.public_access_cidrs
+  admin_principal_arns     = var.admin_principal_arns
+  submitter_principal_arns = var.submitter_principal_arns
+  enable_addons            = var.enable_eks_addons
+  enable_access_entries    = var.enable_access_entries
+  enable_pod_identity      = var.enable_pod_identity
+  fsx_scope_tag            = { key = "trainkit:stack-id", value = var.stack_id } # FSx carries it (default_tags)
+  data_reader              = { buckets = var.data_source_buckets }
+  tags                     = local.tags # the system nodes' instances, volumes and interfaces: default_tags do not reach them
 }
 
 module "gpu_nodegroup" {
@@ -208,6 +210,7 @@ module "fsx_lustre" {
   kms_key_arn               = aws_kms_key.this.arn
   s3_import_path            = var.fsx_s3_import_path
   sync_deletions            = var.fsx_sync_deletions
+  root_squash               = var.fsx_root_squash
 }
 
 module "ecr" {
@@ -232,6 +235,8 @@ module "sagemaker" {
   hf_token_secret_arn       = one(aws_secretsmanager_secret.hf_token[*].arn)
   data_source_buckets       = var.data_source_buckets
   checkpoint_retention_days = var.sagemaker_checkpoint_retention_days
+
+  inter_container_traffic_encryption = var.sagemaker_inter_container_traffic_encryption
 }
 
 module "batch" {

@@ -108,8 +108,13 @@ output "idle_guard" {
   }
 }
 
+output "submitters" {
+  description = "Job submitters' EKS access: principals, the Kubernetes group their access entries carry (the platform stack binds it to PyTorchJobs in the jobs' namespace and to listing nodes), the namespaces they edit and view."
+  value       = module.eks.submitters
+}
+
 output "sagemaker" {
-  description = "The SageMaker part (role, bucket, subnets, security group, token secret); null unless sagemaker_enabled."
+  description = "The SageMaker part (role, bucket, subnets, security group, token secret, the stack's KMS key for the jobs' outputs and volumes, inter-container traffic encryption); null unless sagemaker_enabled."
   value       = module.sagemaker.sagemaker
 }
 

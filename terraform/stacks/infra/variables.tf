@@ -54,29 +54,51 @@ variable "kubernetes_version" {
 }
 
 variable "admin_principal_arns" {
-  description = "IAM roles/users given cluster-admin through EKS access entries (the creator has it already)."
+  description = "IAM roles/users given cluster-admin (AmazonEKSClusterAdminPolicy, cluster-wide) through EKS access entries: the platform's owners (the creator has it already). Job submitters go in submitter_principal_arns."
   type        = list(string)
   default     = []
 }
 
-variable "public_access_cidrs" {
-  description = "CIDRs allowed to reach the public Kubernetes API endpoint: where you run invoke/kubectl from. Required."
+variable "submitter_principal_arns" {
+  description = "IAM roles/users that submit jobs: AmazonEKSEditPolicy in the jobs' namespace (trainkit-jobs) and AmazonEKSViewPolicy in trainkit-system, nothing cluster-wide, and the Kubernetes group of the `submitters` output (docs/security.md says what they can and cannot do). A principal is an admin or a submitter, not both."
   type        = list(string)
+  default     = []
+  nullable    = false
+}
+
+variable "endpoint_public_access" {
+  description = "Reach the Kubernetes API from the internet, limited to public_access_cidrs (default). false: the private endpoint only, so invoke, kubectl and `make up`'s platform stack must run from inside the VPC (a VPN, Direct Connect or a host there), and public_access_cidrs may be []."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "public_access_cidrs" {
+  description = "IPv4 CIDRs allowed to reach the public Kubernetes API endpoint: where you run invoke/kubectl from, each /16 or narrower. Required ([] only with endpoint_public_access = false)."
+  type        = list(string)
+  nullable    = false
 
   validation {
-    condition     = length(var.public_access_cidrs) > 0 && alltrue([for c in var.public_access_cidrs : can(cidrhost(c, 0))])
-    error_message = "public_access_cidrs must list at least one valid IPv4 CIDR, e.g. [\"203.0.113.0/24\"] (your office or VPN range)."
+    # IPv4 only: an IPv4 cluster's public endpoint takes no IPv6 CIDR (EKS API Reference, VpcConfigRequest).
+    condition = (length(var.public_access_cidrs) > 0 || !var.endpoint_public_access) && alltrue([
+      for c in var.public_access_cidrs : can(cidrhost(c, 0)) && can(regex("^[0-9.]+/[0-9]+$", c))
+    ])
+    error_message = "public_access_cidrs must list at least one valid IPv4 CIDR, e.g. [\"203.0.113.0/24\"] (your office or VPN range); [] only with endpoint_public_access = false."
   }
   validation {
-    condition     = var.public_api_open_to_the_internet || alltrue([for c in var.public_access_cidrs : !endswith(c, "/0")])
-    error_message = "public_access_cidrs must not open the API endpoint to the whole internet (0.0.0.0/0, ::/0): list where you run invoke/kubectl from, or set public_api_open_to_the_internet = true to accept it."
+    # A prefix, not a "/0" suffix, so 0.0.0.0/1 + 128.0.0.0/1 (the whole internet in two halves) is refused too. /16:
+    # 65,536 addresses, more than any office or VPN egress range needs, while a /8 would let one entry admit a
+    # 256th of all IPv4 addresses.
+    condition     = var.public_api_open_to_the_internet || alltrue([for c in var.public_access_cidrs : try(tonumber(split("/", c)[1]) >= 16, false)])
+    error_message = "public_access_cidrs: each range must be a /16 or narrower (e.g. 203.0.113.0/24), so the API endpoint is not open to large parts of the internet: list where you run invoke/kubectl from, or set public_api_open_to_the_internet = true to accept it."
   }
 }
 
 variable "public_api_open_to_the_internet" {
-  description = "Allow public_access_cidrs to contain 0.0.0.0/0 or ::/0 (the whole internet). Off by default."
+  description = "Allow public_access_cidrs ranges broader than /16, up to 0.0.0.0/0 (the whole internet). Off by default."
   type        = bool
   default     = false
+  nullable    = false
 }
 
 ################################################################################
@@ -199,6 +221,15 @@ variable "fsx_s3_import_path" {
   default     = null
 }
 
+variable "fsx_root_squash" {
+  description = "Lustre root squash on FSx (terraform/modules/fsx-lustre, root_squash): root on every client but the no_squash_nids is mapped to uid_gid (\"65534:65534\", nobody). null (default): off, for now: pods that create their run folders as root would then be refused, and how pods create folders on FSx is being redesigned."
+  type = object({
+    uid_gid        = optional(string, "65534:65534")
+    no_squash_nids = optional(list(string), [])
+  })
+  default = null
+}
+
 variable "fsx_sync_deletions" {
   description = "Propagate deletions between FSx and the S3 path both ways. Off: `rm` on FSx never deletes S3 objects, and objects deleted in S3 stay on FSx until removed there."
   type        = bool
@@ -283,6 +314,13 @@ variable "sagemaker_enabled" {
   description = "Create what `--target sagemaker` jobs need: an execution role, an encrypted runs bucket, a security group, the Hugging Face token's secret (docs/sagemaker.md)."
   type        = bool
   default     = false
+}
+
+variable "sagemaker_inter_container_traffic_encryption" {
+  description = "Encrypt the traffic between a SageMaker job's instances (EnableInterContainerTrafficEncryption). Off by default: SageMaker says it makes distributed training take longer, by how much depends on the communication between instances, which data-parallel training does at every step; the job's instances admit traffic only from their own security group (docs/security.md)."
+  type        = bool
+  default     = false
+  nullable    = false
 }
 
 variable "sagemaker_checkpoint_retention_days" {

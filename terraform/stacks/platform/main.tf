@@ -275,6 +275,178 @@ resource "kubernetes_manifest" "etcd" {
   depends_on = [kubernetes_manifest.fsx_claim]
 }
 
+# No pod of the jobs' namespace accepts a connection unless a policy admits it: each submission creates a policy that
+# lets its own pods reach each other and Prometheus reach their metrics ports (trainkit/backends/eks/submission.py),
+# so one job's pods never reach another's (its c10d store, its workers' TCP store, NCCL's sockets). Policies add
+# up, and a pod selected by none with Ingress is not isolated (Kubernetes' NetworkPolicy concept page, "Default
+# deny all ingress traffic"); the VPC CNI's policy agent enforces them (terraform/modules/eks turns it on).
+resource "kubernetes_manifest" "jobs_deny_ingress" {
+  manifest = {
+    apiVersion = "networking.k8s.io/v1"
+    kind       = "NetworkPolicy"
+    metadata = {
+      name      = "trainkit-deny-ingress"
+      namespace = var.jobs_namespace
+      labels    = local.labels
+    }
+    spec = {
+      podSelector = {}
+      policyTypes = ["Ingress"]
+    }
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# What no pod of the jobs' namespace may do, whoever creates it (a submitter, a user's script through the API): use
+# the node's network, process or IPC namespace, mount a host path, run privileged, bind a host port, or add a
+# capability beyond Pod Security's "baseline" list and IPC_LOCK. Baseline itself would refuse the IPC_LOCK that EFA
+# needs to pin memory (Pod Security Standards, "Capabilities": only the listed ones may be added), so the rule is
+# written here (ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1, GA in Kubernetes 1.30). A hostNetwork
+# pod on a GPU node would reach the instance metadata and the node's role, and another pod's traffic.
+locals {
+  pod_capabilities = ["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT", "IPC_LOCK"]
+  pod_rules_name   = "trainkit-jobs-pods"
+  # Pod Security Standards, baseline: "SELinux" (the allowed types, or none) and "Sysctls" (the safe set).
+  pod_selinux_types = ["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"]
+  pod_safe_sysctls  = ["kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"]
+}
+
+resource "kubernetes_manifest" "jobs_pod_rules" {
+  manifest = {
+    apiVersion = "admissionregistration.k8s.io/v1"
+    kind       = "ValidatingAdmissionPolicy"
+    metadata   = { name = local.pod_rules_name, labels = local.labels }
+    spec = {
+      failurePolicy = "Fail"
+      matchConstraints = {
+        resourceRules = [{
+          apiGroups   = [""]
+          apiVersions = ["v1"]
+          operations  = ["CREATE", "UPDATE"]
+          resources   = ["pods", "pods/ephemeralcontainers"]
+        }]
+      }
+      variables = [{
+        name       = "containers"
+        expression = "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []) + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"
+      }]
+      validations = [
+        {
+          expression = "!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID) && !(has(object.spec.hostIPC) && object.spec.hostIPC)"
+          message    = "pods in the jobs' namespace may not share the node's network, process or IPC namespace (hostNetwork, hostPID, hostIPC)"
+        },
+        {
+          expression = "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))"
+          message    = "pods in the jobs' namespace may not mount a path of the node (hostPath volumes); use the FSx claim"
+        },
+        {
+          expression = "variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged)"
+          message    = "containers in the jobs' namespace may not run privileged"
+        },
+        {
+          expression = "variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))"
+          message    = "containers in the jobs' namespace may not bind a port of the node (hostPort)"
+        },
+        {
+          expression = "variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a in ${jsonencode(local.pod_capabilities)}))"
+          message    = "containers in the jobs' namespace may add only IPC_LOCK and Pod Security baseline's capabilities"
+        },
+        {
+          expression = "variables.containers.all(c, !has(c.securityContext) || ((!has(c.securityContext.procMount) || c.securityContext.procMount == 'Default') && (!has(c.securityContext.seccompProfile) || c.securityContext.seccompProfile.type != 'Unconfined') && (!has(c.securityContext.appArmorProfile) || c.securityContext.appArmorProfile.type != 'Unconfined') && (!has(c.securityContext.seLinuxOptions) || !has(c.securityContext.seLinuxOptions.type) || c.securityContext.seLinuxOptions.type in ${jsonencode(local.pod_selinux_types)})))"
+          message    = "containers in the jobs' namespace may not unmask /proc (procMount), run without seccomp or AppArmor (Unconfined), or take an SELinux type beyond Pod Security baseline's"
+        },
+        {
+          expression = "!has(object.spec.securityContext) || ((!has(object.spec.securityContext.seccompProfile) || object.spec.securityContext.seccompProfile.type != 'Unconfined') && (!has(object.spec.securityContext.appArmorProfile) || object.spec.securityContext.appArmorProfile.type != 'Unconfined') && (!has(object.spec.securityContext.seLinuxOptions) || !has(object.spec.securityContext.seLinuxOptions.type) || object.spec.securityContext.seLinuxOptions.type in ${jsonencode(local.pod_selinux_types)}) && (!has(object.spec.securityContext.sysctls) || object.spec.securityContext.sysctls.all(s, s.name in ${jsonencode(local.pod_safe_sysctls)})))"
+          message    = "pods in the jobs' namespace may not run without seccomp or AppArmor (Unconfined), take an SELinux type beyond Pod Security baseline's, or set a sysctl beyond its safe list"
+        },
+      ]
+    }
+  }
+}
+
+resource "kubernetes_manifest" "jobs_pod_rules_binding" {
+  manifest = {
+    apiVersion = "admissionregistration.k8s.io/v1"
+    kind       = "ValidatingAdmissionPolicyBinding"
+    metadata   = { name = local.pod_rules_name, labels = local.labels }
+    spec = {
+      policyName        = local.pod_rules_name
+      validationActions = ["Deny"]
+      matchResources = {
+        namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = var.jobs_namespace } }
+      }
+    }
+  }
+
+  depends_on = [kubernetes_manifest.jobs_pod_rules]
+}
+
+# Submitters' access entries (the infra stack's submitter_principal_arns) carry AmazonEKSEditPolicy in the jobs'
+# namespace and AmazonEKSViewPolicy in this one, which have neither PyTorchJobs nor nodes (EKS User Guide, "Access
+# policy permissions"); their Kubernetes group gets what `invoke train --target eks` uses beyond them: PyTorchJobs in
+# the jobs' namespace (create, follow, stop) and the list of nodes (its capacity check). Nothing cluster-wide else.
+locals {
+  submitters = try(local.infra.submitters.kubernetes_group, null) == null ? {} : {
+    group = local.infra.submitters.kubernetes_group
+  }
+  submitter_name = "trainkit-submitter"
+}
+
+resource "kubernetes_manifest" "submitter_jobs_role" {
+  for_each = local.submitters
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "Role"
+    metadata   = { name = local.submitter_name, namespace = var.jobs_namespace, labels = local.labels }
+    rules = [
+      { apiGroups = ["kubeflow.org"], resources = ["pytorchjobs"], verbs = ["create", "get", "list", "watch", "delete"] },
+    ]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+resource "kubernetes_manifest" "submitter_jobs_binding" {
+  for_each = local.submitters
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "RoleBinding"
+    metadata   = { name = local.submitter_name, namespace = var.jobs_namespace, labels = local.labels }
+    roleRef    = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = local.submitter_name }
+    subjects   = [{ apiGroup = "rbac.authorization.k8s.io", kind = "Group", name = each.value }]
+  }
+
+  depends_on = [kubernetes_manifest.submitter_jobs_role]
+}
+
+resource "kubernetes_manifest" "submitter_nodes_role" {
+  for_each = local.submitters
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "ClusterRole"
+    metadata   = { name = local.submitter_name, labels = local.labels }
+    rules      = [{ apiGroups = [""], resources = ["nodes"], verbs = ["get", "list"] }]
+  }
+}
+
+resource "kubernetes_manifest" "submitter_nodes_binding" {
+  for_each = local.submitters
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "ClusterRoleBinding"
+    metadata   = { name = local.submitter_name, labels = local.labels }
+    roleRef    = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = local.submitter_name }
+    subjects   = [{ apiGroup = "rbac.authorization.k8s.io", kind = "Group", name = each.value }]
+  }
+
+  depends_on = [kubernetes_manifest.submitter_nodes_role]
+}
+
 # Only the training pods reach etcd: the jobs' namespace, on the client port (the VPC CNI's policy agent
 # enforces it; terraform/modules/eks turns it on).
 resource "kubernetes_manifest" "etcd_ingress" {

@@ -16,7 +16,7 @@ import yaml
 
 from training.common.job import Job
 from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine, deadline_cause_line
-from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, task
+from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, submission, task
 from trainkit.backends.eks.kube import (
     GROUP,
     PLURAL,
@@ -66,11 +66,12 @@ def code_of(job: Job, workload: Workload) -> dict[str, bytes] | None:
 
 
 def manifest_yaml(job: Job, workload: Workload, rdzv_id: str | None = None) -> str:
-    """The PyTorchJob, after the ConfigMap of the code it brings, if any (one YAML document each)."""
-    code = code_of(job, workload)
-    manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
-    documents = [render.render_code_configmap(job, code)] if code is not None else []
-    return yaml.safe_dump_all([*documents, manifest], sort_keys=False, width=120)
+    """The objects a submission creates, in order: NetworkPolicy, the code's ConfigMap if any, the PyTorchJob (one
+    YAML document each)."""
+    parts, manifest = submission.job_objects(
+        job, workload, rdzv_id or rendezvous_id(job), code_of(job, workload), submission.token()
+    )
+    return yaml.safe_dump_all([*parts, manifest], sort_keys=False, width=120)
 
 
 def check_workload(workload: Workload) -> None:
@@ -80,25 +81,6 @@ def check_workload(workload: Workload) -> None:
             f"--wheelhouse {workload.wheelhouse}: the pods install from the FSx volume and this path leaves it; "
             f"copy the wheels there and give a path under {cluster.FSX_MOUNT} (or relative to it)"
         )
-
-
-def create_code(kube: Kube, job: Job, code: dict[str, bytes], owner: dict) -> None:
-    """The code's ConfigMap, owned by the job (deleting the job deletes it); the pods wait for it to mount. One left
-    by an earlier job of the same name (whose owner is gone) is replaced."""
-    body = render.render_code_configmap(job, code)
-    metadata = owner["metadata"]
-    body["metadata"]["ownerReferences"] = [
-        {"apiVersion": render.API_VERSION, "kind": "PyTorchJob", "name": metadata["name"], "uid": metadata["uid"]}
-    ]
-    api_error, _ = api_errors()
-    namespace, name = job.placement.namespace, body["metadata"]["name"]
-    try:
-        kube.core.create_namespaced_config_map(namespace, body, _request_timeout=TIMEOUT_S)
-    except api_error as error:
-        if error.status != 409:
-            raise
-        kube.core.delete_namespaced_config_map(name, namespace, _request_timeout=TIMEOUT_S)
-        kube.core.create_namespaced_config_map(namespace, body, _request_timeout=TIMEOUT_S)
 
 
 def submit(
@@ -118,13 +100,9 @@ def submit(
         for note in [woke, *notes]:
             if note:
                 print(f"note: {note}", flush=True)
-        manifest = render.render_pytorchjob(job, rdzv_id or rendezvous_id(job), workload, code)
+        parts, manifest = submission.job_objects(job, workload, rdzv_id or rendezvous_id(job), code, submission.token())
         namespace = job.placement.namespace
-        created = kube.custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, manifest, _request_timeout=TIMEOUT_S
-        )
-    if code is not None:
-        create_code(kube, job, code, created)
+        submission.create_job(kube, job, parts, manifest)
     name = manifest["metadata"]["name"]
     runs = cluster.FSX_MOUNT + "/" + str(job.run_dir).lstrip("/")
     run_id, p = job.run.run_id, job.parallelism

@@ -37,6 +37,7 @@ class Kube:
     version: object
     host: str
     batch: object = None
+    networking: object = None
 
     @classmethod
     def connect(cls) -> Kube:
@@ -58,6 +59,7 @@ class Kube:
             client.VersionApi(api),
             configuration.host,
             client.BatchV1Api(api),
+            client.NetworkingV1Api(api),
         )
 
 

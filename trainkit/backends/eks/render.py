@@ -10,7 +10,6 @@ the training-operator v1 CRD (tests/schemas/pytorchjob-v1.json keeps the part we
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -47,6 +46,7 @@ POD_ENTRY = ["python", "-m", "trainkit.backends.eks.pod"]
 # Where a user's code (a script's folder) is mounted in the pods from its ConfigMap, read-only.
 CODE_MOUNT = "/trainkit/code"
 CODE_VOLUME = "code"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server (v1.21+)
 MAX_NAME = 45  # the operator names pods and services <job>-worker-<i>; keep that under 63 characters
 
 
@@ -64,6 +64,13 @@ def job_name(run_id: str) -> str:
 def label_value(text: str) -> str:
     """Label values allow 63 characters of [A-Za-z0-9._-], starting and ending alphanumeric."""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("-._")
+
+
+def rdzv_label(rdzv_id: str) -> str:
+    """The pods' label of their submission: the rendezvous id's last 63 characters, whose end is the random part
+    (rendezvous_id), so two submissions of one long run id never share it (the submission's NetworkPolicy selects
+    its pods by it)."""
+    return label_value(re.sub(r"[^A-Za-z0-9._-]+", "-", rdzv_id)[-63:].lstrip("-._"))
 
 
 # Training replicas restart by exit code (training-operator v1.9.4: the pods get restartPolicy Never, pkg/core/pod.go
@@ -175,7 +182,7 @@ def _container(job: Job, workload: Container) -> dict:
         # The pod entry point writes the failure's cause here; without it (a crash before), the log's tail.
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *_metrics_ports(job)],
+        "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *metrics_ports(job)],
         "volumeMounts": [
             {"name": "fsx", "mountPath": cluster.FSX_MOUNT},
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -183,7 +190,7 @@ def _container(job: Job, workload: Container) -> dict:
     }
 
 
-def _metrics_ports(job: Job) -> list[dict]:
+def metrics_ports(job: Job) -> list[dict]:
     """One named port per local rank (rank r serves metrics_port + r) for the platform's PodMonitor."""
     if not job.run.metrics_port:
         return []
@@ -195,7 +202,7 @@ def _metrics_ports(job: Job) -> list[dict]:
 
 def render_pod_template(job: Job, rdzv_id: str, workload: Container) -> dict:
     return {
-        "metadata": {"labels": {**job_labels(job, workload), LABEL_RDZV: label_value(rdzv_id)}},
+        "metadata": {"labels": {**job_labels(job, workload), LABEL_RDZV: rdzv_label(rdzv_id)}},
         "spec": {
             "nodeSelector": {"node.kubernetes.io/instance-type": job.placement.instance_type, "trainkit/pool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
@@ -213,58 +220,31 @@ def render_pod_template(job: Job, rdzv_id: str, workload: Container) -> dict:
     }
 
 
-def code_configmap_name(job: Job) -> str:
-    return f"{job_name(job.run.run_id)}-code"
-
-
 def code_items(files: dict[str, bytes]) -> list[dict]:
     """ConfigMap keys are flat ([-._a-zA-Z0-9]+): one key per file, mapped back to its path in the volume."""
     return [{"key": f"file-{index:03d}", "path": name} for index, name in enumerate(sorted(files))]
 
 
-def render_code_configmap(job: Job, files: dict[str, bytes]) -> dict:
-    """A user's code folder for the pods: UTF-8 files in `data`, anything else in `binaryData` (base64)."""
-    data, binary = {}, {}
-    for item in code_items(files):
-        content = files[item["path"]]
-        try:
-            data[item["key"]] = content.decode()
-        except UnicodeDecodeError:
-            binary[item["key"]] = base64.b64encode(content).decode()
-    body = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": code_configmap_name(job),
-            "namespace": job.placement.namespace,
-            "labels": {LABEL_RUN: label_value(job.run.run_id), **MANAGED_BY},
-        },
-        "immutable": True,  # the code of a submission never changes; a new submission makes a new one
-        "data": data,
-    }
-    if binary:
-        body["binaryData"] = binary
-    return body
-
-
-def _with_code(job: Job, template: dict, files: dict[str, bytes]) -> None:
-    """The code ConfigMap, read-only at CODE_MOUNT in every worker."""
+def _with_code(template: dict, files: dict[str, bytes], name: str) -> None:
+    """The code ConfigMap `name`, read-only at CODE_MOUNT in every worker."""
     spec = template["spec"]
-    configmap = {"name": code_configmap_name(job), "items": code_items(files)}
+    configmap = {"name": name, "items": code_items(files)}
     spec["volumes"].append({"name": CODE_VOLUME, "configMap": configmap})
     spec["containers"][0]["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_MOUNT, "readOnly": True})
 
 
-def render_pytorchjob(job: Job, rdzv_id: str, job_workload: Workload, code: dict[str, bytes] | None = None) -> dict:
+def render_pytorchjob(
+    job: Job, rdzv_id: str, job_workload: Workload, code: dict[str, bytes] | None = None, code_name: str = ""
+) -> dict:
     """The job that runs `job_workload` on every worker pod; `code`: the user's code folder the workload brings
-    (a script's), which the pods read from its ConfigMap (render_code_configmap) at CODE_MOUNT."""
+    (a script's), which the pods read from its ConfigMap `code_name` (render_code_configmap) at CODE_MOUNT."""
     if code is not None:
         job_workload = replace(job_workload, code=CODE_MOUNT)
     workload = container_of(job, rdzv_id, job_workload)
     restarts = job.elastic.max_restarts if job_workload.restarts else 0
     template = render_pod_template(job, rdzv_id, workload)
     if code is not None:
-        _with_code(job, template, code)
+        _with_code(template, code, code_name)
     run_policy = {"cleanPodPolicy": "Running", "backoffLimit": restarts}
     if job.placement.max_runtime is not None:
         # training-operator v1.9.4: the clock starts when PyTorchJobReconciler.UpdateJobStatus first sets

@@ -14,17 +14,24 @@ What goes where, and why:
   first step; Developer Guide, "Setting up training jobs to access datasets": FastFile suits sequential reads of
   large files); the generated data of the recipes is made on the instances.
 - The instance count is fixed: SageMaker runs a job on exactly `InstanceCount` instances (no elastic range).
+- Encryption: the job's output (`OutputDataConfig.KmsKeyId`) with the stack's KMS key; its volume
+  (`ResourceConfig.VolumeKmsKeyId`) too where the instance type has no local storage (`volume_encryption`); the
+  traffic between its instances (`EnableInterContainerTrafficEncryption`) as the stack chose, off by default.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
+from importlib.resources import files
 
 from training.common.job import Job
 from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
+from trainkit.hardware import INSTANCE_TABLE
 from trainkit.infra.outputs import STACK_TAG
 from trainkit.job.models import get_model
 from trainkit.run.storage import GB, storage_need
@@ -104,6 +111,35 @@ def volume_gb(job: Job) -> int:
     return math.ceil(need.total * 1.25 / GB) + SPARE_GB
 
 
+@functools.cache
+def _instance_store() -> dict[str, bool]:
+    table = json.loads(files("trainkit").joinpath(*INSTANCE_TABLE).read_text())
+    return {name: row["instance_store"] for name, row in table.items() if not name.startswith("_")}
+
+
+def has_instance_store(instance_type: str) -> bool:
+    """Whether the type has local (NVMe instance-store) storage, per the instance table; a type it does not know
+    counts as having it, so no request names a volume key SageMaker would refuse."""
+    return _instance_store().get(instance_key(instance_type), True)
+
+
+def volume_encryption(instance_type: str, stack: SageMakerStack) -> dict:
+    """ResourceConfig.VolumeKmsKeyId: the stack's key, for an instance type whose storage is an EBS volume. SageMaker
+    refuses the key for a type with local storage, which is "encrypted using a hardware module on the instance" (API
+    reference, ResourceConfig.VolumeKmsKeyId; XTS-AES-256, EC2 User Guide, "Data protection in Amazon EC2"), and every
+    type of the instance table has it: so today no request names one."""
+    if stack.kms_key_arn is None or has_instance_store(instance_type):
+        return {}
+    return {"VolumeKmsKeyId": stack.kms_key_arn}
+
+
+def output_config(stack: SageMakerStack, prefix: str) -> dict:
+    """OutputDataConfig: model.tar.gz under the run's prefix, encrypted with the stack's key (the execution role may
+    use it through S3 only, terraform/modules/sagemaker); outputs recorded before the stack exported its key leave
+    it to the bucket's default encryption, which is the same key."""
+    return {"S3OutputPath": f"{prefix}/output", **({"KmsKeyId": stack.kms_key_arn} if stack.kms_key_arn else {})}
+
+
 def metric_definitions(job: Job) -> list[dict]:
     if job.run.workload != "recipe":
         return []
@@ -158,13 +194,15 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str, regio
         "AlgorithmSpecification": algorithm,
         "RoleArn": stack.role_arn,
         "InputDataConfig": channels(job, stack, name),
-        "OutputDataConfig": {"S3OutputPath": f"{prefix}/output"},
+        "OutputDataConfig": output_config(stack, prefix),
         "ResourceConfig": {
             "InstanceType": INSTANCE_PREFIX + str(job.placement.instance_type),
             "InstanceCount": p.nodes,
             "VolumeSizeInGB": volume_gb(job),
+            **volume_encryption(str(job.placement.instance_type), stack),
         },
         "VpcConfig": {"SecurityGroupIds": list(stack.security_group_ids), "Subnets": list(stack.subnets)},
+        "EnableInterContainerTrafficEncryption": stack.inter_container_traffic_encryption,
         "StoppingCondition": stopping_condition(job),
         "EnableManagedSpotTraining": bool(job.placement.spot),
         "CheckpointConfig": {"S3Uri": checkpoint_prefix(stack, run_id), "LocalPath": CHECKPOINTS},

@@ -20,6 +20,13 @@ class SageMakerStack:
     recorded: bool
     stack_id: str | None = None  # tags the jobs, so `infra.audit` finds one still running
     data_buckets: tuple[str, ...] = ()  # the role reads datasets from these besides the runs bucket
+    kms_key_arn: str | None = None
+    """The stack's KMS key, which encrypts each job's output and, where the instance type has no local storage, its
+    volume (request.py); None for outputs recorded before the stack exported it (the bucket's default encryption,
+    with the same key, still applies to the output)."""
+    inter_container_traffic_encryption: bool = False
+    """EnableInterContainerTrafficEncryption for every job: the stack's choice (sagemaker_inter_container_traffic_
+    encryption, off by default, terraform/modules/sagemaker says why)."""
 
 
 PLACEHOLDER = SageMakerStack(
@@ -29,10 +36,11 @@ PLACEHOLDER = SageMakerStack(
     security_group_ids=("sg-00000000000000000",),
     hf_token_secret_arn="arn:aws:secretsmanager:us-east-1:000000000000:secret:trainkit-hf-token",
     recorded=False,
+    kms_key_arn="arn:aws:kms:us-east-1:000000000000:key/00000000-0000-0000-0000-000000000000",
 )
 NOT_RECORDED = (
     "no SageMaker stack recorded (`make up PROFILE=aws` with sagemaker_enabled = true records it): the role, "
-    "bucket, subnets, security group and secret in this request are placeholders"
+    "bucket, subnets, security group, secret and KMS key in this request are placeholders"
 )
 
 
@@ -49,4 +57,6 @@ def load_stack(infra: InfraOutputs) -> SageMakerStack:
         recorded=True,
         stack_id=infra.stack_id,
         data_buckets=infra.data_buckets,  # the infra stack's data_source_buckets, which the role may read
+        kms_key_arn=data.get("kms_key_arn"),
+        inter_container_traffic_encryption=bool(data.get("inter_container_traffic_encryption", False)),
     )

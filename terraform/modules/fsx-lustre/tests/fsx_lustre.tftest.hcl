@@ -21,6 +21,10 @@ run "persistent_2_encrypted_in_the_gpu_subnet" {
     condition     = length(aws_fsx_lustre_file_system.this[0].subnet_ids) == 1 && aws_fsx_lustre_file_system.this[0].subnet_ids[0] == var.subnet_id && aws_fsx_lustre_file_system.this[0].kms_key_id == var.kms_key_arn
     error_message = "FSx sits in the GPU subnet, encrypted with the given key."
   }
+  assert {
+    condition     = length(aws_fsx_lustre_file_system.this[0].root_squash_configuration) == 0
+    error_message = "No root squash by default (how pods create their folders on FSx comes first)."
+  }
 }
 
 run "lustre_ports_only_from_client_groups_and_itself" {
@@ -120,4 +124,27 @@ run "deletions_travel_only_when_asked" {
     condition     = contains(aws_fsx_data_repository_association.s3[0].s3[0].auto_export_policy[0].events, "DELETED") && contains(aws_fsx_data_repository_association.s3[0].s3[0].auto_import_policy[0].events, "DELETED")
     error_message = "sync_deletions = true propagates deletions both ways."
   }
+}
+
+run "root_squash_renders_when_set" {
+  command = plan
+
+  variables {
+    root_squash = { no_squash_nids = ["10.0.1.6@tcp"] }
+  }
+
+  assert {
+    condition     = one(aws_fsx_lustre_file_system.this[0].root_squash_configuration).root_squash == "65534:65534" && one(aws_fsx_lustre_file_system.this[0].root_squash_configuration).no_squash_nids == toset(["10.0.1.6@tcp"])
+    error_message = "root_squash maps a client's root to nobody (65534:65534), except the listed NIDs."
+  }
+}
+
+run "root_squash_to_root_is_refused" {
+  command = plan
+
+  variables {
+    root_squash = { uid_gid = "0:0" }
+  }
+
+  expect_failures = [var.root_squash]
 }

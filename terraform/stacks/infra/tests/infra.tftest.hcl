@@ -236,15 +236,56 @@ run "api_open_to_the_internet_is_refused" {
   expect_failures = [var.public_access_cidrs]
 }
 
+run "the_internet_in_two_halves_is_refused_too" {
+  command = plan
+  variables {
+    public_access_cidrs = ["0.0.0.0/1", "128.0.0.0/1"]
+  }
+  expect_failures = [var.public_access_cidrs]
+}
+
+run "a_range_broader_than_a_16_is_refused" {
+  command = plan
+  variables {
+    public_access_cidrs = ["203.0.113.0/24", "10.0.0.0/8"]
+  }
+  expect_failures = [var.public_access_cidrs]
+}
+
+run "an_ipv6_range_is_refused" {
+  command = plan
+  variables {
+    public_access_cidrs = ["2001:db8::/48"]
+  }
+  expect_failures = [var.public_access_cidrs]
+}
+
 run "api_open_to_the_internet_with_the_opt_in" {
   command = plan
   variables {
-    public_access_cidrs             = ["0.0.0.0/0"]
+    public_access_cidrs             = ["0.0.0.0/1", "128.0.0.0/1"]
     public_api_open_to_the_internet = true
   }
   assert {
-    condition     = var.public_access_cidrs[0] == "0.0.0.0/0"
-    error_message = "The explicit opt-in accepts an open endpoint."
+    condition     = module.eks.endpoint_access.public && module.eks.endpoint_access.public_access_cidrs == toset(["0.0.0.0/1", "128.0.0.0/1"])
+    error_message = "The explicit opt-in accepts ranges broader than /16, up to the whole internet, and the cluster gets them."
+  }
+}
+
+run "the_cluster_takes_the_endpoint_and_submitter_choices" {
+  command = plan
+  variables {
+    endpoint_public_access   = false
+    public_access_cidrs      = []
+    submitter_principal_arns = ["arn:aws:iam::123456789012:role/team-a"]
+  }
+  assert {
+    condition     = !module.eks.endpoint_access.public && module.eks.endpoint_access.private
+    error_message = "endpoint_public_access = false leaves the cluster with its private endpoint only."
+  }
+  assert {
+    condition     = output.submitters.principal_arns == ["arn:aws:iam::123456789012:role/team-a"] && output.submitters.edit_namespaces == tolist(["trainkit-jobs"]) && output.submitters.kubernetes_group == "trainkit-submitters"
+    error_message = "Submitters get access entries in the jobs' namespace; the platform stack reads their group from the outputs."
   }
 }
 
@@ -340,6 +381,30 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
   assert {
     condition     = jsonencode(module.sagemaker.trust) == jsonencode({ service = ["sagemaker.amazonaws.com"], source_account = ["123456789012"] })
     error_message = "Only SageMaker, acting for this account, assumes the role."
+  }
+  # The stack's key only through S3 (the bucket, the job's output) and Secrets Manager (the token): AWS KMS Developer
+  # Guide, kms:ViaService.
+  assert {
+    condition = alltrue([
+      jsonencode(module.sagemaker.grant_conditions.UseTheStackKeyThroughS3) == jsonencode({ "kms:ViaService" = ["StringEquals", ["s3.us-east-1.amazonaws.com"]] }),
+      jsonencode(module.sagemaker.grant_conditions.DecryptTheToken) == jsonencode({ "kms:ViaService" = ["StringEquals", ["secretsmanager.us-east-1.amazonaws.com"]] }),
+      alltrue([for sid, actions in module.sagemaker.grant_actions : length(module.sagemaker.grant_conditions[sid]) > 0 if anytrue([for a in actions : startswith(a, "kms:")])]),
+    ])
+    error_message = "The role uses the stack's key only as S3 and Secrets Manager use it for it, never directly."
+  }
+  # Service Authorization Reference, Amazon EC2: the network-interface resource of these actions has ec2:Subnet.
+  assert {
+    condition = alltrue([
+      jsonencode(module.sagemaker.grant_conditions.ManageInterfacesInTheSubnets) == jsonencode({ "ec2:Subnet" = ["ArnEquals", ["arn:aws:ec2:us-east-1:123456789012:subnet/subnet-0fffffffffffffff1"]] }),
+      jsonencode(module.sagemaker.grant_conditions.RemoveInterfacePermissionsInTheSubnets) == jsonencode({ "ec2:Subnet" = ["ArnEqualsIfExists", ["arn:aws:ec2:us-east-1:123456789012:subnet/subnet-0fffffffffffffff1"]] }),
+      contains(module.sagemaker.grants.CreateInterfacesInTheSubnets, "arn:aws:ec2:us-east-1:123456789012:subnet/subnet-0fffffffffffffff1"),
+      length([for arn in module.sagemaker.grants.CreateInterfacesInTheSubnets : arn if strcontains(arn, ":subnet/")]) == 1,
+    ])
+    error_message = "The role creates, shares and deletes network interfaces in the GPU subnet only, not every interface of the account."
+  }
+  assert {
+    condition     = output.sagemaker.kms_key_arn == aws_kms_key.this.arn && output.sagemaker.inter_container_traffic_encryption == false
+    error_message = "The launcher gets the stack's key for the jobs' output and volumes; inter-container encryption is off unless asked."
   }
   assert {
     condition = alltrue([
