@@ -1,4 +1,5 @@
-"""`invoke status | logs | stop` on a local run, read from its run folder while a real 2-process job runs."""
+"""`invoke status | logs | stop` on a local run, read from its run folder while a real 2-process job runs; and what
+the machine's other users can reach of it (its rendezvous store and id) meanwhile."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 from tests.helpers.containers import processes_with
 from tests.helpers.product import invoke, output, read_jsonl, start_invoke, tiny_args
+from tests.helpers.sockets import command_lines_with, listening_addresses
 from tests.helpers.waiting import latest_step, wait_for
 from trainkit.backends.local.deadline import EXIT_DEADLINE
+from trainkit.run.torchrun import RDZV_ID_ENV
 
 
 def test_status_logs_stop_of_a_running_local_job_and_another_stopped_by_its_deadline(tmp_path):
@@ -24,6 +27,7 @@ def test_status_logs_stop_of_a_running_local_job_and_another_stopped_by_its_dead
     job = start_invoke("train", *where, "--steps", "400", "--metrics-port", "0", "--run-id", "ctl")
     metrics = runs / "ctl" / "metrics.jsonl"
     wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 180, "3 training steps")
+    check_private_rendezvous(runs / "ctl")
 
     status = invoke("status", *where)  # no --run-id: the newest run there
     assert status.returncode == 0, status.stderr
@@ -55,6 +59,20 @@ def test_status_logs_stop_of_a_running_local_job_and_another_stopped_by_its_dead
     assert missing.returncode == 2 and "no run in" in missing.stderr and "runs there: ctl" in missing.stderr
 
     check_deadline(bounded, deadline_runs, began)
+
+
+def check_private_rendezvous(run_dir: Path) -> None:
+    """The run's c10d store listens on 127.0.0.1 only, and its rendezvous id, which torchrun took from the agent's
+    environment (it names the agent's log folder by it), is on no process's command line, which every user of the
+    machine can read."""
+    agent = int((run_dir / "launcher.pid").read_text().split()[0])
+    words = Path(f"/proc/{agent}/cmdline").read_bytes().decode().split("\0")
+    port = int(words[words.index("--rdzv-endpoint") + 1].rpartition(":")[2])
+    assert listening_addresses(port) == {"127.0.0.1"}
+    environ = dict(e.split("=", 1) for e in Path(f"/proc/{agent}/environ").read_text().split("\0") if "=" in e)
+    rdzv_id = environ[RDZV_ID_ENV]
+    assert rdzv_id.startswith("ctl-") and any(p.name.startswith(f"{rdzv_id}_") for p in (run_dir / "logs").iterdir())
+    assert command_lines_with(rdzv_id) == []
 
 
 def run_processes(run_dir: Path) -> list[int]:

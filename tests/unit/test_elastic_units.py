@@ -14,7 +14,7 @@ from trainkit.backends.local.backend import explain_failure, job_exit_code, node
 from trainkit.bench import chaos
 from trainkit.errors import SpecError
 from trainkit.run.rendezvous import PatientBackend
-from trainkit.run.torchrun import PreparedRun
+from trainkit.run.torchrun import RDZV_ID_ENV, RDZV_KEY_ENV, PreparedRun, private_rendezvous
 
 
 class FlakyStore:
@@ -75,7 +75,7 @@ def test_c10d_store_host_loss_is_explained_and_other_failures_are_not():
 
 def _rdzv_conf(rdzv: str, node: int) -> str:
     spec = build_spec({"nodes": "1:2", "nproc": 1, "rdzv": rdzv, "rdzv_endpoint": "127.0.0.1:2379"})
-    command = node_command(PreparedRun(spec, ["-m", "training"]), "127.0.0.1:1", "id", node)
+    command = node_command(PreparedRun(spec, ["-m", "training"]), "127.0.0.1:1", node)
     return command[command.index("--rdzv-conf") + 1]
 
 
@@ -83,6 +83,16 @@ def test_c10d_store_is_hosted_by_node_0_only():
     assert "is_host=true" in _rdzv_conf("c10d", 0) and "is_host=false" in _rdzv_conf("c10d", 1)
     assert "is_host" not in _rdzv_conf("etcd", 0)
     assert "last_call_timeout=5" in _rdzv_conf("etcd", 1) and "keep_alive_interval=2" in _rdzv_conf("etcd", 1)
+
+
+def test_a_local_node_names_its_rendezvous_in_its_environment_and_uses_the_private_c10d():
+    """/proc/<pid>/cmdline is readable by every user of the machine; the agent's environment by its user only."""
+    spec = build_spec({"nodes": "1:2", "nproc": 1, "rdzv": "c10d"})
+    command = node_command(PreparedRun(spec, ["-m", "training"]), "127.0.0.1:1", 0)
+    assert "--rdzv-id" not in command and command[command.index("--rdzv-backend") + 1] == "trainkit-c10d"
+    env = private_rendezvous("run-1a2b")
+    assert env[RDZV_ID_ENV] == "run-1a2b" and len(env[RDZV_KEY_ENV]) == 64  # 32 random bytes, hex
+    assert private_rendezvous("run-1a2b")[RDZV_KEY_ENV] != env[RDZV_KEY_ENV]  # a key per submission
 
 
 def test_chaos_rejects_unknown_names_before_running_anything():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trainkit.backends.base import Backend
 from trainkit.infra import outputs
-from trainkit.paths import state_dir
+from trainkit.paths import make_folder, state_dir
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Submissions:
 
     def remember(self, run_id: str, **entry) -> None:
         path = self.file(run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         known = json.loads(path.read_text()) if path.is_file() else {"jobs": []}
         known["jobs"].append({**entry, "submitted": time.strftime("%Y-%m-%dT%H:%M:%SZ")})
         path.write_text(json.dumps(known, indent=2) + "\n")

@@ -19,7 +19,7 @@ from trainkit.errors import SpecError
 from trainkit.hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import BATCH_ACTIVE, STACK_TAG, aws_state_dir, load_outputs
 from trainkit.infra.terraform import PlanSummary, TerraformStack
-from trainkit.paths import terraform_dir
+from trainkit.paths import make_folder, terraform_dir
 
 # Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
 STACK_ORDER = ("infra", "platform")
@@ -197,7 +197,7 @@ def write_kubeconfig(outputs: dict, path: Path) -> Path:
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is valid YAML for kubectl
     path.chmod(0o600)
     return path

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from trainkit.paths import make_folder
+
 PROVIDER = "registry.terraform.io/hashicorp/aws"
 MIRROR_ENV = "TRAINKIT_TF_PROVIDER_MIRROR"
 SEARCH_ROOTS = ("/opt", "/usr/local", "/usr/share", "/srv", "/var/lib")
@@ -85,7 +87,7 @@ def render_cli_config(mirror: Path | None) -> str:
 
 def write_cli_config(state_dir: Path) -> Path:
     """Write `<state_dir>/terraform.rc` and return its path (for TF_CLI_CONFIG_FILE)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(state_dir)
     path = state_dir / "terraform.rc"
     path.write_text(render_cli_config(find_provider_mirror()))
     return path

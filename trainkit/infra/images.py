@@ -30,6 +30,7 @@ from platform import machine
 
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
+from trainkit.paths import make_folder
 
 GUARD = "guard"
 """The idle guard's image (trainkit/backends/eks/idle_guard.py): the Dockerfile's stage of that name."""
@@ -232,7 +233,7 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
     The wheel is built from a copy of the files git sees (tracked, and untracked but not ignored: what the tag
     hashes), so nothing stale in the checkout (build/, an old egg-info) reaches the image."""
     shutil.rmtree(plan.context, ignore_errors=True)
-    (plan.context / "wheels").mkdir(parents=True)
+    make_folder(plan.context / "wheels")
     listed = run(["git", "-C", str(plan.root), "ls-files", "-z", "-co", "--exclude-standard"], capture_output=True)
     if listed.returncode != 0:
         raise SpecError("images are built from a git checkout (git ls-files failed)")
@@ -257,7 +258,7 @@ def record(name: str, flavor_or_none: str | None, entry: dict) -> None:
     path = outputs.aws_state_dir() / name
     data = json.loads(path.read_text()) if path.is_file() else {}
     data = {**data, flavor_or_none: entry} if flavor_or_none else entry
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 

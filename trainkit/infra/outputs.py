@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainkit.paths import state_dir
+from trainkit.paths import make_folder, state_dir
 
 STACK_TAG = "trainkit:stack-id"
 """The tag on everything a stack made, and on the jobs it runs (`infra.audit` lists what still carries it)."""
@@ -56,7 +56,7 @@ def kubeconfig_path() -> Path:
 
 def save_outputs(outputs: dict) -> Path:
     path = outputs_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     path.write_text(json.dumps(outputs, indent=2, sort_keys=True) + "\n")
     return path
 

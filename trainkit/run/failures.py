@@ -29,7 +29,8 @@ from pathlib import Path
 
 from training.common.failure import CHANNEL_ENV, MAX_RECORD_BYTES, cause_line, channel_address
 from training.common.files import publish_text
-from trainkit.paths import state_dir
+from trainkit.errors import SpecError
+from trainkit.paths import make_folder, state_dir
 
 CRASH_SIGNALS = ("SIGKILL", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")
 """Signals that end a rank from outside its code (the out-of-memory killer) or in a crash: the rank is the cause."""
@@ -211,8 +212,8 @@ def record_failure(run_dir: Path, record: dict, exit_code: int, submission: str 
     kept = {**record, "line": failure_summary(record), "exit_code": exit_code, "run_dir": str(run_dir)}
     text = json.dumps(kept | ({"submission": submission} if submission else {}))
     for path in (run_dir / FAILURE_FILE, _spare_path(run_dir)):
-        with contextlib.suppress(OSError):
-            return publish_text(path, text + "\n")
+        with contextlib.suppress(OSError, SpecError):  # a state folder trainkit refuses keeps nothing either
+            return publish_text(make_folder(path.parent) / path.name, text + "\n")  # the state dir: made private
     return None
 
 

@@ -8,6 +8,7 @@ dropped in seconds; the `trainkit-etcd` rendezvous, which waits out an etcd rest
 from __future__ import annotations
 
 import re
+import secrets
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +25,13 @@ KEEP_ALIVE_MAX_ATTEMPT = 3
 # c10d: torch's rendezvous in a TCP store hosted by node 0's agent. etcd: torch's dynamic
 # rendezvous on etcd's v2 API with retries across an etcd restart (trainkit/run/rendezvous.py).
 RDZV_BACKENDS = {"c10d": "c10d", "etcd": "trainkit-etcd"}
+# On this machine, c10d is trainkit's variant of it: a store that listens on the endpoint's address (127.0.0.1) only,
+# holding a state signed with the key in RDZV_KEY_ENV (trainkit/run/rendezvous.py).
+LOCAL_RDZV_BACKENDS = {**RDZV_BACKENDS, "c10d": "trainkit-c10d"}
+RDZV_KEY_ENV = "TRAINKIT_RDZV_KEY"
+RDZV_ID_ENV = "PET_RDZV_ID"
+"""Where torchrun reads `--rdzv-id` from when the command line lacks it (torch 2.13 torch/distributed/run.py:461-467
+declares it with argparse_util's `env` action, which defaults it to PET_<DEST>: argparse_util.py:45-46)."""
 # torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
 AGENT = "trainkit.run.agent"
 # The environment of a cluster node's torchrun (an EKS pod's, a SageMaker host's). A killed worker must not leave
@@ -70,6 +78,13 @@ def rendezvous_id(job: Job) -> str:
     return f"{job.run.run_id}-{uuid.uuid4().hex[:8]}"
 
 
+def private_rendezvous(rdzv_id: str) -> dict[str, str]:
+    """The agents' environment entries that carry a local job's rendezvous id and a fresh key for its signed state.
+    An environment is readable by its own user only (proc(5): /proc/<pid>/environ needs ptrace access), a command
+    line by every user of the machine."""
+    return {RDZV_ID_ENV: rdzv_id, RDZV_KEY_ENV: secrets.token_hex(32)}
+
+
 def rdzv_conf(backend: str, is_host: bool | None = None, join_timeout_s: int | None = None) -> str:
     """A short last call and heartbeat. `is_host` (c10d only) says whether this node hosts the store;
     None leaves it to torch, which hosts it where the endpoint's address is the node's own. `join_timeout_s`: how
@@ -89,18 +104,22 @@ def rdzv_conf(backend: str, is_host: bool | None = None, join_timeout_s: int | N
 def torchrun_command(
     run: PreparedRun,
     endpoint: str,
-    rdzv_id: str,
+    rdzv_id: str | None,
     log_dir: Path,
     placement: Placement | None = None,
     tee: bool = True,
+    rdzv_backend: str | None = None,
 ) -> list[str]:
     """`tee`: every rank's output also on the agent's console, each line prefixed `[default<local rank>]:`
     (pod logs, where `invoke logs --rank` picks a rank's lines by it); else only into the rank's files under
-    `log_dir` (a local run's console follows rank 0's files instead, see backends/local/console.py)."""
+    `log_dir` (a local run's console follows rank 0's files instead, see backends/local/console.py). `rdzv_id`
+    None: the caller puts it in the agent's environment (RDZV_ID_ENV) instead, off the command line that every user
+    of the machine can read (/proc/<pid>/cmdline). `rdzv_backend`: another than the job's usual (RDZV_BACKENDS)."""
     job, p = run.job, run.job.parallelism
     nnodes = str(p.nodes) if p.min_nodes == p.nodes else f"{p.min_nodes}:{p.nodes}"
     place = placement or Placement()
     local = ["--local-addr", place.local_addr] if place.local_addr else []
+    named = ["--rdzv-id", rdzv_id] if rdzv_id is not None else []
     return [
         sys.executable,
         "-m",
@@ -110,11 +129,10 @@ def torchrun_command(
         "--nproc-per-node",
         str(job.parallelism.nproc),
         "--rdzv-backend",
-        RDZV_BACKENDS[job.elastic.rdzv],
+        rdzv_backend or RDZV_BACKENDS[job.elastic.rdzv],
         "--rdzv-endpoint",
         endpoint,
-        "--rdzv-id",
-        rdzv_id,
+        *named,
         "--rdzv-conf",
         rdzv_conf(job.elastic.rdzv, place.is_host, place.join_timeout_s),
         *local,

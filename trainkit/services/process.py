@@ -13,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from trainkit.paths import state_dir
+from trainkit.paths import make_folder, state_dir
 
 
 def free_port_pair() -> int:
@@ -134,7 +134,7 @@ class Background(abc.ABC):
         running = self.endpoint()
         if running:
             return running, False
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root)
         process, endpoint = self._start()
         self._record(process.pid, endpoint)
         return endpoint, True

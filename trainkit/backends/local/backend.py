@@ -8,7 +8,11 @@ scale-up can be exercised on one machine. Defaults that make recovery work (see 
   earlier job (`RendezvousClosedError`);
 - `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`: workers get their own store instead of sharing the
   rendezvous store, so a killed worker does not leave the next round hanging;
-- a short `last_call_timeout` and heartbeat (trainkit/run/torchrun.py).
+- a short `last_call_timeout` and heartbeat (trainkit/run/torchrun.py);
+- its rendezvous kept from the machine's other users: c10d is `trainkit-c10d`, whose store listens on 127.0.0.1
+  only, and both c10d's and etcd's state is signed with a key of the submission's, which another user cannot forge;
+  that key and the rendezvous id travel in the agents' environment, never on their command lines
+  (trainkit/run/rendezvous.py). The workers' own store and gloo's sockets are not closed yet (docs/security.md).
 
 Every agent runs in its own session (process group). Ctrl-C or SIGTERM to the launcher is forwarded
 as SIGTERM to every agent's group, which torchrun turns into an orderly stop of its workers;
@@ -44,7 +48,14 @@ from trainkit.errors import JobFailed
 from trainkit.job.build import Machine, local_machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.storage import measure_write_mb_s, needs_measuring
-from trainkit.run.torchrun import Placement, PreparedRun, rendezvous_id, torchrun_command
+from trainkit.run.torchrun import (
+    LOCAL_RDZV_BACKENDS,
+    Placement,
+    PreparedRun,
+    private_rendezvous,
+    rendezvous_id,
+    torchrun_command,
+)
 from trainkit.services import LocalEtcd, LocalPrometheus
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives
@@ -62,13 +73,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def node_command(run: PreparedRun, endpoint: str, rdzv_id: str, node: int, tee: bool = False) -> list[str]:
+def node_command(run: PreparedRun, endpoint: str, node: int, tee: bool = False) -> list[str]:
     """torchrun for one node on this machine; with c10d, node 0 hosts the store (decided, not left to a
     bind race between agents on one host), so the store's single point of failure is a known node.
-    Ranks write to their files only unless `tee` (console.py shows rank 0's on the console)."""
+    Ranks write to their files only unless `tee` (console.py shows rank 0's on the console). The rendezvous id
+    is not on it: the agents' environment has it (private_rendezvous)."""
     job = run.job
     log_dir = job.run_dir / "logs" / (f"node-{node}" if job.parallelism.nodes > 1 else "")
-    return torchrun_command(run, endpoint, rdzv_id, log_dir, Placement(is_host=node == 0), tee=tee)
+    backend = LOCAL_RDZV_BACKENDS[job.elastic.rdzv]
+    return torchrun_command(run, endpoint, None, log_dir, Placement(is_host=node == 0), tee=tee, rdzv_backend=backend)
 
 
 def node_environment(env: dict[str, str], job: Job, node: int) -> dict[str, str]:
@@ -131,7 +144,7 @@ class LocalJob:
         self.rdzv_id = rendezvous_id(job)
         # What failing ranks and agents report (training/common/failure.py), off the runs volume.
         self.failures = FailureChannel()
-        self.env = {**job_environment(run), **self.failures.env}
+        self.env = {**job_environment(run), **self.failures.env, **private_rendezvous(self.rdzv_id)}
         # None: the agents write to this process's stdout/stderr, and rank 0's output is followed onto it
         # (RankZeroConsole); a file: the agents and, prefixed, every rank write there.
         self.output = output
@@ -151,7 +164,7 @@ class LocalJob:
     def start_node(self, node: int) -> subprocess.Popen:
         """Start (or start again, after a loss) the agent of one node."""
         agent = subprocess.Popen(
-            node_command(self.run, self.endpoint, self.rdzv_id, node, tee=self.output is not None),
+            node_command(self.run, self.endpoint, node, tee=self.output is not None),
             env=node_environment(self.env, self.run.job, node),
             start_new_session=True,
             stdout=self.output,

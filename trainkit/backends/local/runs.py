@@ -64,7 +64,10 @@ def run_lock(run_dir: Path) -> Iterator[int]:
     is said on the console."""
     absent = [folder for folder in [run_dir, *run_dir.parents] if not folder.exists()]
     created = absent[-1] if absent else None  # the highest folder this call makes
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # A runs folder made here is the user's own: private, as its runs' logs, specs and checkpoints are. One that
+    # exists keeps the rights its owner gave it (a team's shared folder stays shared).
+    run_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    run_dir.mkdir(exist_ok=True)
     descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
