@@ -3,19 +3,16 @@
 kill -9 mid-run; torchrun restarts the workers and the script resumes from its own last checkpoint and finishes,
 every step in metrics.jsonl once. The plain one is also stopped with `invoke stop` and resumed by the same command,
 and followed with `invoke status` and `invoke logs --rank 1`. On EKS (the operator's stand-in), a script with a
-sibling module and a package from a wheelhouse runs in two pods to completion."""
+sibling module and a hash-pinned package from a wheelhouse runs in two pods to completion."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import importlib.util
 import json
 import os
 import re
 import signal
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ import pytest
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke, invoke_in, output, read_jsonl, run_folder, start_invoke
 from tests.helpers.waiting import wait_for
+from tests.helpers.wheels import pip_hash, write_wheel
 from training.common.failure import EXIT_NO_RETRY
 from trainkit.services import EtcdServer
 
@@ -178,28 +176,6 @@ dist.destroy_process_group()
 """
 
 
-def write_wheel(folder: Path, name: str, version: str, module: str) -> Path:
-    """A pure-Python wheel written by hand (PEP 427: the module, METADATA, WHEEL and a RECORD of hashes)."""
-    files = {
-        f"{name}/__init__.py": module,
-        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = f"{name}-{version}.dist-info/RECORD"
-    lines = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        lines.append(f"{path},sha256={digest},{len(text.encode())}")
-    files[record] = "\n".join([*lines, f"{record},,"]) + "\n"
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    return wheel
-
-
 def test_on_eks_a_script_runs_in_two_pods_with_its_folder_and_packages_from_a_wheelhouse(fake, tmp_path):
     """`invoke run --target eks`: the script's folder travels in a ConfigMap the job owns, each pod installs the
     requirements from a wheelhouse on FSx (a package this test's environment does not have), the two pods meet at
@@ -209,13 +185,13 @@ def test_on_eks_a_script_runs_in_two_pods_with_its_folder_and_packages_from_a_wh
     code.mkdir()
     (code / "train.py").write_text(EKS_SCRIPT)
     (code / "helper.py").write_text("def steps():\n    return 4\n")  # a sibling module travels too
-    write_wheel(fake.fsx / "wheels", "tk_extra", "1.0", "GREETING = 'installed from the wheelhouse'\n")
+    wheel = write_wheel(fake.fsx / "wheels", "tk_extra", "1.0", "GREETING = 'installed from the wheelhouse'\n")
     requirements = tmp_path / "requirements.txt"
-    requirements.write_text("tk_extra==1.0\n")
+    requirements.write_text(f"tk_extra==1.0 --hash={pip_hash(wheel)}\n")  # each pod checks it (pip --require-hashes)
     with EtcdServer(tmp_path / "etcd") as etcd:
         flags = ["--target", "eks", "--image", IMAGE, "--nodes", "2", "--nproc", "1", "--rdzv", "etcd"]
         flags += ["--rdzv-endpoint", fake.reach(etcd.endpoint), "--metrics-port", "0", "--run-id", "mine"]
-        flags += ["--requirements", str(requirements), "--wheelhouse", "wheels"]
+        flags += ["--requirements", str(requirements), "--wheelhouse", "wheels", "--require-hashes"]
         submitted = invoke("run", "--script", str(code / "train.py"), *flags)
         assert submitted.returncode == 0, submitted.stderr
         job = fake.jobs[("trainkit-jobs", "mine")]

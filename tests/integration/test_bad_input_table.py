@@ -1,4 +1,5 @@
-"""Every option of `invoke train` and `invoke plan` with a bad value: refused before anything starts.
+"""Every option of `invoke train` and `invoke plan` (and `invoke run`'s own) with a bad value: refused before anything
+starts.
 
 Each case: exit code 2, one line on stderr naming the flag (or file) and what to change, no traceback,
 and nothing created (no runs folder, no run folder, no spec.json). The table must cover every option the
@@ -12,6 +13,9 @@ import pytest
 
 from tests.helpers.product import invoke
 from training.common.job import FIELDS
+from trainkit.cli.options import task_arguments
+from trainkit.cli.run import RUN_KEYS
+from trainkit.cli.run import run as run_task
 from trainkit.cli.train import PLAN_FLAGS
 
 VISION = ("--model", "resnet-tiny")
@@ -131,11 +135,24 @@ PLAN_JOINT: dict[str, tuple[tuple[str, ...], str]] = {
 }
 VALUELESS = {"json", "scaling", "published"}  # `invoke plan --json` and the like take no value
 
+# `invoke run`'s own options (its job options are TRAIN's): option -> (bad flags, text the message names)
+SCRIPT = ("--script", "examples/native_ddp.py")
+RUN: dict[str, tuple[tuple[str, ...], str]] = {
+    "script": (("--script", "{file}"), "--script"),
+    "requirements": ((*SCRIPT, "--requirements", "{index}"), "is a pip option"),
+    "wheelhouse": ((*SCRIPT, "--wheelhouse", "wheels"), "give --requirements too"),
+    "require_hashes": ((*SCRIPT, "--requirements", "{unhashed}", "--require-hashes"), "has no --hash"),
+    "profile": ((*SCRIPT, "--profile", "nope"), "--profile"),
+}
+RUN_VALUELESS = {"dry_run"}  # prints instead of running: no bad value
+
 
 def test_the_tables_cover_every_option():
     train_options = {spec.key for spec in FIELDS if spec.meta["cli"]}
     assert set(TRAIN) == train_options, sorted(set(TRAIN) ^ train_options)
     assert set(PLAN) == set(PLAN_FLAGS) | set(PLAN_OWN), sorted(set(PLAN) ^ (set(PLAN_FLAGS) | set(PLAN_OWN)))
+    run_own = {a.name for a in task_arguments(run_task)} - set(RUN_KEYS) - RUN_VALUELESS
+    assert set(RUN) == run_own, sorted(set(RUN) ^ run_own)
 
 
 def refused(result, runs, names: str) -> None:
@@ -189,3 +206,16 @@ def test_plan_refuses_what_the_model_cannot_take(case, tmp_path):
     bad, names = PLAN_JOINT[case]
     result = invoke("plan", *bad, env={"TRAINKIT_STATE_DIR": str(tmp_path / "state")}, timeout=60)
     refused(result, tmp_path / "runs", names)
+
+
+@pytest.mark.parametrize("option", sorted(RUN))
+def test_run_refuses(option, tmp_path):
+    (tmp_path / "file").write_text("not a script\n")
+    (tmp_path / "index.txt").write_text("--extra-index-url https://mirror.example/simple\ntk-extra==1.0\n")
+    (tmp_path / "unhashed.txt").write_text("tk-extra==1.0\n")
+    files = {"file": tmp_path / "file", "index": tmp_path / "index.txt", "unhashed": tmp_path / "unhashed.txt"}
+    bad, names = RUN[option]
+    runs = tmp_path / "runs"
+    env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state")}
+    result = invoke("run", "--runs-dir", str(runs), *(v.format(**files) for v in bad), env=env, timeout=60)
+    refused(result, runs, names)

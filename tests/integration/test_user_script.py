@@ -1,18 +1,26 @@
 """`invoke run --dry-run`, through the command line: on EKS the code's ConfigMap (valid as a core object,
 strictly) and a PyTorchJob the v1.9.4 CRD and webhook admit (strictly) that runs the script from the mounted code;
-locally the job and the workload; and a script run that names no script is refused before anything exists."""
+locally the job and the workload; and a script run that names no script is refused before anything exists. And
+the install of a script's requirements each node does, with the real pip."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import tempfile
 
+import pytest
 
 from tests.helpers.crd import admission_errors
 from tests.helpers.eks import IMAGE, container, dry_run_objects, validate_core, worker
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
+from tests.helpers.wheels import pip_hash, write_wheel
 from trainkit.backends.base import WORKLOAD_ENV
 from trainkit.backends.eks import render
+from trainkit.errors import SpecError
+from trainkit.workloads.packages import install
 
 
 def test_on_eks_the_dry_run_is_the_code_configmap_and_a_job_the_operator_admits(tmp_path):
@@ -48,3 +56,24 @@ def test_locally_the_dry_run_prints_the_job_and_the_workload_and_creates_nothing
 def test_a_run_without_a_script_is_refused():
     result = invoke("run", "--nproc", "2")
     assert result.returncode == 2 and "--script FILE is required" in result.stderr
+
+
+def test_hashed_requirements_install_from_a_wheelhouse_and_a_wheel_no_hash_matches_is_refused(tmp_path, monkeypatch):
+    """What each node does before torchrun starts (trainkit/workloads/packages.py), with the real pip: a requirement
+    pinned by hash installs from a wheelhouse into this user's private cache; a wheel that matches none of its line's
+    hashes is refused, saying which hash it has."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    wheels = tmp_path / "wheels"
+    wheel = write_wheel(wheels, "tk_hashed", "1.0", "VALUE = 7\n")
+    site = install((f"tk_hashed==1.0 --hash={pip_hash(wheel)}",), str(wheels))
+    assert (site / "tk_hashed" / "__init__.py").read_text() == "VALUE = 7\n"
+    assert site.parent.parent == tmp_path / f"trainkit-packages-{os.getuid()}"
+    assert stat.S_IMODE(site.parent.parent.stat().st_mode) == 0o700
+    others = "--hash=sha256:" + "0" * 64 + " --hash=sha256:" + "1" * 64
+    with pytest.raises(SpecError) as refused:
+        install((f"tk_hashed==1.0 {others}",), str(wheels))
+    assert str(refused.value) == (
+        f"--requirements: tk_hashed==1.0 from {wheels} matches no --hash of its line (its hash is {pip_hash(wheel)}); "
+        "if that wheel is the one you meant, put its hash in the file (`pip hash WHEEL` prints it), else replace the "
+        "wheel"
+    )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import render, submission
 from trainkit.errors import SpecError
 from trainkit.run.code import CODE_LIMIT_BYTES, code_digest, code_files, read_code
+from trainkit.workloads.packages import package_cache
 from trainkit.workloads.script import run_id_for, script_workload
 
 
@@ -104,6 +107,119 @@ def test_requirements_the_nodes_could_not_install_are_refused(folder, tmp_path, 
         script_workload(job(), str(folder / "train.py"), [], str(requirements) if requirements else None, wheelhouse)
 
 
+WHEELHOUSE = "put the wheels in a folder and give it as --wheelhouse (eks and batch: a folder on FSx)"
+OPTION = (
+    "is a pip option, which would apply to every package of the install (another index or link source, trusted "
+    "hosts, pre-releases, no hash checking); list packages only (each may carry --hash=sha256:...), and "
+    f"{WHEELHOUSE} or set the index in pip's configuration on the nodes (pip.conf or PIP_INDEX_URL in the image)"
+)
+CREDENTIALS = (
+    "carries credentials in its URL, which would travel with the job (its spec, the pod spec, Batch's job records, "
+    f"S3); {WHEELHOUSE}, or keep the credentials on the nodes (a netrc file or a keyring pip reads there) and drop "
+    "them from the line"
+)
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        *[
+            (f"tk-extra==1.0\n{line}\n", f"line 2: {line!r} {OPTION}")
+            for line in (
+                "--extra-index-url https://mirror.example/simple",
+                "--index-url=https://mirror.example/simple",
+                "-i https://mirror.example/simple",
+                "--trusted-host mirror.example",
+                "-f https://mirror.example/wheels/",
+                "--find-links=wheels",
+                "--pre",
+                "--no-require-hashes",
+                "-r more.txt",
+            )
+        ],
+        (
+            "tk-extra @ https://alice:s3cret@pkgs.example/tk_extra-1.0-py3-none-any.whl\n",
+            f"line 1: 'tk-extra @ https://***@pkgs.example/tk_extra-1.0-py3-none-any.whl' {CREDENTIALS}",
+        ),
+        (
+            "tk-extra\n--extra-index-url https://__token__:pypi-AgE@pkgs.example/simple\n",
+            f"line 2: '--extra-index-url https://***@pkgs.example/simple' {CREDENTIALS}",
+        ),
+        (
+            "git+https://ghp_token@github.com/org/tk-extra.git\n",
+            f"line 1: 'git+https://***@github.com/org/tk-extra.git' {CREDENTIALS}",
+        ),
+        (
+            f"tk-extra==1.0 --hash={DIGEST} --config-settings=editable_mode=compat\n",
+            "line 1: '--config-settings=editable_mode=compat' is not accepted on a requirement line (only "
+            "--hash=ALG:DIGEST is); drop it, or build the package into a wheel and give its folder as --wheelhouse",
+        ),
+    ],
+)
+def test_requirement_lines_that_would_change_where_every_package_comes_from_or_leak_a_token_are_refused(
+    folder, tmp_path, text, message
+):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(text)
+    with pytest.raises(SpecError) as refused:
+        script_workload(job(), str(folder / "train.py"), [], str(requirements))
+    assert str(refused.value) == f"--requirements {requirements}, {message}"
+    assert "s3cret" not in str(refused.value) and "pypi-AgE" not in str(refused.value)
+
+
+def test_hashed_requirements_as_pip_compile_writes_them_pass_and_require_hashes_wants_a_hash_on_every_line(
+    folder, tmp_path
+):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        f"tk-extra==1.0 \\\n    --hash={DIGEST} \\\n    --hash {DIGEST}\n    # via -r requirements.in\n"
+        f"tk-more==2.0 --hash={DIGEST}  # a comment\n"
+    )
+    workload = script_workload(job(), str(folder / "train.py"), [], str(requirements), require_hashes=True)
+    assert workload.requirements == (
+        f"tk-extra==1.0     --hash={DIGEST}     --hash {DIGEST}",
+        f"tk-more==2.0 --hash={DIGEST}",
+    )
+    requirements.write_text(f"tk-extra==1.0 --hash={DIGEST}\ntk-more==2.0\n")
+    with pytest.raises(SpecError) as refused:
+        script_workload(job(), str(folder / "train.py"), [], str(requirements), require_hashes=True)
+    assert str(refused.value) == (
+        f"--require-hashes: --requirements {requirements}, line 2: 'tk-more==2.0' has no --hash; add one for each "
+        "archive pip may pick (`pip hash FILE` prints it), or drop --require-hashes"
+    )
+    with pytest.raises(SpecError, match="give --requirements too"):
+        script_workload(job(), str(folder / "train.py"), [], None, require_hashes=True)
+
+
+def test_the_package_cache_is_the_users_own_and_one_another_user_could_write_is_refused(tmp_path, monkeypatch):
+    """A shared temporary folder: anyone may create `trainkit-packages-<your uid>` there before you do."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cache = package_cache()
+    assert cache == tmp_path / f"trainkit-packages-{os.getuid()}" and stat.S_IMODE(cache.stat().st_mode) == 0o700
+    remedy = "remove it (or have its owner remove it), or set TMPDIR elsewhere"
+    cache.chmod(0o777)
+    with pytest.raises(SpecError) as refused:
+        package_cache()
+    assert str(refused.value) == (
+        f"the package cache {cache} can be written by other users (mode 777): whoever can write there can plant what "
+        f"trainkit runs; {remedy}"
+    )
+    cache.chmod(0o755)  # readable by others only: taken back
+    assert package_cache() == cache and stat.S_IMODE(cache.stat().st_mode) == 0o700
+    someone = os.getuid() + 1  # your cache's name under another uid: made by the real one, so not "yours"
+    monkeypatch.setattr(os, "getuid", lambda: someone)
+    (tmp_path / f"trainkit-packages-{someone}").mkdir(mode=0o700)
+    with pytest.raises(SpecError, match=f"belongs to another user \\(uid {someone - 1}; you are {someone}\\)"):
+        package_cache()
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "other"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / f"trainkit-packages-{os.getuid()}").symlink_to(cache)  # planted: a link to elsewhere
+    with pytest.raises(SpecError, match="is not a folder"):
+        package_cache()
+
+
 def test_the_same_command_names_the_same_run_and_another_command_another(folder):
     script = str(folder / "train.py")
     first = run_id_for(script, ["--epochs", "3"])  # not the nodes nor the processes: a run continues at any size
@@ -166,3 +282,18 @@ def test_a_step_report_lands_once_even_when_a_restart_redoes_steps(tmp_path, mon
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6] and records[-1]["samples_per_s"] == 10.0
     assert contract.checkpoint_dir() == run_dir / "checkpoints" and os.path.isdir(run_dir / "checkpoints")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "tk-extra @ git+ssh://git@github.com/org/tk-extra.git",  # ssh's `git` user is no secret
+        "tk-extra @ https://${PKG_TOKEN}@pkgs.example/tk_extra-1.0-py3-none-any.whl",  # pip expands it on the node
+        "tk-extra @ https://${PKG_USER}:${PKG_TOKEN}@pkgs.example/tk_extra-1.0-py3-none-any.whl",
+    ],
+)
+def test_a_url_whose_user_part_holds_no_secret_is_accepted(line):
+    from trainkit.workloads.packages import refusal
+
+    assert refusal(line, "line 1") is None
+    assert refusal(line.replace("${PKG_TOKEN}", "pypi-AgE").replace("git@", "git:s3cret@"), "line 1")

@@ -36,7 +36,7 @@ def script_arguments(remainder: str) -> list[str]:
     return shlex.split(remainder)
 
 
-def _run(c, script, requirements=None, wheelhouse=None, profile="local", dry_run=False, **values):
+def _run(c, script, requirements=None, wheelhouse=None, require_hashes=False, profile="local", dry_run=False, **values):
     """Run your own script under torchrun on every node (`-- ARGS` go to it): a run folder and id, rendezvous,
     elastic restarts, per-rank logs, status/logs/stop, metrics; its folder travels with the job."""
     from trainkit.backends import resolve_job
@@ -46,19 +46,33 @@ def _run(c, script, requirements=None, wheelhouse=None, profile="local", dry_run
     args = script_arguments(c.remainder)
     flags["run_id"] = flags["run_id"] or run_id_for(script, args)
     job, backend, _ = resolve_job(flags, profile)
-    backend.submit(job, script_workload(job, script, args, requirements, wheelhouse), dry_run=dry_run)
+    workload = script_workload(job, script, args, requirements, wheelhouse, require_hashes)
+    backend.submit(job, workload, dry_run=dry_run)
 
 
 _run_body, _run_help = job_options(
-    _run, RUN_KEYS, {"script": None, "requirements": None, "wheelhouse": None, "profile": "local", "dry_run": False}
+    _run,
+    RUN_KEYS,
+    {
+        "script": None,
+        "requirements": None,
+        "wheelhouse": None,
+        "require_hashes": False,
+        "profile": "local",
+        "dry_run": False,
+    },
 )
 run = task(
     help={
         **_run_help,
         "script": "The Python file torchrun starts on every node; its folder travels with the job (docs/own-script.md: "
         "what it gets and how it checkpoints).",
-        "requirements": "A pip requirements file installed on every node before the script starts.",
+        "requirements": "A pip requirements file installed on every node before the script starts: package lines "
+        "(with --hash=sha256:... to pin archives; then pip checks every package's hash), no pip option lines and no "
+        "credentials in URLs.",
         "wheelhouse": "Install --requirements only from this folder of wheels (eks: a folder on FSx).",
+        "require-hashes": "Refuse --requirements unless every line pins its archives with --hash (pip's "
+        "hash-checking mode: nothing is installed without a matching hash).",
         "run-id": "Name of the run and its folder (default: the script's name and a hash of the command, so the "
         "same command resumes the same run).",
         "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",

@@ -11,9 +11,9 @@ Bigger code belongs in an image (`--image`).
 Extra Python packages (`--requirements FILE`, pip's requirements format) are installed by every node before
 torchrun starts, into a folder of their own outside the run folder (pip --target; the processes find it on
 PYTHONPATH), from pip's configured index or only from a folder of wheels (`--wheelhouse DIR`: pip --no-index
---find-links; on EKS a folder on FSx). The folder is named by the hash of the requirements and the wheelhouse
-(its path and wheels) and reused while it exists, so a restart does not install again. What a script gets from
-trainkit (its run folder, its checkpoint folder, one call to report a step): training/script.py.
+--find-links; on EKS a folder on FSx), hash-checked when the file pins hashes: workloads/packages.py, which also
+says what the file may not hold (option lines, credentials). What a script gets from trainkit (its run folder, its
+checkpoint folder, one call to report a step): training/script.py.
 """
 
 from __future__ import annotations
@@ -22,11 +22,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import uuid
 from pathlib import Path
 
 from training.common.files import publish_bytes
@@ -36,33 +31,18 @@ from trainkit.backends.base import Workload
 from trainkit.errors import SpecError
 from trainkit.run.code import code_digest, read_code
 from trainkit.run.prepare import prepare_folder
+from trainkit.workloads.packages import install, read_requirements
 
 CODE_DIR = "code"
-PACKAGES_DIR = "trainkit-packages"
-INSTALL_TIMEOUT_S = 1800
-
-
-def read_requirements(path: str | None) -> tuple[str, ...]:
-    if path is None:
-        return ()
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise SpecError(f"--requirements {path}: no such file; give a pip requirements file")
-    lines = [line.split(" #")[0].strip() for line in file.read_text().splitlines()]
-    lines = [line for line in lines if line and not line.startswith("#")]
-    local = [line for line in lines if line.startswith(("-e", "--editable", ".", "/", "file:"))]
-    if local:
-        raise SpecError(
-            f"--requirements {path}: {local[0]!r} names a path on this machine, which the nodes cannot see; "
-            "build it into a wheel and give its folder as --wheelhouse"
-        )
-    if not lines:
-        raise SpecError(f"--requirements {path} lists no package; drop --requirements or add one")
-    return tuple(lines)
 
 
 def script_workload(
-    job: Job, script: str, args: list[str], requirements: str | None = None, wheelhouse: str | None = None
+    job: Job,
+    script: str,
+    args: list[str],
+    requirements: str | None = None,
+    wheelhouse: str | None = None,
+    require_hashes: bool = False,
 ) -> Workload:
     """The workload of a user's script for this job; checks what can be checked before anything is created."""
     path = Path(script).expanduser()
@@ -70,7 +50,7 @@ def script_workload(
         raise SpecError(f"--script {script}: not a Python file; give the path of the .py file torchrun should start")
     folder = path.parent.resolve()
     digest = code_digest(read_code(folder, job.run.runs_dir))
-    lines = read_requirements(requirements)
+    lines = read_requirements(requirements, require_hashes)
     if wheelhouse is not None and not lines:
         raise SpecError("--wheelhouse is where --requirements are installed from; give --requirements too")
     return Workload(
@@ -101,38 +81,6 @@ def prepare(job: Job, workload: Workload) -> dict[str, str]:
         return {}
     packages = install(workload.requirements, workload.wheelhouse)
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(packages), os.environ.get("PYTHONPATH")]))}
-
-
-def install(requirements: tuple[str, ...], wheelhouse: str | None) -> Path:
-    """pip install --target a folder named by what goes in it (reused when complete); only from `wheelhouse` when
-    given. A failure says pip's last words and what to change."""
-    if wheelhouse is not None and not Path(wheelhouse).is_dir():
-        raise SpecError(f"--wheelhouse {wheelhouse}: no such folder on this node; give a folder of wheels")
-    wheels = sorted(f"{w.name}:{w.stat().st_size}" for w in Path(wheelhouse).glob("*")) if wheelhouse else []
-    where = str(Path(wheelhouse).resolve()) if wheelhouse else "index"
-    key = hashlib.sha256("\n".join([*requirements, where, *wheels, sys.version]).encode()).hexdigest()
-    target = Path(tempfile.gettempdir()) / PACKAGES_DIR / key[:16]
-    if target.is_dir():
-        return target / "site"
-    partial = target.with_name(f".{target.name}-{uuid.uuid4().hex[:8]}")
-    partial.mkdir(parents=True)
-    listed = partial / "requirements.txt"
-    listed.write_text("\n".join(requirements) + "\n")
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input"]
-    command += ["--target", str(partial / "site"), "-r", str(listed)]
-    if wheelhouse is not None:
-        command += ["--no-index", "--find-links", str(wheelhouse)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
-    if done.returncode:
-        shutil.rmtree(partial, ignore_errors=True)
-        words = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
-        source = f"from {wheelhouse}" if wheelhouse else "from the package index"
-        raise SpecError(f"--requirements: pip could not install them {source} ({words[0]}); fix the file or the wheels")
-    try:
-        os.replace(partial, target)  # a node that finished first already put the same packages there
-    except OSError:
-        shutil.rmtree(partial, ignore_errors=True)
-    return target / "site"
 
 
 def run_id_for(script: str | None, args: list[str]) -> str:
