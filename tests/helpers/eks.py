@@ -38,11 +38,13 @@ def validate_core(job: dict) -> None:
 
 
 def dry_run_objects(stdout: str) -> dict[str, dict]:
-    """An EKS dry run's objects by kind (a NetworkPolicy, a ConfigMap when the workload brings code, the PyTorchJob),
-    each checked in order: what the pods need before the job."""
+    """An EKS dry run's objects by kind (a NetworkPolicy, the rendezvous key's Secret, without its key, a ConfigMap
+    when the workload brings code, the PyTorchJob), each checked in order: what the pods need before the job."""
     documents = list(yaml.safe_load_all(stdout))
     kinds = [document["kind"] for document in documents]
-    assert kinds in (["NetworkPolicy", "PyTorchJob"], ["NetworkPolicy", "ConfigMap", "PyTorchJob"]), kinds
+    assert kinds in (["NetworkPolicy", "Secret", "PyTorchJob"], ["NetworkPolicy", "Secret", "ConfigMap", "PyTorchJob"])
+    secret = documents[1]
+    assert not {"data", "stringData"} & set(secret), "a dry run prints no rendezvous key"
     for document in documents[:-1]:
         kubernetes_validate.validate(document, kubernetes_version(), strict=True)
     return dict(zip(kinds, documents, strict=True))

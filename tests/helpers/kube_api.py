@@ -312,6 +312,7 @@ class FakeCluster:
     claim_phase: str | None = "Bound"
     nodes: list[dict] = field(default_factory=list)
     secrets: dict = field(default_factory=dict)
+    secret_metadata: dict = field(default_factory=dict)  # (namespace, name) -> ownerReferences and the like
     configmaps: dict = field(default_factory=dict)
     network_policies: dict = field(default_factory=dict)
     admission: list = field(default_factory=list)  # ValidatingAdmissionPolicies and their bindings, applied to pods
@@ -778,6 +779,10 @@ class FakeCluster:
                 for key, body in list(objects.items()):
                     if any(ref.get("uid") == uid for ref in body["metadata"].get("ownerReferences", [])):
                         del objects[key]
+            for key, metadata in list(self.secret_metadata.items()):
+                if any(ref.get("uid") == uid for ref in metadata.get("ownerReferences", [])):
+                    self.secrets.pop(key, None)
+                    del self.secret_metadata[key]
             self._enforce()
         return 200, status_body(200, "Deleted", name) | {"status": "Success"}
 
@@ -1016,13 +1021,25 @@ def _handler(cluster: FakeCluster):
             self.wfile.write(b"0\r\n\r\n")
 
         def _secrets(self, method, namespace, name):
+            """Secrets as their data (stringData) and, apart, their metadata: GET without the data (what the
+            launcher reads: whether it exists), POST/PUT, DELETE, and PATCH of ownerReferences (as `_object`)."""
+            key = (namespace, name)
             if method == "GET":
-                if (namespace, name) not in cluster.secrets:
+                if key not in cluster.secrets:
                     return self._send(404, status_body(404, "NotFound", f'secrets "{name}" not found'))
-                return self._send(
-                    200,
-                    {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": name}, "type": "Opaque", "data": {}},
-                )
+                metadata = {"name": name, **cluster.secret_metadata.get(key, {})}
+                return self._send(200, {"kind": "Secret", "apiVersion": "v1", "metadata": metadata, "type": "Opaque"})
+            if method in ("DELETE", "PATCH"):
+                with cluster.lock:
+                    if key not in cluster.secrets:
+                        return self._send(404, status_body(404, "NotFound", f'secrets "{name}" not found'))
+                    if method == "DELETE":
+                        del cluster.secrets[key]
+                        cluster.secret_metadata.pop(key, None)
+                        return self._send(200, status_body(200, "Success", ""))
+                    owners = self._body()["metadata"]["ownerReferences"]
+                    cluster.secret_metadata.setdefault(key, {})["ownerReferences"] = owners
+                    return self._send(200, {"kind": "Secret", "apiVersion": "v1", "metadata": {"name": name}})
             body = self._body()
             key = (namespace, body["metadata"]["name"])
             if method == "POST" and key in cluster.secrets:

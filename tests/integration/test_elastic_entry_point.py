@@ -62,3 +62,33 @@ class Planted:
 
     def __reduce__(self):
         return os.mkdir, (self.path,)
+
+
+def test_the_etcd_rendezvous_loads_no_state_it_did_not_sign(tmp_path, monkeypatch):
+    """etcd's v2 API lets any client that reaches it read and write every key: the local etcd (on 127.0.0.1, no
+    authentication) and, on EKS, the platform's, which every pod of the jobs' namespace reaches. With the job's key
+    (the local target's environment; on EKS the submission's Secret) a state another client wrote is refused before
+    torch unpickles it."""
+    import urllib.parse
+    import urllib.request
+
+    from trainkit.run.rendezvous import create_etcd_handler
+    from trainkit.services import EtcdServer
+
+    monkeypatch.setenv(RDZV_KEY_ENV, "this job's key")
+    with EtcdServer(tmp_path / "etcd") as etcd:
+        conf = {"last_call_timeout": "1", "keep_alive_interval": "600"}
+        handler = create_etcd_handler(RendezvousParameters("trainkit-etcd", etcd.endpoint, "job-2", 1, 1, **conf))
+        assert handler.next_rendezvous().rank == 0  # the job's own signed state round-trips
+        planted = tmp_path / "planted"
+        value = base64.b64encode(pickle.dumps(Planted(planted))).decode()  # as torch's backend stores a state
+        request = urllib.request.Request(
+            f"http://{etcd.endpoint}/v2/keys/torch/elastic/rendezvous/job-2",
+            data=urllib.parse.urlencode({"value": value}).encode(),
+            method="PUT",
+        )
+        urllib.request.urlopen(request, timeout=5).close()
+        time.sleep(STATE_CACHE_S)
+        with pytest.raises(RendezvousStateError, match="not signed with this job's key"):
+            handler.num_nodes_waiting()
+        assert not planted.exists()

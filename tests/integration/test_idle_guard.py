@@ -12,6 +12,7 @@ node group (trainkit/backends/eks/nodegroup.py), then creates the job.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -312,6 +313,9 @@ def test_a_submit_wakes_the_group_after_its_checks_and_before_the_job(guarded, a
     assert _scaling(eks, name)["desiredSize"] == 2 and len(api.jobs) == 1
     (job,) = api.jobs.values()
     (policy,) = api.network_policies.values()  # made before the job, then owned by it (issue 49)
+    ((secret_key, secret),) = api.secrets.items()  # the rendezvous key: 32 random bytes, owned by the job too
+    assert re.fullmatch(r"[0-9a-f]{64}", secret["key"])
+    assert api.secret_metadata[secret_key]["ownerReferences"] == policy["metadata"]["ownerReferences"]
     assert policy["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "kubeflow.org/v1",
@@ -349,7 +353,7 @@ def test_a_job_the_api_server_refuses_after_the_wake_scales_the_group_back(guard
     ops = [op for op, _ in calls]
     assert ops == ["DescribeNodegroup", "UpdateNodegroupConfig", "DescribeNodegroup", "UpdateNodegroupConfig"]
     assert _scaling(eks, name)["desiredSize"] == 0 and not api.jobs
-    assert not api.network_policies  # the policy made for the job's pods before it went with it (issue 49)
+    assert not api.network_policies and not api.secrets  # what was made for the job's pods went with it (issue 49)
     assert capsys.readouterr().err.endswith(
         f"note: the job was not created, so node group {name} was asked for its 0 node(s) again\n"
     )

@@ -8,6 +8,7 @@ run id again resumes from the last checkpoint.
 
 from __future__ import annotations
 
+import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,7 +70,7 @@ def manifest_yaml(job: Job, workload: Workload, rdzv_id: str | None = None) -> s
     """The objects a submission creates, in order: NetworkPolicy, the code's ConfigMap if any, the PyTorchJob (one
     YAML document each)."""
     parts, manifest = submission.job_objects(
-        job, workload, rdzv_id or rendezvous_id(job), code_of(job, workload), submission.token()
+        job, workload, rdzv_id or rendezvous_id(job), code_of(job, workload), submission.token(), None
     )
     return yaml.safe_dump_all([*parts, manifest], sort_keys=False, width=120)
 
@@ -100,7 +101,9 @@ def submit(
         for note in [woke, *notes]:
             if note:
                 print(f"note: {note}", flush=True)
-        parts, manifest = submission.job_objects(job, workload, rdzv_id or rendezvous_id(job), code, submission.token())
+        parts, manifest = submission.job_objects(
+            job, workload, rdzv_id or rendezvous_id(job), code, submission.token(), secrets.token_hex(32)
+        )
         namespace = job.placement.namespace
         submission.create_job(kube, job, parts, manifest)
     name = manifest["metadata"]["name"]

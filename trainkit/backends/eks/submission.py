@@ -1,5 +1,6 @@
 """What one EKS submission creates, and in which order: the objects its pods need first (the NetworkPolicy that
-lets them meet, the ConfigMap of the code it brings), then the PyTorchJob, then each of the first owned by the job."""
+lets them meet, the Secret of their rendezvous key, the ConfigMap of the code it brings), then the PyTorchJob, then
+each of the first owned by the job."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from trainkit.backends.base import Workload
 from trainkit.backends.eks import cluster, render
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
 from trainkit.errors import SpecError
+from trainkit.run.torchrun import RDZV_KEY_ENV
 
 
 def code_configmap_name(job: Job, token: str) -> str:
@@ -70,6 +72,29 @@ def render_code_configmap(job: Job, files: dict[str, bytes], name: str) -> dict:
     return body
 
 
+RDZV_KEY_ITEM = "key"
+
+
+def render_rdzv_secret(job: Job, token: str, key: str | None) -> dict:
+    """The Secret holding the key the submission's agents sign their rendezvous state with (trainkit/run/
+    rendezvous.py: etcd's and c10d's state is unpickled by every agent, and any pod of the namespace may reach the
+    platform's etcd, so a state another job wrote is refused unread). `key` None: the dry run's, which prints no
+    key (printed, it would be none); its pods then run unsigned unless one is added before applying."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": f"{render.job_name(job.run.run_id)}-rdzv-{token}",
+            "namespace": job.placement.namespace,
+            "labels": {render.LABEL_RUN: render.label_value(job.run.run_id), **render.MANAGED_BY},
+        },
+        "type": "Opaque",
+    }
+    if key is not None:
+        body["stringData"] = {RDZV_KEY_ITEM: key}
+    return body
+
+
 def token() -> str:
     """Random and new for each submission: the suffix of the names of its ConfigMap and NetworkPolicy, which no
     other job can therefore have taken before them."""
@@ -77,19 +102,32 @@ def token() -> str:
 
 
 def job_objects(
-    job: Job, workload: Workload, rdzv_id: str, code: dict[str, bytes] | None, token: str
+    job: Job,
+    workload: Workload,
+    rdzv_id: str,
+    code: dict[str, bytes] | None,
+    token: str,
+    key: str | None,
 ) -> tuple[list[dict], dict]:
     """What one submission creates: the objects its pods need first (the NetworkPolicy that lets them meet, the
-    ConfigMap of the code it brings, if any), then the PyTorchJob."""
-    parts = [render_peer_policy(job, rdzv_id, token)]
+    Secret of their rendezvous key, the ConfigMap of the code it brings, if any), then the PyTorchJob. `key`: the
+    rendezvous key (None in a dry run)."""
+    secret = render_rdzv_secret(job, token, key)
+    parts = [render_peer_policy(job, rdzv_id, token), secret]
     code_name = code_configmap_name(job, token) if code is not None else ""
     if code is not None:
         parts.append(render_code_configmap(job, code, code_name))
-    return parts, render.render_pytorchjob(job, rdzv_id, workload, code, code_name)
+    manifest = render.render_pytorchjob(job, rdzv_id, workload, code, code_name)
+    for container in manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
+        # optional: a dry run's Secret has no key, and its pods then sign nothing (the local target's rule)
+        reference = {"name": secret["metadata"]["name"], "key": RDZV_KEY_ITEM, "optional": True}
+        container["env"].append({"name": RDZV_KEY_ENV, "valueFrom": {"secretKeyRef": reference}})
+    return parts, manifest
 
 
 PART_CALLS = {  # kind: the Kubernetes client's API attribute on Kube, and the call's name
     "ConfigMap": ("core", "config_map"),
+    "Secret": ("core", "secret"),
     "NetworkPolicy": ("networking", "network_policy"),
 }
 
