@@ -170,7 +170,7 @@ def test_make_up_builds_and_pushes_the_guard_before_the_platform_and_skips_it_wi
 
     bare = invoke(*up, env=env)
     assert bare.returncode == 0, bare.stdout + bare.stderr
-    (note,) = [line for line in bare.stdout.splitlines() if "idle guard" in line]
+    (note,) = [line for line in bare.stdout.splitlines() if line.startswith("note:") and "idle guard" in line]
     assert note.startswith("note: the idle guard's image was not built (no image builder here), so no idle guard runs")
     assert "install Docker with buildx" in note and "buildah" in note
     assert not log.exists() and platform_image(env) is None  # the platform stack got no guard image: no CronJob
