@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import celpy
 
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+from tests.helpers.network_policy import selects
+from trainkit.backends.eks.render import NAMESPACE_NAME_LABEL
 
 
 def _matches_pods(policy: dict, operation: str) -> bool:
@@ -30,11 +31,8 @@ def _matches_pods(policy: dict, operation: str) -> bool:
 
 
 def _selects_namespace(binding: dict, namespace: str) -> bool:
-    selector = binding["spec"].get("matchResources", {}).get("namespaceSelector")
-    if selector is None:
-        return True
-    labels = {NAMESPACE_NAME_LABEL: namespace}
-    return all(labels.get(key) == value for key, value in (selector.get("matchLabels") or {}).items())
+    selector = binding["spec"].get("matchResources", {}).get("namespaceSelector", {})  # none: every namespace
+    return selects(selector, {NAMESPACE_NAME_LABEL: namespace})
 
 
 def _evaluate(expression: str, activation: dict):

@@ -24,7 +24,7 @@ import ipaddress
 import subprocess
 from dataclasses import dataclass
 
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+from trainkit.backends.eks.render import NAMESPACE_NAME_LABEL
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster, resources
-from trainkit.run.torchrun import TORCH_ENV
+from trainkit.run.torchrun import RDZV_KEY_ENV, TORCH_ENV
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator looks for this container name
@@ -47,6 +47,7 @@ POD_ENTRY = ["python", "-m", "trainkit.backends.eks.pod"]
 CODE_MOUNT = "/trainkit/code"
 CODE_VOLUME = "code"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server (v1.21+)
+RDZV_KEY_ITEM = "key"  # the item of a submission's rendezvous key Secret
 MAX_NAME = 45  # the operator names pods and services <job>-worker-<i>; keep that under 63 characters
 
 
@@ -129,10 +130,14 @@ def worker_env(**plain: str) -> list[dict]:
     return env
 
 
-def _env(job: Job, workload: Workload) -> list[dict]:
+def _env(job: Job, workload: Workload, key_secret: str = "") -> list[dict]:
     """The spec and the workload travel as JSON (they hold no secrets); the token comes from the Secret, never a
-    value, and only to a workload that may read it."""
+    value, and only to a workload that may read it. `key_secret`: the Secret of the submission's rendezvous key
+    (trainkit/backends/eks/submission.py), optional: a dry run's has no key, and its pods then sign nothing."""
     env = worker_env(TRAINKIT_SPEC=json.dumps(job.to_dict(), sort_keys=True), **{WORKLOAD_ENV: workload.to_json()})
+    if key_secret:
+        reference = {"name": key_secret, "key": RDZV_KEY_ITEM, "optional": True}
+        env.append({"name": RDZV_KEY_ENV, "valueFrom": {"secretKeyRef": reference}})
     if not workload.token:
         return env
     env.append(
@@ -160,11 +165,11 @@ CONTAINER_SECURITY = {
 }
 
 
-def container_of(job: Job, rdzv_id: str, workload: Workload) -> Container:
+def container_of(job: Job, rdzv_id: str, workload: Workload, key_secret: str = "") -> Container:
     """The pod entry point on the workload; one that must not be retried fails the job at its first failure."""
     args = ["--rdzv-endpoint", rdzv_endpoint(job), "--rdzv-id", rdzv_id]
     policy = RESTART_BY_EXIT_CODE if workload.restarts else "Never"
-    return Container(workload.label, POD_ENTRY, args, _env(job, workload), restart_policy=policy)
+    return Container(workload.label, POD_ENTRY, args, _env(job, workload, key_secret), restart_policy=policy)
 
 
 def _container(job: Job, workload: Container) -> dict:
@@ -234,13 +239,19 @@ def _with_code(template: dict, files: dict[str, bytes], name: str) -> None:
 
 
 def render_pytorchjob(
-    job: Job, rdzv_id: str, job_workload: Workload, code: dict[str, bytes] | None = None, code_name: str = ""
+    job: Job,
+    rdzv_id: str,
+    job_workload: Workload,
+    code: dict[str, bytes] | None = None,
+    code_name: str = "",
+    key_secret: str = "",
 ) -> dict:
     """The job that runs `job_workload` on every worker pod; `code`: the user's code folder the workload brings
-    (a script's), which the pods read from its ConfigMap `code_name` (render_code_configmap) at CODE_MOUNT."""
+    (a script's), which the pods read from its ConfigMap `code_name` (render_code_configmap) at CODE_MOUNT;
+    `key_secret`: the Secret of the submission's rendezvous key."""
     if code is not None:
         job_workload = replace(job_workload, code=CODE_MOUNT)
-    workload = container_of(job, rdzv_id, job_workload)
+    workload = container_of(job, rdzv_id, job_workload, key_secret)
     restarts = job.elastic.max_restarts if job_workload.restarts else 0
     template = render_pod_template(job, rdzv_id, workload)
     if code is not None:

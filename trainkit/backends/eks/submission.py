@@ -14,7 +14,6 @@ from trainkit.backends.base import Workload
 from trainkit.backends.eks import cluster, render
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
 from trainkit.errors import SpecError
-from trainkit.run.torchrun import RDZV_KEY_ENV
 
 
 def code_configmap_name(job: Job, token: str) -> str:
@@ -72,9 +71,6 @@ def render_code_configmap(job: Job, files: dict[str, bytes], name: str) -> dict:
     return body
 
 
-RDZV_KEY_ITEM = "key"
-
-
 def render_rdzv_secret(job: Job, token: str, key: str | None) -> dict:
     """The Secret holding the key the submission's agents sign their rendezvous state with (trainkit/run/
     rendezvous.py: etcd's and c10d's state is unpickled by every agent, and any pod of the namespace may reach the
@@ -91,7 +87,7 @@ def render_rdzv_secret(job: Job, token: str, key: str | None) -> dict:
         "type": "Opaque",
     }
     if key is not None:
-        body["stringData"] = {RDZV_KEY_ITEM: key}
+        body["stringData"] = {render.RDZV_KEY_ITEM: key}
     return body
 
 
@@ -117,12 +113,7 @@ def job_objects(
     code_name = code_configmap_name(job, token) if code is not None else ""
     if code is not None:
         parts.append(render_code_configmap(job, code, code_name))
-    manifest = render.render_pytorchjob(job, rdzv_id, workload, code, code_name)
-    for container in manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]:
-        # optional: a dry run's Secret has no key, and its pods then sign nothing (the local target's rule)
-        reference = {"name": secret["metadata"]["name"], "key": RDZV_KEY_ITEM, "optional": True}
-        container["env"].append({"name": RDZV_KEY_ENV, "valueFrom": {"secretKeyRef": reference}})
-    return parts, manifest
+    return parts, render.render_pytorchjob(job, rdzv_id, workload, code, code_name, secret["metadata"]["name"])
 
 
 PART_CALLS = {  # kind: the Kubernetes client's API attribute on Kube, and the call's name
@@ -141,7 +132,7 @@ def create_job(kube: Kube, job: Job, parts: list[dict], manifest: dict) -> dict:
     """The parts first, so the pods find them when they start, then the job; then each part is owned by the job
     (ownerReferences: deleting the job deletes them). A part's name is new for each submission, so one that exists
     already is refused, never replaced; if the job is not created, the parts made for it are deleted."""
-    api_error, _ = api_errors()
+    api_error, connection_error = api_errors()
     namespace, made = job.placement.namespace, []
     try:
         for part in parts:
@@ -166,7 +157,6 @@ def create_job(kube: Kube, job: Job, parts: list[dict], manifest: dict) -> dict:
         raise
     metadata = created["metadata"]
     owner = {"apiVersion": render.API_VERSION, "kind": "PyTorchJob", "name": metadata["name"], "uid": metadata["uid"]}
-    api_error, connection_error = api_errors()
     for part in made:
         patch = {"metadata": {"ownerReferences": [owner]}}
         try:
