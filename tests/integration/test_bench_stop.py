@@ -1,6 +1,7 @@
 """A bench run has its own process session (so a timeout can take torchrun's whole group), which also hides it
 from a Ctrl-C or SIGTERM sent to the bench: the bench ends the run's group itself when it is interrupted, and a
-stop after it leaves no process of the run behind (CI 24 found an interrupted bench's torchrun still running)."""
+stop after it leaves no process of the run behind (CI 24 found an interrupted bench's torchrun still running), and says
+which run it stopped and where its log is (CI 59 found a bench stopped by the suite's timeout with no trace of where)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,18 @@ def _alive(marker: str) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_bench_ends_its_runs_whole_group(tmp_path, sig):
     marker = f"{3000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6}"  # a sleep no one else runs
-    bench = subprocess.Popen([sys.executable, "-c", BENCH, marker, str(tmp_path / "run.log")], cwd=REPO)
+    log = tmp_path / "run.log"
+    bench = subprocess.Popen(
+        [sys.executable, "-c", BENCH, marker, str(log)], cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 30
     while not _alive(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _alive(marker), "the run's child never started"
     os.kill(bench.pid, sig)
-    bench.wait(timeout=30)
+    _, err = bench.communicate(timeout=30)
     assert bench.returncode != 0
+    assert f"bench stopped during `bash -c sleep {marker} & wait ...`; its log: {log}" in err  # where it was
     deadline = time.monotonic() + 15
     while _alive(marker) and time.monotonic() < deadline:
         time.sleep(0.1)

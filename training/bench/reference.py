@@ -18,6 +18,7 @@ wall clock after it; rank 0 writes every step's times and loss to --out.
 from __future__ import annotations
 
 import time
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -35,7 +36,7 @@ from training.text.formats import IGNORE_INDEX
 SHARDED = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}  # strategy -> reshard_after_forward
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     ctx = timing.setup(argv, __doc__.splitlines()[0])
     job, run_dir, gpu, device, bf16 = ctx.job, ctx.run_dir, ctx.gpu, ctx.device, ctx.bf16
     if job.parallelism.sharding not in SHARDED:
@@ -101,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "reshard_after_forward": SHARDED[job.parallelism.sharding],
     }
     timing.finish(ctx.out, what, steps)
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -11,6 +11,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,7 @@ import torch.distributed as dist
 from training.common.distributed import DEFAULT_COLLECTIVE_TIMEOUT_S, resolve_precision
 from training.common.files import publish_text
 from training.common.job import read_job
+from training.common.lifecycle import exit_finished
 from training.common.run import peak_memory_bytes, synchronize
 
 
@@ -64,11 +66,15 @@ def step_record(step: int, loss: float, started: float, data_s: float, optimizer
     return record | {key: items / step_s for key, items in rate.items()} | {"time": time.time()}
 
 
-def finish(out: Path, what: dict, steps: list[dict]) -> None:
+def finish(out: Path, what: dict, steps: list[dict]) -> NoReturn:
     """Rank 0 writes the results file; no rank tears its process group down while rank 0 still writes (gloo
-    aborted there once)."""
+    aborted there once). Then every rank leaves without interpreter teardown, as trainkit's workers do
+    (lifecycle.exit_finished): at teardown DDP's reducer, the last owner of the gloo group, joined gloo's threads
+    while holding the GIL one of them waited for, and that rank hung for good (a fresh-clone CI run; 1 bench in 5
+    here under load; py-spy: ~ProcessGroupGloo in std::thread::join)."""
     if dist.get_rank() == 0:
         record = {**what, "world_size": dist.get_world_size(), "peak_memory_bytes": peak_memory_bytes()}
         publish_text(out, json.dumps({**record, "steps": steps}, indent=2) + "\n")
     dist.barrier()
     dist.destroy_process_group()
+    exit_finished()

@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -37,7 +38,7 @@ from training.vision.models import build_model
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     ctx = timing.setup(argv, __doc__.splitlines()[0])
     job, run_dir, gpu, local_rank, device, bf16 = ctx.job, ctx.run_dir, ctx.gpu, ctx.local_rank, ctx.device, ctx.bf16
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(timing.step_record(step + 1, loss_sum.item() / world, started, data_s, optimizer_s, rate))
     what = "bare DDP reference loop (training/bench/vision_reference.py)"
     timing.finish(ctx.out, {"what": what, "precision": "bf16" if bf16 else "fp32"}, steps)
-    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

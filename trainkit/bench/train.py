@@ -81,6 +81,7 @@ def _run(command: list[str], log: Path, env: dict | None = None, timeout_s: floa
             code = None
         except BaseException:
             _end_group(process, grace_s=STOP_GRACE_S)
+            print(f"bench stopped during `{' '.join(command[:6])} ...`; its log: {log}", file=sys.stderr, flush=True)
             raise
     if code:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
