@@ -12,14 +12,16 @@ import signal
 
 from tests.helpers.containers import processes_with
 from tests.helpers.eks import IMAGE
+from tests.helpers.platform_etcd import platform_etcd
 from tests.helpers.product import invoke
 from training.common.faults import HANG_ENV
 from trainkit.services import EtcdServer
 
 
-def job_flags(etcd: str, run_id: str, steps: int, *extra: str) -> list[str]:
+def job_flags(etcd: str | None, run_id: str, steps: int, *extra: str) -> list[str]:
     """`etcd`: host:port of the etcd the pods meet at (each pod has its own network: the test's etcd through the
-    cluster network's gateway)."""
+    cluster network's gateway); None: the platform's (tests/helpers/platform_etcd.py), with the job's identity."""
+    endpoint = ["--rdzv-endpoint", etcd] if etcd else []
     return [
         "--target",
         "eks",
@@ -33,8 +35,7 @@ def job_flags(etcd: str, run_id: str, steps: int, *extra: str) -> list[str]:
         "1",
         "--rdzv",
         "etcd",
-        "--rdzv-endpoint",
-        etcd,
+        *endpoint,
         "--metrics-port",
         "0",
         "--steps",
@@ -55,12 +56,13 @@ def leader_pod(fake, job: str) -> str:
 
 
 def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
-    """A real 2-node job: pods run the pod entry point here, meet at a real etcd, lose a worker and go on."""
+    """A real 2-node job: pods run the pod entry point here, meet at the platform's etcd (TLS, the job's own
+    identity from the issuer: tests/helpers/platform_etcd.py), lose a worker and go on."""
     stale = fake.fsx / "runs" / "e2e" / "failure.json"  # an earlier job of this run failed
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"cause": "DataError: old", "time": 1.0, "submission": "an-earlier-job"}))
-    with EtcdServer(tmp_path / "etcd") as etcd:
-        submitted = invoke("train", *job_flags(fake.reach(etcd.endpoint), "e2e", 24, "--checkpoint-interval", "4"))
+    with platform_etcd(fake, tmp_path / "etcd.log") as etcd:
+        submitted = invoke("train", *job_flags(None, "e2e", 24, "--checkpoint-interval", "4"))
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/e2e: 2 x p5.48xlarge, 1 processes each, rendezvous etcd" in submitted.stdout
         # Issue 49: the platform's default deny and the submission's own policy (tests/helpers/network_policy.py):
@@ -125,10 +127,20 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
             follow = invoke("logs", "--run-id", "e2e", "-f")  # the pod has ended, so follow returns
             assert follow.returncode == 0 and "summary: runs/e2e/summary.json" in follow.stdout
 
+        # the pods met over TLS, as the job's identity: the one the issuer gave this job, with its rendezvous id
+        (granted,) = [line for line in etcd.log if line.startswith("etcd issuer: job e2e: identity for rendezvous")]
+        rdzv_id = job["spec"]["elasticPolicy"]["rdzvId"]
+        assert f"rendezvous {rdzv_id}," in granted and "etcd" in submitted.stdout
         stopped = invoke("stop", "--run-id", "e2e")
         assert stopped.returncode == 0 and "deleted job trainkit-jobs/e2e" in stopped.stdout
         assert ("trainkit-jobs", "e2e") not in fake.jobs and (run / "summary.json").exists()  # outputs stay
         assert invoke("status", "--run-id", "e2e").returncode == 2
+        # the job is gone: so is its identity, and the rendezvous keys it held
+        uid = job["metadata"]["uid"]
+        fake.wait(
+            lambda: f"etcd issuer: revoked trainkit-job-{uid} (its job ended or is gone)" in etcd.log, 10, "revoke"
+        )
+        assert etcd.issuer.auth.request("GET", f"/v2/keys/torch/elastic/store/{rdzv_id}")[0] == 404
 
 
 def test_a_frozen_rank_is_restarted_and_no_pod_leaves_before_the_run_is_published(fake, tmp_path):

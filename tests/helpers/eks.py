@@ -7,7 +7,7 @@ import yaml
 
 from tests.helpers.kubernetes import kubernetes_version
 from trainkit.backends import job_from_flags as build_spec
-from trainkit.backends.eks import render
+from trainkit.backends.eks import submission
 from trainkit.workloads.recipe import recipe
 
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainkit/train"  # what recorded_outputs records
@@ -15,7 +15,10 @@ IMAGE = "registry.example.com/trainkit/train:test"  # not ECR: the image check o
 
 
 def job_for(flags: dict) -> dict:
-    return render.render_pytorchjob(job := build_spec({"target": "eks", **flags}), "fixed-rdzv-id", recipe(job))
+    """The PyTorchJob a submission of these flags creates (trainkit/backends/eks/submission.py), its rendezvous id
+    fixed, its parts' token too, and no rendezvous key (as a dry run's)."""
+    job = build_spec({"target": "eks", **flags})
+    return submission.job_objects(job, recipe(job), "fixed-rdzv-id", None, "0a1b2c3d4e", None)[1]
 
 
 def worker(job: dict) -> dict:

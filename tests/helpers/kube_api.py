@@ -92,6 +92,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -103,9 +104,13 @@ from tests.helpers.admission import denial
 from tests.helpers.crd import admission_errors
 from tests.helpers.netns import Network
 from tests.helpers.network_policy import Endpoint, enforce
+from trainkit.backends.eks.cluster import ETCD_ISSUER, JOBS_NAMESPACE
+from trainkit.backends.eks.etcd_issuer import STATUS_PASSED
+from trainkit.backends.eks.etcd_tls import CertificateAuthority
 from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
 from trainkit.backends.eks.render import CODE_MOUNT
 from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
+from trainkit.run.torchrun import TLS_CA
 
 JOBS = re.compile(r"^/apis/kubeflow\.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$")
 ALL_JOBS, ALL_PODS = "/apis/kubeflow.org/v1/pytorchjobs", "/api/v1/pods"  # the lists across namespaces
@@ -301,6 +306,17 @@ def operator_env(job: dict, index: int) -> dict:
     return env
 
 
+def issuer_status() -> dict:
+    """The etcd issuer's status ConfigMap as a pass writes it (what the launcher's preflight reads), a new CA's."""
+    data = {TLS_CA: CertificateAuthority.create().cert.decode(), STATUS_PASSED: now()}
+    metadata = {
+        "name": ETCD_ISSUER,
+        "namespace": JOBS_NAMESPACE,
+        "labels": {"app.kubernetes.io/managed-by": "trainkit"},
+    }
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
+
+
 @dataclass
 class FakeCluster:
     """State of the fake cluster; `root` holds the FSx folder and pod logs. `pod_env`: extra variables for
@@ -322,6 +338,7 @@ class FakeCluster:
     pods: dict = field(default_factory=dict)
     deleted: list = field(default_factory=list)
     service_accounts: set = field(default_factory=lambda: {("trainkit-jobs", "trainkit-data")})
+    service_names: dict = field(default_factory=dict)  # name -> address every pod resolves (`serve`)
 
     def __post_init__(self):
         self.fsx = self.root / "fsx"
@@ -332,6 +349,9 @@ class FakeCluster:
         self.network = Network()  # the pods' network (tests/helpers/netns.py), open while the cluster is
         self.stopping = threading.Event()
         self._failures: dict = {}  # (namespace, job) -> failed pods in the replica status (the last round's)
+        # a platform whose etcd issuer runs: its status ConfigMap as its last pass wrote it (a test that meets the
+        # platform's etcd runs the issuer itself: tests/helpers/platform_etcd.py)
+        self.configmaps[(JOBS_NAMESPACE, ETCD_ISSUER)] = issuer_status()
         self._filtered = False  # some pod's packet filter holds NetworkPolicy rules
 
     # ------------------------------------------------------------ lifecycle
@@ -393,7 +413,8 @@ class FakeCluster:
         with self.lock:
             if (namespace, name) in self.jobs:
                 return 409, status_body(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{name}" already exists')
-            body["metadata"].update(creationTimestamp=now(), uid=f"uid-{name}")
+            # a new object's uid is new, as the API server makes it (a job submitted again under its name gets another)
+            body["metadata"].update(creationTimestamp=now(), uid=f"uid-{name}-{uuid.uuid4().hex[:8]}")
             body["status"] = {"conditions": []}
             created = f"PyTorchJob {name} is created."
             set_condition(body["status"]["conditions"], "Created", "PyTorchJobCreated", created)
@@ -412,7 +433,14 @@ class FakeCluster:
         names = [f"{job}-worker-{i}" for i in range(replicas)]
         hosts = [self.network.add(name, hostname=name) for name in names]  # kubelet: the hostname is the pod's name
         for host in hosts:
-            self.network.write_hosts(host, {other.hostname: other.address for other in hosts if other is not host})
+            peers = {other.hostname: other.address for other in hosts if other is not host}
+            self.network.write_hosts(host, {**peers, **self.service_names})
+
+    def serve(self, names: list[str], port: int, target: int) -> None:
+        """A platform Service whose pods run on this machine (the test's etcd): `names` resolve on every pod to the
+        network's gateway, whose `port` is relayed to 127.0.0.1:`target`, as cluster DNS and kube-proxy would."""
+        self.network.relay(port, target)
+        self.service_names.update({name: self.network.gateway for name in names})
 
     def _create_pod(self, namespace: str, job: dict, template: dict, index: int) -> None:
         name = f"{job['metadata']['name']}-worker-{index}"
@@ -470,10 +498,21 @@ class FakeCluster:
         """Start the pod once every ConfigMap it mounts exists: the files (its items, or every key) under a folder
         of the pod's; a process here cannot have its own mounts, so the one at CODE_MOUNT reaches the container as
         CODE_MOUNT_ENV (what the pod entry point reads first, trainkit/backends/eks/pod.py)."""
-        volumes = {v["name"]: v["configMap"] for v in pod.manifest["spec"].get("volumes", []) if "configMap" in v}
+        declared = pod.manifest["spec"].get("volumes", [])
+        volumes = {v["name"]: v["configMap"] for v in declared if "configMap" in v}
+        secrets = {v["name"]: v["secret"] for v in declared if "secret" in v}
         if any((namespace, source["name"]) not in self.configmaps for source in volumes.values()):
             return
+        if any((namespace, source["secretName"]) not in self.secrets for source in secrets.values()):
+            return
         for mount in pod.manifest["spec"]["containers"][0].get("volumeMounts", []):
+            if mount["name"] in secrets:  # every key a file; an env value naming the mount path now names the folder
+                folder = self.root / "volumes" / pod.name / mount["name"]
+                folder.mkdir(parents=True, exist_ok=True)
+                for key, value in self.secrets[(namespace, secrets[mount["name"]]["secretName"])].items():
+                    (folder / key).write_text(value)
+                    (folder / key).chmod(secrets[mount["name"]].get("defaultMode", 0o644))
+                pod.env.update({k: str(folder) for k, v in pod.env.items() if v == mount["mountPath"]})
             source = volumes.get(mount["name"])
             if source is None:
                 continue
@@ -1021,14 +1060,15 @@ def _handler(cluster: FakeCluster):
             self.wfile.write(b"0\r\n\r\n")
 
         def _secrets(self, method, namespace, name):
-            """Secrets as their data (stringData) and, apart, their metadata: GET without the data (what the
-            launcher reads: whether it exists), POST/PUT, DELETE, and PATCH of ownerReferences (as `_object`)."""
+            """Secrets as their data (stringData, or data in base64) and, apart, their metadata: GET (data in
+            base64, as the API serves it), POST/PUT, DELETE, and PATCH of ownerReferences (as `_object`)."""
             key = (namespace, name)
             if method == "GET":
                 if key not in cluster.secrets:
                     return self._send(404, status_body(404, "NotFound", f'secrets "{name}" not found'))
-                metadata = {"name": name, **cluster.secret_metadata.get(key, {})}
-                return self._send(200, {"kind": "Secret", "apiVersion": "v1", "metadata": metadata, "type": "Opaque"})
+                metadata = {"name": name, "namespace": namespace, **cluster.secret_metadata.get(key, {})}
+                data = {k: base64.b64encode(v.encode()).decode() for k, v in cluster.secrets[key].items()}
+                return self._send(200, {"kind": "Secret", "apiVersion": "v1", "metadata": metadata, "data": data})
             if method in ("DELETE", "PATCH"):
                 with cluster.lock:
                     if key not in cluster.secrets:
@@ -1045,6 +1085,9 @@ def _handler(cluster: FakeCluster):
             if method == "POST" and key in cluster.secrets:
                 return self._send(409, status_body(409, "AlreadyExists", f'secrets "{key[1]}" already exists'))
             cluster.secrets[key] = dict(body.get("stringData", {}))
+            cluster.secrets[key].update({k: base64.b64decode(v).decode() for k, v in body.get("data", {}).items()})
+            if body["metadata"].get("ownerReferences"):
+                cluster.secret_metadata.setdefault(key, {})["ownerReferences"] = body["metadata"]["ownerReferences"]
             return self._send(
                 201 if method == "POST" else 200,
                 {"kind": "Secret", "apiVersion": "v1", "metadata": body["metadata"], "type": "Opaque"},
@@ -1061,12 +1104,19 @@ def _handler(cluster: FakeCluster):
             return self._object(cluster.network_policies, "networkpolicies.networking.k8s.io", method, namespace, name)
 
         def _object(self, objects: dict, resource: str, method: str, namespace: str, name: str | None):
-            """GET, DELETE, or PATCH of metadata.ownerReferences (what the launcher patches: a JSON merge or
-            strategic merge patch replaces that list whole) of one object."""
+            """GET, DELETE, PUT (replace: the etcd issuer's status), or PATCH of metadata.ownerReferences (what the
+            launcher patches: a JSON merge or strategic merge patch replaces that list whole) of one object."""
             with cluster.lock:
                 body = objects.get((namespace, name))
                 if body is None:
                     return self._send(404, status_body(404, "NotFound", f'{resource} "{name}" not found'))
+                if method == "PUT":
+                    replaced = self._body()
+                    if replaced["metadata"].get("name") != name:
+                        return self._send(400, status_body(400, "BadRequest", "the name in the body is not the URL's"))
+                    replaced["metadata"].update(namespace=namespace, uid=body["metadata"].get("uid"))
+                    objects[(namespace, name)] = replaced
+                    return self._send(200, replaced)
                 if method == "DELETE":
                     del objects[(namespace, name)]
                     cluster._enforce()

@@ -155,12 +155,13 @@ class Network:
 
     # ------------------------------------------------------------ the root namespace
 
-    def relay(self, port: int) -> str:
-        """gateway:port, forwarded to 127.0.0.1:port in the root namespace (where the emulators listen)."""
+    def relay(self, port: int, target: int | None = None) -> str:
+        """gateway:port, forwarded to 127.0.0.1:target (by default the same port) in the root namespace (where the
+        emulators listen)."""
         if port not in self._relays:
             server = socket.create_server((self.gateway, port))
             self._relays[port] = server
-            threading.Thread(target=self._accept, args=(server, port), daemon=True).start()
+            threading.Thread(target=self._accept, args=(server, target or port), daemon=True).start()
         return f"{self.gateway}:{port}"
 
     def reach(self, env: dict[str, str]) -> dict[str, str]:

@@ -5,15 +5,21 @@ rendered etcd pod here on a folder that keeps the FSx file system's ownership ru
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
+import os
 import re
+import ssl
 import subprocess
 from pathlib import Path
 
 import hcl2
 
 from tests.helpers.paths import REPO
+from trainkit.backends.eks import cluster
+from trainkit.backends.eks.etcd_tls import CertificateAuthority, client_context
+from trainkit.run.torchrun import TLS_CA, TLS_CERT, TLS_KEY
 from trainkit.services.etcd import etcd_healthy
 from trainkit.services.process import free_port_pair, launch, terminate
 
@@ -111,6 +117,10 @@ def base_context() -> dict:
         "training_pod_monitor",
         "idle_guard_name",
         "etcd_user",
+        "etcd_tls_dir",
+        "etcd_server_tls",
+        "etcd_metrics_port",
+        "etcd_issuer_name",
         "pod_capabilities",
         "pod_rules_name",
         "pod_selinux_types",
@@ -122,6 +132,12 @@ def base_context() -> dict:
     context["local"]["submitters"] = {"group": INFRA_SAMPLE["submitters"]["kubernetes_group"]}
     # the guard's one instance, as `local.idle_guard` makes it when the infra stack has one and its image is pushed
     context["local"]["idle_guard"] = {"guard": {**INFRA_SAMPLE["idle_guard"], "image": IDLE_GUARD_IMAGE}}
+    # the etcd issuer's one instance, as `local.etcd_issuer` makes it when the platform's image is pushed
+    context["local"]["etcd_issuer"] = {"issuer": IDLE_GUARD_IMAGE}
+    context["local"]["etcd_issuer_namespaces"] = {
+        "system": DEFAULTS["system_namespace"],
+        "jobs": DEFAULTS["jobs_namespace"],
+    }
     return context
 
 
@@ -175,35 +191,55 @@ class EtcdPodOnLustre:
     `volume_root` stands in for the file system's root (root-owned, mode 0755 as a new Lustre root: the issue's
     reading, unverified). The kubelet creates each subPath as root with the volume root's mode (kubernetes
     pkg/kubelet/kubelet_pods.go, makeMounts: SafeMakeDir with GetMode(volumePath)); no fsGroup is applied (the FSx CSI
-    driver's fsGroupPolicy is ReadWriteOnceWithFSType and the volume is ReadWriteMany). Each container then runs its
-    rendered command, its mount paths mapped to those folders and etcd's ports to free ones, under setpriv as the
-    user, group and capabilities its securityContext names: a step that needs more than it declares fails here as on
-    the node."""
+    driver's fsGroupPolicy is ReadWriteOnceWithFSType and the volume is ReadWriteMany). The Secret volume of etcd's
+    certificate is `tls`, a folder holding tls.crt, tls.key and ca.crt (the issuer's Secret: `server_tls` writes one
+    for a CA), its files given to the pod's fsGroup with the volume's mode, as the kubelet does. Each container then
+    runs its rendered command, its mount paths mapped to those folders and etcd's ports to free ones, under setpriv
+    as the user, group and capabilities its securityContext names: a step that needs more than it declares fails here
+    as on the node."""
 
-    def __init__(self, volume_root: Path, log_path: Path, pod: dict | None = None):
+    def __init__(self, volume_root: Path, log_path: Path, pod: dict | None = None, tls: Path | None = None):
         self.root, self.log_path = volume_root, log_path
         self.pod = pod or etcd_pod()
         self.port = free_port_pair()
+        self.metrics_port = free_port_pair()
         self.process: subprocess.Popen | None = None
+        self.authority = None if tls else CertificateAuthority.create()  # the test's CA, when it brings no Secret
+        self.tls = tls or server_tls(volume_root.parent / f"{volume_root.name}-tls", self.authority)
+
+    def url(self, path: str) -> tuple[str, ssl.SSLContext]:
+        """https://127.0.0.1:port/path, and a context that trusts the CA and presents a client certificate of it."""
+        issued = self.authority.issue("test-client", datetime.timedelta(hours=1))
+        with client_context(self.authority.cert, issued) as context:
+            return f"https://{self.endpoint}{path}", context
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def folder(self, mount: dict) -> Path:
-        return self.root / mount["subPath"]
+        return self.root / mount["subPath"] if "subPath" in mount else self.tls
 
     def mount(self) -> None:
-        """The kubelet's part: every subPath folder that is missing, made by root with the volume root's mode."""
+        """The kubelet's part: every subPath folder that is missing, made by root with the volume root's mode; the
+        Secret's files given to the pod's fsGroup, with the volume's defaultMode."""
         mode = self.root.stat().st_mode & 0o7777
         for container in [*self.pod.get("initContainers", []), *self.pod["containers"]]:
             for mount in container["volumeMounts"]:
+                if "subPath" not in mount:
+                    continue
                 folder = self.root
                 for part in Path(mount["subPath"]).parts:
                     folder = folder / part
                     if not folder.exists():
                         folder.mkdir()
                         folder.chmod(mode)  # past the umask, as the kubelet does
+        (secret,) = [volume["secret"] for volume in self.pod["volumes"] if "secret" in volume]
+        group = self.pod["securityContext"].get("fsGroup", 0)
+        self.tls.chmod(0o755)
+        for path in self.tls.iterdir():
+            os.chown(path, 0, group)
+            path.chmod(secret.get("defaultMode", 0o644))
 
     def command(self, container: dict) -> list[str]:
         """setpriv as the container's user, group and capabilities, then its command on this machine's paths."""
@@ -215,17 +251,18 @@ class EtcdPodOnLustre:
         if "ALL" not in capabilities.get("drop", []):
             raise ValueError(f"{container['name']}: the stand-in runs containers that drop ALL capabilities")
         kept = ",".join(["-all", *(f"+{name.lower()}" for name in capabilities.get("add", []))])
-        identity = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all"]
+        groups = f"--groups={context['fsGroup']}" if "fsGroup" in context else "--clear-groups"  # the pod's fsGroup
+        identity = ["setpriv", f"--reuid={uid}", f"--regid={gid}", groups, "--inh-caps=-all"]
         identity.append(f"--bounding-set={kept}")
         if context.get("allowPrivilegeEscalation") is False:
             identity.append("--no-new-privs")
         paths = {mount["mountPath"]: str(self.folder(mount)) for mount in container["volumeMounts"]}
-        ports = {"2379": self.port, "2380": self.port + 1}
+        ports = {"2379": self.port, "2380": self.port + 1, "2381": self.metrics_port}
 
         def here(arg: str) -> str:
             for path, folder in paths.items():
                 arg = re.sub(rf"(^|=){re.escape(path)}(?=/|$)", rf"\g<1>{folder}", arg)
-            return re.sub(r"http://[^:/]+:(2379|2380)", lambda m: f"http://127.0.0.1:{ports[m[1]]}", arg)
+            return re.sub(r"(https?)://[^:/]+:(2379|2380|2381)", lambda m: f"{m[1]}://127.0.0.1:{ports[m[2]]}", arg)
 
         return identity + [here(arg) for arg in [*container["command"], *container.get("args", [])]]
 
@@ -236,10 +273,20 @@ class EtcdPodOnLustre:
                 raise RuntimeError(f"init container {container['name']} failed: {done.stderr.strip()}")
 
     def start_etcd(self, timeout: float = 15) -> None:
-        """Start the etcd container; once it answers /health it has written its data directory."""
+        """Start the etcd container; once it answers /health (on its metrics port) it has written its data directory."""
         (container,) = self.pod["containers"]
-        ready = functools.partial(etcd_healthy, self.endpoint)
+        ready = functools.partial(etcd_healthy, f"127.0.0.1:{self.metrics_port}")
         self.process = launch(self.command(container), self.log_path, ready, "etcd", timeout, detach=False)
 
     def stop(self) -> None:
         terminate(self.process)
+
+
+def server_tls(folder: Path, ca: CertificateAuthority, names: list[str] | None = None) -> Path:
+    """The Secret of etcd's certificate as the issuer writes it (trainkit/backends/eks/etcd_issuer.py), as files:
+    a certificate from `ca` for the Service's names and 127.0.0.1 (what the tests dial), its key, the CA's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    issued = ca.issue("trainkit-etcd", datetime.timedelta(days=1), names or [*cluster.etcd_server_names(), "127.0.0.1"])
+    for name, content in ((TLS_CERT, issued.cert), (TLS_KEY, issued.key), (TLS_CA, ca.cert)):
+        (folder / name).write_bytes(content)
+    return folder

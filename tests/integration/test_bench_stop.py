@@ -1,7 +1,8 @@
 """A bench run has its own process session (so a timeout can take torchrun's whole group), which also hides it
 from a Ctrl-C or SIGTERM sent to the bench: the bench ends the run's group itself when it is interrupted, and a
-stop after it leaves no process of the run behind (CI 24 found an interrupted bench's torchrun still running), and says
-which run it stopped and where its log is (CI 59 found a bench stopped by the suite's timeout with no trace of where)."""
+stop after it leaves no process of the run behind (CI 24 found an interrupted bench's torchrun still running), and
+says which run it stopped and where its log is (CI 59 found a bench stopped by the suite's timeout with no trace of
+where)."""
 
 from __future__ import annotations
 

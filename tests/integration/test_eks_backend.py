@@ -19,6 +19,7 @@ from trainkit import hardware
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import backend as eks
 from trainkit.backends.eks import cluster, image, preflight
+from trainkit.backends.eks.etcd_issuer import STATUS_PASSED
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
@@ -106,6 +107,27 @@ def test_fsx_claim_not_bound(fake, phase, shown):
         SpecError, match=rf"FSx volume claim trainkit-jobs/fsx-shared is {shown}, not Bound: run `make up"
     ):
         check()
+
+
+def test_an_etcd_job_needs_the_platforms_etcd_issuer_to_have_run(fake):
+    """Its pods mount the identity the issuer writes (tests/integration/test_etcd_identities.py): without an issuer
+    they would wait for it for good, so the launcher refuses; an issuer that stopped passing is a note."""
+    status = fake.configmaps.pop((cluster.JOBS_NAMESPACE, cluster.ETCD_ISSUER))
+    with pytest.raises(SpecError) as refused:
+        check()
+    assert str(refused.value).startswith(
+        "the platform's etcd issuer has never run (no ConfigMap trainkit-jobs/trainkit-etcd-issuer), so an etcd "
+        "job's pods would get no etcd identity and wait: it runs in the platform's image, which `make up PROFILE=aws` "
+        "builds and pushes"
+    )
+    assert str(refused.value).endswith("or use --rdzv c10d")
+    check(rdzv="c10d")  # a job with no etcd needs no issuer
+    check(rdzv_endpoint="etcd.example.com:2379")  # nor one at an etcd of the user's own
+    fake.configmaps[(cluster.JOBS_NAMESPACE, cluster.ETCD_ISSUER)] = status
+    status["data"][STATUS_PASSED] = "2026-01-01T00:00:00+00:00"
+    stale = [note for note in check() if "etcd issuer" in note]
+    assert stale and stale[0].startswith("the platform's etcd issuer last ran ")
+    assert "kubectl -n trainkit-system logs deploy/trainkit-etcd-issuer" in stale[0]
 
 
 def test_pretrained_needs_the_token_secret(fake):

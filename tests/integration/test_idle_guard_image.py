@@ -28,6 +28,7 @@ from importlib.metadata import packages_distributions
 
 before = set(sys.modules)
 import trainkit.backends.eks.idle_guard
+import trainkit.backends.eks.etcd_issuer
 
 # What a run imports inside the guard's functions (the Kubernetes client, boto3): imported here as well.
 deferred = set()
@@ -52,13 +53,15 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_the_guard_loads_none_of_trainkits_dependencies_its_image_leaves_out():
-    """The image holds trainkit without its dependencies plus GUARD_PACKAGES: a guard that imported any other of
-    pyproject's dependencies (torch, numpy, transformers ...) would fail there at its first run."""
+def test_the_guard_and_the_etcd_issuer_load_none_of_trainkits_dependencies_their_image_leaves_out():
+    """The image holds trainkit without its dependencies plus GUARD_PACKAGES: a guard or an etcd issuer (the platform
+    runs both in it) that imported any other of pyproject's dependencies (torch, numpy, transformers ...) would fail
+    there at its first run."""
     done = subprocess.run([sys.executable, "-c", LOADED], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
     assert {"boto3", "kubernetes"} <= set(loaded["deferred"])  # the walk found the run's own imports
+    assert "cryptography" in loaded["top"]  # the issuer's certificates
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     left_out = {canonical(re.match(r"[A-Za-z0-9._-]+", spec)[0]) for spec in declared}
     left_out -= {canonical(name) for name in images.GUARD_PACKAGES}
@@ -171,7 +174,8 @@ def test_make_up_builds_and_pushes_the_guard_before_the_platform_and_skips_it_wi
     bare = invoke(*up, env=env)
     assert bare.returncode == 0, bare.stdout + bare.stderr
     (note,) = [line for line in bare.stdout.splitlines() if line.startswith("note:") and "idle guard" in line]
-    assert note.startswith("note: the idle guard's image was not built (no image builder here), so no idle guard runs")
+    not_built = "note: the idle guard's image was not built (no image builder here)"
+    assert note.startswith(f"{not_built}, so neither the etcd issuer nor the idle guard runs")
     assert "install Docker with buildx" in note and "buildah" in note
     assert not log.exists() and platform_image(env) is None  # the platform stack got no guard image: no CronJob
 
@@ -218,7 +222,7 @@ def test_a_failed_guard_image_still_applies_the_platform_then_fails_and_says_how
     assert platform_image(env) is None  # ... with no guard image: no CronJob
     error = f"error: the idle guard's image {tag} was not built and pushed (pushing {GUARD_REPOSITORY}:{tag} failed"
     (line,) = [line for line in pushed.stdout.splitlines() if line.startswith(error)]
-    assert line.endswith("so no idle guard runs; applying the platform stack all the same")
+    assert line.endswith("so neither the etcd issuer nor the idle guard runs; applying the platform stack all the same")
     last = pushed.stderr.strip().splitlines()[-1]  # after the builder's own error
     assert last.startswith(error) and retry in last
 
@@ -227,7 +231,7 @@ def test_a_failed_guard_image_still_applies_the_platform_then_fails_and_says_how
     record.write_text(json.dumps({"image": before, "tag": "guard-amd64-0123456789ab", "digest": "sha256:00"}))
     built = invoke(*up, "--stack", "platform", env={**builder, "FAKE_BUILDAH_FAIL": "bud"})
     assert built.returncode == 2, built.stdout + built.stderr
-    failed = f"the image build failed (exit 1); the builder's output is above), so the guard keeps running {before}"
+    failed = f"the image build failed (exit 1); the builder's output is above), so the platform keeps running {before}"
     assert failed in built.stderr and retry in built.stderr
     assert platform_image(env) == before  # the platform stack was applied, with the guard's last image
     calls = [json.loads(line)["argv"][0] for line in (tmp_path / "buildah.jsonl").read_text().splitlines()]

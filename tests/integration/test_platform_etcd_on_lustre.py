@@ -31,13 +31,14 @@ def lustre_root():
     shutil.rmtree(root)
 
 
-def put_and_get(endpoint: str, key: str, value: str | None) -> str:
-    """Through etcd's v2 API, as torch's etcd rendezvous talks to it: set the key (unless value is None), read it."""
-    url = f"http://{endpoint}/v2/keys/{key}"
+def put_and_get(pod: EtcdPodOnLustre, key: str, value: str | None) -> str:
+    """Through etcd's v2 API, as torch's etcd rendezvous talks to it (HTTPS, a client certificate of the pod's CA):
+    set the key (unless value is None), read it."""
+    url, context = pod.url(f"/v2/keys/{key}")
     if value is not None:
         body = urllib.parse.urlencode({"value": value}).encode()
-        urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=5).close()
-    with urllib.request.urlopen(url, timeout=5) as answer:
+        urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=5, context=context).close()
+    with urllib.request.urlopen(url, timeout=5, context=context) as answer:
         return json.load(answer)["node"]["value"]
 
 
@@ -57,19 +58,20 @@ def test_after_the_init_step_etcd_writes_and_a_restarted_pod_finds_its_data(lust
     pod.run_init_containers()
     try:
         pod.start_etcd()
-        assert put_and_get(pod.endpoint, "rendezvous", "round-1") == "round-1"
+        assert put_and_get(pod, "rendezvous", "round-1") == "round-1"
     finally:
         pod.stop()
     data = lustre_root / "platform" / "etcd" / "data"
     user = etcd_pod()["securityContext"]["runAsUser"]
     assert (data.stat().st_uid, data.stat().st_gid, data.stat().st_mode & 0o777) == (user, user, 0o700)
 
-    restarted = EtcdPodOnLustre(lustre_root, tmp_path / "etcd-restarted.log")
+    restarted = EtcdPodOnLustre(lustre_root, tmp_path / "etcd-restarted.log", tls=pod.tls)
+    restarted.authority = pod.authority
     restarted.mount()
     restarted.run_init_containers()  # again, on a folder that is already etcd's: still CAP_CHOWN only
     try:
         restarted.start_etcd()
-        assert put_and_get(restarted.endpoint, "rendezvous", None) == "round-1"
+        assert put_and_get(restarted, "rendezvous", None) == "round-1"
     finally:
         restarted.stop()
 

@@ -18,6 +18,7 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
         "ClusterRole",
         "ClusterRoleBinding",
         "CronJob",
+        "Deployment",
         "Namespace",
         "NetworkPolicy",
         "PersistentVolume",

@@ -30,10 +30,11 @@ def test_on_eks_the_dry_run_is_the_code_configmap_and_a_job_the_operator_admits(
     assert result.returncode == 0, result.stderr
     objects = dry_run_objects(result.stdout)  # each valid as a core object, strictly
     configmap, job = objects["ConfigMap"], objects["PyTorchJob"]
-    assert configmap["metadata"]["name"] == worker(job)["template"]["spec"]["volumes"][-1]["configMap"]["name"]
+    (code,) = [v["configMap"] for v in worker(job)["template"]["spec"]["volumes"] if "configMap" in v]
+    assert configmap["metadata"]["name"] == code["name"]
     assert admission_errors(job) is None, admission_errors(job)
     validate_core(job)
-    mapped = {i["path"] for i in worker(job)["template"]["spec"]["volumes"][-1]["configMap"]["items"]}
+    mapped = {i["path"] for i in code["items"]}
     assert {"native_ddp.py", "lightning_ddp.py"} <= mapped
     assert (REPO / "examples" / "native_ddp.py").read_text() in configmap["data"].values()
     workload = json.loads(next(e["value"] for e in container(job)["env"] if e["name"] == WORKLOAD_ENV))

@@ -229,5 +229,8 @@ def test_an_ecr_that_cannot_say_whether_the_guards_tag_is_there_spares_the_platf
     monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path))
     outputs.save_outputs({"ecr_repository_urls": {outputs.IDLE_GUARD_REPOSITORY: f"{ECR}/trainkit/idle-guard"}})
     monkeypatch.setattr(images, "content_tag", lambda root, prefix, run=None: f"{prefix}-0123abc")
-    with pytest.raises(guard_image.GuardImageFailed, match=r"ECR did not say whether .*ThrottlingException.*no idle"):
+    with pytest.raises(
+        guard_image.GuardImageFailed,
+        match=r"ECR did not say whether .*ThrottlingException.*neither the etcd issuer nor the idle guard runs",
+    ):
         guard_image.publish_idle_guard(ecr=RefusingEcr())

@@ -138,14 +138,17 @@ def test_operator_and_images_are_pinned():
 def test_etcd_gets_its_folder_on_fsx_from_a_root_step_that_may_only_chown():
     """The FSx CSI driver's fsGroupPolicy (ReadWriteOnceWithFSType) leaves fsGroup unapplied on this ReadWriteMany
     claim, so the subPath stays root's: one init step, root with CAP_CHOWN alone, gives it to etcd's user; etcd keeps
-    its data in a directory of its own inside (tests/integration/test_platform_etcd_on_lustre.py runs them)."""
+    its data in a directory of its own inside (tests/integration/test_platform_etcd_on_lustre.py runs them). The
+    pod's fsGroup is for the Secret volume of etcd's certificate, which the kubelet does give to that group."""
     pod = etcd_pod()
     user = pod["securityContext"]["runAsUser"]
-    assert user != 0 and pod["securityContext"]["runAsGroup"] == user and "fsGroup" not in pod["securityContext"]
+    assert user != 0 and pod["securityContext"]["runAsGroup"] == user == pod["securityContext"]["fsGroup"]
     (init,) = pod["initContainers"]
     (etcd,) = pod["containers"]
-    assert init["volumeMounts"] == etcd["volumeMounts"]
-    (mount,) = etcd["volumeMounts"]
+    mount, tls = etcd["volumeMounts"]
+    assert init["volumeMounts"] == [mount] and tls["readOnly"] is True
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes[tls["name"]]["secret"] == {"secretName": cluster.ETCD_SERVER_SECRET, "defaultMode": 0o440}
     assert init["command"] == ["chown", f"{user}:{user}", mount["mountPath"]]
     assert init["securityContext"]["runAsUser"] == 0 and init["securityContext"]["allowPrivilegeEscalation"] is False
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
@@ -165,14 +168,18 @@ def test_names_match_what_the_eks_backend_uses():
     assert service["spec"]["ports"][0]["port"] == cluster.ETCD_PORT
     etcd = objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]["template"]["spec"]
     command = etcd["containers"][0]["command"]
+    (tls_dir,) = [m["mountPath"] for m in etcd["containers"][0]["volumeMounts"] if m["name"] == "tls"]
     assert "--enable-v2=true" in command  # trainkit-etcd speaks etcd's v2 API
-    assert f"--advertise-client-urls=http://{cluster.etcd_endpoint()}" in command
+    assert f"--advertise-client-urls=https://{cluster.etcd_endpoint()}" in command  # TLS only, a certificate each
+    assert "--client-cert-auth=true" in command and f"--trusted-ca-file={tls_dir}/ca.crt" in command
+    assert f"--listen-metrics-urls=http://0.0.0.0:{cluster.ETCD_METRICS_PORT}" in command  # the probes' port
+    assert etcd["containers"][0]["readinessProbe"]["httpGet"]["port"] == cluster.ETCD_METRICS_PORT
     assert etcd["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fsx-etcd"  # data survives a restart
     etcd_pod = objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]["template"]["spec"]
     assert etcd_pod["automountServiceAccountToken"] is False
     assert etcd_pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert etcd_pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    # Only the jobs' namespace reaches etcd, on its client port.
+    # Only the jobs' namespace and the issuer reach etcd, on its client port.
     policy = objects[("NetworkPolicy", "trainkit-etcd-from-jobs")]
     assert policy["metadata"]["namespace"] == cluster.PLATFORM_NAMESPACE
     assert (
@@ -181,7 +188,11 @@ def test_names_match_what_the_eks_backend_uses():
     )
     (rule,) = policy["spec"]["ingress"]
     jobs_namespace = {"kubernetes.io/metadata.name": cluster.JOBS_NAMESPACE}
-    assert rule["from"] == [{"namespaceSelector": {"matchLabels": jobs_namespace}}]
+    issuer = objects[("Deployment", cluster.ETCD_ISSUER)]
+    assert issuer["metadata"]["namespace"] == cluster.PLATFORM_NAMESPACE
+    issuer_pods = {"podSelector": issuer["spec"]["selector"]}
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": jobs_namespace}}, issuer_pods]
+    assert issuer["spec"]["template"]["spec"]["containers"][0]["args"] == [f"--etcd=https://{cluster.etcd_endpoint()}"]
     assert rule["ports"] == [{"protocol": "TCP", "port": cluster.ETCD_PORT}]
     quota = objects[("ResourceQuota", "gpus")]
     assert quota["metadata"]["namespace"] == cluster.JOBS_NAMESPACE
@@ -232,6 +243,30 @@ def test_the_idle_guard_runs_its_own_image_and_only_once_make_up_pushed_it():
     guard_stage = dockerfile[dockerfile.index(" AS guard\n") :]
     (user,) = re.findall(r"^USER (\d+):(\d+)$", guard_stage, flags=re.MULTILINE)
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (int(user[0]), True)
+
+
+def test_the_etcd_issuer_runs_the_platforms_image_as_its_user_and_writes_what_the_launcher_reads():
+    """The issuer's Deployment runs the same image (only once `make up` pushed it) as the image's own user, one at a
+    time; its Roles let it write the two Secrets of trainkit-system it owns (by name, but for create, which RBAC
+    cannot limit by name), and in the jobs' namespace list the jobs, write their identity Secrets and its status
+    ConfigMap, whose name is the one the launcher reads (preflight.check_etcd_issuer)."""
+    condition, _, chosen = unquote(LOCALS["etcd_issuer"]).partition(" ? ")
+    assert "var.idle_guard_image != null" in condition and chosen.endswith(" : {}}")
+    objects = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")): o for _, o in manifests()}
+    system, jobs = cluster.PLATFORM_NAMESPACE, cluster.JOBS_NAMESPACE
+    deployment = objects[("Deployment", cluster.ETCD_ISSUER, system)]["spec"]
+    pod = deployment["template"]["spec"]
+    assert pod["containers"][0]["image"] == IDLE_GUARD_IMAGE and deployment["strategy"] == {"type": "Recreate"}
+    assert pod["serviceAccountName"] == cluster.ETCD_ISSUER and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["containers"][0]["command"] == ["python", "-m", "trainkit.backends.eks.etcd_issuer"]
+    owned = objects[("Role", cluster.ETCD_ISSUER, system)]["rules"][1]
+    assert owned["resourceNames"] == [cluster.ETCD_CA_SECRET, cluster.ETCD_SERVER_SECRET]
+    rules = objects[("Role", cluster.ETCD_ISSUER, jobs)]["rules"]
+    assert {"resources": ["pytorchjobs"], "verbs": ["list"], "apiGroups": ["kubeflow.org"]} in rules
+    assert any(rule.get("resourceNames") == [cluster.ETCD_ISSUER] for rule in rules)
+    for namespace in (system, jobs):
+        binding = objects[("RoleBinding", cluster.ETCD_ISSUER, namespace)]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": cluster.ETCD_ISSUER, "namespace": system}]
 
 
 def test_grafana_reads_configmaps_and_secrets_only_in_its_own_namespace():

@@ -1,6 +1,7 @@
-"""The idle guard's image (containers/train/Dockerfile's stage `guard`) between `make up PROFILE=aws`'s two stacks:
-built for the nodes' platform and pushed to its own ECR repository when its tag is not there yet, and recorded for the
-platform stack's CronJob (trainkit/infra/lifecycle.py `up`). The build and push are trainkit/infra/images.py's."""
+"""The platform's own image (containers/train/Dockerfile's stage `guard`: the idle guard and the etcd issuer) between
+`make up PROFILE=aws`'s two stacks: built for the nodes' platform and pushed to its own ECR repository when its tag is
+not there yet, and recorded for the platform stack's etcd issuer and idle guard (trainkit/infra/lifecycle.py `up`).
+The build and push are trainkit/infra/images.py's."""
 
 from __future__ import annotations
 
@@ -24,12 +25,16 @@ class GuardImageFailed(SpecError):
 def publish_idle_guard(
     ecr=None, run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which
 ) -> str:
-    """`make up PROFILE=aws`'s step between its stacks when the idle guard is on: this checkout's guard image, for the
-    nodes' platform, in its ECR repository (built and pushed only when its tag is not there yet), recorded for the
-    platform stack's CronJob; says what it did in one line. Without a builder (or a git checkout) the line says what to
+    """`make up PROFILE=aws`'s step between its stacks: this checkout's guard image, for the nodes' platform, in its ECR
+    repository (built and pushed only when its tag is not there yet), recorded for the platform stack's etcd issuer
+    and idle guard; says what it did in one line. Without a builder (or a git checkout) the line says what to
     do; a failed build or push raises GuardImageFailed: the platform stack keeps the guard image recorded before."""
     infra = outputs.load_outputs()
-    kept = f"the guard keeps running {infra.idle_guard_image}" if infra.idle_guard_image else "no idle guard runs"
+    kept = (
+        f"the platform keeps running {infra.idle_guard_image}"
+        if infra.idle_guard_image
+        else "neither the etcd issuer nor the idle guard runs"
+    )
     repository = infra.idle_guard_repository
     if not repository:
         why = f"the infra stack has no {outputs.IDLE_GUARD_REPOSITORY} ECR repository yet"

@@ -35,7 +35,7 @@ from trainkit.paths import make_folder
 GUARD = "guard"
 """The idle guard's image (trainkit/backends/eks/idle_guard.py): the Dockerfile's stage of that name."""
 FLAVORS = ("gpu", "cpu", GUARD)
-GUARD_PACKAGES = ("boto3", "kubernetes", "PyYAML", "prometheus-client", "python-dateutil")
+GUARD_PACKAGES = ("boto3", "kubernetes", "PyYAML", "prometheus-client", "python-dateutil", "cryptography")
 """What the guard's image installs beside trainkit's own code (which comes without its dependencies), at
 pyproject.toml's pins: what the guard imports (tests/integration/test_idle_guard_image.py holds that it loads none of
 trainkit's other dependencies, torch included)."""

@@ -61,15 +61,15 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
     kubeconfig = aws.write_kubeconfig(outputs, kubeconfig_path())
     guard_failed = None
     if which in ("all", "platform"):
-        if outputs.get("idle_guard"):
-            # Its ECR repository exists now, and the platform stack's CronJob needs the image (aws.stack passes it).
-            # A failed build or push must not leave the GPU nodes without the platform (device plugins, operator, FSx
-            # claim): the platform stack goes on with the guard image recorded before, and `up` fails at the end.
-            try:
-                print(guard_image.publish_idle_guard(), flush=True)
-            except guard_image.GuardImageFailed as error:
-                guard_failed = error
-                print(f"error: {error}; applying the platform stack all the same", flush=True)
+        # The platform's own image (the etcd issuer's Deployment, and the idle guard's CronJob when it is on): its ECR
+        # repository exists now, and the platform stack needs the image (aws.stack passes it). A failed build or
+        # push must not leave the GPU nodes without the platform (device plugins, operator, FSx claim): the platform
+        # stack goes on with the image recorded before, and `up` fails at the end.
+        try:
+            print(guard_image.publish_idle_guard(), flush=True)
+        except guard_image.GuardImageFailed as error:
+            guard_failed = error
+            print(f"error: {error}; applying the platform stack all the same", flush=True)
         # Device plugins, training operator, etcd, FSx claim, idle guard (terraform/stacks/platform); its
         # providers (helm, kubernetes, kustomization) come from the registry.
         platform = aws.stack("platform")
@@ -80,10 +80,7 @@ def up(yes: bool, var_file: str | None, which: str = "all") -> str:
     done = f"cluster {outputs['cluster_name']} is up; kubeconfig: export KUBECONFIG={kubeconfig}"
     if guard_failed:
         print(done, flush=True)
-        raise SpecError(
-            f"{guard_failed}: fix that and run `{guard_image.PLATFORM_RETRY}` (or set idle_guard_minutes = null in "
-            "terraform/stacks/infra/terraform.tfvars)"
-        )
+        raise SpecError(f"{guard_failed}: fix that and run `{guard_image.PLATFORM_RETRY}`")
     return done
 
 

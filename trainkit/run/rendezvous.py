@@ -47,7 +47,7 @@ from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, 
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, create_handler
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-from trainkit.run.torchrun import LOCAL_RDZV_BACKENDS, RDZV_KEY_ENV
+from trainkit.run.torchrun import LOCAL_RDZV_BACKENDS, RDZV_KEY_ENV, STORE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +107,18 @@ class PatientBackend(RendezvousBackend):
 
 def create_etcd_handler(params: RendezvousParameters) -> RendezvousHandler:
     from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
-    backend, store = create_backend(params)
+    backend, shared = create_backend(params)  # TLS from the conf: protocol, ca_cert, ssl_cert, ssl_cert_key
+    # torch keeps every job's store in one folder, /torch/elastic/store, and lists the whole folder on each wait
+    # (etcd_store.py, _try_wait_get): each job's store gets a folder of its own, the only one its etcd role may
+    # read (trainkit/backends/eks/etcd_tls.py, job_keys).
+    store = EtcdStore(shared.client, f"{STORE_PREFIX}/{params.run_id}")
     timeout = float(params.get("store_outage_timeout", OUTAGE_TIMEOUT_S))
     patient = PatientBackend(backend, timeout, params.backend)
     # A local job's etcd (trainkit/services/etcd.py) listens on 127.0.0.1 without authentication, and its v2 API lists
     # every key to any user of the machine: the state is signed as trainkit-c10d's is, with the key trainkit gives
-    # every local job. Cloud pods have no key yet (docs/security.md, open).
+    # every local job. EKS pods have a key too (their submission's Secret), on top of their etcd identity.
     key = os.environ.get(RDZV_KEY_ENV, "")
     return create_handler(store, SignedBackend(patient, key.encode(), params.backend) if key else patient, params)
 

@@ -32,6 +32,14 @@ RDZV_KEY_ENV = "TRAINKIT_RDZV_KEY"
 RDZV_ID_ENV = "PET_RDZV_ID"
 """Where torchrun reads `--rdzv-id` from when the command line lacks it (torch 2.13 torch/distributed/run.py:461-467
 declares it with argparse_util's `env` action, which defaults it to PET_<DEST>: argparse_util.py:45-46)."""
+# Where a job's etcd rendezvous keeps its keys: torch's state key <RENDEZVOUS_PREFIX>/<rdzv id>
+# (etcd_rendezvous_backend.py, create_backend) and trainkit-etcd's store folder <STORE_PREFIX>/<rdzv id>/
+# (trainkit/run/rendezvous.py). The platform etcd's per-job roles grant exactly these
+# (trainkit/backends/eks/etcd_tls.py).
+RENDEZVOUS_PREFIX = "/torch/elastic/rendezvous"
+STORE_PREFIX = "/torch/elastic/store"
+# The files of an etcd client identity in its folder (a kubernetes.io/tls Secret's keys, plus the CA that signed it).
+TLS_CERT, TLS_KEY, TLS_CA = "tls.crt", "tls.key", "ca.crt"
 # torchrun itself, with a worker's "do not retry" exit code honoured (trainkit/run/agent.py).
 AGENT = "trainkit.run.agent"
 # The environment of a cluster node's torchrun (an EKS pod's, a SageMaker host's). A killed worker must not leave
@@ -55,11 +63,13 @@ class Placement:
     it runs the c10d store (None: torch decides by matching the endpoint against this machine's names).
     `local_addr`: the name or address its peers reach it by, which the rendezvous hands out as MASTER_ADDR when
     this node holds group rank 0 (torch's default, socket.getfqdn(), is a name only a cluster's DNS may resolve).
-    `join_timeout_s`: torch's rendezvous join timeout, where the scheduler starts nodes far apart."""
+    `join_timeout_s`: torch's rendezvous join timeout, where the scheduler starts nodes far apart. `etcd_tls`: the
+    folder of this node's etcd client identity (TLS_CERT, TLS_KEY, TLS_CA): the etcd rendezvous speaks HTTPS with it."""
 
     is_host: bool | None = None
     local_addr: str | None = None
     join_timeout_s: int | None = None
+    etcd_tls: str | None = None
 
 
 @dataclass
@@ -85,10 +95,14 @@ def private_rendezvous(rdzv_id: str) -> dict[str, str]:
     return {RDZV_ID_ENV: rdzv_id, RDZV_KEY_ENV: secrets.token_hex(32)}
 
 
-def rdzv_conf(backend: str, is_host: bool | None = None, join_timeout_s: int | None = None) -> str:
+def rdzv_conf(
+    backend: str, is_host: bool | None = None, join_timeout_s: int | None = None, etcd_tls: str | None = None
+) -> str:
     """A short last call and heartbeat. `is_host` (c10d only) says whether this node hosts the store;
     None leaves it to torch, which hosts it where the endpoint's address is the node's own. `join_timeout_s`: how
-    long the first round waits for every node (torch's default: 600 s)."""
+    long the first round waits for every node (torch's default: 600 s). `etcd_tls` (etcd only): the identity's
+    folder, as torch's etcd backend takes it (protocol, ca_cert, ssl_cert, ssl_cert_key: etcd_rendezvous_backend.py,
+    create_backend)."""
     conf = [
         f"last_call_timeout={LAST_CALL_TIMEOUT_S}",
         f"keep_alive_interval={KEEP_ALIVE_INTERVAL_S}",
@@ -98,6 +112,10 @@ def rdzv_conf(backend: str, is_host: bool | None = None, join_timeout_s: int | N
         conf.append(f"join_timeout={join_timeout_s}")
     if backend == "c10d" and is_host is not None:
         conf.append(f"is_host={'true' if is_host else 'false'}")
+    if backend == "etcd" and etcd_tls:
+        folder = etcd_tls.rstrip("/")
+        conf += ["protocol=https", f"ca_cert={folder}/{TLS_CA}", f"ssl_cert={folder}/{TLS_CERT}"]
+        conf.append(f"ssl_cert_key={folder}/{TLS_KEY}")
     return ",".join(conf)
 
 
@@ -134,7 +152,7 @@ def torchrun_command(
         endpoint,
         *named,
         "--rdzv-conf",
-        rdzv_conf(job.elastic.rdzv, place.is_host, place.join_timeout_s),
+        rdzv_conf(job.elastic.rdzv, place.is_host, place.join_timeout_s, place.etcd_tls),
         *local,
         "--max-restarts",
         str(job.elastic.max_restarts if run.restarts else 0),

@@ -217,9 +217,10 @@ module "ecr" {
   source = "../../modules/ecr"
 
   name_prefix = var.name
-  # The idle guard's image gets a repository of its own: the lifecycle policy's "keep the newest N" counts per
-  # repository, so pushes of training images never expire the image the guard's CronJob runs.
-  repositories = concat(["train", "data-prep"], local.idle_guard ? ["idle-guard"] : [])
+  # The platform's own image (the idle guard's CronJob and the etcd issuer, which every etcd job needs, guard or not)
+  # gets a repository of its own: the lifecycle policy's "keep the newest N" counts per repository, so pushes of
+  # training images never expire the image the platform runs.
+  repositories = ["train", "data-prep", "idle-guard"]
   kms_key_arn  = aws_kms_key.this.arn
 }
 

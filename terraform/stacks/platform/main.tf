@@ -166,6 +166,17 @@ resource "kubernetes_manifest" "fsx_claim" {
 locals {
   # etcd's uid and gid; its folder on FSx belongs to this user.
   etcd_user = 1000
+  # etcd serves HTTPS only and asks every client for a certificate from the platform's CA; the issuer (below) makes
+  # the CA, etcd's certificate (this Secret, which etcd mounts: the pod waits until the issuer's first pass) and
+  # each job's identity (trainkit/backends/eks/etcd_issuer.py). /health and /metrics stay plain HTTP on a port of
+  # their own for the kubelet's probes, which present no certificate.
+  etcd_tls_dir      = "/etc/etcd/tls"
+  etcd_server_tls   = "trainkit-etcd-server"
+  etcd_metrics_port = 2381
+  etcd_issuer_name  = "trainkit-etcd-issuer"
+  etcd_issuer       = var.idle_guard_image != null ? { issuer = var.idle_guard_image } : {}
+  # the namespaces of its two Roles (its own Secrets; the jobs and their identities)
+  etcd_issuer_namespaces = var.idle_guard_image != null ? { system = var.system_namespace, jobs = var.jobs_namespace } : {}
 }
 
 resource "kubernetes_manifest" "etcd_service" {
@@ -207,6 +218,7 @@ resource "kubernetes_manifest" "etcd" {
             runAsNonRoot   = true
             runAsUser      = local.etcd_user
             runAsGroup     = local.etcd_user
+            fsGroup        = local.etcd_user
             seccompProfile = { type = "RuntimeDefault" }
           }
           # The FSx CSI driver declares fsGroupPolicy ReadWriteOnceWithFSType, so Kubernetes applies no fsGroup to
@@ -238,20 +250,28 @@ resource "kubernetes_manifest" "etcd" {
               "--name=trainkit-etcd",
               "--data-dir=/var/lib/etcd/data",
               "--enable-v2=true",
-              "--listen-client-urls=http://0.0.0.0:2379",
-              "--advertise-client-urls=http://trainkit-etcd.${var.system_namespace}.svc:2379",
+              "--listen-client-urls=https://0.0.0.0:2379",
+              "--advertise-client-urls=https://trainkit-etcd.${var.system_namespace}.svc:2379",
+              "--cert-file=${local.etcd_tls_dir}/tls.crt",
+              "--key-file=${local.etcd_tls_dir}/tls.key",
+              "--client-cert-auth=true",
+              "--trusted-ca-file=${local.etcd_tls_dir}/ca.crt",
+              "--listen-metrics-urls=http://0.0.0.0:${local.etcd_metrics_port}",
               "--listen-peer-urls=http://127.0.0.1:2380",
               "--initial-advertise-peer-urls=http://127.0.0.1:2380",
               "--initial-cluster=trainkit-etcd=http://127.0.0.1:2380",
             ]
-            ports = [{ name = "client", containerPort = 2379, protocol = "TCP" }]
+            ports = [
+              { name = "client", containerPort = 2379, protocol = "TCP" },
+              { name = "metrics", containerPort = local.etcd_metrics_port, protocol = "TCP" },
+            ]
             readinessProbe = {
-              httpGet             = { path = "/health", port = 2379 }
+              httpGet             = { path = "/health", port = local.etcd_metrics_port }
               periodSeconds       = 5
               initialDelaySeconds = 2
             }
             livenessProbe = {
-              httpGet          = { path = "/health", port = 2379 }
+              httpGet          = { path = "/health", port = local.etcd_metrics_port }
               periodSeconds    = 10
               failureThreshold = 6
             }
@@ -264,9 +284,16 @@ resource "kubernetes_manifest" "etcd" {
               readOnlyRootFilesystem   = true
               capabilities             = { drop = ["ALL"] }
             }
-            volumeMounts = [{ name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" }]
+            volumeMounts = [
+              { name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" },
+              { name = "tls", mountPath = local.etcd_tls_dir, readOnly = true },
+            ]
           }]
-          volumes = [{ name = "data", persistentVolumeClaim = { claimName = "fsx-etcd" } }]
+          volumes = [
+            { name = "data", persistentVolumeClaim = { claimName = "fsx-etcd" } },
+            # 0440 with fsGroup = etcd's group: etcd reads its key, nobody else in the pod does
+            { name = "tls", secret = { secretName = local.etcd_server_tls, defaultMode = 288 } },
+          ]
         }
       }
     }
@@ -447,8 +474,9 @@ resource "kubernetes_manifest" "submitter_nodes_binding" {
   depends_on = [kubernetes_manifest.submitter_nodes_role]
 }
 
-# Only the training pods reach etcd: the jobs' namespace, on the client port (the VPC CNI's policy agent
-# enforces it; terraform/modules/eks turns it on).
+# Only the training pods and the issuer reach etcd: the jobs' namespace and the issuer's pod, on the client port (the
+# VPC CNI's policy agent enforces it; terraform/modules/eks turns it on). Which keys each job reaches is etcd's own
+# rule: its certificate's user and role (trainkit/backends/eks/etcd_tls.py).
 resource "kubernetes_manifest" "etcd_ingress" {
   manifest = {
     apiVersion = "networking.k8s.io/v1"
@@ -462,13 +490,140 @@ resource "kubernetes_manifest" "etcd_ingress" {
       podSelector = { matchLabels = { "app.kubernetes.io/name" = "trainkit-etcd" } }
       policyTypes = ["Ingress"]
       ingress = [{
-        from  = [{ namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = var.jobs_namespace } } }]
+        from = [
+          { namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = var.jobs_namespace } } },
+          { podSelector = { matchLabels = { "app.kubernetes.io/name" = local.etcd_issuer_name } } },
+        ]
         ports = [{ protocol = "TCP", port = 2379 }]
       }]
     }
   }
 
   depends_on = [kubernetes_manifest.namespace]
+}
+
+################################################################################
+# etcd issuer: the CA, etcd's certificate, each job's etcd identity
+#
+# trainkit/backends/eks/etcd_issuer.py, in the platform's own image (containers/train/Dockerfile's stage guard,
+# which `make up PROFILE=aws` builds and pushes between the stacks). Without that image there is no issuer, and the
+# launcher refuses --rdzv etcd with the reason (trainkit/backends/eks/preflight.py).
+################################################################################
+
+resource "kubernetes_manifest" "etcd_issuer_service_account" {
+  for_each = local.etcd_issuer
+
+  manifest = {
+    apiVersion = "v1"
+    kind       = "ServiceAccount"
+    metadata   = { name = local.etcd_issuer_name, namespace = var.system_namespace, labels = local.labels }
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# Its two Secrets here: the CA (created on the first pass, then only read) and etcd's certificate. RBAC cannot limit
+# `create` by name (the name is not known when it is authorized), so create is open in this namespace.
+resource "kubernetes_manifest" "etcd_issuer_system_role" {
+  for_each = local.etcd_issuer
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "Role"
+    metadata   = { name = local.etcd_issuer_name, namespace = var.system_namespace, labels = local.labels }
+    rules = [
+      { apiGroups = [""], resources = ["secrets"], verbs = ["create"] },
+      {
+        apiGroups     = [""]
+        resources     = ["secrets"]
+        resourceNames = ["trainkit-etcd-ca", local.etcd_server_tls]
+        verbs         = ["get", "update"]
+      },
+    ]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# In the jobs' namespace: the jobs (listed), each job's identity Secret (read, created, deleted: its name is the
+# job's) and its status ConfigMap, which the launcher reads before it submits an etcd job.
+resource "kubernetes_manifest" "etcd_issuer_jobs_role" {
+  for_each = local.etcd_issuer
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "Role"
+    metadata   = { name = local.etcd_issuer_name, namespace = var.jobs_namespace, labels = local.labels }
+    rules = [
+      { apiGroups = ["kubeflow.org"], resources = ["pytorchjobs"], verbs = ["list"] },
+      { apiGroups = [""], resources = ["secrets"], verbs = ["get", "create", "delete"] },
+      { apiGroups = [""], resources = ["configmaps"], verbs = ["create"] },
+      { apiGroups = [""], resources = ["configmaps"], resourceNames = [local.etcd_issuer_name], verbs = ["get", "update"] },
+    ]
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
+# Each Role above bound to the issuer's service account, in its namespace.
+resource "kubernetes_manifest" "etcd_issuer_binding" {
+  for_each = local.etcd_issuer_namespaces
+
+  manifest = {
+    apiVersion = "rbac.authorization.k8s.io/v1"
+    kind       = "RoleBinding"
+    metadata   = { name = local.etcd_issuer_name, namespace = each.value, labels = local.labels }
+    roleRef    = { apiGroup = "rbac.authorization.k8s.io", kind = "Role", name = local.etcd_issuer_name }
+    subjects   = [{ kind = "ServiceAccount", name = local.etcd_issuer_name, namespace = var.system_namespace }]
+  }
+
+  depends_on = [kubernetes_manifest.etcd_issuer_system_role, kubernetes_manifest.etcd_issuer_jobs_role]
+}
+
+resource "kubernetes_manifest" "etcd_issuer" {
+  for_each = local.etcd_issuer
+
+  manifest = {
+    apiVersion = "apps/v1"
+    kind       = "Deployment"
+    metadata   = { name = local.etcd_issuer_name, namespace = var.system_namespace, labels = local.labels }
+    spec = {
+      replicas = 1
+      strategy = { type = "Recreate" } # one issuer at a time
+      selector = { matchLabels = { "app.kubernetes.io/name" = local.etcd_issuer_name } }
+      template = {
+        metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = local.etcd_issuer_name }) }
+        spec = {
+          serviceAccountName = local.etcd_issuer_name
+          securityContext = {
+            runAsNonRoot   = true
+            runAsUser      = 1000
+            seccompProfile = { type = "RuntimeDefault" }
+          }
+          containers = [{
+            name    = "issuer"
+            image   = each.value
+            command = ["python", "-m", "trainkit.backends.eks.etcd_issuer"]
+            args    = ["--etcd=https://trainkit-etcd.${var.system_namespace}.svc:2379"]
+            resources = {
+              requests = { cpu = "50m", memory = "128Mi" }
+              limits   = { cpu = "500m", memory = "256Mi" }
+            }
+            securityContext = {
+              allowPrivilegeEscalation = false
+              readOnlyRootFilesystem   = true
+              capabilities             = { drop = ["ALL"] }
+            }
+            # root's certificate passes through a private temporary folder while the TLS context loads it
+            volumeMounts = [{ name = "tmp", mountPath = "/tmp" }]
+          }]
+          volumes = [{ name = "tmp", emptyDir = { medium = "Memory", sizeLimit = "1Mi" } }]
+        }
+      }
+    }
+  }
+
+  depends_on = [kubernetes_manifest.etcd_issuer_binding]
 }
 
 ################################################################################

@@ -56,7 +56,7 @@ variable "monitoring_namespace" {
 }
 
 variable "idle_guard_image" {
-  description = "The idle guard's image (ECR URI with its tag, in the infra stack's idle-guard repository) its CronJob runs: containers/train/Dockerfile's stage guard, which `make up PROFILE=aws` builds, pushes and sets here. null: no idle guard CronJob (no image builder at `make up`), even when the infra stack's idle_guard_minutes is set."
+  description = "The platform's own image (ECR URI with its tag, in the infra stack's idle-guard repository) that the etcd issuer's Deployment and the idle guard's CronJob run: containers/train/Dockerfile's stage guard, which `make up PROFILE=aws` builds, pushes and sets here. null (no image builder at `make up`): no etcd issuer, so the launcher refuses --rdzv etcd, and no idle guard CronJob, even when the infra stack's idle_guard_minutes is set."
   type        = string
   default     = null
 }

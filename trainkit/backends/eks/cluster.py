@@ -32,7 +32,31 @@ idle_guard.py; the platform stack creates the first two when the infra stack's i
 GUARD_LABELS = {"app.kubernetes.io/name": IDLE_GUARD, "app.kubernetes.io/part-of": "trainkit"}
 C10D_PORT = 29400
 """Port of the c10d rendezvous store on worker 0 (torchrun's default)."""
+ETCD_METRICS_PORT = 2381
+"""etcd's plain-HTTP /health and /metrics (--listen-metrics-urls): the client port asks for a certificate."""
+ETCD_ISSUER = "trainkit-etcd-issuer"
+"""The Deployment and ServiceAccount, in PLATFORM_NAMESPACE, that hold the etcd CA and give each job its etcd
+identity (trainkit/backends/eks/etcd_issuer.py)."""
+ETCD_CA_SECRET = "trainkit-etcd-ca"
+"""The CA's certificate and key (PLATFORM_NAMESPACE): the issuer creates it on its first start and alone reads it."""
+ETCD_SERVER_SECRET = "trainkit-etcd-server"
+"""etcd's serving certificate, key and the CA's certificate (PLATFORM_NAMESPACE), mounted by etcd."""
+ETCD_TLS_MOUNT = "/etc/trainkit/etcd"
+"""Where a training pod mounts its job's etcd identity (tls.crt, tls.key, ca.crt)."""
+ETCD_TLS_ENV = "TRAINKIT_ETCD_TLS"
+"""The pod's environment entry naming that folder; the pod entry point passes it to the etcd rendezvous."""
 
 
 def etcd_endpoint() -> str:
     return f"{ETCD_SERVICE}.{PLATFORM_NAMESPACE}.svc:{ETCD_PORT}"
+
+
+def etcd_identity_secret(job_name: str) -> str:
+    """The Secret (JOBS_NAMESPACE) the issuer writes a job's etcd identity into, owned by the job."""
+    return f"{job_name}-etcd"
+
+
+def etcd_server_names() -> list[str]:
+    """The names etcd's certificate holds: its Service as pods reach it, short and long."""
+    service = f"{ETCD_SERVICE}.{PLATFORM_NAMESPACE}"
+    return [ETCD_SERVICE, service, f"{service}.svc", f"{service}.svc.cluster.local"]

@@ -56,7 +56,7 @@ from trainkit.backends.eks.idle_inputs import (
     rfc3339,
     timestamp,
 )
-from trainkit.backends.eks.kube import TIMEOUT_S, Kube, api_errors, unless_missing
+from trainkit.backends.eks.kube import TIMEOUT_S, Kube, api_errors, connect_here, unless_missing
 from trainkit.backends.eks.nodegroup import describe_group, scale_to
 from trainkit.errors import SpecError
 
@@ -290,18 +290,6 @@ def run_once(settings: GuardSettings, kube: Kube, eks, clock: Callable[[], float
     return decision
 
 
-def connect() -> Kube:
-    """In a pod, its service account (KUBERNETES_SERVICE_HOST is set there); elsewhere the kubeconfig."""
-    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return Kube.connect()
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
-    api = client.ApiClient(configuration)
-    return Kube(client.CoreV1Api(api), client.CustomObjectsApi(api), client.VersionApi(api), configuration.host)
-
-
 def failure(error: Exception) -> str | None:
     """One line for what a run could not get past, or None for anything else (a bug: its traceback is what to
     read). Either way the run exits non-zero, so the CronJob's Job fails and IdleGuardFailing (observability/
@@ -363,7 +351,7 @@ def main(argv: list[str] | None = None, clock: Callable[[], float] = time.time) 
     try:
         import boto3
 
-        decision = run_once(settings, connect(), boto3.client("eks", region_name=args.region), clock)
+        decision = run_once(settings, connect_here(), boto3.client("eks", region_name=args.region), clock)
     except Exception as error:
         line = failure(error)
         if line is None:

@@ -2,8 +2,9 @@
 
 Only these calls are made (tests/helpers/kube_api.py serves exactly these paths): version; the
 kubeflow.org/v1 resource list; create/get/list/delete PyTorchJob; list nodes; get a PVC; list pods
-and read their logs; create/read/replace a Secret; create/get/list a batch/v1 Job (data preparation); and for
-the idle guard, PyTorchJobs and pods listed across all namespaces, its status ConfigMap and Events.
+and read their logs; create/read/replace/delete a Secret; create/get/list a batch/v1 Job (data preparation); for
+the idle guard, PyTorchJobs and pods listed across all namespaces, its status ConfigMap and Events; for the etcd
+issuer, its status ConfigMap (which the launcher reads too).
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ class Kube:
             client.BatchV1Api(api),
             client.NetworkingV1Api(api),
         )
+
+
+def connect_here() -> Kube:
+    """In a pod (the idle guard, the etcd issuer), its service account (KUBERNETES_SERVICE_HOST is set there);
+    elsewhere the kubeconfig."""
+    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return Kube.connect()
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_incluster_config(client_configuration=configuration)
+    api = client.ApiClient(configuration)
+    return Kube(client.CoreV1Api(api), client.CustomObjectsApi(api), client.VersionApi(api), configuration.host)
 
 
 def unless_missing(call, *args, **kwargs):

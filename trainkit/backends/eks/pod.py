@@ -34,6 +34,7 @@ from trainkit.backends.eks import cluster
 from trainkit.backends.eks.render import TERMINATION_LOG
 from trainkit.run.mounts import NotLustre, require_lustre
 from trainkit.run.node import EXIT_CANNOT_START, run_node
+from trainkit.run.torchrun import Placement
 
 # TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
 # kubelet's mount there, tests/helpers/kube_api.py).
@@ -73,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {line}", file=sys.stderr, flush=True)
         terminate_with(line)
         return EXIT_CANNOT_START
-    return run_node(job, workload, args.rdzv_endpoint, args.rdzv_id, pod_name, terminate_with)
+    # The job's etcd identity (the platform etcd's client certificate), where the pod mounts it (submission.py).
+    placement = Placement(etcd_tls=os.environ.get(cluster.ETCD_TLS_ENV) or None)
+    return run_node(job, workload, args.rdzv_endpoint, args.rdzv_id, pod_name, terminate_with, placement)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,39 @@ def check_not_running(kube: Kube, job: Job) -> None:
     )
 
 
+ISSUER_STALE_S = 600  # the issuer writes its status each minute: ten without one and its pods may wait
+
+
+def check_etcd_issuer(kube: Kube, job: Job, now: float | None = None) -> str | None:
+    """An etcd job on the platform's etcd needs its identity from the platform's issuer (trainkit/backends/eks/
+    etcd_issuer.py), without which its pods wait for their Secret: refused when the issuer never ran, a note when
+    its last pass is old."""
+    import datetime
+    import time
+
+    from trainkit.backends.eks.etcd_issuer import STATUS_PASSED
+    from trainkit.backends.eks.render import rdzv_endpoint
+
+    if job.elastic.rdzv != "etcd" or rdzv_endpoint(job) != cluster.etcd_endpoint():
+        return None
+    namespace = job.placement.namespace
+    status = unless_missing(kube.core.read_namespaced_config_map, cluster.ETCD_ISSUER, namespace)
+    if status is None:
+        raise SpecError(
+            f"the platform's etcd issuer has never run (no ConfigMap {namespace}/{cluster.ETCD_ISSUER}), so an etcd "
+            "job's pods would get no etcd identity and wait: it runs in the platform's image, which `make up "
+            "PROFILE=aws` builds and pushes (run it again from a checkout with Docker or buildah), or use --rdzv c10d"
+        )
+    passed = datetime.datetime.fromisoformat((status.data or {}).get(STATUS_PASSED, "1970-01-01T00:00:00+00:00"))
+    age = (now or time.time()) - passed.timestamp()
+    if age > ISSUER_STALE_S:
+        return (
+            f"the platform's etcd issuer last ran {age / 60:.0f} minutes ago: this job's pods wait for their etcd "
+            f"identity until it runs again (kubectl -n {cluster.PLATFORM_NAMESPACE} logs deploy/{cluster.ETCD_ISSUER})"
+        )
+    return None
+
+
 def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, planned: int | None = None) -> list[str]:
     """Every check, in order; returns notes (things that are fine but worth saying). `training` False (another
     workload on the job's placement, e.g. the NCCL test): the model's storage and token are not its concern.
@@ -157,6 +190,7 @@ def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, planned: in
     check_not_running(kube, job)
     notes = [check_capacity(kube, job, planned)]
     check_volume(kube, job.placement.namespace)
+    notes.append(check_etcd_issuer(kube, job))
     if training:
         check_storage(job)
         check_secret(kube, job)

@@ -113,7 +113,27 @@ def job_objects(
     code_name = code_configmap_name(job, token) if code is not None else ""
     if code is not None:
         parts.append(render_code_configmap(job, code, code_name))
-    return parts, render.render_pytorchjob(job, rdzv_id, workload, code, code_name, secret["metadata"]["name"])
+    manifest = render.render_pytorchjob(job, rdzv_id, workload, code, code_name, secret["metadata"]["name"])
+    if job.elastic.rdzv == "etcd" and render.rdzv_endpoint(job) == cluster.etcd_endpoint():
+        with_etcd_identity(manifest)
+    return parts, manifest
+
+
+ETCD_IDENTITY_VOLUME = "etcd-identity"
+
+
+def with_etcd_identity(manifest: dict) -> None:
+    """The job's pods mount the etcd identity the platform's issuer writes for the job (trainkit/backends/eks/
+    etcd_issuer.py: the Secret `<job>-etcd`, owned by the job) and name its folder to the pod entry point, which
+    gives it to the etcd rendezvous: HTTPS, the platform's CA, the job's certificate. The kubelet starts a pod
+    once the Secret exists. An etcd of the user's own (--rdzv-endpoint) gets no identity from the platform."""
+    template = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    secret = {"secretName": cluster.etcd_identity_secret(manifest["metadata"]["name"]), "defaultMode": 0o440}
+    template["spec"]["volumes"].append({"name": ETCD_IDENTITY_VOLUME, "secret": secret})
+    container = template["spec"]["containers"][0]
+    mount = {"name": ETCD_IDENTITY_VOLUME, "mountPath": cluster.ETCD_TLS_MOUNT, "readOnly": True}
+    container["volumeMounts"].append(mount)
+    container["env"].append({"name": cluster.ETCD_TLS_ENV, "value": cluster.ETCD_TLS_MOUNT})
 
 
 PART_CALLS = {  # kind: the Kubernetes client's API attribute on Kube, and the call's name
