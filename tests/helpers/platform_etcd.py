@@ -1,6 +1,6 @@
 """The platform's etcd as the EKS stand-in's pods meet it: the issuer (trainkit/backends/eks/etcd_issuer.py) against
-the stand-in's API, the etcd pod the platform stack renders (tests/helpers/platform_stack.py, EtcdPodOnLustre: TLS,
-client certificates, its data on an FSx-like folder) run with the real etcd binary, and its Service's names resolving
+the stand-in's API, the etcd pod the platform stack renders (tests/helpers/platform_stack.py, EtcdPod: TLS,
+client certificates, its data on a volume of its own) run with the real etcd binary, and its Service's names resolving
 on every pod to the network's gateway, relayed to it (tests/helpers/kube_api.py, FakeCluster.serve).
 
 The issuer's first pass makes the CA and etcd's certificate (etcd mounts that Secret, so it starts after); then it
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.helpers.kube_api import FakeCluster
-from tests.helpers.platform_stack import EtcdPodOnLustre
+from tests.helpers.platform_stack import EtcdPod
 from trainkit.backends.eks import cluster
 from trainkit.backends.eks.etcd_issuer import Issuer, IssuerSettings, _now
 from trainkit.backends.eks.etcd_tls import Issued
@@ -30,7 +30,7 @@ PASS_S = 0.2
 
 @dataclass
 class PlatformEtcd:
-    pod: EtcdPodOnLustre
+    pod: EtcdPod
     issuer: Issuer
     log: list[str] = field(default_factory=list)
 
@@ -55,10 +55,10 @@ def identity_of(fake: FakeCluster, job: str) -> Issued:
 
 @contextlib.contextmanager
 def platform_etcd(fake: FakeCluster, log_path: Path) -> Iterator[PlatformEtcd]:
-    lustre = Path(tempfile.mkdtemp(prefix="trainkit-fsx-", dir="/tmp"))  # etcd's user must reach it (tmp_path: 0700)
-    lustre.chmod(0o755)
-    tls = lustre.parent / f"{lustre.name}-tls"
-    pod = EtcdPodOnLustre(lustre, log_path, tls=tls)
+    volume = Path(tempfile.mkdtemp(prefix="trainkit-etcd-", dir="/tmp"))  # etcd's user must reach it (tmp_path: 0700)
+    volume.chmod(0o755)
+    tls = volume.parent / f"{volume.name}-tls"
+    pod = EtcdPod(volume, log_path, tls=tls)
     names = [*cluster.etcd_server_names(), "127.0.0.1"]  # and the address the issuer dials here
     lines: list[str] = []
     issuer = Issuer(Kube.connect(), IssuerSettings(f"https://{pod.endpoint}", server_names=names), log=lines.append)
@@ -70,7 +70,6 @@ def platform_etcd(fake: FakeCluster, log_path: Path) -> Iterator[PlatformEtcd]:
     stop = threading.Event()
     try:
         pod.mount()
-        pod.run_init_containers()
         pod.start_etcd()
         fake.serve(cluster.etcd_server_names(), cluster.ETCD_PORT, pod.port)
         issuer.pass_once()  # auth on before any job: no pass ever finds etcd open
@@ -87,5 +86,5 @@ def platform_etcd(fake: FakeCluster, log_path: Path) -> Iterator[PlatformEtcd]:
     finally:
         stop.set()
         pod.stop()
-        shutil.rmtree(lustre, ignore_errors=True)
+        shutil.rmtree(volume, ignore_errors=True)
         shutil.rmtree(tls, ignore_errors=True)

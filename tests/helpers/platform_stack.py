@@ -1,7 +1,7 @@
 """The platform root (terraform/stacks/platform) as python-hcl2 parses it, without its providers: its
 resources, variables and locals, and its Kubernetes objects rendered with the variables' defaults and
-sample infra outputs (the few HCL expressions the manifests use are evaluated here). `EtcdPodOnLustre` runs the
-rendered etcd pod here on a folder that keeps the FSx file system's ownership rules."""
+sample infra outputs (the few HCL expressions the manifests use are evaluated here). `EtcdPod` runs the rendered
+etcd pod here on a folder that keeps the kubelet's ownership rules for its volume."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import re
 import ssl
+import stat
 import subprocess
 from pathlib import Path
 
@@ -29,6 +30,8 @@ INFRA_SAMPLE = {  # what the infra stack's outputs look like after `make up PROF
     "fsx_dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
     "fsx_mount_name": "abcdefgh",
     "fsx_storage_capacity_gib": 2400,
+    "stack_id": "trainkit-0a1b2c3d",
+    "kms_key_arn": "arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d",
     "gpu_nodes_max": 2,
     "gpus_per_node": 8,
     "submitters": {  # submitter_principal_arns set
@@ -118,6 +121,7 @@ def base_context() -> dict:
         "idle_guard_name",
         "etcd_user",
         "etcd_tls_dir",
+        "etcd_storage_class",
         "etcd_server_tls",
         "etcd_metrics_port",
         "etcd_issuer_name",
@@ -185,18 +189,19 @@ def etcd_pod() -> dict:
     return pod
 
 
-class EtcdPodOnLustre:
-    """The platform's etcd pod, run here as the kubelet runs it on the FSx claim.
+class EtcdPod:
+    """The platform's etcd pod, run here as the kubelet runs it on its EBS volume.
 
-    `volume_root` stands in for the file system's root (root-owned, mode 0755 as a new Lustre root: the issue's
-    reading, unverified). The kubelet creates each subPath as root with the volume root's mode (kubernetes
-    pkg/kubelet/kubelet_pods.go, makeMounts: SafeMakeDir with GetMode(volumePath)); no fsGroup is applied (the FSx CSI
-    driver's fsGroupPolicy is ReadWriteOnceWithFSType and the volume is ReadWriteMany). The Secret volume of etcd's
+    `volume_root` stands in for the root of the new ext4 file system the EBS CSI driver formats (root's, 0755, as
+    mkfs leaves it). The driver's fsGroupPolicy is File, so before the container starts the kubelet gives the
+    volume to the pod's fsGroup (kubernetes pkg/volume/volume_linux.go, SetVolumeOwnership: every file and folder
+    gets the group, group read and write, folders group execute and setgid; with fsGroupChangePolicy OnRootMismatch
+    nothing is changed once the root already has that group and those rights). The Secret volume of etcd's
     certificate is `tls`, a folder holding tls.crt, tls.key and ca.crt (the issuer's Secret: `server_tls` writes one
-    for a CA), its files given to the pod's fsGroup with the volume's mode, as the kubelet does. Each container then
-    runs its rendered command, its mount paths mapped to those folders and etcd's ports to free ones, under setpriv
-    as the user, group and capabilities its securityContext names: a step that needs more than it declares fails here
-    as on the node."""
+    for a CA), its files given to fsGroup with the volume's mode, as the kubelet does. The container then runs its
+    rendered command, its mount paths mapped to those folders and etcd's ports to free ones, under setpriv as the
+    user, group, supplementary group (fsGroup) and capabilities its securityContext names: a step that needs more
+    than it declares fails here as on the node."""
 
     def __init__(self, volume_root: Path, log_path: Path, pod: dict | None = None, tls: Path | None = None):
         self.root, self.log_path = volume_root, log_path
@@ -218,27 +223,26 @@ class EtcdPodOnLustre:
         return f"127.0.0.1:{self.port}"
 
     def folder(self, mount: dict) -> Path:
-        return self.root / mount["subPath"] if "subPath" in mount else self.tls
+        return self.tls if mount["name"] == "tls" else self.root
 
     def mount(self) -> None:
-        """The kubelet's part: every subPath folder that is missing, made by root with the volume root's mode; the
-        Secret's files given to the pod's fsGroup, with the volume's defaultMode."""
-        mode = self.root.stat().st_mode & 0o7777
-        for container in [*self.pod.get("initContainers", []), *self.pod["containers"]]:
-            for mount in container["volumeMounts"]:
-                if "subPath" not in mount:
-                    continue
-                folder = self.root
-                for part in Path(mount["subPath"]).parts:
-                    folder = folder / part
-                    if not folder.exists():
-                        folder.mkdir()
-                        folder.chmod(mode)  # past the umask, as the kubelet does
+        """The kubelet's part: the volume given to fsGroup (as SetVolumeOwnership, under the pod's
+        fsGroupChangePolicy), and the Secret's files given to fsGroup with the volume's defaultMode."""
+        context = self.pod["securityContext"]
+        group = context.get("fsGroup")
+        if group is not None:
+            root = self.root.stat()
+            wanted = 0o060 | stat.S_ISGID | 0o010
+            mismatch = root.st_gid != group or root.st_mode & wanted != wanted
+            if context.get("fsGroupChangePolicy") != "OnRootMismatch" or mismatch:
+                for path in [self.root, *self.root.rglob("*")]:
+                    os.chown(path, -1, group)
+                    extra = 0o660 | (stat.S_ISGID | 0o110 if path.is_dir() else 0)
+                    path.chmod(stat.S_IMODE(path.stat().st_mode) | extra)
         (secret,) = [volume["secret"] for volume in self.pod["volumes"] if "secret" in volume]
-        group = self.pod["securityContext"].get("fsGroup", 0)
         self.tls.chmod(0o755)
         for path in self.tls.iterdir():
-            os.chown(path, 0, group)
+            os.chown(path, 0, group or 0)
             path.chmod(secret.get("defaultMode", 0o644))
 
     def command(self, container: dict) -> list[str]:
@@ -265,12 +269,6 @@ class EtcdPodOnLustre:
             return re.sub(r"(https?)://[^:/]+:(2379|2380|2381)", lambda m: f"{m[1]}://127.0.0.1:{ports[m[2]]}", arg)
 
         return identity + [here(arg) for arg in [*container["command"], *container.get("args", [])]]
-
-    def run_init_containers(self) -> None:
-        for container in self.pod.get("initContainers", []):
-            done = subprocess.run(self.command(container), capture_output=True, text=True, timeout=30)
-            if done.returncode != 0:
-                raise RuntimeError(f"init container {container['name']} failed: {done.stderr.strip()}")
 
     def start_etcd(self, timeout: float = 15) -> None:
         """Start the etcd container; once it answers /health (on its metrics port) it has written its data directory."""

@@ -29,6 +29,7 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
         "Service",
         "ServiceAccount",
         "StatefulSet",
+        "StorageClass",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]

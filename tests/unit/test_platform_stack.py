@@ -131,29 +131,44 @@ def test_operator_and_images_are_pinned():
     assert unquote(build["path"]).endswith("?ref=${var.training_operator_ref}")
     image, _, tag = DEFAULTS["etcd_image"].rpartition(":")
     assert image and re.fullmatch(r"v3\.5\.\d+", tag), "etcd 3.5.x: the v2 API torch's etcd rendezvous needs"
-    image, _, tag = DEFAULTS["busybox_image"].rpartition(":")
-    assert image and EXACT_VERSION.match(tag), DEFAULTS["busybox_image"]
 
 
-def test_etcd_gets_its_folder_on_fsx_from_a_root_step_that_may_only_chown():
-    """The FSx CSI driver's fsGroupPolicy (ReadWriteOnceWithFSType) leaves fsGroup unapplied on this ReadWriteMany
-    claim, so the subPath stays root's: one init step, root with CAP_CHOWN alone, gives it to etcd's user; etcd keeps
-    its data in a directory of its own inside (tests/integration/test_platform_etcd_on_lustre.py runs them). The
-    pod's fsGroup is for the Secret volume of etcd's certificate, which the kubelet does give to that group."""
+def test_etcd_keeps_its_data_on_an_encrypted_volume_of_its_own_that_fsgroup_gives_it():
+    """Not the FSx every job mounts (issue 49): an EBS volume per the StatefulSet's claim template, gp3, encrypted
+    with the stack's key, tagged with the stack's id (the audit of `make down` finds one left behind), deleted with
+    the StatefulSet. The EBS CSI driver's fsGroupPolicy is File (aws-ebs-csi-driver chart, templates/
+    csidriver.yaml), so the kubelet gives the volume to fsGroup and etcd needs no root step; OnRootMismatch keeps
+    its data directory 0700 across restarts (tests/integration/test_platform_etcd_volume.py runs it)."""
     pod = etcd_pod()
-    user = pod["securityContext"]["runAsUser"]
-    assert user != 0 and pod["securityContext"]["runAsGroup"] == user == pod["securityContext"]["fsGroup"]
-    (init,) = pod["initContainers"]
+    context = pod["securityContext"]
+    user = context["runAsUser"]
+    assert user != 0 and context["runAsGroup"] == user == context["fsGroup"]
+    assert context["fsGroupChangePolicy"] == "OnRootMismatch" and "initContainers" not in pod
     (etcd,) = pod["containers"]
-    mount, tls = etcd["volumeMounts"]
-    assert init["volumeMounts"] == [mount] and tls["readOnly"] is True
-    volumes = {volume["name"]: volume for volume in pod["volumes"]}
-    assert volumes[tls["name"]]["secret"] == {"secretName": cluster.ETCD_SERVER_SECRET, "defaultMode": 0o440}
-    assert init["command"] == ["chown", f"{user}:{user}", mount["mountPath"]]
-    assert init["securityContext"]["runAsUser"] == 0 and init["securityContext"]["allowPrivilegeEscalation"] is False
-    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
-    assert f"--data-dir={mount['mountPath']}/data" in etcd["command"]  # etcd makes it, 0700
+    data, tls = etcd["volumeMounts"]
+    assert "subPath" not in data and tls["readOnly"] is True
+    assert f"--data-dir={data['mountPath']}/data" in etcd["command"]  # etcd makes it, 0700
     assert etcd["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert data["name"] not in volumes  # the claim template's, not a shared claim
+    assert volumes[tls["name"]]["secret"] == {"secretName": cluster.ETCD_SERVER_SECRET, "defaultMode": 0o440}
+    objects = {(o["kind"], o["metadata"]["name"]): o for _, o in manifests()}
+    statefulset = objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]
+    (claim,) = statefulset["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == data["name"] and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert statefulset["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    storage = objects[("StorageClass", claim["spec"]["storageClassName"])]
+    assert storage["provisioner"] == "ebs.csi.aws.com" and storage["reclaimPolicy"] == "Delete"
+    assert storage["volumeBindingMode"] == "WaitForFirstConsumer"
+    parameters = storage["parameters"]
+    assert (parameters["type"], parameters["encrypted"]) == ("gp3", "true")
+    assert parameters["kmsKeyId"] == INFRA_SAMPLE["kms_key_arn"]
+    assert f"trainkit:stack-id={INFRA_SAMPLE['stack_id']}" in parameters.values()
+    assert not any(
+        claim.get("namespace") == cluster.PLATFORM_NAMESPACE
+        for _, claim in manifests()
+        if claim["kind"] == "PersistentVolumeClaim"
+    )  # no FSx claim in the platform's namespace
 
 
 def test_names_match_what_the_eks_backend_uses():
@@ -174,7 +189,6 @@ def test_names_match_what_the_eks_backend_uses():
     assert "--client-cert-auth=true" in command and f"--trusted-ca-file={tls_dir}/ca.crt" in command
     assert f"--listen-metrics-urls=http://0.0.0.0:{cluster.ETCD_METRICS_PORT}" in command  # the probes' port
     assert etcd["containers"][0]["readinessProbe"]["httpGet"]["port"] == cluster.ETCD_METRICS_PORT
-    assert etcd["volumes"][0]["persistentVolumeClaim"]["claimName"] == "fsx-etcd"  # data survives a restart
     etcd_pod = objects[("StatefulSet", cluster.ETCD_SERVICE)]["spec"]["template"]["spec"]
     assert etcd_pod["automountServiceAccountToken"] is False
     assert etcd_pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,6 +276,38 @@ def release_batch(stack_id: str, region: str) -> list[str]:
         code = error.response["Error"].get("Code")
         done.append(f"Batch jobs and job definitions not all released ({code}); the audit after the destroy lists them")
     return done
+
+
+PLATFORM_VOLUME_TAG = ("trainkit:volume", "etcd")  # what the platform's etcd StorageClass tags its volume with
+VOLUMES_WAIT_S = 300.0
+
+
+def wait_for_platform_volumes(stack_id: str, region: str, timeout_s: float = VOLUMES_WAIT_S, poll_s: float = 5.0):
+    """After the platform stack's destroy: its etcd volume goes with its claim, asynchronously (the StatefulSet's
+    claim retention policy deletes the claim, then the EBS CSI driver, which runs in the cluster, deletes the
+    volume: reclaimPolicy Delete). Wait for that before the infra stack takes the cluster and the driver away, which
+    would leave the volume billed. Yields a line for what it waited for, or what is left and how to delete it."""
+    ec2 = boto3.session.Session(region_name=region).client("ec2")
+    key, value = PLATFORM_VOLUME_TAG
+    filters = [{"Name": f"tag:{STACK_TAG}", "Values": [stack_id]}, {"Name": f"tag:{key}", "Values": [value]}]
+    deadline, waited = time.monotonic() + timeout_s, False
+    while True:
+        left = [v["VolumeId"] for v in ec2.describe_volumes(Filters=filters)["Volumes"] if v["State"] != "deleted"]
+        if not left:
+            if waited:
+                yield "the platform's etcd volume is deleted"
+            return
+        if time.monotonic() >= deadline:
+            yield (
+                f"the platform's etcd volume {', '.join(left)} is still there after {timeout_s:.0f} s (the EBS CSI "
+                f"driver deletes it once its claim is gone); delete it yourself: aws ec2 delete-volume --region "
+                f"{region} --volume-id {left[0]}"
+            )
+            return
+        if not waited:
+            yield f"waiting for the EBS CSI driver to delete the platform's etcd volume {', '.join(left)}"
+            waited = True
+        time.sleep(poll_s)
 
 
 def network_interfaces(ec2, stack_id: str, vpc_ids: list[str]) -> set[str]:

@@ -27,6 +27,7 @@ TRANSIENT_DESTROY = re.compile(
 DESTROY_ATTEMPTS = 3
 DESTROY_WAIT_ENV = "TRAINKIT_DESTROY_RETRY_WAIT_S"
 DESTROY_WAIT_S = 60.0
+VOLUMES_WAIT_ENV = "TRAINKIT_VOLUMES_WAIT_S"  # how long `down` waits for the platform's etcd volume to go
 
 
 def _plan_infra(var_file: str | None):
@@ -107,6 +108,10 @@ def down(yes: bool, var_file: str | None) -> str:
                 print(line, flush=True)
         print(f"destroying the {stack_name} stack", flush=True)
         destroy(stack, stack_name, path if stack_name == "infra" else None, path)  # platform reads infra outputs
+        if stack_name == "platform":  # its etcd volume goes after its claim, while the cluster's driver still runs
+            wait = float(os.environ.get(VOLUMES_WAIT_ENV, aws.VOLUMES_WAIT_S))
+            for line in aws.wait_for_platform_volumes(stack_id, region, wait):
+                print(line, flush=True)
     leftovers = aws.audit(stack_id, region, name)
     kubeconfig_path().unlink(missing_ok=True)
     outputs_path().unlink(missing_ok=True)

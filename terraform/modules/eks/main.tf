@@ -340,6 +340,7 @@ locals {
   pod_identities = {
     vpc_cni     = { create = local.vpc_cni_pod_identity, namespace = "kube-system", service_account = "aws-node" }
     fsx_csi     = { create = local.create && var.enable_pod_identity, namespace = "kube-system", service_account = "fsx-csi-controller-sa" }
+    ebs_csi     = { create = local.ebs_csi, namespace = "kube-system", service_account = "ebs-csi-controller-sa" }
     data_reader = { create = local.data_reader, namespace = var.data_reader.namespace, service_account = var.data_reader.service_account }
   }
 }
@@ -445,6 +446,63 @@ resource "aws_eks_pod_identity_association" "fsx_csi" {
   namespace       = local.pod_identities.fsx_csi.namespace
   service_account = local.pod_identities.fsx_csi.service_account
   role_arn        = aws_iam_role.fsx_csi[0].arn
+  tags            = var.tags
+}
+
+# The EBS CSI controller (the aws-ebs-csi-driver add-on's ebs-csi-controller-sa) creates, attaches and deletes the
+# platform etcd's volume: AWS's managed policy for it, and the stack's key for the volume's encryption, which EBS
+# uses through grants (EKS User Guide, "Use Kubernetes volume storage with Amazon EBS": AmazonEBSCSIDriverPolicy, and
+# for a customer managed key, CreateGrant, ListGrants and RevokeGrant only for AWS resources, plus the data-key
+# actions).
+locals {
+  ebs_csi = local.create && var.enable_pod_identity && contains(keys(local.addons), "aws-ebs-csi-driver")
+}
+
+data "aws_iam_policy_document" "ebs_csi_kms" {
+  statement {
+    actions   = ["kms:CreateGrant", "kms:ListGrants", "kms:RevokeGrant"]
+    resources = [var.kms_key_arn]
+    condition {
+      test     = "Bool"
+      variable = "kms:GrantIsForAWSResource"
+      values   = ["true"]
+    }
+  }
+  statement {
+    actions   = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
+    resources = [var.kms_key_arn]
+  }
+}
+
+resource "aws_iam_role" "ebs_csi" {
+  count = local.ebs_csi ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-ebs-csi-"
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume["ebs_csi"].json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "ebs_csi" {
+  count = local.ebs_csi ? 1 : 0
+
+  role       = aws_iam_role.ebs_csi[0].name
+  policy_arn = "${local.policy}/service-role/AmazonEBSCSIDriverPolicy"
+}
+
+resource "aws_iam_role_policy" "ebs_csi_kms" {
+  count = local.ebs_csi ? 1 : 0
+
+  role   = aws_iam_role.ebs_csi[0].id
+  policy = data.aws_iam_policy_document.ebs_csi_kms.json
+}
+
+resource "aws_eks_pod_identity_association" "ebs_csi" {
+  count = local.ebs_csi ? 1 : 0
+
+  cluster_name    = aws_eks_cluster.this[0].name
+  namespace       = local.pod_identities.ebs_csi.namespace
+  service_account = local.pod_identities.ebs_csi.service_account
+  role_arn        = aws_iam_role.ebs_csi[0].arn
   tags            = var.tags
 }
 

@@ -130,6 +130,9 @@ variable "addons" {
     kube-proxy             = {}
     eks-pod-identity-agent = {}
     aws-fsx-csi-driver     = {}
+    # The platform's etcd keeps its data on an EBS volume of its own (terraform/stacks/platform), not on the FSx
+    # every job mounts.
+    aws-ebs-csi-driver = {}
   }
 }
 

@@ -72,6 +72,11 @@ output "stack_id" {
   value       = var.stack_id
 }
 
+output "kms_key_arn" {
+  description = "The stack's KMS key: the platform's etcd volume is encrypted with it (its StorageClass)."
+  value       = aws_kms_key.this.arn
+}
+
 output "fsx_storage_capacity_gib" {
   description = "FSx for Lustre capacity in GiB (the platform stack sizes its volume claims with it)."
   value       = var.fsx_storage_capacity_gib

@@ -33,16 +33,12 @@ locals {
     }
   }
 
-  # One claim per namespace on the same FSx file system: jobs keep runs, data and checkpoints
-  # there; etcd keeps its data there, so a restarted etcd finds the rendezvous state it had.
+  # The jobs' claim on the FSx file system: runs, data and checkpoints. etcd keeps its data on a volume of its own
+  # (below), out of reach of every job's mount.
   fsx_claims = {
     jobs = {
       namespace = var.jobs_namespace
       claim     = "fsx-shared"
-    }
-    etcd = {
-      namespace = var.system_namespace
-      claim     = "fsx-etcd"
     }
   }
 }
@@ -164,17 +160,18 @@ resource "kubernetes_manifest" "fsx_claim" {
 ################################################################################
 
 locals {
-  # etcd's uid and gid; its folder on FSx belongs to this user.
+  # etcd's uid and gid; its volume is this group's.
   etcd_user = 1000
   # etcd serves HTTPS only and asks every client for a certificate from the platform's CA; the issuer (below) makes
   # the CA, etcd's certificate (this Secret, which etcd mounts: the pod waits until the issuer's first pass) and
   # each job's identity (trainkit/backends/eks/etcd_issuer.py). /health and /metrics stay plain HTTP on a port of
   # their own for the kubelet's probes, which present no certificate.
-  etcd_tls_dir      = "/etc/etcd/tls"
-  etcd_server_tls   = "trainkit-etcd-server"
-  etcd_metrics_port = 2381
-  etcd_issuer_name  = "trainkit-etcd-issuer"
-  etcd_issuer       = var.idle_guard_image != null ? { issuer = var.idle_guard_image } : {}
+  etcd_storage_class = "trainkit-etcd"
+  etcd_tls_dir       = "/etc/etcd/tls"
+  etcd_server_tls    = "trainkit-etcd-server"
+  etcd_metrics_port  = 2381
+  etcd_issuer_name   = "trainkit-etcd-issuer"
+  etcd_issuer        = var.idle_guard_image != null ? { issuer = var.idle_guard_image } : {}
   # the namespaces of its two Roles (its own Secrets; the jobs and their identities)
   etcd_issuer_namespaces = var.idle_guard_image != null ? { system = var.system_namespace, jobs = var.jobs_namespace } : {}
 }
@@ -214,34 +211,19 @@ resource "kubernetes_manifest" "etcd" {
         metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "trainkit-etcd" }) }
         spec = {
           automountServiceAccountToken = false # etcd does not talk to the Kubernetes API
+          # The volume is etcd's alone: the EBS CSI driver declares fsGroupPolicy File (aws-ebs-csi-driver's chart,
+          # templates/csidriver.yaml), so the kubelet gives its root to fsGroup (group rwx, setgid) before etcd
+          # starts, and etcd, non-root with no capability, makes its data directory inside, 0700. OnRootMismatch: the
+          # kubelet changes nothing once the root is the group's, so a restart leaves that directory 0700 (Always
+          # would add the group's rights to everything inside at every start).
           securityContext = {
-            runAsNonRoot   = true
-            runAsUser      = local.etcd_user
-            runAsGroup     = local.etcd_user
-            fsGroup        = local.etcd_user
-            seccompProfile = { type = "RuntimeDefault" }
+            runAsNonRoot        = true
+            runAsUser           = local.etcd_user
+            runAsGroup          = local.etcd_user
+            fsGroup             = local.etcd_user
+            fsGroupChangePolicy = "OnRootMismatch"
+            seccompProfile      = { type = "RuntimeDefault" }
           }
-          # The FSx CSI driver declares fsGroupPolicy ReadWriteOnceWithFSType, so Kubernetes applies no fsGroup to
-          # this ReadWriteMany volume, and the kubelet creates the subPath as root with the mode of the file system's
-          # root. This step gives that folder to etcd's user: root with CAP_CHOWN only (the etcd image is distroless:
-          # no chown). etcd then makes its data directory inside, 0700 as it wants, and needs no capability.
-          initContainers = [{
-            name    = "etcd-data-owner"
-            image   = var.busybox_image
-            command = ["chown", "${local.etcd_user}:${local.etcd_user}", "/var/lib/etcd"]
-            resources = {
-              requests = { cpu = "10m", memory = "16Mi" }
-              limits   = { cpu = "100m", memory = "32Mi" }
-            }
-            securityContext = {
-              runAsNonRoot             = false
-              runAsUser                = 0
-              allowPrivilegeEscalation = false
-              readOnlyRootFilesystem   = true
-              capabilities             = { drop = ["ALL"], add = ["CHOWN"] }
-            }
-            volumeMounts = [{ name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" }]
-          }]
           containers = [{
             name  = "etcd"
             image = var.etcd_image
@@ -285,21 +267,53 @@ resource "kubernetes_manifest" "etcd" {
               capabilities             = { drop = ["ALL"] }
             }
             volumeMounts = [
-              { name = "data", mountPath = "/var/lib/etcd", subPath = "platform/etcd" },
+              { name = "data", mountPath = "/var/lib/etcd" },
               { name = "tls", mountPath = local.etcd_tls_dir, readOnly = true },
             ]
           }]
-          volumes = [
-            { name = "data", persistentVolumeClaim = { claimName = "fsx-etcd" } },
-            # 0440 with fsGroup = etcd's group: etcd reads its key, nobody else in the pod does
-            { name = "tls", secret = { secretName = local.etcd_server_tls, defaultMode = 288 } },
-          ]
+          # 0440 with fsGroup = etcd's group: etcd reads its key, nobody else in the pod does
+          volumes = [{ name = "tls", secret = { secretName = local.etcd_server_tls, defaultMode = 288 } }]
         }
       }
+      # etcd's data on an EBS volume of its own (a restarted etcd finds the rendezvous state it had); deleting the
+      # StatefulSet (make down) deletes its claim, and the volume with it (the class's reclaimPolicy).
+      volumeClaimTemplates = [{
+        metadata = { name = "data", labels = local.labels }
+        spec = {
+          accessModes      = ["ReadWriteOnce"]
+          storageClassName = local.etcd_storage_class
+          resources        = { requests = { storage = "1Gi" } }
+        }
+      }]
+      persistentVolumeClaimRetentionPolicy = { whenDeleted = "Delete", whenScaled = "Retain" }
     }
   }
 
-  depends_on = [kubernetes_manifest.fsx_claim]
+  depends_on = [kubernetes_manifest.etcd_storage_class]
+}
+
+# gp3, encrypted with the stack's key, tagged with the stack's id (so `make down`'s audit finds a volume left
+# behind) and made in the zone of the node etcd is scheduled on (WaitForFirstConsumer). Parameters: the driver's
+# CreateVolume parameters (kubernetes-sigs/aws-ebs-csi-driver, its parameters page) and the Kubernetes documentation's
+# StorageClass example for it (kubernetes/website, release-1.32, the storageclass-aws-ebs example).
+resource "kubernetes_manifest" "etcd_storage_class" {
+  manifest = {
+    apiVersion  = "storage.k8s.io/v1"
+    kind        = "StorageClass"
+    metadata    = { name = local.etcd_storage_class, labels = local.labels }
+    provisioner = "ebs.csi.aws.com"
+    parameters = {
+      type                        = "gp3"
+      encrypted                   = "true"
+      kmsKeyId                    = local.infra.kms_key_arn
+      "csi.storage.k8s.io/fstype" = "ext4"
+      tagSpecification_1          = "trainkit:stack-id=${local.infra.stack_id}"
+      tagSpecification_2          = "trainkit:volume=etcd"
+    }
+    reclaimPolicy        = "Delete"
+    volumeBindingMode    = "WaitForFirstConsumer"
+    allowVolumeExpansion = true
+  }
 }
 
 # No pod of the jobs' namespace accepts a connection unless a policy admits it: each submission creates a policy that

@@ -37,12 +37,6 @@ variable "etcd_image" {
   default     = "quay.io/coreos/etcd:v3.5.33"
 }
 
-variable "busybox_image" {
-  description = "busybox image whose chown gives etcd's folder on FSx to etcd's user before etcd starts (the etcd image has no shell or chown); 1.37.0: the stable line of the Docker official image (1.38 is its unstable line, 2026-11), from its ECR Public mirror, which has no Docker Hub pull limits."
-  type        = string
-  default     = "public.ecr.aws/docker/library/busybox:1.37.0"
-}
-
 variable "training_operator_ref" {
   description = "Git tag of the Kubeflow training operator v1 (PyTorchJob with elasticPolicy) in kubeflow/trainer, the renamed repository; v1.9.4 is the latest 1.9 patch (2026-08)."
   type        = string

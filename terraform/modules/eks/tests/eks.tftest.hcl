@@ -52,8 +52,21 @@ run "the_vpc_cni_has_its_own_role_and_every_pod_identity_trusts_only_this_accoun
   }
 
   assert {
-    condition     = toset(keys(data.aws_iam_policy_document.pod_identity_assume)) == toset(["vpc_cni", "fsx_csi", "data_reader"])
-    error_message = "The VPC CNI, the FSx CSI controller and the data job each have a Pod Identity role."
+    condition     = toset(keys(data.aws_iam_policy_document.pod_identity_assume)) == toset(["vpc_cni", "fsx_csi", "ebs_csi", "data_reader"])
+    error_message = "The VPC CNI, the FSx and EBS CSI controllers and the data job each have a Pod Identity role."
+  }
+  # EKS User Guide, "Use Kubernetes volume storage with Amazon EBS": the managed policy, and grants on a customer
+  # managed key only for AWS resources.
+  assert {
+    condition = (
+      aws_iam_role_policy_attachment.ebs_csi[0].policy_arn == "arn:aws:iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy"
+      && aws_eks_pod_identity_association.ebs_csi[0].service_account == "ebs-csi-controller-sa"
+      && aws_eks_pod_identity_association.ebs_csi[0].namespace == "kube-system"
+      && contains(keys(aws_eks_addon.this), "aws-ebs-csi-driver")
+      && jsonencode([for st in data.aws_iam_policy_document.ebs_csi_kms.statement : st.resources]) == jsonencode([[var.kms_key_arn], [var.kms_key_arn]])
+      && one(data.aws_iam_policy_document.ebs_csi_kms.statement[0].condition).variable == "kms:GrantIsForAWSResource"
+    )
+    error_message = "The EBS CSI add-on's controller has its own role: AmazonEBSCSIDriverPolicy, and the stack's key through grants for AWS resources only."
   }
   # EKS User Guide, "Create IAM role with trust policy required by EKS Pod Identity"; IAM User Guide, "The confused
   # deputy problem".
