@@ -22,10 +22,11 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
+from torch.distributed.checkpoint import CheckpointException
 from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name, step_of_dir
-from .failure import NoRetry, doing
+from .failure import NoRetry, doing, root_cause
 from .faults import hang_here
 from .files import EVENTS_FILE, append_event, publish_text, read_events
 from .heartbeat import process_heartbeat
@@ -272,9 +273,13 @@ class RunContext:
                 load_weights_only(checkpoint, self.state.load, self.state.safe_globals)
             except NoRetry:  # the checkpoint is sound and this job cannot take it (it says why): not set aside
                 raise
-            except Exception as error:  # a shard that does not parse, whatever the reader raises; a refused pickle
-                first = (str(error).strip().splitlines() or [""])[0][:200]
-                reason = f"it does not load: {type(error).__name__}: {first}"
+            # A shard that does not parse, whatever the reader raises; a refused pickle; what DCP's load gathers from
+            # every rank into a CheckpointException, a BaseException (torch/distributed/checkpoint/api.py), named by
+            # its lowest rank's error.
+            except (Exception, CheckpointException) as error:
+                cause = root_cause(error)
+                first = (str(cause).strip().splitlines() or [""])[0][:200]
+                reason = f"it does not load: {type(cause).__name__}: {first}"
         (failed,) = self._any_rank(reason is not None)
         if failed and reason is None:
             reason = "it does not load on another rank"

@@ -171,6 +171,10 @@ class ZeroCheckpoint:
         return (fragment_address, ZeroStageEnum, LossScaler, *NUMPY_RNG_STATE)
 
     def save(self, directory: Path) -> None:
+        """`directory`: the checkpoint being written, in the checkpoints' folder; a universal copy a resume converted
+        there has served by now (every rank saves after its load) and goes."""
+        if this_rank_owns_disk(self.rank):
+            shutil.rmtree(directory.parent / UNIVERSAL_DIR, ignore_errors=True)
         self.engine.save_checkpoint(
             str(directory), tag=TAG, client_state={"scheduler": self.scheduler.state_dict()}, save_latest=False
         )
@@ -187,10 +191,9 @@ class ZeroCheckpoint:
             )
         if path is None:
             raise FileNotFoundError(f"DeepSpeed found no checkpoint under {source / TAG}")
-        if universal:  # every rank has its slice: the conversion has served (a later failure converts again)
-            dist.barrier()
-            if this_rank_owns_disk(self.rank):
-                shutil.rmtree(source.parent, ignore_errors=True)
+        # The universal copy stays until the next save removes it (`save`): removing it here would need every rank
+        # past its load first, and a rank whose load failed is in the resume's agreement by then (RunContext
+        # ._unusable), a collective no barrier here could meet.
         self.scheduler.load_state_dict(client["scheduler"])
         rng = directory / TAG / f"rng_state_{self.rank}.pt"
         if rng.is_file():  # a rank the writing world did not have keeps the seed it started from
@@ -205,6 +208,7 @@ def universal_copy(checkpoint: Path, saved: int, world: int, rank: int) -> Path:
     """DeepSpeed's universal form of `checkpoint` (written by `saved` ranks), made once by the rank that owns this
     disk and read by every rank after a barrier: its folder (DeepSpeed's `save_dir`, holding `<TAG>/`)."""
     folder = checkpoint.parent / UNIVERSAL_DIR / checkpoint.name
+    failed: BaseException | None = None
     if this_rank_owns_disk(rank):
         print(
             f"checkpoint {checkpoint.name} was written by {saved} ranks and this job has {world}: converting it to "
@@ -212,9 +216,25 @@ def universal_copy(checkpoint: Path, saved: int, world: int, rank: int) -> Path:
             flush=True,
         )
         shutil.rmtree(folder.parent, ignore_errors=True)  # an older step's conversion: no longer wanted
-        convert_to_universal(checkpoint / TAG, folder / TAG)
-    dist.barrier()
+        try:
+            convert_to_universal(checkpoint / TAG, folder / TAG)
+        except Exception as error:  # said to every rank below, so none waits for a conversion that will not come
+            failed = error
+    # The barrier before anyone reads the copy, and the outcome: a rank that waited in a plain barrier for an owner
+    # whose conversion raised would wait out the collective timeout (the owner goes on to the resume's agreement).
+    if _on_any_rank(failed is not None):
+        if failed is not None:
+            raise failed
+        raise RuntimeError(f"DeepSpeed's universal conversion of {checkpoint.name} failed on the rank that made it")
     return folder
+
+
+def _on_any_rank(flag: bool) -> bool:
+    """Whether `flag` holds on any rank: one MAX all-reduce, on the process group's device (NCCL's is a GPU)."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def convert_to_universal(zero_folder: Path, output: Path) -> None:
