@@ -8,6 +8,7 @@ The rendezvous itself over TLS, with a job's identity, runs in tests/e2e/test_ek
 from __future__ import annotations
 
 import datetime
+import shutil
 import ssl
 import time
 import urllib.error
@@ -113,15 +114,33 @@ def test_a_job_reaches_only_its_own_keys_and_loses_them_when_it_ends(fake, tmp_p
         )
         with client_context(etcd.ca_cert, mine) as context:
             assert call(state, context) == 401
-        root = etcd.issuer.auth
-        assert root.request("GET", f"/v2/keys{RENDEZVOUS_PREFIX}/first-0a1b2c3d")[0] == 404
-        assert root.request("GET", f"/v2/keys{STORE_PREFIX}/first-0a1b2c3d")[0] == 404
+        assert etcd.issuer.auth.request("GET", f"/v2/keys{RENDEZVOUS_PREFIX}/first-0a1b2c3d")[0] == 404
+        assert etcd.issuer.auth.request("GET", f"/v2/keys{STORE_PREFIX}/first-0a1b2c3d")[0] == 404
         # the thief's job now holds the id, as the only live job naming it
         wait_for(
             "the thief's identity",
             lambda: (cluster.JOBS_NAMESPACE, cluster.etcd_identity_secret(thief)) in fake.secrets,
         )
         status = fake.configmaps[(cluster.JOBS_NAMESPACE, cluster.ETCD_ISSUER)]["data"]
+        # etcd comes back without its data (a new volume): auth is off and it knows no one, and the next pass sets
+        # both up again: the live job's identity reaches its keys, another identity does not
+        etcd.pod.stop()
+        shutil.rmtree(etcd.pod.root / "data")
+        etcd.pod.start_etcd()
+        thief_uid = fake.jobs[(cluster.JOBS_NAMESPACE, thief)]["metadata"]["uid"]
+        root = etcd.issuer.auth
+
+        def set_up_again() -> bool:
+            found = root.request("GET", "/v2/auth/users")[1].get("users") or []
+            return root.request("GET", "/v2/auth/enable")[1].get("enabled") and any(
+                user["user"] == job_identity(thief_uid) for user in found
+            )
+
+        wait_for("the issuer to set etcd up again", set_up_again)
+        with client_context(etcd.ca_cert, identity_of(fake, thief)) as context:
+            assert call(state, context, "PUT", "round-2") == 201
+        with client_context(etcd.ca_cert, theirs) as context:
+            assert call(state, context) == 401
         # what the launcher reads before it submits an etcd job (preflight.check_etcd_issuer): the issuer runs
         assert status["ca.crt"] == etcd.ca_cert.decode()
         passed = datetime.datetime.fromisoformat(status[STATUS_PASSED])

@@ -8,7 +8,8 @@ The platform stack runs it as a one-replica Deployment in trainkit-system, in th
   stays there (never in Terraform's state or on a laptop). etcd's serving certificate, in trainkit-etcd-server,
   made or renewed when it has less than SERVER_RENEW_BEFORE left (etcd reads its certificate files at each
   handshake, and the kubelet refreshes a mounted Secret's files). root's certificate lives in memory only; with it
-  the pass turns etcd's v2 auth on and empties the guest role (etcd_tls.EtcdAuth.enable_auth).
+  the pass turns etcd's v2 auth on and empties the guest role (etcd_tls.EtcdAuth.enable_auth), which it checks on
+  every pass: an etcd that lost its data comes back with auth off, open to any certificate of the CA until then.
 - Every PyTorchJob trainkit made in the jobs' namespace with an etcd rendezvous that has not ended gets an etcd
   user and role of its own (read and write on its rendezvous id's keys only: etcd_tls.job_keys) and its client
   certificate in the Secret `<job>-etcd`, owned by the job, so Kubernetes deletes it with the job. The certificate
@@ -191,10 +192,13 @@ class Issuer:
         self.log(f"etcd issuer: etcd's certificate in {namespace}/{name}, valid until {issued.not_after:%Y-%m-%d}")
 
     def _root(self, now: datetime.datetime) -> EtcdAuth:
+        """root's client, its certificate renewed in its last hour; auth checked on every pass (two reads when it is
+        on), since an etcd that lost its data starts with auth off and no users, and the pass then sets both up
+        again before any job's request finds it open."""
         if self.auth is None or self.root_until - now < datetime.timedelta(hours=1):
             root = self.ca.issue(ROOT_USER, ROOT_VALIDITY)
             self.auth, self.root_until = EtcdAuth(self.settings.etcd_url, self.ca.cert, root), root.not_after
-            self.auth.enable_auth()
+        self.auth.enable_auth()
         return self.auth
 
     # ------------------------------------------------------------ jobs
