@@ -13,7 +13,9 @@ NAMESPACE = "trainkit-jobs"
 
 
 def submit(fake, name: str, script: str, restart_policy: str | None = None, **spec) -> dict:
-    job = job_for({"model": "llama2-tiny", "image": IMAGE, "nodes": "2", "nproc": "1", "run_id": name})
+    """`script` in every worker; the c10d rendezvous, whose pods need no etcd identity (nor its issuer) to start."""
+    flags = {"model": "llama2-tiny", "image": IMAGE, "nodes": "2", "nproc": "1", "run_id": name, "rdzv": "c10d"}
+    job = job_for(flags)
     pod = container(job)
     pod["command"], pod["args"] = ["sh", "-c", script], []
     job["spec"]["runPolicy"].update(spec)
