@@ -1,11 +1,9 @@
 """`make down PROFILE=aws` waits, between its two stacks, for the platform's etcd volume (trainkit/infra/aws.py,
 wait_for_platform_volumes): the EBS CSI driver deletes it after its claim, asynchronously, and only while the cluster
 runs, so destroying the infra stack first would leave it billed. On moto's EC2: the volume the StorageClass tags
-(terraform/stacks/platform, etcd_storage_class), deleted a moment later as the driver would; one never deleted."""
+(terraform/stacks/platform, etcd_storage_class), deleted while it waits, as the driver would; one never deleted."""
 
 from __future__ import annotations
-
-import threading
 
 import boto3
 import pytest
@@ -40,12 +38,10 @@ def test_down_waits_for_the_etcd_volume_and_says_how_to_delete_one_left(ec2):
     assert list(aws.wait_for_platform_volumes(STACK, REGION, timeout_s=5, poll_s=0.05)) == []  # none: nothing said
     etcd_volume(ec2, "another-stack")  # another stack's is not this one's to wait for
     volume = etcd_volume(ec2)
-    threading.Timer(0.3, lambda: ec2.delete_volume(VolumeId=volume)).start()  # the driver, once the claim is gone
-    lines = list(aws.wait_for_platform_volumes(STACK, REGION, timeout_s=10, poll_s=0.05))
-    assert lines == [
-        f"waiting for the EBS CSI driver to delete the platform's etcd volume {volume}",
-        "the platform's etcd volume is deleted",
-    ]
+    waiting = aws.wait_for_platform_volumes(STACK, REGION, timeout_s=10, poll_s=0.05)
+    assert next(waiting) == f"waiting for the EBS CSI driver to delete the platform's etcd volume {volume}"
+    ec2.delete_volume(VolumeId=volume)  # the driver, once the claim is gone
+    assert list(waiting) == ["the platform's etcd volume is deleted"]
     stuck = etcd_volume(ec2)
     *_, last = aws.wait_for_platform_volumes(STACK, REGION, timeout_s=0.2, poll_s=0.05)
     assert last == (

@@ -171,8 +171,8 @@ class ZeroCheckpoint:
         return (fragment_address, ZeroStageEnum, LossScaler, *NUMPY_RNG_STATE)
 
     def save(self, directory: Path) -> None:
-        """`directory`: the checkpoint being written, in the checkpoints' folder; a universal copy a resume converted
-        there has served by now (every rank saves after its load) and goes."""
+        """`directory`: the checkpoint being written, in the checkpoints' folder; a universal copy left there by a
+        resume whose load failed goes (every rank saves after its load)."""
         if this_rank_owns_disk(self.rank):
             shutil.rmtree(directory.parent / UNIVERSAL_DIR, ignore_errors=True)
         self.engine.save_checkpoint(
@@ -185,15 +185,28 @@ class ZeroCheckpoint:
         source, universal = directory, saved != self.world
         if universal:
             source = universal_copy(directory, saved, self.world, self.rank)
-        with _universal_load(self.engine, universal):
-            path, client = self.engine.load_checkpoint(
-                str(source), tag=TAG, load_optimizer_states=True, load_lr_scheduler_states=False
-            )
-        if path is None:
-            raise FileNotFoundError(f"DeepSpeed found no checkpoint under {source / TAG}")
-        # The universal copy stays until the next save removes it (`save`): removing it here would need every rank
-        # past its load first, and a rank whose load failed is in the resume's agreement by then (RunContext
-        # ._unusable), a collective no barrier here could meet.
+        failed: BaseException | None = None
+        try:
+            with _universal_load(self.engine, universal):
+                path, client = self.engine.load_checkpoint(
+                    str(source), tag=TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+                )
+            if path is None:
+                raise FileNotFoundError(f"DeepSpeed found no checkpoint under {source / TAG}")
+        except Exception as error:
+            if not universal:
+                raise
+            failed = error
+        if universal:
+            # Every rank past its load, or told that one failed: then each raises, and the resume sets the checkpoint
+            # aside together (RunContext._unusable); a plain barrier here would never meet a rank that raised. When
+            # all loaded, the copy has served and goes (a later failure converts again).
+            if _on_any_rank(failed is not None):
+                if failed is not None:
+                    raise failed
+                raise RuntimeError(f"DeepSpeed's universal copy of {directory.name} did not load on another rank")
+            if this_rank_owns_disk(self.rank):
+                shutil.rmtree(source.parent, ignore_errors=True)
         self.scheduler.load_state_dict(client["scheduler"])
         rng = directory / TAG / f"rng_state_{self.rank}.pt"
         if rng.is_file():  # a rank the writing world did not have keeps the seed it started from
