@@ -20,8 +20,8 @@ from pathlib import Path
 from tests.helpers.kube_api import FakeCluster
 from tests.helpers.platform_stack import EtcdPod
 from trainkit.backends.eks import cluster
-from trainkit.backends.eks.etcd_issuer import Issuer, IssuerSettings, _now
-from trainkit.backends.eks.etcd_tls import Issued
+from trainkit.backends.eks.etcd_issuer import Issuer, IssuerSettings
+from trainkit.backends.eks.etcd_tls import Issued, utc_now
 from trainkit.backends.eks.kube import Kube
 from trainkit.run.torchrun import TLS_CA, TLS_CERT, TLS_KEY
 
@@ -62,7 +62,7 @@ def platform_etcd(fake: FakeCluster, log_path: Path) -> Iterator[PlatformEtcd]:
     names = [*cluster.etcd_server_names(), "127.0.0.1"]  # and the address the issuer dials here
     lines: list[str] = []
     issuer = Issuer(Kube.connect(), IssuerSettings(f"https://{pod.endpoint}", server_names=names), log=lines.append)
-    issuer.prepare(_now())
+    issuer.prepare(utc_now())
     tls.mkdir()
     for name, content in secret_files(fake, cluster.PLATFORM_NAMESPACE, cluster.ETCD_SERVER_SECRET).items():
         (tls / name).write_bytes(content)

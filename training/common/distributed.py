@@ -149,3 +149,16 @@ def verify_sharding(model: torch.nn.Module, sharding: str, world_size: int, shar
             f"(1/{shard_group_size})"
         )
     return found
+
+
+def on_any_rank(*flags: bool, device: torch.device | str | None = None) -> tuple[bool, ...]:
+    """Each flag as true when it holds on any rank: one MAX all-reduce, on `device` or the process group's own (NCCL's
+    is a GPU); in a single process the flags as they are."""
+    grouped = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if device is None:
+        nccl = grouped and torch.distributed.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    values = torch.tensor([float(flag) for flag in flags], device=device)
+    if grouped:
+        torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
+    return tuple(bool(value) for value in values.tolist())

@@ -26,6 +26,7 @@ from torch.distributed.checkpoint import CheckpointException
 from tqdm import tqdm
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name, step_of_dir
+from .distributed import on_any_rank
 from .failure import NoRetry, doing, root_cause
 from .faults import hang_here
 from .files import EVENTS_FILE, append_event, publish_text, read_events
@@ -365,11 +366,7 @@ class RunContext:
         return requested, not no_time
 
     def _any_rank(self, *flags: bool) -> tuple[bool, ...]:
-        """Each flag as true when it holds on any rank: one MAX all-reduce (no-op in a single process)."""
-        values = torch.tensor([float(flag) for flag in flags], device=self.accelerator.device)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(values, op=dist.ReduceOp.MAX)
-        return tuple(bool(value) for value in values.tolist())
+        return on_any_rank(*flags, device=self.accelerator.device)
 
     def after_step(self, step: int, total_steps: int, interval: int, save_anyway: bool = False) -> None:
         """Every step boundary but the last (which save_final covers): checkpoint every `interval` steps

@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import this_rank_owns_disk
-from .distributed import ShardingError
+from .distributed import ShardingError, on_any_rank
 from .sharded_lamb import Fragment, PartitionLamb, partition_fragments
 from .weights_only import NUMPY_RNG_STATE
 
@@ -201,7 +201,7 @@ class ZeroCheckpoint:
             # Every rank past its load, or told that one failed: then each raises, and the resume sets the checkpoint
             # aside together (RunContext._unusable); a plain barrier here would never meet a rank that raised. When
             # all loaded, the copy has served and goes (a later failure converts again).
-            if _on_any_rank(failed is not None):
+            if on_any_rank(failed is not None)[0]:
                 if failed is not None:
                     raise failed
                 raise RuntimeError(f"DeepSpeed's universal copy of {directory.name} did not load on another rank")
@@ -235,19 +235,11 @@ def universal_copy(checkpoint: Path, saved: int, world: int, rank: int) -> Path:
             failed = error
     # The barrier before anyone reads the copy, and the outcome: a rank that waited in a plain barrier for an owner
     # whose conversion raised would wait out the collective timeout (the owner goes on to the resume's agreement).
-    if _on_any_rank(failed is not None):
+    if on_any_rank(failed is not None)[0]:
         if failed is not None:
             raise failed
         raise RuntimeError(f"DeepSpeed's universal conversion of {checkpoint.name} failed on the rank that made it")
     return folder
-
-
-def _on_any_rank(flag: bool) -> bool:
-    """Whether `flag` holds on any rank: one MAX all-reduce, on the process group's device (NCCL's is a GPU)."""
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    value = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
 
 
 def convert_to_universal(zero_folder: Path, output: Path) -> None:

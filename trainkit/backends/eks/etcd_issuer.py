@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from trainkit.backends.eks import cluster
-from trainkit.backends.eks.etcd_tls import ROOT_USER, CertificateAuthority, EtcdAuth, Issued, job_identity
+from trainkit.backends.eks.etcd_tls import ROOT_USER, CertificateAuthority, EtcdAuth, Issued, job_identity, utc_now
 from trainkit.backends.eks.kube import GROUP, PLURAL, VERSION, Kube, api_errors, unless_missing
 from trainkit.backends.eks.render import MANAGED_BY
 from trainkit.run.torchrun import TLS_CA, TLS_CERT, TLS_KEY
@@ -114,10 +114,6 @@ def plan(jobs: list[JobView], identities: set[str]) -> IdentityPlan:
     return out
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
 def _files(secret) -> dict[str, bytes]:
     return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
@@ -151,7 +147,7 @@ class Issuer:
         self.kube, self.settings, self.log = kube, settings, log
         self.ca: CertificateAuthority | None = None
         self.auth: EtcdAuth | None = None
-        self.root_until = _now()
+        self.root_until = utc_now()
         self.refusals: set[tuple[str, str]] = set()  # said once each
         self.published: datetime.datetime | None = None
 
@@ -242,7 +238,7 @@ class Issuer:
         self.published = now
 
     def pass_once(self) -> IdentityPlan:
-        now = _now()
+        now = utc_now()
         self.prepare(now)
         auth = self._root(now)
         self._publish(now)

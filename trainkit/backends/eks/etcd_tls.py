@@ -71,7 +71,7 @@ class Issued:
         return x509.load_pem_x509_certificate(self.cert).not_valid_after_utc
 
 
-def _now() -> datetime.datetime:
+def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
@@ -92,7 +92,7 @@ class CertificateAuthority:
     def create(cls, name: str = "trainkit-etcd-ca", valid_for: datetime.timedelta = datetime.timedelta(days=3650)):
         key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = _now()
+        now = utc_now()
         cert = (
             x509.CertificateBuilder()
             .subject_name(subject)
@@ -115,7 +115,7 @@ class CertificateAuthority:
     def issue(self, common_name: str, valid_for: datetime.timedelta, server_names: list[str] | None = None) -> Issued:
         """A client certificate for `common_name`; with `server_names` (DNS names or IP addresses), a server's."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = _now()
+        now = utc_now()
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server_names else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
             x509.CertificateBuilder()
