@@ -22,7 +22,8 @@ locals {
       }
     ]
   }
-  interfaces = { for key, ng in local.node_groups : key => local.efa_interfaces[ng.instance_type] }
+  interfaces    = { for key, ng in local.node_groups : key => local.efa_interfaces[ng.instance_type] }
+  mime_boundary = "trainkit-nodeconfig"
 
   # A reservation holds capacity where it was made: a new cluster placement group around it can fail to launch
   # although the reservation has room (aws-parallelcluster's PlacementGroupCapacityReservationValidator), so a node
@@ -93,6 +94,19 @@ resource "aws_launch_template" "this" {
       delete_on_termination = true
     }
   }
+
+  # The containers' memlock limit (nodeconfig.yaml says why), as a MIME part EKS merges with its own NodeConfig.
+  user_data = base64encode(join("\r\n", [
+    "MIME-Version: 1.0",
+    "Content-Type: multipart/mixed; boundary=\"${local.mime_boundary}\"",
+    "",
+    "--${local.mime_boundary}",
+    "Content-Type: application/node.eks.aws",
+    "",
+    file("${path.module}/nodeconfig.yaml"),
+    "--${local.mime_boundary}--",
+    "",
+  ]))
 
   metadata_options {
     http_endpoint = "enabled"

@@ -118,7 +118,7 @@ run "every_launch_template_obeys_the_eks_launch_template_rules" {
   }
 }
 
-run "imdsv2_required_hop_limit_1_and_root_volume_encrypted" {
+run "imdsv2_required_hop_limit_1_root_volume_encrypted_memlock_raised" {
   command = apply
 
   assert {
@@ -128,6 +128,10 @@ run "imdsv2_required_hop_limit_1_and_root_volume_encrypted" {
   assert {
     condition     = aws_launch_template.this["gpu"].metadata_options[0].http_put_response_hop_limit == 1
     error_message = "Hop limit 1: training pods (their own network namespace) must not reach IMDS and the node role."
+  }
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.this["gpu"].user_data), "Content-Type: application/node.eks.aws\r\n\r\n${file("nodeconfig.yaml")}\r\n--trainkit-nodeconfig--")
+    error_message = "The user data carries nodeconfig.yaml (the containers' memlock limit) as EKS's NodeConfig MIME part."
   }
   assert {
     condition     = aws_launch_template.this["gpu"].block_device_mappings[0].ebs[0].encrypted == "true" && aws_launch_template.this["gpu"].block_device_mappings[0].ebs[0].kms_key_id == var.kms_key_arn
