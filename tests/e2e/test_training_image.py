@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.eks import container, job_for
+from tests.helpers.eks import container, job_for, worker
 from tests.helpers.image_build import BASE, HOST_CA, IMAGE
 from tests.helpers.kube_api import operator_env
+from trainkit.backends.eks import cluster
+from trainkit.backends.eks import fsx as fsx_volumes
 from trainkit.backends.eks.image import POD_ENTRY_LABEL, check_pod_entry
 from trainkit.run.mounts import STANDIN_FSTYPE_ENV, mount_here
 from trainkit.services import EtcdServer
@@ -63,6 +66,10 @@ def test_a_two_process_job_runs_inside_through_the_pod_entry_point(built, tmp_pa
     env, _root, _result = built
     fsx = tmp_path / "fsx"
     fsx.mkdir()
+    home = tmp_path / "home"  # the pod's emptyDir
+    home.mkdir()
+    for folder in (fsx, home):  # the jobs' user reaches them; FSx's root is theirs (eks/fsx.py layout)
+        os.chown(folder, cluster.JOB_UID, cluster.JOB_UID)
     with EtcdServer(tmp_path / "etcd") as etcd:
         flags = {"model": "llama2-tiny", "nodes": "1", "nproc": "2", "rdzv": "etcd", "rdzv_endpoint": etcd.endpoint}
         flags |= {"image": IMAGE, "steps": "4", "checkpoint_interval": "2", "run_id": "in-image", "metrics_port": "0"}
@@ -78,8 +85,21 @@ def test_a_two_process_job_runs_inside_through_the_pod_entry_point(built, tmp_pa
         hosts = tmp_path / "hosts"
         hosts.write_text(f"127.0.0.1 localhost\n127.0.0.1 {pod}\n")
         working = buildah(env, "from", IMAGE).stdout.strip()
-        run = ["run", "--hostname", pod, "--no-hosts", "--volume", f"{hosts}:/etc/hosts:ro"]
-        run += ["--volume", f"{fsx}:/fsx", "--workingdir", spec["workingDir"]]
+        # As the kubelet runs the pod: its user; its init container first, which makes the folders that the worker
+        # then mounts read-write over a read-only volume (eks/fsx.py).
+        user = "{runAsUser}:{runAsGroup}".format(**worker(job)["template"]["spec"]["securityContext"])
+        (init,) = worker(job)["template"]["spec"]["initContainers"]
+        made = buildah(
+            env, "run", "--user", user, "--volume", f"{fsx}:/fsx", working, "--", *init["command"], *init["args"]
+        )
+        assert made.returncode == 0, made.stderr
+        volumes = {fsx_volumes.VOLUME: fsx, fsx_volumes.HOME_VOLUME: home}
+        run = ["run", "--user", user, "--hostname", pod, "--no-hosts", "--volume", f"{hosts}:/etc/hosts:ro"]
+        for mount in spec["volumeMounts"]:
+            if mount["name"] in volumes:
+                source = volumes[mount["name"]] / mount.get("subPath", "")
+                run += ["--volume", f"{source}:{mount['mountPath']}" + (":ro" if mount.get("readOnly") else "")]
+        run += ["--workingdir", spec["workingDir"]]
         run += [arg for name, value in variables.items() for arg in ("--env", f"{name}={value}")]
         done = buildah(env, *run, working, "--", *spec["command"], *spec["args"], check=False, timeout=600)
         buildah(env, "rm", working)

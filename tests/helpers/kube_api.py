@@ -104,7 +104,7 @@ from tests.helpers.admission import denial
 from tests.helpers.crd import admission_errors
 from tests.helpers.netns import Network
 from tests.helpers.network_policy import Endpoint, enforce
-from trainkit.backends.eks.cluster import ETCD_ISSUER, JOBS_NAMESPACE
+from trainkit.backends.eks.cluster import ETCD_ISSUER, FSX_LAYOUT, JOBS_NAMESPACE, PLATFORM_NAMESPACE
 from trainkit.backends.eks.etcd_issuer import STATUS_PASSED
 from trainkit.backends.eks.etcd_tls import CertificateAuthority
 from trainkit.backends.eks.pod import CODE_MOUNT_ENV, TERMINATION_LOG_ENV
@@ -194,6 +194,11 @@ class Pod:
 
     def start(self) -> None:
         container = self.manifest["spec"]["containers"][0]
+        for init in self.manifest["spec"].get("initContainers", []):  # each to its end, first; FSx is `cwd` here
+            words = [str(self.cwd) + word[len("/fsx") :] if word.startswith("/fsx/") else word for word in init["args"]]
+            done = subprocess.run(init["command"] + words, cwd=self.cwd, env=self.env, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"{self.name}: init container {init['name']} failed: {done.stdout}{done.stderr}")
         if self.termination_log is not None:
             self.termination_log.write_bytes(b"")  # each container run gets a new, empty file
         self.started_at, self.terminated = now(), None
@@ -317,6 +322,23 @@ def issuer_status() -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
+def layout_done() -> dict:
+    """The platform's FSx layout Job once it completed (batch/v1 status conditions, as the Job controller sets them)."""
+    done = now()
+    conditions = [
+        {"type": kind, "status": "True", "lastProbeTime": done, "lastTransitionTime": done}
+        for kind in ("SuccessCriteriaMet", "Complete")
+    ]
+    metadata = {
+        "name": FSX_LAYOUT,
+        "namespace": PLATFORM_NAMESPACE,
+        "uid": f"uid-{FSX_LAYOUT}",
+        "creationTimestamp": done,
+    }
+    status = {"succeeded": 1, "startTime": done, "completionTime": done, "conditions": conditions}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {"template": {}}, "status": status}
+
+
 @dataclass
 class FakeCluster:
     """State of the fake cluster; `root` holds the FSx folder and pod logs. `pod_env`: extra variables for
@@ -352,6 +374,8 @@ class FakeCluster:
         # a platform whose etcd issuer runs: its status ConfigMap as its last pass wrote it (a test that meets the
         # platform's etcd runs the issuer itself: tests/helpers/platform_etcd.py)
         self.configmaps[(JOBS_NAMESPACE, ETCD_ISSUER)] = issuer_status()
+        # and whose FSx layout step gave the volume's root to the jobs' user (what every job's preflight reads)
+        self.batch_jobs[(PLATFORM_NAMESPACE, FSX_LAYOUT)] = layout_done()
         self._filtered = False  # some pod's packet filter holds NetworkPolicy rules
 
     # ------------------------------------------------------------ lifecycle
@@ -501,11 +525,16 @@ class FakeCluster:
         declared = pod.manifest["spec"].get("volumes", [])
         volumes = {v["name"]: v["configMap"] for v in declared if "configMap" in v}
         secrets = {v["name"]: v["secret"] for v in declared if "secret" in v}
+        empty = {v["name"] for v in declared if "emptyDir" in v}
         if any((namespace, source["name"]) not in self.configmaps for source in volumes.values()):
             return
         if any((namespace, source["secretName"]) not in self.secrets for source in secrets.values()):
             return
         for mount in pod.manifest["spec"]["containers"][0].get("volumeMounts", []):
+            if mount["name"] in empty:  # a folder of the pod's; an env value naming the mount path names it
+                folder = self.root / "volumes" / pod.name / mount["name"]
+                folder.mkdir(parents=True, exist_ok=True)
+                pod.env.update({k: str(folder) for k, v in pod.env.items() if v == mount["mountPath"]})
             if mount["name"] in secrets:  # every key a file; an env value naming the mount path now names the folder
                 folder = self.root / "volumes" / pod.name / mount["name"]
                 folder.mkdir(parents=True, exist_ok=True)
@@ -848,10 +877,15 @@ class FakeCluster:
         (neither listed nor counted as deleted): yields its name, for `connects`."""
         manifest = {
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"containers": [{"name": "main", "image": "x", "command": ["sleep", "600"]}]},
+            "spec": {
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 2000},  # what the jobs' namespace admits
+                "containers": [{"name": "main", "image": "x", "command": ["sleep", "600"]}],
+            },
         }
         with self.lock:
             self._run_pod(namespace, manifest)
+            if (namespace, name) not in self.pods:
+                raise AssertionError(f"the visiting pod was refused: {self.refused_pods[-1]}")
         try:
             yield name
         finally:

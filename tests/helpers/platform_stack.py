@@ -115,6 +115,8 @@ def base_context() -> dict:
         "labels",
         "fsx_size",
         "fsx_claims",
+        "job_uid",
+        "fsx_layout",
         "charts",
         "monitoring_charts",
         "training_pod_monitor",

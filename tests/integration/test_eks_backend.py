@@ -109,6 +109,25 @@ def test_fsx_claim_not_bound(fake, phase, shown):
         check()
 
 
+def test_a_job_needs_the_platforms_fsx_layout_to_have_given_the_root_to_the_jobs_user(fake):
+    """The pods run as the jobs' user over a root-squashed FSx: until the platform's layout Job completed, their
+    run folder could not be made, so the launcher refuses and says where to look."""
+    done = fake.batch_jobs.pop((cluster.PLATFORM_NAMESPACE, cluster.FSX_LAYOUT))
+    with pytest.raises(SpecError, match=r"^the platform's FSx layout step \(trainkit-system/trainkit-fsx-layout\) "):
+        check()
+    failed = json.loads(json.dumps(done))
+    failed["status"] = {"failed": 4, "conditions": [{"type": "Failed", "status": "True"}]}
+    fake.batch_jobs[(cluster.PLATFORM_NAMESPACE, cluster.FSX_LAYOUT)] = failed
+    with pytest.raises(SpecError) as refused:
+        check()
+    assert "trainkit-fsx-layout) failed, so the FSx root is not the jobs' user's (1000)" in str(refused.value)
+    assert "`kubectl -n trainkit-system logs job/trainkit-fsx-layout`, then run `make up PROFILE=aws`" in str(
+        refused.value
+    )
+    fake.batch_jobs[(cluster.PLATFORM_NAMESPACE, cluster.FSX_LAYOUT)] = done
+    check()
+
+
 def test_an_etcd_job_needs_the_platforms_etcd_issuer_to_have_run(fake):
     """Its pods mount the identity the issuer writes (tests/integration/test_etcd_identities.py): without an issuer
     they would wait for it for good, so the launcher refuses; an issuer that stopped passing is a note."""

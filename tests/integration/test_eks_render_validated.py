@@ -62,17 +62,29 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
     pod = worker(job)["template"]["spec"]
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "p5.48xlarge"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    # Least privilege: no API token, no escalation, only IPC_LOCK (EFA's pinned memory), the runtime's seccomp.
+    # Least privilege: no API token, the jobs' user, no escalation, no capability (the GPU nodes raise memlock for
+    # EFA's pinned memory instead), the runtime's seccomp.
     assert pod["automountServiceAccountToken"] is False
-    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-    assert container(job)["securityContext"] == {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": cluster.JOB_UID,
+        "runAsGroup": cluster.JOB_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
+    for each in [*pod["initContainers"], container(job)]:
+        assert each["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     claims = {v["name"]: v for v in pod["volumes"]}
     assert claims["fsx"]["persistentVolumeClaim"]["claimName"] == cluster.FSX_CLAIM
     assert claims["dshm"]["emptyDir"]["medium"] == "Memory"
-    assert {"name": "fsx", "mountPath": "/fsx"} in container(job)["volumeMounts"]
+    # FSx read-only but for the run's folder and the shared cache (what each allows: tests/integration/
+    # test_fsx_ownership.py); the init container, which makes them, mounts it all.
+    fsx_mounts = [m for m in container(job)["volumeMounts"] if m["name"] == "fsx"]
+    assert fsx_mounts[0] == {"name": "fsx", "mountPath": "/fsx", "readOnly": True}
+    assert {m.get("subPath") for m in fsx_mounts[1:]} == {
+        f"runs/{job['metadata']['annotations']['trainkit/run-id']}",
+        "runs/.cache/tokenized",
+    }
+    assert pod["initContainers"][0]["volumeMounts"] == [{"name": "fsx", "mountPath": "/fsx"}]
     env_vars = {item["name"]: item for item in container(job)["env"]}
     assert env_vars["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == cluster.HF_TOKEN_SECRET
     assert "value" not in env_vars["HF_TOKEN"]

@@ -29,6 +29,7 @@ from importlib.metadata import packages_distributions
 before = set(sys.modules)
 import trainkit.backends.eks.idle_guard
 import trainkit.backends.eks.etcd_issuer
+import trainkit.backends.eks.fsx
 
 # What a run imports inside the guard's functions (the Kubernetes client, boto3): imported here as well.
 deferred = set()

@@ -19,6 +19,7 @@ def test_every_kubernetes_object_is_valid_for_the_clusters_version():
         "ClusterRoleBinding",
         "CronJob",
         "Deployment",
+        "Job",
         "Namespace",
         "NetworkPolicy",
         "PersistentVolume",

@@ -36,6 +36,11 @@ def s3(tmp_path):
         yield {"env": {"AWS_ENDPOINT_URL_S3": endpoint, **FAKE_AWS}, "client": client, "objects": keys}
 
 
+def data_jobs(fake) -> dict:
+    """The batch/v1 Jobs of the jobs' namespace (the platform's own, in trainkit-system, are not data jobs)."""
+    return {key: job for key, job in fake.batch_jobs.items() if key[0] == "trainkit-jobs"}
+
+
 def expected_tree(objects: dict[str, Path], labels: dict[str, str]) -> dict[str, bytes]:
     """Where each source object must land: val images inside their class folder, the rest as listed."""
     tree = {}
@@ -136,7 +141,7 @@ def test_on_eks_the_copy_is_a_job_whose_pod_fills_fsx_and_follow_ends_with_its_r
     flags = ["--target", "eks", "--source", source, "--dest", "/fsx/imagenet", "--image", IMAGE, "--workers", "4"]
     result = invoke("data.imagenet", *flags, "--follow")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ((_, name),) = fake.batch_jobs
+    ((_, name),) = data_jobs(fake)
     assert f"submitted trainkit-jobs/{name}: {source} -> /fsx/imagenet" in result.stdout
     assert "ready: imagenet (5 classes)" in result.stdout and result.stdout.rstrip().endswith(": Complete")
     dest = fake.fsx / "imagenet"
@@ -165,7 +170,7 @@ def test_on_eks_a_destination_off_fsx_or_an_unreadable_bucket_is_refused_before_
     fake.service_accounts.clear()  # the platform stack not applied since the data job came
     account = invoke(*eks, "--image", IMAGE)
     assert account.returncode == 2 and "no service account trainkit-jobs/trainkit-data" in account.stderr
-    assert not fake.batch_jobs
+    assert not data_jobs(fake)
 
 
 def test_on_eks_the_dry_run_is_a_valid_job_on_the_system_nodes_near_fsx(recorded_outputs, tmp_path):
@@ -235,4 +240,4 @@ def test_a_second_copy_into_a_folder_another_data_job_is_writing_is_refused(fake
     assert again.returncode == 2 and "data job prep-busy is still writing /fsx/imagenet" in again.stderr
     other = invoke("data.imagenet", "--target", "eks", "--source", "s3://x/y", "--dest", "/fsx/other", "--image", IMAGE)
     assert other.returncode == 0, other.stderr  # another folder is fine
-    assert len(fake.batch_jobs) == 2
+    assert len(data_jobs(fake)) == 2

@@ -30,7 +30,9 @@ from tests.helpers.platform_stack import (
     selected,
     unquote,
 )
-from trainkit.backends.eks import cluster
+from training.text.cache import CACHE_DIR
+from trainkit.backends.eks import cluster, fsx
+from trainkit.backends.eks.render import render_prep_job
 
 EXACT_VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 
@@ -216,6 +218,19 @@ def test_names_match_what_the_eks_backend_uses():
     assert account["automountServiceAccountToken"] is False
     volume = objects[("PersistentVolume", f"{cluster.JOBS_NAMESPACE}-{cluster.FSX_CLAIM}")]
     assert volume["spec"]["csi"]["volumeHandle"] == INFRA_SAMPLE["fsx_file_system_id"]
+    # The layout Job (what preflight reads) gives the root of that same file system to the jobs' user.
+    layout = objects[("Job", cluster.FSX_LAYOUT)]
+    assert layout["metadata"]["namespace"] == cluster.PLATFORM_NAMESPACE
+    (step,) = layout["spec"]["template"]["spec"]["containers"]
+    assert step["command"][-1] == f"--owner={cluster.JOB_UID}:{cluster.JOB_UID}"
+    (claim_name,) = [v["persistentVolumeClaim"]["claimName"] for v in layout["spec"]["template"]["spec"]["volumes"]]
+    layout_volume = objects[("PersistentVolume", f"{cluster.PLATFORM_NAMESPACE}-{claim_name}")]
+    assert layout_volume["spec"]["csi"] == volume["spec"]["csi"]
+    assert fsx.TOKENIZED_CACHE.as_posix() == CACHE_DIR.as_posix()  # what pods mount read-write is what runs write
+    # Terraform waits for it to complete, and never updates it: a Job's template cannot change (ValidateJobSpecUpdate)
+    body = RESOURCES[("kubernetes_manifest", "fsx_layout")]
+    assert body["lifecycle"][0]["ignore_changes"] == ["manifest"]
+    assert {(c["type"], c["status"]) for c in body["wait"][0]["condition"]} == {('"Complete"', '"True"')}
 
 
 def test_the_idle_guard_reads_cluster_wide_and_writes_only_in_its_own_namespace():
@@ -300,8 +315,8 @@ def test_grafana_reads_configmaps_and_secrets_only_in_its_own_namespace():
 
 def test_the_jobs_namespace_admits_the_workers_and_refuses_what_reaches_the_node():
     """The platform's ValidatingAdmissionPolicy, its CEL run as the API server runs it (tests/helpers/admission.py):
-    a rendered worker (IPC_LOCK for EFA, the FSx claim) is admitted; each way to the node is refused with its
-    message, in the jobs' namespace only."""
+    a rendered worker (its init container, the FSx claim, the jobs' user) and data job are admitted; each way to the
+    node, and root, is refused with its message, in the jobs' namespace only."""
     import copy
 
     from tests.helpers.admission import denial
@@ -312,6 +327,8 @@ def test_the_jobs_namespace_admits_the_workers_and_refuses_what_reaches_the_node
     worker = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vap-worker-0", **template["metadata"]}}
     worker["spec"] = template["spec"]
     assert denial(objects, "trainkit-jobs", worker) is None
+    prep = render_prep_job("prep", "trainkit-jobs", "img", [], "dest", None)["spec"]["template"]
+    assert denial(objects, "trainkit-jobs", {"metadata": {"name": "prep-0"}, "spec": prep["spec"]}) is None
 
     def changed(edit) -> dict:
         pod = copy.deepcopy(worker)
@@ -326,13 +343,17 @@ def test_the_jobs_namespace_admits_the_workers_and_refuses_what_reaches_the_node
             initContainers=[{"name": "i", "image": "x", "securityContext": {"privileged": True}}]
         ),
         "(hostPort)": lambda s: s["containers"][0]["ports"].append({"containerPort": 22, "hostPort": 22}),
-        "baseline's capabilities": lambda s: s["containers"][0]["securityContext"]["capabilities"]["add"].append(
-            "SYS_ADMIN"
+        "baseline's capabilities": lambda s: s["containers"][0]["securityContext"]["capabilities"].update(
+            add=["SYS_ADMIN"]
         ),
         "unmask /proc": lambda s: s["containers"][0]["securityContext"].update(procMount="Unmasked"),
         "may not run without seccomp": lambda s: s["securityContext"].update(seccompProfile={"type": "Unconfined"}),
         "an SELinux type": lambda s: s["containers"][0]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
         "set a sysctl": lambda s: s["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
+        # root: the image's own user (none asked), one container's, or uid 0 asked outright
+        "must run as a non-root user": lambda s: [s["securityContext"].pop(k) for k in ("runAsNonRoot", "runAsUser")],
+        "non-root user: set": lambda s: s["initContainers"][0]["securityContext"].update(runAsNonRoot=False),
+        "a non-zero runAsUser": lambda s: s["containers"][0]["securityContext"].update(runAsUser=0),
     }
     for said, edit in cases.items():
         refused = denial(objects, "trainkit-jobs", changed(edit))

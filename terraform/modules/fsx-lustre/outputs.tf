@@ -36,3 +36,8 @@ output "lustre_ports" {
   description = "TCP port ranges a Lustre client reaches the file system on ({ name = [from, to] }); clients outside client_security_group_ids open them with this group."
   value       = local.lustre_ports
 }
+
+output "root_squash" {
+  description = "The file system's root squash (root_squash, no_squash_nids), or null when off."
+  value       = try(one(aws_fsx_lustre_file_system.this[0].root_squash_configuration), null)
+}

@@ -78,8 +78,7 @@ variable "root_squash" {
     Lustre root squash: a client's root user (UID 0, e.g. a pod running as root) reaches the file system as uid_gid
     ("UID:GID", both non-zero; "65534:65534" is nobody) instead of as root, except from the clients in
     no_squash_nids (Lustre NIDs such as 10.0.1.6@tcp, or ranges such as 10.0.[2-10].[1-255]@tcp). null (default): off.
-    Off for now because pods that create their run folders as root would be refused where root owns the parent
-    folder, and how pods create folders on FSx is being redesigned; turn it on with that design.
+    The infra stack turns it on, sparing its system nodes (trainkit/backends/eks/fsx.py says why).
   EOT
   type = object({
     uid_gid        = optional(string, "65534:65534")

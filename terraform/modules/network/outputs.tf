@@ -17,6 +17,11 @@ output "private_subnet_ids" {
   value       = aws_subnet.private[*].id
 }
 
+output "private_subnet_cidrs" {
+  description = "The private subnets' IPv4 CIDRs (the system nodes' addresses: FSx spares them its root squash)."
+  value       = aws_subnet.private[*].cidr_block
+}
+
 output "public_subnet_ids" {
   description = "Public subnets, one per AZ."
   value       = aws_subnet.public[*].id

@@ -197,6 +197,19 @@ module "gpu_nodegroup" {
   }
 }
 
+locals {
+  # Each private subnet (the system nodes) as one Lustre NID range, which FSx's root squash spares: the octets its
+  # prefix fixes, then the range of the octet it fixes in part, then [0-255] (10.0.64.0/20: 10.0.[64-79].[0-255]@tcp;
+  # the range syntax of the FSx API Reference, LustreRootSquashConfiguration.NoSquashNids).
+  system_node_nids = [
+    for cidr in module.network.private_subnet_cidrs : "${join(".", [
+      for i in range(4) : split(".", cidrhost(cidr, 0))[i] == split(".", cidrhost(cidr, -1))[i]
+      ? split(".", cidrhost(cidr, 0))[i]
+      : "[${split(".", cidrhost(cidr, 0))[i]}-${split(".", cidrhost(cidr, -1))[i]}]"
+    ])}@tcp"
+  ]
+}
+
 module "fsx_lustre" {
   source = "../../modules/fsx-lustre"
 
@@ -210,7 +223,7 @@ module "fsx_lustre" {
   kms_key_arn               = aws_kms_key.this.arn
   s3_import_path            = var.fsx_s3_import_path
   sync_deletions            = var.fsx_sync_deletions
-  root_squash               = var.fsx_root_squash
+  root_squash               = var.fsx_root_squash ? { uid_gid = "65534:65534", no_squash_nids = local.system_node_nids } : null
 }
 
 module "ecr" {

@@ -222,12 +222,10 @@ variable "fsx_s3_import_path" {
 }
 
 variable "fsx_root_squash" {
-  description = "Lustre root squash on FSx (terraform/modules/fsx-lustre, root_squash): root on every client but the no_squash_nids is mapped to uid_gid (\"65534:65534\", nobody). null (default): off, for now: pods that create their run folders as root would then be refused, and how pods create folders on FSx is being redesigned."
-  type = object({
-    uid_gid        = optional(string, "65534:65534")
-    no_squash_nids = optional(list(string), [])
-  })
-  default = null
+  description = "Lustre root squash on FSx (terraform/modules/fsx-lustre, root_squash): root on a GPU node, a Batch host or a SageMaker host reaches FSx as nobody (65534:65534), so no container's root can rewrite a run's files. The system nodes' subnets are spared: the platform's one root step (trainkit/backends/eks/fsx.py layout) runs there and gives the file system's root to the jobs' user. false: off, root everywhere is root."
+  type        = bool
+  default     = true
+  nullable    = false
 }
 
 variable "fsx_sync_deletions" {

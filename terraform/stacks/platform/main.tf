@@ -33,14 +33,23 @@ locals {
     }
   }
 
-  # The jobs' claim on the FSx file system: runs, data and checkpoints. etcd keeps its data on a volume of its own
-  # (below), out of reach of every job's mount.
+  # The jobs' claim on the FSx file system: runs, data and checkpoints; and the platform's, for the one step that
+  # gives the file system's root to the jobs' user (below). etcd keeps its data on a volume of its own, out of reach
+  # of every job's mount.
   fsx_claims = {
     jobs = {
       namespace = var.jobs_namespace
       claim     = "fsx-shared"
     }
+    layout = {
+      namespace = var.system_namespace
+      claim     = "fsx-layout"
+    }
   }
+  # The user every job's container runs as (trainkit/backends/eks/cluster.py JOB_UID); the FSx root is theirs, given
+  # by the layout Job (cluster.py FSX_LAYOUT), which the launcher's preflight reads.
+  job_uid    = 1000
+  fsx_layout = "trainkit-fsx-layout"
 }
 
 ################################################################################
@@ -153,6 +162,72 @@ resource "kubernetes_manifest" "fsx_claim" {
   }
 
   depends_on = [kubernetes_manifest.namespace, kubernetes_manifest.fsx_volume]
+}
+
+# The FSx root belongs to the jobs' user (trainkit/backends/eks/fsx.py): FSx squashes root on every client but the
+# system nodes (the infra stack's fsx_root_squash), so this one step runs there, as root with only the capabilities
+# it uses, in the platform's namespace, which the jobs' admission rule does not cover. Once per file system: a
+# finished Job stays (no TTL), and a later apply leaves it as it is. It runs in the platform's own image (as the
+# issuer below); without that image the root stays root's and jobs cannot write (preflight says so).
+resource "kubernetes_manifest" "fsx_layout" {
+  for_each = local.etcd_issuer
+
+  manifest = {
+    apiVersion = "batch/v1"
+    kind       = "Job"
+    metadata   = { name = local.fsx_layout, namespace = var.system_namespace, labels = local.labels }
+    spec = {
+      backoffLimit = 3
+      template = {
+        metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = local.fsx_layout }) }
+        spec = {
+          restartPolicy                = "Never"
+          automountServiceAccountToken = false # it does not talk to the Kubernetes API
+          nodeSelector                 = { "trainkit/pool" = "system" }
+          securityContext              = { seccompProfile = { type = "RuntimeDefault" } }
+          containers = [{
+            name    = "layout"
+            image   = each.value
+            command = ["python", "-m", "trainkit.backends.eks.fsx", "layout", "/fsx", "--owner=${local.job_uid}:${local.job_uid}"]
+            resources = {
+              requests = { cpu = "100m", memory = "128Mi" }
+              limits   = { cpu = "1", memory = "256Mi" }
+            }
+            # chown(2) needs CHOWN, chmod(2) of another's file FOWNER, and writing its mark in a folder the jobs'
+            # user owns DAC_OVERRIDE (capabilities(7)); nothing else.
+            securityContext = {
+              runAsUser                = 0
+              runAsNonRoot             = false
+              allowPrivilegeEscalation = false
+              readOnlyRootFilesystem   = true
+              capabilities             = { drop = ["ALL"], add = ["CHOWN", "FOWNER", "DAC_OVERRIDE"] }
+            }
+            volumeMounts = [{ name = "fsx", mountPath = "/fsx" }]
+          }]
+          volumes = [{ name = "fsx", persistentVolumeClaim = { claimName = local.fsx_claims.layout.claim } }]
+        }
+      }
+    }
+  }
+
+  wait {
+    condition {
+      type   = "Complete"
+      status = "True"
+    }
+  }
+
+  timeouts {
+    create = "20m"
+  }
+
+  # A Job's pod template cannot change once created (Kubernetes' batch validation, ValidateJobSpecUpdate), and the
+  # platform's image tag changes with every build: a later apply leaves the finished Job as it is.
+  lifecycle {
+    ignore_changes = [manifest]
+  }
+
+  depends_on = [kubernetes_manifest.fsx_claim]
 }
 
 ################################################################################
@@ -400,6 +475,13 @@ resource "kubernetes_manifest" "jobs_pod_rules" {
         {
           expression = "!has(object.spec.securityContext) || ((!has(object.spec.securityContext.seccompProfile) || object.spec.securityContext.seccompProfile.type != 'Unconfined') && (!has(object.spec.securityContext.appArmorProfile) || object.spec.securityContext.appArmorProfile.type != 'Unconfined') && (!has(object.spec.securityContext.seLinuxOptions) || !has(object.spec.securityContext.seLinuxOptions.type) || object.spec.securityContext.seLinuxOptions.type in ${jsonencode(local.pod_selinux_types)}) && (!has(object.spec.securityContext.sysctls) || object.spec.securityContext.sysctls.all(s, s.name in ${jsonencode(local.pod_safe_sysctls)})))"
           message    = "pods in the jobs' namespace may not run without seccomp or AppArmor (Unconfined), take an SELinux type beyond Pod Security baseline's, or set a sysctl beyond its safe list"
+        },
+        # Pod Security "restricted", "Running as Non-root" and "Running as Non-root user" (pod-security-admission's
+        # check_runAsNonRoot.go, check_runAsUser.go): runAsNonRoot true on the pod or on every container, never false
+        # on one; runAsUser never 0. FSx squashes root anyway; this keeps root out of the pods that mount it.
+        {
+          expression = "(has(object.spec.securityContext) && has(object.spec.securityContext.runAsNonRoot) && object.spec.securityContext.runAsNonRoot ? variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.runAsNonRoot) || c.securityContext.runAsNonRoot) : variables.containers.all(c, has(c.securityContext) && has(c.securityContext.runAsNonRoot) && c.securityContext.runAsNonRoot)) && !(has(object.spec.securityContext) && has(object.spec.securityContext.runAsUser) && object.spec.securityContext.runAsUser == 0) && variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.runAsUser) || c.securityContext.runAsUser != 0)"
+          message    = "pods in the jobs' namespace must run as a non-root user: set securityContext.runAsNonRoot true and a non-zero runAsUser (trainkit's pods run as ${local.job_uid})"
         },
       ]
     }

@@ -42,6 +42,7 @@ from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.batch.stack import BatchStack
+from trainkit.backends.eks.cluster import JOB_UID
 from trainkit.backends.eks.render import NCCL_EFA_ENV
 from trainkit.errors import SpecError
 from trainkit.infra.outputs import STACK_TAG
@@ -134,6 +135,9 @@ def container(job: Job, stack: BatchStack, token_secret: str | None) -> dict:
     body = {
         "image": job.placement.image,
         "command": list(ENTRY),
+        # The jobs' user, not root (Docker's --user, uid:gid): FSx squashes root, and its root folder is this user's
+        # (trainkit/backends/eks/fsx.py). Batch has no per-run mount: the host's /fsx is one volume, all of it.
+        "user": f"{JOB_UID}:{JOB_UID}",
         "jobRoleArn": stack.job_role_arn,
         "executionRoleArn": stack.execution_role_arn,
         "instanceType": instance.name,

@@ -24,6 +24,13 @@ DATA_SERVICE_ACCOUNT = "trainkit-data"
 """PersistentVolumeClaim (ReadWriteMany) bound to the infra stack's FSx for Lustre file system."""
 FSX_MOUNT = "/fsx"
 """Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""
+JOB_UID = 1000
+"""The user (and group) every job's and data job's container runs as, on EKS and Batch; the FSx root is theirs
+(trainkit/backends/eks/fsx.py), and the training image names it `trainkit` (containers/train/Dockerfile)."""
+FSX_LAYOUT = "trainkit-fsx-layout"
+"""The platform's Job (PLATFORM_NAMESPACE) that gives the FSx root to JOB_UID (trainkit/backends/eks/fsx.py)."""
+JOB_HOME = "/home/trainkit"
+"""The jobs' home folder: the image's `trainkit` user's; on EKS an emptyDir, so any image's user can write there."""
 HF_TOKEN_SECRET = "hf-token"
 HF_TOKEN_KEY = "token"
 IDLE_GUARD = "trainkit-idle-guard"

@@ -114,6 +114,17 @@ def check_volume(kube: Kube, namespace: str) -> None:
             f"the FSx volume claim {namespace}/{cluster.FSX_CLAIM} is {phase}, not Bound: run `make up PROFILE=aws` "
             "(the platform stack creates it from the infra stack's FSx file system)"
         )
+    # The pods run as the jobs' user, and FSx squashes root: only the platform's layout step makes the root theirs.
+    layout = unless_missing(kube.batch.read_namespaced_job, cluster.FSX_LAYOUT, cluster.PLATFORM_NAMESPACE)
+    conditions = {c.type: c.status for c in (layout.status.conditions or [])} if layout else {}
+    if conditions.get("Complete") != "True":
+        state = "never ran" if layout is None else "failed" if conditions.get("Failed") == "True" else "not finished"
+        raise SpecError(
+            f"the platform's FSx layout step ({cluster.PLATFORM_NAMESPACE}/{cluster.FSX_LAYOUT}) {state}, so the "
+            f"FSx root is not the jobs' user's ({cluster.JOB_UID}) and their pods could not write there: see "
+            f"`kubectl -n {cluster.PLATFORM_NAMESPACE} logs job/{cluster.FSX_LAYOUT}`, then run `make up PROFILE=aws` "
+            "(it runs in the platform's image, which make up builds and pushes: from a checkout with Docker or buildah)"
+        )
 
 
 def check_secret(kube: Kube, job: Job) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from training.common.job import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
-from trainkit.backends.eks import cluster, resources
+from trainkit.backends.eks import cluster, fsx, resources
 from trainkit.run.torchrun import RDZV_KEY_ENV, TORCH_ENV
 
 API_VERSION = "kubeflow.org/v1"
@@ -156,13 +156,11 @@ def _env(job: Job, workload: Workload, key_secret: str = "") -> list[dict]:
     return env
 
 
-# No privilege escalation and no capabilities but CAP_IPC_LOCK: EFA (libfabric's efa provider) and NCCL
-# register pinned memory with the device, and locking memory past RLIMIT_MEMLOCK needs IPC_LOCK
-# (capabilities(7), mlock(2)). Whether p5's EFA needs anything more is cloud-only (docs/eks.md).
-CONTAINER_SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
-}
+# No privilege escalation and no capability. EFA (libfabric's efa provider) and NCCL register pinned memory with the
+# device, within RLIMIT_MEMLOCK (mlock(2)); IPC_LOCK would lift that limit, but a capability added to a non-root
+# container only reaches its bounding set, never the process (capabilities(7): Kubernetes sets no ambient set). So
+# the GPU nodes raise the containers' memlock limit instead (terraform/modules/gpu-nodegroup, its NodeConfig).
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def container_of(job: Job, rdzv_id: str, workload: Workload, key_secret: str = "") -> Container:
@@ -181,17 +179,14 @@ def _container(job: Job, workload: Container) -> dict:
         "command": workload.command,
         "args": workload.args,
         "workingDir": cluster.FSX_MOUNT,
-        "env": workload.env,
+        "env": [*workload.env, {"name": "HOME", "value": cluster.JOB_HOME}],
         "resources": resources.worker_resources(instance, job.parallelism.nproc),  # Guaranteed QoS
         "securityContext": CONTAINER_SECURITY,
         # The pod entry point writes the failure's cause here; without it (a crash before), the log's tail.
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "ports": [{"name": "c10d", "containerPort": cluster.C10D_PORT, "protocol": "TCP"}, *metrics_ports(job)],
-        "volumeMounts": [
-            {"name": "fsx", "mountPath": cluster.FSX_MOUNT},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": [*fsx.job_mounts(job), {"name": "dshm", "mountPath": "/dev/shm"}],
     }
 
 
@@ -214,10 +209,12 @@ def render_pod_template(job: Job, rdzv_id: str, workload: Container) -> dict:
             "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
             # Nothing in a training pod talks to the Kubernetes API or needs AWS credentials.
             "automountServiceAccountToken": False,
-            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "securityContext": {**fsx.POD_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+            "initContainers": [fsx.folders_container(job)],
             "containers": [_container(job, workload)],
             "volumes": [
-                {"name": "fsx", "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}},
+                {"name": fsx.VOLUME, "persistentVolumeClaim": {"claimName": cluster.FSX_CLAIM}},
+                {"name": fsx.HOME_VOLUME, "emptyDir": {}},
                 # NCCL and data loader workers share memory through /dev/shm; the default 64 MiB is too small.
                 {"name": "dshm", "emptyDir": {"medium": "Memory"}},
             ],
@@ -321,7 +318,8 @@ def render_prep_job(
         "automountServiceAccountToken": False,
         "restartPolicy": "Never",
         "nodeSelector": {"trainkit/pool": "system"},
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        # The data job writes its destination anywhere on the volume: it mounts all of it, as the jobs' user.
+        "securityContext": {**fsx.POD_USER, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
                 "name": PREP_CONTAINER,

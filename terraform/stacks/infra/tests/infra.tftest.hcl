@@ -30,6 +30,30 @@ run "fsx_lives_in_the_gpu_subnet_and_its_az" {
   }
 }
 
+run "fsx_squashes_root_everywhere_but_on_the_system_nodes" {
+  command = apply
+
+  # 10.0.0.0/16: the private subnets are 10.0.64.0/20, 10.0.80.0/20, 10.0.96.0/20; the GPU subnet, 10.0.192.0/18,
+  # is in none of the ranges.
+  assert {
+    condition     = module.fsx_lustre.root_squash.root_squash == "65534:65534" && module.fsx_lustre.root_squash.no_squash_nids == toset(["10.0.[64-79].[0-255]@tcp", "10.0.[80-95].[0-255]@tcp", "10.0.[96-111].[0-255]@tcp"])
+    error_message = "FSx squashes root to nobody except from the system nodes' subnets."
+  }
+}
+
+run "fsx_root_squash_can_be_switched_off" {
+  command = plan
+
+  variables {
+    fsx_root_squash = false
+  }
+
+  assert {
+    condition     = module.fsx_lustre.root_squash == null
+    error_message = "fsx_root_squash = false leaves root as root."
+  }
+}
+
 run "secrets_volumes_and_fsx_use_the_stack_kms_key" {
   command = apply
 
