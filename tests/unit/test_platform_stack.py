@@ -11,10 +11,12 @@ every chart and image pinned, every values file present and valid, and the names
 
 from __future__ import annotations
 
+import json
 import re
 
 import yaml
 
+from tests.helpers.paths import REPO
 from tests.helpers.platform_stack import (
     DEFAULTS,
     IDLE_GUARD_IMAGE,
@@ -128,7 +130,10 @@ def test_charts_that_render_monitoring_objects_wait_for_the_crds():
 
 
 def test_operator_and_images_are_pinned():
-    assert EXACT_VERSION.match(DEFAULTS["training_operator_ref"])
+    """The operator's manifests by commit (a tag can move), the very commit whose CRD and webhook rules the tests
+    check every PyTorchJob against (tests/schemas/pytorchjob-v1.json, written by tests/schemas/generate.py)."""
+    schema = json.loads((REPO / "tests" / "schemas" / "pytorchjob-v1.json").read_text())
+    assert DEFAULTS["training_operator_ref"] == schema["source"]["commit"]
     build = blocks(MAIN, "data")[("kustomization_build", "training_operator")]
     assert unquote(build["path"]).endswith("?ref=${var.training_operator_ref}")
     image, _, tag = DEFAULTS["etcd_image"].rpartition(":")

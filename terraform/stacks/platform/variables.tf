@@ -38,9 +38,14 @@ variable "etcd_image" {
 }
 
 variable "training_operator_ref" {
-  description = "Git tag of the Kubeflow training operator v1 (PyTorchJob with elasticPolicy) in kubeflow/trainer, the renamed repository; v1.9.4 is the latest 1.9 patch (2026-08)."
+  description = "Commit of kubeflow/trainer (the renamed repository of the Kubeflow training operator v1: PyTorchJob with elasticPolicy) whose manifests are applied: a commit, since a tag can be moved. The default is the one tag v1.9.4 names, the latest 1.9 patch (2026-08), whose CRD and webhook the tests check jobs against (tests/schemas/pytorchjob-v1.json)."
   type        = string
-  default     = "v1.9.4"
+  default     = "4445c12aa62e4345b0c2c6ac9b215a70eca46ed7"
+
+  validation {
+    condition     = can(regex("^[0-9a-f]{40}$", var.training_operator_ref))
+    error_message = "training_operator_ref: a full commit id of kubeflow/trainer (40 hex digits; `git rev-parse v1.9.4^{commit}`), not a tag or branch, which can move."
+  }
 }
 
 variable "monitoring_namespace" {
