@@ -29,6 +29,7 @@ def test_gpu_dry_run_prints_base_pins_tag_and_the_exact_command(tmp_path):
     assert lines[0] == f"image {images.LOCAL_NAME}:gpu-dry (gpu), built with buildah"
     assert f"  base     {pins['CUDA_BASE']}" in lines
     assert f"EFA_INSTALLER_VERSION={pins['EFA_INSTALLER_VERSION']}" in result.stdout
+    assert f"  torch    {images.TORCH_LOCK}'s wheels only, hash-checked (pip --require-hashes)" in lines
     (command,) = [line.removeprefix("  command  ") for line in lines if line.startswith("  command  ")]
     assert command.startswith("buildah bud --layers --file ") and "--build-arg FLAVOR=gpu" in command
     assert "--platform linux/amd64" in command and "  platform linux/amd64" in lines  # the GPU nodes', not this one's

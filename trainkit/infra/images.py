@@ -43,6 +43,7 @@ GUARD_REQUIREMENTS = "guard-requirements.txt"  # written into the context's dist
 LOCAL_NAME = "localhost/trainkit-train"
 DOCKERFILE = Path("containers") / "train" / "Dockerfile"
 SIGNATURE_CHECK = Path("containers") / "train" / "verify-signature.sh"
+TORCH_LOCK = Path("containers") / "train" / "torch-gpu.txt"  # the gpu flavour's torch, hash-pinned
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 CA_SECRET = "pip-ca"
 BUILDS_FILE = "images.json"  # what images.build made, per flavour, beside the infra outputs
@@ -161,6 +162,8 @@ class BuildPlan:
             lines.append(f"  verify   the EFA installer's GPG signature, key {chosen['EFA_KEY_FINGERPRINT']}")
         if chosen.get("TORCH_INDEX"):
             lines.append(f"  torch    from {chosen['TORCH_INDEX']} (and PyPI)")
+        elif self.flavor == "gpu":
+            lines.append(f"  torch    {TORCH_LOCK}'s wheels only, hash-checked (pip --require-hashes)")
         lines.append(f"  context  {self.context} (dist/: the trainkit wheel of this checkout; wheels/: local wheels)")
         if self.ca_bundle:
             lines.append(f"  secret   {CA_SECRET} <- {self.ca_bundle} (pip's CA bundle; not kept in any layer)")
@@ -228,7 +231,8 @@ def guard_requirements(root: Path) -> list[str]:
 
 def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subprocess.run) -> None:
     """The build context: dist/ holds the trainkit wheel of the checkout (and, for the guard, its requirements);
-    wheels/ the local wheels asked for; verify-signature.sh the gpu flavour's check of the EFA installer's signature.
+    wheels/ the local wheels asked for; verify-signature.sh the gpu flavour's check of the EFA installer's signature,
+    torch-gpu.txt its hash-pinned torch.
 
     The wheel is built from a copy of the files git sees (tracked, and untracked but not ignored: what the tag
     hashes), so nothing stale in the checkout (build/, an old egg-info) reaches the image."""
@@ -251,7 +255,8 @@ def stage_context(plan: BuildPlan, wheels: str | None = None, run: Runner = subp
         (plan.context / "dist" / GUARD_REQUIREMENTS).write_text("\n".join(guard_requirements(plan.root)) + "\n")
     for wheel in sorted(Path(wheels).glob("*.whl")) if wheels else []:
         shutil.copy(wheel, plan.context / "wheels" / wheel.name)
-    shutil.copy2(plan.root / SIGNATURE_CHECK, plan.context / SIGNATURE_CHECK.name)
+    for part in (SIGNATURE_CHECK, TORCH_LOCK):
+        shutil.copy2(plan.root / part, plan.context / part.name)
 
 
 def record(name: str, flavor_or_none: str | None, entry: dict) -> None:
