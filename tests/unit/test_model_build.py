@@ -42,3 +42,26 @@ def test_the_rotary_frequencies_are_computed_on_every_rank(tmp_path):
     for name in ("inv_freq", "original_inv_freq"):
         assert torch.equal(getattr(real.model.rotary_emb, name), getattr(shapes.model.rotary_emb, name))
     assert real.model.rotary_emb.attention_scaling == shapes.model.rotary_emb.attention_scaling
+
+
+def test_decoders_decay_their_weight_matrices_but_not_norms_biases_or_token_embeddings(tmp_path):
+    """Issue 50: the decoders' AdamW decayed every parameter. With weight decay set, the groups exempt the norm
+    gains and the token embeddings (the one parameter a tied head shares with them); every Linear weight decays."""
+    from training.common.trainer import parameter_groups
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(get_model("llama2-tiny").arch.hf_config()))
+    model = build_model(str(config), None, seed=0)
+    decay, exempt = parameter_groups(model, 0.1, embeddings=False)
+    named = {id(p): name for name, p in model.named_parameters()}
+    decayed = {named[id(p)] for p in decay["params"]}
+    kept = {named[id(p)] for p in exempt["params"]}
+    assert (decay["weight_decay"], exempt["weight_decay"]) == (0.1, 0.0)
+    linear = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert decayed == linear and "lm_head.weight" in decayed
+    assert "model.embed_tokens.weight" in kept and all("norm" in n or "embed" in n for n in kept), kept
+    assert len(decayed) + len(kept) == len(list(model.parameters()))
+    tied = get_model("llama2-tiny").arch.hf_config() | {"tie_word_embeddings": True}
+    config.write_text(json.dumps(tied))
+    decay, _ = parameter_groups(build_model(str(config), None, seed=0), 0.1, embeddings=False)
+    assert not any(p.shape[0] == tied["vocab_size"] for p in decay["params"])  # the tied head is the embedding

@@ -106,7 +106,7 @@ def partition_fragments(offsets: list[int], sizes: list[int], start: int, length
 
 class PartitionLamb(torch.optim.Optimizer):
     """LAMB as ZeRO-1's basic optimizer. Built on the model's parameter groups (their `weight_decay` and `adapt`, as
-    training/vision/lamb.py's `parameter_groups` gives them); DeepSpeed then replaces each group's parameters by this
+    training/common/trainer.py's `parameter_groups` gives them); DeepSpeed then replaces each group's parameters by this
     rank's flat fp32 partition, and `bind` says what each partition holds (training/common/zero.py reads it from
     DeepSpeed's optimizer). Its state per partition is `step`, `exp_avg`, `exp_avg_sq`: Adam's names, which
     DeepSpeed's checkpoint tools know."""

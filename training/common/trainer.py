@@ -217,3 +217,21 @@ class Trainer(abc.ABC):
         run.save_final(self.total_steps)
         run.finish(start, self.report())
         self.accelerator.end_training()
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float, embeddings: bool = True) -> list[dict]:
+    """Weight decay on matrices only (convolutions, linear layers, and embeddings unless `embeddings` is False);
+    biases and normalisation parameters are exempt (their `adapt` flag also keeps them out of LAMB's layer-wise
+    trust ratio). The vision recipes and BERT's (whose reference exempts bias, LayerNorm gamma and beta) share it;
+    the decoders exempt their token embeddings too (and so a head tied to them), as GPT-style pretraining does."""
+    exempt_ids = set()
+    if not embeddings:
+        exempt_ids = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    decay, exempt = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim > 1 and id(param) not in exempt_ids else exempt).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": exempt, "weight_decay": 0.0, "adapt": False},
+    ]

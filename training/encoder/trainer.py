@@ -21,11 +21,11 @@ from training.common.job import MODEL_CONFIG, ZERO_1, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.sharded_lamb import PartitionLamb
-from training.common.trainer import Step, Trainer
+from training.common.trainer import Step, Trainer, parameter_groups
 from training.registry import load, model_entry
 from training.text import dataset as text
 from training.text.dataset import TextData
-from training.vision.lamb import Lamb, parameter_groups
+from training.vision.lamb import Lamb
 
 from .corpus import byte_tokenizer
 from .masking import IGNORE_INDEX, mask_tokens

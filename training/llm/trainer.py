@@ -23,7 +23,7 @@ from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
-from training.common.trainer import Step, Trainer
+from training.common.trainer import Step, Trainer, parameter_groups
 from training.registry import DecoderArch
 from training.text import dataset as text
 from training.text.dataset import TextData
@@ -79,8 +79,12 @@ class DecoderTrainer(Trainer):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         on_gpu = torch.cuda.is_available()
         fused = on_gpu if parallel.fused_adamw is None else parallel.fused_adamw
+        # Decay on the weight matrices only: norm gains, biases and the token embeddings are exempt. With no decay
+        # (the recipes' default) one group, as before: a run's optimizer state keeps its shape across this change.
+        decay = job.optimisation.weight_decay
+        params = parameter_groups(model, decay, embeddings=False) if decay else model.parameters()
         optimizer = torch.optim.AdamW(
-            model.parameters(),
+            params,
             lr=job.optimisation.lr,
             betas=(0.9, 0.95),
             weight_decay=job.optimisation.weight_decay,

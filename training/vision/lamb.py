@@ -54,17 +54,3 @@ class Lamb(torch.optim.Optimizer):
                         trust = weight_norm / update_norm
                 param.sub_(update * (group["lr"] * trust))
         return loss
-
-
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only (convolutions, linear layers, embeddings); biases and normalisation
-    parameters are exempt (their `adapt` flag also keeps them out of LAMB's layer-wise trust ratio). The vision
-    recipes and BERT's (whose reference exempts bias, LayerNorm gamma and beta) share it."""
-    decay, exempt = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.ndim > 1 else exempt).append(param)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "adapt": True},
-        {"params": exempt, "weight_decay": 0.0, "adapt": False},
-    ]

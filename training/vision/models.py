@@ -11,9 +11,8 @@ import torch
 from torchvision import models
 from torchvision.models.resnet import BasicBlock, ResNet
 
+from training.common.trainer import parameter_groups
 from training.registry import load, model_entry
-
-from .lamb import parameter_groups
 
 __all__ = ["build_model", "efficientnet_b7", "parameter_groups", "resnet50", "resnet_tiny"]
 
