@@ -379,6 +379,7 @@ ENTRIES = (
         arch=VisionArch(parameters=66_347_960, image_size=600),
         # 600 px crops: 8 images per GPU forward, accumulated to 256 per step on 8 GPUs.
         recipe=_imagenet_recipe(global_batch=256, micro_batch=8, image_size=600),
+        notes="BatchNorm synced across GPUs (SyncBatchNorm): 8 images per GPU are too few for its statistics",
     ),
     ModelEntry(
         name="resnet-tiny",

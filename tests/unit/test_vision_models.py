@@ -105,3 +105,29 @@ def test_step_batches_follow_the_step_sampler_from_any_start():
     expected = [[(sampler.epoch_of(s), int(i)) for i in m] for s in range(2, 5) for m in sampler.micro_batches(s)]
     assert batches == expected
     assert {epoch for batch in batches for epoch, _ in batch} == {0, 1}  # 3 steps per epoch
+
+
+def test_efficientnet_b7_under_ddp_on_gpus_syncs_its_batchnorm_and_resnet50_does_not():
+    """Issue 50: the B7 recipe's 8 images per GPU are too few for BatchNorm's statistics, and accumulation does not
+    add to them: under DDP on GPUs its BatchNorm layers become SyncBatchNorm. ResNet50's 128 per GPU need not, nor
+    does one rank, nor CPU ranks (torch's SyncBatchNorm refuses CPU tensors)."""
+    from training.vision.models import SYNC_BATCHNORM_BELOW, synced_batchnorm
+    from trainkit.job.models import get_model
+
+    def norms(model) -> dict[str, int]:
+        kinds = [type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+        return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    gpu = torch.device("cuda", 0)
+    b7_micro = get_model("efficientnet-b7").recipe.micro_batch_size
+    assert b7_micro < SYNC_BATCHNORM_BELOW <= get_model("resnet50").recipe.micro_batch_size
+    model = build_model("efficientnet-b7", 1000)
+    before = norms(model)
+    assert synced_batchnorm(model, b7_micro, 1, gpu) is None and norms(model) == before
+    assert synced_batchnorm(model, b7_micro, 8, torch.device("cpu")) is None and norms(model) == before
+    said = synced_batchnorm(model, b7_micro, 8, gpu)
+    assert said == "synced across 8 ranks (8 images per GPU, below 32)"
+    assert norms(model) == {"SyncBatchNorm": before["BatchNorm2d"]}
+    resnet = build_model("resnet50", 1000)
+    assert synced_batchnorm(resnet, get_model("resnet50").recipe.micro_batch_size, 8, gpu) is None
+    assert "SyncBatchNorm" not in norms(resnet)

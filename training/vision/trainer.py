@@ -33,7 +33,7 @@ from .data import (
 from .data import taken as loader_taken
 from .lamb import Lamb
 from .layout import check_image_folder
-from .models import build_model, parameter_groups
+from .models import build_model, parameter_groups, synced_batchnorm
 
 
 def _step_seed(seed: int, step: int, rank: int) -> int:
@@ -74,6 +74,7 @@ class VisionTrainer(Trainer):
         self.warmup_steps = min(warmup, self.total_steps)
 
         model = build_model(job.model.name, self.num_classes)
+        self.batchnorm = synced_batchnorm(model, o.micro_batch_size, self.world, self.device)
         channels_last = self.on_gpu if job.parallelism.channels_last is None else job.parallelism.channels_last
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         model = model.to(memory_format=self.memory_format)
@@ -271,6 +272,7 @@ class VisionTrainer(Trainer):
             "classes": self.num_classes,
             "synthetic": self.job.data.synthetic,
             "replication": self.replication,
+            "batchnorm": self.batchnorm or "per rank",
             "replica_digests": digests,
             "final_eval": self.evaluation or None,
             "optimizer": self.job.optimisation.optimizer,
