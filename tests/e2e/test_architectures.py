@@ -31,7 +31,9 @@ from training.registry import DecoderArch
 SHARDED = ("llama3", "qwen2")  # two processes, FULL_SHARD (the default)
 ONE_PROCESS = tuple(kind for kind in TINY if kind not in SHARDED)
 MIDDLE, LAST = 2, 4  # the checkpoint a resumed copy starts from; the run's last step (a checkpoint every MIDDLE)
-SMALL = ("--seq-len", "64", "--global-batch-size", "4", "--micro-batch-size", "2", "--metrics-port", "0")
+# --seq-len 160: examples are packed whole (training/text/packing.py), and llama3's template makes each conversation
+# about 257 tokens, its first reply after 119: 160 keeps every one, cut from the left of its prompt.
+SMALL = ("--seq-len", "160", "--global-batch-size", "4", "--micro-batch-size", "2", "--metrics-port", "0")
 WAIT_S = 300
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 

@@ -179,7 +179,8 @@ def test_a_failing_job_exits_non_zero_with_the_reason(tmp_path):
     assert result.returncode == EXIT_NO_RETRY
     cause = result.stderr.strip().splitlines()[-1]
     assert cause.startswith("error: run ") and "failed: rank " in cause, result.stderr[-2000:]
-    assert "DataError: dataset has" in cause and "fewer than one sequence of 128" in cause
+    # its one example packs whole into one padded block: one sample for a batch of 16
+    assert "DataError: dataset has 1 samples, fewer than one global batch of 16" in cause
     assert f"while reading dataset {small}" in cause
 
 
@@ -257,7 +258,7 @@ def test_llama2_7b_truncated_to_one_layer_trains_with_true_shapes(tmp_path):
         "--layers",
         "1",  # the shapes under test are a layer's; one keeps the checkpoint (5.6 GB) and export (1.9 GB) small
         "--seq-len",
-        "32",  # the shapes under test are the layers'; a short sequence keeps the step cheap
+        "96",  # the layers' shapes are under test: the shortest that holds a whole dialogue's summary (<= 78 tokens)
         "--steps",
         "1",
         "--nproc",
@@ -273,8 +274,11 @@ def test_llama2_7b_truncated_to_one_layer_trains_with_true_shapes(tmp_path):
     run_dir = only_run_dir(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["truncated"] == "llama2-7b truncated to 1 of 32 layers" and summary["steps"] == 1
-    # 32 byte tokens are mostly prompt: those blocks are left out, so the step has a loss and a gradient.
-    assert "without a trained token left out" in result.stdout
+    # Each dialogue, longer than 96 byte tokens, is packed whole with its prompt cut from the left: every block has
+    # its summary, so the step has a loss and a gradient.
+    assert "whole examples, packing efficiency 100.0% (0 padding tokens; 2000 prompts cut from the left" in (
+        result.stdout
+    )
     (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert 5 < record["loss"] < 20 and record["grad_norm"] > 0, record  # random init: about ln(32000) = 10.4
     config = json.loads((run_dir / "model" / "config.json").read_text())

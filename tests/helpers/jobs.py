@@ -38,6 +38,7 @@ WALKS = {
         "dataset_split": "validation",
         "data_format": "chat",
         "packing": "concat",
+        "truncation": "drop",
         "seq_len": 64,
         "steps": 7,
         "global_batch_size": 8,

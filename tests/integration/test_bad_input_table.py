@@ -38,6 +38,7 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "dataset_split": ((), ("--dataset-split", ""), "--dataset-split"),
     "data_format": ((), ("--data-format", "csv"), "--data-format"),
     "packing": ((), ("--packing", "loose"), "--packing"),
+    "truncation": ((), ("--truncation", "right"), "--truncation"),
     "seq_len": ((), ("--seq-len", "99999"), "--seq-len"),
     "image_size": (VISION, ("--image-size", "0"), "--image-size"),
     "synthetic": ((), ("--synthetic",), "--synthetic"),

@@ -172,18 +172,102 @@ def test_every_source_kind_gives_the_same_records(tmp_path):
         records.resolve(str(tmp_path / "x.csv"))
 
 
-def test_decoder_packing_restarts_positions_per_example_and_leaves_out_untrained_blocks():
-    encoded = formats.Encoded(
-        ids=np.arange(12, dtype=np.int32),
-        labels=np.asarray([IGNORE_INDEX] * 4 + [4, 5, 6, 7, IGNORE_INDEX, 9, 10, 11], dtype=np.int32),
-        lengths=np.asarray([3, 5, 4]),
+def example(prompt: int, response: int, first: int) -> tuple[list[int], list[int]]:
+    """Token ids first, first+1, ...; the prompt's labels IGNORE_INDEX, the response's its ids."""
+    ids = list(range(first, first + prompt + response))
+    return ids, [IGNORE_INDEX] * prompt + ids[prompt:]
+
+
+def encoded_of(examples: list[tuple[list[int], list[int]]]) -> formats.Encoded:
+    return formats.Encoded(
+        ids=np.asarray([t for ids, _ in examples for t in ids], dtype=np.int32),
+        labels=np.asarray([t for _, labels in examples for t in labels], dtype=np.int32),
+        lengths=np.asarray([len(ids) for ids, _ in examples]),
     )
-    packed = packing.pack_decoder(encoded, seq_len=4)
-    # Block 0 (tokens 0-3) is all prompt: left out. Positions restart at each example's first token.
-    assert packed["input_ids"].tolist() == [[4, 5, 6, 7], [8, 9, 10, 11]] and int(packed["dropped"]) == 1
-    assert packed["position_ids"].tolist() == [[1, 2, 3, 4], [0, 1, 2, 3]]
+
+
+def whole_in_each_block(packed: dict) -> None:
+    """No block holds a target whose example started in an earlier block: every block starts an example (position
+    0), and within a block positions only restart at 0 or count on by one."""
+    positions = packed["position_ids"]
+    assert (positions[:, 0] == 0).all()
+    steps = np.diff(positions, axis=1)
+    assert ((steps == 1) | (positions[:, 1:] == 0)).all()
+
+
+def test_whole_examples_are_packed_best_fit_decreasing_padded_and_never_split():
+    examples = [example(3, 2, 100), example(1, 6, 200), example(2, 1, 300), example(1, 1, 400)]  # lengths 5 7 3 2
+    packed = packing.pack_decoder(encoded_of(examples), seq_len=8, pad_id=0)
+    whole_in_each_block(packed)
+    # Longest first: 7 opens block 0; 5 opens block 1; 3 fits block 1 (room 3, the least that holds it); 2 needs a
+    # third block (block 0 has 1 left, block 1 none). Padding fills the rest, as a sequence of its own.
+    assert packed["input_ids"].tolist() == [
+        [200, 201, 202, 203, 204, 205, 206, 0],
+        [100, 101, 102, 103, 104, 300, 301, 302],
+        [400, 401, 0, 0, 0, 0, 0, 0],
+    ]
+    assert packed["position_ids"].tolist() == [
+        [0, 1, 2, 3, 4, 5, 6, 0],
+        [0, 1, 2, 3, 4, 0, 1, 2],
+        [0, 1, 0, 1, 2, 3, 4, 5],
+    ]
+    # Each example's first token is never a target (it would be predicted from the example before), nor padding.
+    assert packed["labels"][1].tolist() == [IGNORE_INDEX] * 3 + [103, 104] + [IGNORE_INDEX] * 2 + [302]
+    assert packed["labels"][2].tolist() == [IGNORE_INDEX, 401] + [IGNORE_INDEX] * 6
+    assert [int(packed[k]) for k in ("padding", "truncated", "dropped")] == [7, 0, 0]
+
+
+def test_a_long_example_loses_its_prompts_left_or_is_left_out_never_split():
+    long = example(9, 3, 100)  # 12 tokens at seq_len 8: 4 to cut, all within the prompt after <bos>
+    too_long = example(2, 9, 200)  # its response alone does not fit
+    untrained = example(4, 0, 300)
+    packed = packing.pack_decoder(encoded_of([long, too_long, untrained]), seq_len=8, truncation="left")
+    assert packed["input_ids"].tolist() == [[100, 105, 106, 107, 108, 109, 110, 111]]  # <bos>, then the end
+    assert packed["labels"].tolist() == [[IGNORE_INDEX] * 5 + [109, 110, 111]]
+    assert [int(packed[k]) for k in ("padding", "truncated", "dropped")] == [0, 1, 2]
+    dropped = packing.pack_decoder(encoded_of([long, example(1, 2, 500)]), seq_len=8, truncation="drop")
+    assert dropped["input_ids"].tolist() == [[500, 501, 502, 0, 0, 0, 0, 0]] and int(dropped["dropped"]) == 1
+    with pytest.raises(DataError, match="every example is left out at --seq-len 8"):
+        packing.pack_decoder(encoded_of([too_long]), seq_len=8)
+
+
+def test_text_runs_on_across_blocks_and_never_trains_a_documents_first_token():
+    encoded = formats.Encoded(
+        ids=np.arange(12, dtype=np.int32), labels=np.arange(12, dtype=np.int32), lengths=np.asarray([3, 5, 4])
+    )
+    packed = packing.pack_decoder(encoded, seq_len=5, whole=False)
+    assert packed["input_ids"].tolist() == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]  # the tail of 2 dropped
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 0, 1], [2, 3, 4, 0, 1]]  # block 1 starts mid-document
+    assert packed["labels"].tolist() == [[IGNORE_INDEX, 1, 2, IGNORE_INDEX, 4], [5, 6, 7, IGNORE_INDEX, 9]]
     with pytest.raises(DataError, match="fewer than one sequence of 16"):
-        packing.pack_decoder(encoded, seq_len=16)
+        packing.pack_decoder(encoded, seq_len=16, whole=False)
+
+
+def test_generated_dialogues_and_chats_around_seq_len_pack_whole(tmp_path):
+    """Issue 50's acceptance: over llama2-tiny's own data (its generated dialogues, at its seq_len) and a chat set
+    whose lengths lie around seq_len, no block holds a target of an example begun in an earlier block, and every
+    trained token of every example kept is trained (truncation only ever takes prompt)."""
+    from training.llm.dialogues import write_dialogues
+    from training.llm.tokenizer import load_tokenizer
+    from trainkit.bench.startup import write_chat
+    from trainkit.job.models import get_model
+
+    tokenizer = load_tokenizer("byte")
+    seq_len = get_model("llama2-tiny").recipe.seq_len
+    dialogues = write_dialogues(tmp_path / "dialogues.jsonl", count=200, seed=3)
+    chats = write_chat(tmp_path / "chat.jsonl", count=200, seed=3, pairs=True)
+    # The dialogues are all longer than seq_len (each loses some of its prompt); the prompt-response pairs of the
+    # chat bench's conversations (268 to 308 tokens) lie around the length asked.
+    for path, name, length in ((dialogues, "dialogue-summary", seq_len), (chats, "prompt-response", 286)):
+        encoded = formats.encode(records.resolve(str(path)).records(), name, tokenizer)
+        assert encoded.lengths.max() > length and (name != "prompt-response" or encoded.lengths.min() < length)
+        packed = packing.pack_decoder(encoded, length)
+        whole_in_each_block(packed)
+        trained = sum(
+            int((lab[1:] != IGNORE_INDEX).sum()) for lab in np.split(encoded.labels, np.cumsum(encoded.lengths)[:-1])
+        )
+        assert int(packed["dropped"]) == 0 and int(packed["truncated"]) > 0
+        assert int((packed["labels"] != IGNORE_INDEX).sum()) == trained
 
 
 def test_encoder_packing_frames_documents_laid_end_to_end():

@@ -109,6 +109,7 @@ def share(global_batch: int, world: int, rank: int) -> tuple[int, int]:
 DATA_FORMATS = ("chat", "alpaca", "prompt-response", "dialogue-summary", "text")
 """The record formats language models read (training/text/formats.py says what each trains on)."""
 PACKINGS = ("masked", "concat")
+TRUNCATIONS = ("left", "drop")
 
 WORKLOADS = ("recipe", "script", "nccl-test", "data")
 
@@ -215,6 +216,14 @@ class DataOptions:
         "and its positions start at 0 (a block-diagonal mask built from per-example position ids); `concat`: "
         "examples attend across their boundaries (needed for --attention flash, whose kernel takes no mask).",
         choices=PACKINGS,
+        family="decoder",
+    )
+    truncation: str | None = option(
+        None,
+        "Decoders, the supervised formats: an example longer than --seq-len (examples are packed whole, never "
+        "split). `left` (default): its prompt loses tokens from the left (after <bos>) until it fits, or it is left "
+        "out when its trained part alone does not fit; `drop`: it is left out. The start line counts both.",
+        choices=TRUNCATIONS,
         family="decoder",
     )
     seq_len: int | None = option(

@@ -111,17 +111,16 @@ class DecoderTrainer(Trainer):
         job = self.job
         with doing(f"reading dataset {data_source(job, self.run_dir)}"):
             data = text.load(job, self.run_dir, self.tokenizer, text.DECODER, self.rank)
-        if self.accelerator.is_main_process:
-            print(data.said(), flush=True)
-        sampler = StepSampler(
-            len(data),
-            job.optimisation.global_batch_size,
-            job.optimisation.micro_batch_size,
-            self.rank,
-            self.world,
-            job.run.seed,
-            hint="use more data, a smaller --global-batch-size or a shorter --seq-len",
-        )
+            if self.accelerator.is_main_process:
+                print(data.said(), flush=True)
+            sampler = StepSampler(  # too few packed sequences for a batch: the dataset's fault, said as such
+                len(data),
+                job.optimisation.global_batch_size,
+                job.optimisation.micro_batch_size,
+                self.rank,
+                self.world,
+                job.run.seed,
+            )
         return data, sampler
 
     # ------------------------------------------------------------------ stages

@@ -2,9 +2,9 @@
 
 The cache lives under `<runs-dir>/.cache/tokenized/<key>/`, the key a hash of what decides its contents: the data's
 fingerprint (records.py), the split, the tokenizer (its whole serialised form and chat template), the format asked
-for, the sequence length and the layout (decoder blocks or encoder rows). A resumed run, and any other run on the
-same data with the same tokenizer and length, maps the same folder; a changed file, tokenizer or --seq-len makes a
-new one.
+for, the sequence length, the layout (decoder blocks or encoder rows) and the truncation of over-long examples. A
+resumed run, and any other run on the same data with the same tokenizer and length, maps the same folder; a changed
+file, tokenizer or --seq-len makes a new one.
 
 One process per disk builds it (the main rank; each host's first rank where hosts share no filesystem:
 training/common/checkpoint.py's `owns_disk`), into `.tmp-<key>-<pid>/`, published by renaming the folder, whose
@@ -31,7 +31,7 @@ import numpy as np
 from .records import Source
 
 CACHE_DIR = Path(".cache") / "tokenized"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 """Bump when what a cache folder holds changes meaning: older folders are then never read."""
 META = "meta.json"
 POLL_S = 0.1
@@ -49,8 +49,11 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
-def cache_key(source: Source, split: str, tokenizer, data_format: str | None, seq_len: int, layout: str) -> str:
+def cache_key(
+    source: Source, split: str, tokenizer, data_format: str | None, seq_len: int, layout: str, truncation: str = "left"
+) -> str:
     what = {
+        "truncation": truncation,
         "version": LAYOUT_VERSION,
         "data": source.fingerprint(split),
         "tokenizer": tokenizer_fingerprint(tokenizer),

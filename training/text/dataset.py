@@ -16,6 +16,8 @@ from training.common.job import Job, data_source
 from . import cache, formats, packing, records
 
 DECODER, ENCODER = "decoder", "encoder"
+WHOLE, RUN_ON = "whole examples", "run on"
+"""How a decoder's examples were packed (packing.py): whole (the supervised formats) or run on (`text`)."""
 
 
 @dataclass
@@ -40,13 +42,17 @@ class TextData:
         """One line for the console: what the data became, and whether this run tokenised it."""
         m = self.meta
         rows = f"{m['records']} {m['format']} records -> {m['rows']} sequences of {m['seq_len']} tokens"
-        if m.get("dropped"):
+        if m.get("packing") == WHOLE:
+            rows += f", whole examples, packing efficiency {m['efficiency']:.1%} ({m['padding']} padding tokens"
+            rows += f"; {m['truncated']} prompts cut from the left; {m['dropped']} examples left out)"
+        elif m.get("dropped"):
             rows += f" ({m['dropped']} without a trained token left out)"
         how = f"tokenised in {m['seconds']:.1f} s" if self.tokenized.built else "tokenised before, read from the cache"
         return f"data: {rows}, {how} ({self.tokenized.folder})"
 
     def event(self) -> dict:
         m = self.meta
+        packed = {key: m[key] for key in ("packing", "efficiency", "padding", "truncated", "dropped") if key in m}
         return {
             "cache": self.tokenized.folder.name,
             "built": self.tokenized.built,
@@ -54,6 +60,7 @@ class TextData:
             "records": m["records"],
             "sequences": m["rows"],
             "seconds": round(self.tokenized.seconds, 3),
+            **packed,
         }
 
 
@@ -66,19 +73,27 @@ def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int) -> TextData
     """The job's data for `layout` (DECODER blocks with labels and positions, or ENCODER rows), from the cache."""
     source = records.resolve(data_source(job, run_dir))
     split, forced, seq_len = job.data.dataset_split, job.data.data_format, job.data.seq_len
-    key = cache.cache_key(source, split, tokenizer, forced, seq_len, layout)
+    truncation = job.data.truncation or "left"
+    key = cache.cache_key(source, split, tokenizer, forced, seq_len, layout, truncation)
     allowed = formats.ENCODER_FORMATS if layout == ENCODER else formats.FORMAT_NAMES
 
     def build() -> tuple[dict[str, np.ndarray], dict]:
         print(f"tokenising {source.name} into {cache.CACHE_DIR / key} (one process per disk)", flush=True)
         name, checked = formats.in_format(source.records(split), forced, allowed)
         encoded = formats.encode(checked, name, tokenizer, framed=layout == DECODER, workers=tokenising_processes())
+        counts = {}
         if layout == DECODER:
-            arrays = packing.pack_decoder(encoded, seq_len)
+            whole = name != "text"
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            arrays = packing.pack_decoder(encoded, seq_len, whole, truncation, pad or 0)
+            counts = {key: int(arrays.pop(key)) for key in ("truncated", "padding")}
+            computed = arrays["input_ids"].size
+            counts |= {"packing": WHOLE if whole else RUN_ON, "efficiency": (computed - counts["padding"]) / computed}
         else:
             arrays = packing.pack_encoder(encoded, seq_len, tokenizer.cls_token_id, tokenizer.sep_token_id)
         dropped = int(arrays.pop("dropped", 0))
         meta = {
+            **counts,
             "source": source.name,
             "split": split,
             "format": name,

@@ -78,7 +78,9 @@ def bench(
     data = write_chat(work / ("pairs.jsonl" if pairs else "chat.jsonl"), records, pairs=pairs)
     env = {**os.environ, "PYTHONPATH": str(repo)}
     invoke = [sys.executable, "-m", "invoke", "--search-root", str(repo)]
-    flags = ["--model", "llama2-tiny", "--dataset", str(data), "--steps", "1", "--nproc", "2"]
+    # --seq-len 512, llama2-tiny's context: its 128 holds no whole conversation (about 500 byte tokens each, their
+    # first reply after about 330), and examples are packed whole (training/text/packing.py).
+    flags = ["--model", "llama2-tiny", "--dataset", str(data), "--steps", "1", "--nproc", "2", "--seq-len", "512"]
     flags += ["--metrics-port", "0", "--checkpoint-interval", "0"]
     results = {"cold": [], "warm": []}
     for repeat in range(repeats):
