@@ -309,7 +309,8 @@ class OptimisationOptions:
     )
     schedule: str = option(
         "cosine",
-        "Learning-rate schedule after linear warmup: `cosine` (to 10% of peak) or `constant`.",
+        "Learning-rate schedule after linear warmup: `cosine` (to 10% of the peak at the last step for decoders, "
+        "to 0 for vision and BERT, as their references) or `constant`.",
         choices=("cosine", "constant"),
     )
     warmup_steps: int | None = option(None, "Linear warmup steps (or --warmup-epochs).", minimum=0)

@@ -47,6 +47,10 @@ class Trainer(abc.ABC):
     steps_per_epoch: int
     rate: tuple[str, str] = ("samples_per_s", "img_s")
     """The record field the progress line shows as throughput, and its short name there."""
+    LR_FLOOR: float = 0.0
+    """Where the cosine schedule ends, as a share of the peak learning rate: the family's reference's (vision:
+    torchvision's reference scripts, CosineAnnealingLR to `--lr-min` 0; BERT: Devlin et al. 2018 decay linearly
+    to 0)."""
 
     def __init__(self, job: Job, run_dir: Path):
         self.job = job
@@ -133,7 +137,7 @@ class Trainer(abc.ABC):
         o = self.job.optimisation
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer.optimizer,
-            lambda step: lr_multiplier(step, warmup_steps, self.total_steps, o.schedule),
+            lambda step: lr_multiplier(step, warmup_steps, self.total_steps, o.schedule, self.LR_FLOOR),
         )
         self.accelerator.register_for_checkpointing(scheduler)
         return scheduler

@@ -36,6 +36,7 @@ from .tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 class DecoderTrainer(Trainer):
     rate = ("tokens_per_s", "tok_s")
+    LR_FLOOR = 0.1  # Llama 2 (Touvron et al. 2023, section 2.2): cosine decay to 10% of the peak
 
     def __init__(self, job: Job, run_dir: Path):
         super().__init__(job, run_dir)
