@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from tests.helpers.product import output, read_jsonl, start_invoke
 from tests.helpers.tiny_decoders import TEMPLATES, TINY, tiny_config, write_tiny
@@ -156,3 +156,47 @@ def test_the_export_loads_in_plain_transformers_and_generates(runs, kind):
         prompt = torch.tensor([[1, *tokenizer("Summarize:", add_special_tokens=False)["input_ids"]]])
     generated = model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)
     assert generated.shape == (1, prompt.shape[1] + 4) and torch.equal(generated[:, : prompt.shape[1]], prompt)
+
+
+def exported_dtypes(folder: Path) -> set[str]:
+    """The dtypes of every tensor in the export's safetensors files, from their headers."""
+    found = set()
+    for path in folder.glob("*.safetensors"):
+        with path.open("rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(size))
+        found |= {entry["dtype"] for name, entry in header.items() if name != "__metadata__"}
+    return found
+
+
+def test_a_bf16_pretrained_folder_exports_in_bf16_with_its_own_generation_config_and_a_cache(tmp_path):
+    """Issue 50: the export kept use_cache off, replaced the source's generation config and widened bf16 to fp32.
+    A bf16 Qwen2-style folder with stop tokens and sampling of its own, fine-tuned two steps: its export is bf16,
+    says use_cache, keeps that generation config, generates with a cache, and has a model card."""
+    folder = write_tiny(tmp_path / "qwen2-bf16", "qwen2", tokenizer=True)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(**tiny_config("qwen2")), dtype=torch.bfloat16
+    ).save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    own = {"eos_token_id": [tokenizer.eos_token_id, 4], "do_sample": True, "temperature": 0.7, "top_p": 0.8}
+    GenerationConfig(**own, repetition_penalty=1.05).save_pretrained(folder)
+    runs = tmp_path / "runs"
+    args = ["train", "--model", str(folder), "--init", "pretrained", "--weights", str(folder), "--runs-dir", str(runs)]
+    args += ["--nproc", "1", "--steps", "2", "--checkpoint-interval", "0", *SMALL]
+    args += ["--dataset", str(write_chat(tmp_path / "chat.jsonl"))]
+    process = start_invoke(*args, env=ONE_THREAD)
+    assert process.wait(timeout=WAIT_S) == 0, output(process)[-3000:]
+    export = only_dir(runs) / "model"
+    assert exported_dtypes(export) == {"BF16"}
+    config = json.loads((export / "config.json").read_text())
+    assert config["use_cache"] is True and config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+    generation = json.loads((export / "generation_config.json").read_text())
+    assert {key: generation[key] for key in own} == own and generation["repetition_penalty"] == 1.05
+    model = AutoModelForCausalLM.from_pretrained(export)
+    prompt = torch.tensor([tokenizer("Hi", add_special_tokens=False)["input_ids"]])
+    out = model.generate(prompt, max_new_tokens=3, do_sample=False, return_dict_in_generate=True)
+    assert out.past_key_values is not None and out.sequences.shape[1] == prompt.shape[1] + 3
+    card = (export / "README.md").read_text()
+    assert "**weights**: bfloat16" in card and "**final loss**: " in card and f"**source**: {folder}" in card
+    assert "**architecture**: Qwen2ForCausalLM" in card and "**steps**: 2, of 4 sequences each" in card

@@ -59,6 +59,15 @@ def test_make_train_learns_and_exports_a_loadable_hf_model(tiny_run):
     assert sum(p.numel() for p in model.parameters()) == summary["sharding"]["total_params"]
     ids = torch.tensor([[1, *tokenizer("Summarize", add_special_tokens=False)["input_ids"]]])
     assert model(input_ids=ids).logits.shape == (1, ids.shape[1], 512)
+    # Ready to serve (issue 50): the cache on, the tokenizer's stop token, the dtype it trained in (fp32 on a CPU),
+    # a model card with the training facts.
+    exported = json.loads((tiny_run / "model" / "config.json").read_text())
+    assert exported["use_cache"] is True and exported.get("dtype", exported.get("torch_dtype")) == "float32"
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id and model.generation_config.use_cache
+    out = model.generate(ids, max_new_tokens=2, do_sample=False, return_dict_in_generate=True)
+    assert out.past_key_values is not None
+    card = (tiny_run / "model" / "README.md").read_text()
+    assert f"**final loss**: {summary['last_loss']:.4f}" in card and "**weights**: float32" in card
     spec = json.loads((tiny_run / "spec.json").read_text())
     assert spec["model"]["name"] == "llama2-tiny" and spec["parallelism"]["sharding"] == "FULL_SHARD"
     assert spec["parallelism"]["nproc"] == 2

@@ -16,9 +16,10 @@ from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
 from transformers.utils import logging as hf_logging
 
-from training.common.distributed import make_accelerator, verify_sharding
+from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.failure import doing
 from training.common.faults import hang_here
+from training.common.files import read_jsonl
 from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
@@ -29,7 +30,7 @@ from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
 
-from . import fast_paths
+from . import export, fast_paths
 from .model import build_model, consolidated_copy, decoder_layer_class, load_config
 from .tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
@@ -69,6 +70,9 @@ class DecoderTrainer(Trainer):
             model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
+        # What the export keeps of a pretrained source (training/llm/export.py): its dtype and generation config.
+        self.source_dtype = export.source_dtype(job.model.weights if pretrained else None)
+        self.source_generation = export.source_generation(job.model.weights if pretrained else None)
         problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, self.tokenizer_source)
         if problem:
             raise ValueError(problem)
@@ -183,7 +187,10 @@ class DecoderTrainer(Trainer):
             shutil.rmtree(tmp, ignore_errors=True)
             # One progress indicator per run (rank 0's steps): no second bar for the final model's shards.
             hf_logging.disable_progress_bar()
-            consolidated_copy(self.config, state_dict).save_pretrained(tmp, safe_serialization=True)
+            tmp.mkdir()
+            dtype = export.export_dtype(resolve_precision(self.job.parallelism.precision), self.source_dtype)
+            generation = export.generation_config(self.source_generation, self.config, self.tokenizer)
+            export.save(consolidated_copy(self.config, state_dict), tmp, dtype, generation, self._card(dtype))
             hf_logging.enable_progress_bar()
             self.tokenizer.save_pretrained(tmp)
             label = {"truncated": self.job.model.truncated_label, "run_id": self.job.run.run_id}
@@ -192,6 +199,25 @@ class DecoderTrainer(Trainer):
             tmp.rename(target)
         self.accelerator.wait_for_everyone()
         return target
+
+    def _card(self, dtype: torch.dtype) -> dict:
+        """The export's model card facts (training/llm/export.py)."""
+        job, data = self.job, self.dataset.event()
+        records = read_jsonl(self.run_dir / "metrics.jsonl")
+        source = job.model.weights if job.model.init == "pretrained" else f"{job.model.name}, random init"
+        packing = f", packing efficiency {data['efficiency']:.1%}" if "efficiency" in data else ""
+        return {
+            "run_id": job.run.run_id,
+            "source": source,
+            "architecture": (self.config.architectures or [self.config.model_type])[0],
+            "data": f"{data_source(job, self.run_dir)} ({data['format']}, {data['records']} records, "
+            f"{data['sequences']} sequences of {job.data.seq_len} tokens{packing})",
+            "steps": f"{self.total_steps}, of {job.optimisation.global_batch_size} sequences each",
+            "final loss": f"{records[-1]['loss']:.4f}" if records else None,
+            "eval loss": "not measured (no held-out split)",
+            "weights": str(dtype).removeprefix("torch."),
+            "trainkit": export.trainkit_version(),
+        }
 
     # ------------------------------------------------------------------ around the loop
 
