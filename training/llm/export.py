@@ -67,7 +67,10 @@ def trainkit_version() -> str:
     """trainkit's version, and the commit when it runs from a git checkout (a local run; an image has no .git)."""
     version = metadata.version("trainkit")
     here = Path(__file__).resolve().parent
-    found = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    try:  # an image has neither the checkout nor git itself
+        found = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return version
     return f"{version} (commit {found.stdout.strip()})" if found.returncode == 0 else version
 
 
