@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import pickle
 import shutil
 import subprocess
@@ -301,6 +302,36 @@ def test_a_planted_dcp_metadata_file_is_refused_before_dcp_unpickles_it(tmp_path
     with pytest.raises(AttributeError):  # DCP's reader runs the payload (and then finds no metadata)
         dcp.FileSystemReader(checkpoint / "pytorch_model_fsdp_0").read_metadata()
     assert (tmp_path / "ran").is_dir()
+
+
+def test_dcp_metadata_whose_enum_pickles_by_getattr_loads_and_no_other_getattr_does(tmp_path, monkeypatch):
+    """Python 3.11.0-3.11.4 and 3.12+ (the images' Debian 3.11.2 and Ubuntu 3.12) pickle an Enum member as
+    getattr(cls, name): DCP's metadata written there loads; a getattr of anything else is refused unrun."""
+    import enum
+
+    from torch.distributed.checkpoint import metadata
+
+    checkpoint = tmp_path / "step-00000002"
+    monkeypatch.setattr(enum.Enum, "__reduce_ex__", lambda self, proto: (getattr, (self.__class__, self._name_)))
+    dcp_checkpoint(checkpoint / "pytorch_model_fsdp_0")
+    written = (checkpoint / "pytorch_model_fsdp_0" / ".metadata").read_bytes()
+    assert b"getattr" in written and b"_MEM_FORMAT_ENCODING" in written  # as the images' Pythons write it
+    load_weights_only(checkpoint, lambda folder: None)
+    for target, name in ((metadata._MEM_FORMAT_ENCODING, "__class__"), (pathlib.PosixPath, "__init__")):
+        reduced = pickle.dumps(_GetattrOf(target, name))
+        (checkpoint / "pytorch_model_fsdp_0" / ".metadata").write_bytes(reduced)
+        with pytest.raises(RefusedCheckpoint, match="is not a member of DCP's enum"):
+            load_weights_only(checkpoint, lambda folder: pytest.fail("loaded"))
+
+
+class _GetattrOf:
+    """Pickles as getattr(target, name): what a planted file would use to reach an attribute of an allowed class."""
+
+    def __init__(self, target, name: str):
+        self.target, self.name = target, name
+
+    def __reduce__(self):
+        return getattr, (self.target, self.name)
 
 
 def test_dcps_non_tensor_items_load_weights_only_although_dcp_asks_for_pickle(tmp_path):

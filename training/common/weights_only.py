@@ -162,7 +162,22 @@ def _dcp_metadata_globals() -> dict[tuple[str, str], object]:
     ]
     found: dict[tuple[str, str], object] = {(c.__module__, c.__qualname__): c for c in classes}
     found |= {("torch", name): value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
+    found[("builtins", "getattr")] = _enum_member
     return found
+
+
+def _enum_member(cls, name: str):
+    """What `getattr` may do in a DCP metadata pickle: name a member of the one Enum it holds. Python 3.11.0-3.11.4
+    and 3.12+ pickle an Enum member as `getattr(cls, name)` (enum.py's Enum.__reduce_ex__; Debian bookworm's 3.11.2
+    and Ubuntu 24.04's 3.12, the images' Pythons, do), which a general getattr would turn into a way to any attribute
+    of any class the pickle may name."""
+    from torch.distributed.checkpoint import metadata
+
+    if cls is not metadata._MEM_FORMAT_ENCODING or name not in cls.__members__:
+        raise RefusedCheckpoint(
+            f"getattr({getattr(cls, '__qualname__', cls)!r}, {name!r}) is not a member of DCP's enum"
+        )
+    return cls[name]
 
 
 class _DcpMetadataUnpickler(pickle.Unpickler):
