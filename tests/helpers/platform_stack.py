@@ -249,19 +249,7 @@ class EtcdPod:
 
     def command(self, container: dict) -> list[str]:
         """setpriv as the container's user, group and capabilities, then its command on this machine's paths."""
-        context = {**self.pod.get("securityContext", {}), **container.get("securityContext", {})}
-        uid, gid = context.get("runAsUser", 0), context.get("runAsGroup", 0)
-        if context.get("runAsNonRoot") and uid == 0:
-            raise ValueError(f"{container['name']}: runAsNonRoot with runAsUser 0, which the kubelet refuses")
-        capabilities = context.get("capabilities", {})
-        if "ALL" not in capabilities.get("drop", []):
-            raise ValueError(f"{container['name']}: the stand-in runs containers that drop ALL capabilities")
-        kept = ",".join(["-all", *(f"+{name.lower()}" for name in capabilities.get("add", []))])
-        groups = f"--groups={context['fsGroup']}" if "fsGroup" in context else "--clear-groups"  # the pod's fsGroup
-        identity = ["setpriv", f"--reuid={uid}", f"--regid={gid}", groups, "--inh-caps=-all"]
-        identity.append(f"--bounding-set={kept}")
-        if context.get("allowPrivilegeEscalation") is False:
-            identity.append("--no-new-privs")
+        identity = as_container_user(self.pod, container)
         paths = {mount["mountPath"]: str(self.folder(mount)) for mount in container["volumeMounts"]}
         ports = {"2379": self.port, "2380": self.port + 1, "2381": self.metrics_port}
 
@@ -280,6 +268,25 @@ class EtcdPod:
 
     def stop(self) -> None:
         terminate(self.process)
+
+
+def as_container_user(pod: dict, container: dict) -> list[str]:
+    """setpriv as `container` of `pod` runs: its user and group (the pod's unless the container's own), the pod's
+    fsGroup as its one supplementary group, only the capabilities it adds, no new privileges where it says so. The
+    kubelet refuses runAsNonRoot with uid 0; the stand-ins run only containers that drop ALL capabilities."""
+    context = {**pod.get("securityContext", {}), **container.get("securityContext", {})}
+    uid, gid = context.get("runAsUser", 0), context.get("runAsGroup", 0)
+    if context.get("runAsNonRoot") and uid == 0:
+        raise ValueError(f"{container['name']}: runAsNonRoot with runAsUser 0, which the kubelet refuses")
+    capabilities = context.get("capabilities", {})
+    if "ALL" not in capabilities.get("drop", []):
+        raise ValueError(f"{container['name']}: the stand-in runs containers that drop ALL capabilities")
+    kept = ",".join(["-all", *(f"+{name.lower()}" for name in capabilities.get("add", []))])
+    groups = f"--groups={context['fsGroup']}" if "fsGroup" in context else "--clear-groups"
+    identity = ["setpriv", f"--reuid={uid}", f"--regid={gid}", groups, "--inh-caps=-all", f"--bounding-set={kept}"]
+    if context.get("allowPrivilegeEscalation") is False:
+        identity.append("--no-new-privs")
+    return identity
 
 
 def server_tls(folder: Path, ca: CertificateAuthority, names: list[str] | None = None) -> Path:

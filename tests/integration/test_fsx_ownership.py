@@ -20,27 +20,19 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.eks import job_for, worker
-from tests.helpers.platform_stack import manifests
+from tests.helpers.platform_stack import as_container_user, manifests
 from trainkit.backends.eks import cluster, fsx
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mount namespaces and setpriv need root")
 
 
-def layout_container() -> dict:
-    (job,) = [o for _, o in manifests() if o["kind"] == "Job" and o["metadata"]["name"] == "trainkit-fsx-layout"]
+def layout_pod() -> tuple[dict, dict]:
+    """The platform's layout Job's pod spec and its one container."""
+    (job,) = [o for _, o in manifests() if o["kind"] == "Job" and o["metadata"]["name"] == cluster.FSX_LAYOUT]
     assert job["metadata"]["namespace"] == cluster.PLATFORM_NAMESPACE  # not the jobs' admission rule's namespace
-    (container,) = job["spec"]["template"]["spec"]["containers"]
-    return container
-
-
-def as_user(context: dict) -> list[str]:
-    """setpriv as the container's user, group and capabilities (none kept unless the manifest adds them)."""
-    added = context.get("capabilities", {}).get("add", [])
-    assert "ALL" in context.get("capabilities", {}).get("drop", [])
-    kept = ",".join(["-all", *(f"+{name.lower()}" for name in added)])
-    uid, gid = context.get("runAsUser", 0), context.get("runAsGroup", context.get("runAsUser", 0))
-    identity = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all"]
-    return [*identity, f"--bounding-set={kept}"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
 
 
 def here(args: list[str], root: Path) -> list[str]:
@@ -61,8 +53,7 @@ def in_pod(pod: dict, container: dict, root: Path, volumes: dict[str, Path], arg
         script.append(f"mount --bind {source} {target}")
         if mount.get("readOnly"):
             script.append(f"mount -o remount,bind,ro {target}")
-    context = {**pod["securityContext"], **container.get("securityContext", {})}
-    script.append("exec " + shlex.join(as_user(context) + argv))
+    script.append("exec " + shlex.join(as_container_user(pod, container) + argv))
     command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=root)
 
@@ -96,9 +87,9 @@ def test_a_jobs_pod_writes_its_own_run_and_the_cache_and_nothing_else_on_the_vol
     volume.chmod(0o700)  # the layout sets the root's mode too
 
     # The platform's layout step, as rendered: root with only its manifest's capabilities; its /fsx is the volume.
-    container = layout_container()
+    layout, container = layout_pod()
     args = [str(volume) if arg == cluster.FSX_MOUNT else arg for arg in container["command"][1:]]
-    command = as_user(container["securityContext"]) + [sys.executable, *args]
+    command = as_container_user(layout, container) + [sys.executable, *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "4 root-owned entries given to 1000:1000" in done.stdout, done.stdout
