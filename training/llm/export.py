@@ -20,16 +20,13 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, GenerationConfig, PretrainedConfig
+from transformers import GenerationConfig, PretrainedConfig
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
-def source_dtype(weights: str | None) -> torch.dtype | None:
+def config_dtype(config: PretrainedConfig) -> torch.dtype | None:
     """The dtype a pretrained source's config names (transformers writes `dtype`, older `torch_dtype`)."""
-    if weights is None:
-        return None
-    config = AutoConfig.from_pretrained(weights, token=os.environ.get("HF_TOKEN"))
     named = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     return named if isinstance(named, torch.dtype) else DTYPES.get(str(named))
 

@@ -46,7 +46,8 @@ class DecoderTrainer(Trainer):
         parallel = job.parallelism
         selective = bool(parallel.activation_checkpointing) and (parallel.ac_every or 1) > 1
         # The weights' config, or the run's (random init: no weights): its model class names the decoder layer.
-        layer_class = decoder_layer_class(load_config(str(run_dir / MODEL_CONFIG), job.model.weights))
+        source = load_config(str(run_dir / MODEL_CONFIG), job.model.weights)
+        layer_class = decoder_layer_class(source)
         self.accelerator = acc = make_accelerator(
             parallel.sharding,
             parallel.precision,
@@ -71,7 +72,7 @@ class DecoderTrainer(Trainer):
         )
         self.config = model.config
         # What the export keeps of a pretrained source (training/llm/export.py): its dtype and generation config.
-        self.source_dtype = export.source_dtype(job.model.weights if pretrained else None)
+        self.source_dtype = export.config_dtype(source) if pretrained else None
         self.source_generation = export.source_generation(job.model.weights if pretrained else None)
         problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, self.tokenizer_source)
         if problem:
