@@ -20,7 +20,7 @@ from tests.helpers.batch_moto import P_QUOTA, batch_account
 from tests.helpers.containers import processes_with
 from tests.helpers.product import invoke_in, read_jsonl
 from tests.helpers.waiting import latest_step, wait_for
-from training.common.faults import HANG_ENV
+from training.common.faults import HANG_ENV, RELEASE_FILE
 
 JOB = ("--model", "bert-tiny", "--nodes", "2", "--nproc", "1", "--seq-len", "32", "--checkpoint-interval", "4")
 
@@ -51,9 +51,11 @@ def events(run_dir, kind: str) -> list[dict]:
 
 def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp_path, account):
     runs = account.service.fsx / "runs"
-    # Rank 1 of run stl sleeps in step 6 (outside any collective); rank 1 of run lost freezes (SIGSTOP) in step 10,
-    # after the host loss (each hang strikes once in a run). The longest jobs first: each submission takes seconds.
-    account.service.run_env |= {"stl": {HANG_ENV: "sleep@1:6"}, "lost": {HANG_ENV: "sigstop@1:10"}}
+    # Rank 1 of run stl sleeps in step 6 (outside any collective). Run lost's ranks wait in the save after step 8 until
+    # the test has failed a host and lets them go; in the second attempt its rank 1 freezes (SIGSTOP) in step 10
+    # (each fault strikes once in a run). The longest jobs first: each submission takes seconds.
+    gate = "hold@0:8,hold@1:8"
+    account.service.run_env |= {"stl": {HANG_ENV: "sleep@1:6"}, "lost": {HANG_ENV: f"{gate},sigstop@1:10"}}
     # A bert-tiny step takes well under a second here, even with the four jobs starting at once.
     stall = ("--stall-timeout", "3")
     lost = submit(tmp_path, account, "lost", *JOB, "--steps", "16", *stall, "--max-restarts", "1")
@@ -66,10 +68,15 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     said = invoke_in(tmp_path, "stop", "--run-id", "stp")  # once it runs: its containers get SIGTERM
     assert said.returncode == 0 and "stopping Batch job stp-" in said.stdout, said.stderr
 
-    # After the first checkpoint reached FSx, the child node's instance goes away. Batch does nothing to the main
-    # node; its workers lose their peer, it exits EXIT_REPLACE, and the retry strategy starts a second attempt.
-    wait_for(lambda: latest_step(runs / "lost") >= 4, 300, "the lost run's first checkpoint")
+    # With the step-4 checkpoint on FSx and both ranks held in the next save, the child node's instance goes away.
+    # Batch does nothing to the main node; once let go, its rank finds its peer gone, the node exits EXIT_REPLACE, and
+    # the retry strategy starts a second attempt.
+    markers = runs / "lost" / ".test-faults"
+    wait_for(lambda: all((markers / held).exists() for held in gate.split(",")), 300, "the lost run held at step 8")
+    assert latest_step(runs / "lost") == 4
     account.service.jobs[lost].fail_host(1)
+    wait_for(lambda: not processes_with(f"AWS_BATCH_JOB_ID={lost}#1"), 30, "the lost host's processes gone")
+    (markers / RELEASE_FILE).touch()
 
     done = account.wait(reference, timeout=300)
     assert done["status"] == "SUCCEEDED" and len(done["attempts"]) == 1, done
@@ -89,7 +96,10 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert losses(run) == reference_losses
     # The node whose rank hung names it (the other node's rank waited in a collective for it): rank 1, in the hook's
     # sleep after step 5. Its stacks went into its log: the hook, called from the training step.
-    (culprit,) = [e for e in events(run, "stalled") if 1 in e["not_arrived"]]
+    stalls = events(run, "stalled")
+    culprits = [e for e in stalls if 1 in e["not_arrived"]]
+    assert len(culprits) == 1, stalls  # each node's finding, whole, if not
+    (culprit,) = culprits
     assert culprit["step"] == 5 and culprit["not_arrived"] == [1] and culprit["allowance"] == "--stall-timeout"
     assert culprit["restart"]  # by the retry strategy's next attempt: torchrun restarts nobody inside one
     assert re.fullmatch(r"not in a collective: .*faults\.py:\d+ in hang_here", culprit["ranks"]["1"]["doing"])
@@ -112,7 +122,10 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     run = runs / "lost"
     assert [e["step"] for e in events(run, "resume")] == [4]
     assert {step: losses(run)[step] for step in range(1, 10)} == {step: reference_losses[step] for step in range(1, 10)}
-    (culprit,) = [e for e in events(run, "stalled") if 1 in e["not_arrived"]]
+    stalls = events(run, "stalled")
+    culprits = [e for e in stalls if 1 in e["not_arrived"]]
+    assert len(culprits) == 1, stalls
+    (culprit,) = culprits
     assert culprit["step"] == 9 and culprit["ranks"]["1"]["doing"] == "stopped by a signal", culprit
     assert not culprit["restart"], culprit  # the last attempt
     text = invoke_in(tmp_path, "status", "--run-id", "lost").stdout

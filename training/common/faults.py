@@ -14,7 +14,10 @@ restart count would not do, since an agent that restarts for a peer's new round 
 - deadlock: takes a lock it already holds, in the step: a deadlock outside any collective, blocked in C;
 - data:     never gets its batch (the read of the step's data does not return);
 - slowsave: takes SLOW_SAVE_ENV seconds (default 10) longer over the checkpoint saved after step <step>, then goes on:
-            a save far slower than the steps, which the watchdog must not take for a hang.
+            a save far slower than the steps, which the watchdog must not take for a hang;
+- hold:     waits in the checkpoint saved after step <step> until a file RELEASE_FILE is in the markers folder, then
+            goes on: a gate that keeps the run at a known place while a test acts on it (the save's allowance, not
+            --stall-timeout, bounds it).
 
 Its peers then wait in the step's first collective, which only --collective-timeout would end, if ever.
 """
@@ -36,7 +39,15 @@ a 20-minute checkpoint in 12 s at 100."""
 MARKERS_ENV = "TRAINKIT_TEST_HANG_MARKERS"
 """A folder every node of the run reaches, for the markers, where the run folder is not shared."""
 SLOW_SAVE_ENV = "TRAINKIT_TEST_SLOW_SAVE_S"
-KINDS = {"sigstop": "step", "sleep": "step", "deadlock": "step", "data": "data", "slowsave": "checkpoint"}
+RELEASE_FILE = "release"
+KINDS = {
+    "sigstop": "step",
+    "sleep": "step",
+    "deadlock": "step",
+    "data": "data",
+    "slowsave": "checkpoint",
+    "hold": "checkpoint",
+}
 """Each kind and the point of the step where it strikes."""
 
 
@@ -52,10 +63,14 @@ def _entries() -> list[tuple[str, int, int, int]]:
     return found
 
 
+def markers_folder() -> Path:
+    shared = os.environ.get(MARKERS_ENV)
+    return Path(shared) if shared else Path(os.environ.get(RUN_DIR_ENV, ".")) / ".test-faults"
+
+
 def _strikes(entry: str, times: int) -> bool:
     """Whether this entry strikes now: the first rank to get here takes one of its `times` markers."""
-    shared = os.environ.get(MARKERS_ENV)
-    folder = Path(shared) if shared else Path(os.environ.get(RUN_DIR_ENV, ".")) / ".test-faults"
+    folder = markers_folder()
     folder.mkdir(parents=True, exist_ok=True)
     for strike in range(times):
         try:
@@ -77,6 +92,10 @@ def hang_here(point: str, step: int) -> None:
         print(f"rank {rank}: test fault: {kind} at step {step}", flush=True)
         if kind == "slowsave":
             time.sleep(float(os.environ.get(SLOW_SAVE_ENV) or 10))
+            return
+        if kind == "hold":
+            while not (markers_folder() / RELEASE_FILE).exists():
+                time.sleep(0.1)
             return
         if kind == "sigstop":
             os.kill(os.getpid(), signal.SIGSTOP)
