@@ -41,9 +41,9 @@ def test_each_fast_path_is_taken(paths):
     assert paths["flash"]["taken"]["attention"] == "flash"
     assert paths["math_checkpointed"]["taken"]["checkpointed_layers"] == [0, 1, 2, 3]
     assert plain["attention_implementation"] == "sdpa"  # the pinned kernels bind: the model calls SDPA
-    assert (paths["bf16"]["taken"]["param_dtype"], paths["bf16"]["taken"]["reduce_dtype"]) == ("bfloat16",) * 2
-    fp32_reduce = paths["bf16_fp32_reduce"]["taken"]
-    assert (fp32_reduce["param_dtype"], fp32_reduce["reduce_dtype"]) == ("bfloat16", "float32")
+    assert (paths["bf16"]["taken"]["param_dtype"], paths["bf16"]["taken"]["reduce_dtype"]) == ("bfloat16", "float32")
+    bf16_reduce = paths["bf16_reduce"]["taken"]
+    assert (bf16_reduce["param_dtype"], bf16_reduce["reduce_dtype"]) == ("bfloat16", "bfloat16")
     assert (plain["optimizer_kernel"], paths["fused_adamw"]["taken"]["optimizer_kernel"]) == ("foreach", "fused")
     # every layer compiled in place, and dynamo really built graphs for them (none on the plain path)
     assert (plain["compiled_layers"], paths["compiled"]["taken"]["compiled_layers"]) == ([], [0, 1, 2, 3])
@@ -56,9 +56,9 @@ def test_each_fast_path_keeps_the_plain_paths_losses(paths):
         assert paths[name]["losses"] == plain, name
     for name in ("flash", "math_checkpointed", "fused_adamw", "compiled"):  # other kernels: fp32 rounding only
         assert paths[name]["losses"] == pytest.approx(plain, abs=1e-5), name
-    # bf16 compute: within bf16's rounding of fp32; fp32 reductions within that of bf16 ones
+    # bf16 compute: within bf16's rounding of fp32; bf16 reductions within that of fp32 ones
     assert paths["bf16"]["losses"] == pytest.approx(plain, abs=2e-3)
-    assert paths["bf16_fp32_reduce"]["losses"] == pytest.approx(paths["bf16"]["losses"], abs=2e-3)
+    assert paths["bf16_reduce"]["losses"] == pytest.approx(paths["bf16"]["losses"], abs=2e-3)
 
 
 def _losses(run_dir) -> dict[int, float]:
@@ -66,11 +66,11 @@ def _losses(run_dir) -> dict[int, float]:
 
 
 def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_the_plain_run(tiny_run, tmp_path):
-    """One `invoke train` with every fast path on, under bf16 with fp32 reductions (each exact path's equality
+    """One `invoke train` with every fast path on, under bf16 with bf16 reductions (each exact path's equality
     with the plain path is the per-path test's; one run here keeps the suite short)."""
     flags = ["--steps", "4", "--metrics-port=0", "--activation-checkpointing", "true", "--ac-every", "2"]
     flags += ["--prefetch", "1", "--reshard-last-layer", "false", "--attention", "flash", "--packing", "concat"]
-    flags += ["--precision", "bf16", "--reduce-dtype", "fp32", "--fused-adamw", "true", "--compile", "true"]
+    flags += ["--precision", "bf16", "--reduce-dtype", "bf16", "--fused-adamw", "true", "--compile", "true"]
     result = invoke("train", "--runs-dir", str(tmp_path), *flags)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
@@ -82,7 +82,7 @@ def test_the_trainer_takes_every_fast_path_and_trains_within_bf16_rounding_of_th
     assert taken["compiled_layers"] == [0, 1, 2, 3] and taken["graphs_compiled"] >= 1  # the compiler ran
     assert taken["forward_prefetch"] == [1, 1, 1, 0] and taken["backward_prefetch"] == [0, 1, 1, 1]
     assert taken["reshard_after_forward"] == [True, True, True, False]
-    assert (taken["param_dtype"], taken["reduce_dtype"]) == ("bfloat16", "float32")
+    assert (taken["param_dtype"], taken["reduce_dtype"]) == ("bfloat16", "bfloat16")
     plain, fast = _losses(tiny_run), _losses(run_dir)
     for step in range(1, 5):  # warm-up steps: the learning rate does not depend on the run's length
         assert fast[step] == pytest.approx(plain[step], abs=2e-2), (step, fast[step], plain[step])

@@ -32,7 +32,7 @@ PATHS = {
     "flash": {"attention": "flash"},
     "math_checkpointed": {"attention": "math", "ac_every": 1},  # recomputed in backward with the same kernel
     "bf16": {"bf16": True},
-    "bf16_fp32_reduce": {"bf16": True, "reduce_dtype": "fp32"},
+    "bf16_reduce": {"bf16": True, "reduce_dtype": "bf16"},
     "fused_adamw": {"fused": True},
     "compiled": {"compile": True},
 }

@@ -75,15 +75,16 @@ BERT_15B = 1_527_814_522
 
 
 def test_zero1_partitions_only_the_optimizer_state_of_the_registrys_exact_parameter_count():
-    """ZeRO stage 1 (Rajbhandari et al. 2020, section 5.1): 2Ψ + 2Ψ + 12Ψ/N_d, Ψ the registry's BertForMaskedLM
-    count (not the FLOPs shape's 1,572,385,600 with an untied head), N_d = 16 nodes x 8 GPUs."""
+    """ZeRO stage 1 (Rajbhandari et al. 2020, section 5.1) with fp32 gradient accumulation: 2Ψ + (2Ψ + 4Ψ) +
+    12Ψ/N_d, Ψ the registry's BertForMaskedLM count (not the FLOPs shape's 1,572,385,600 with an untied head),
+    N_d = 16 nodes x 8 GPUs."""
     plan = plan_of(model="bert-1.5b", nodes=16, sharding="ZERO_1")
     assert plan.param_count == BERT_15B and plan.world_size == 128 and plan.shard_group == 128
     zero = plan.memory_per_gpu["ZERO_1"]
     assert zero.optimizer == 12 * BERT_15B / 128  # fp32 master weights + LAMB's two fp32 moments, partitioned
     assert zero.parameters == 2 * BERT_15B  # bf16, on every GPU
-    assert zero.gradients == 2 * BERT_15B + 4 * BERT_15B / 128  # bf16, and the step's fp32 copy of this partition
-    assert zero.buckets == 2 * 500_000_000  # DeepSpeed 0.19.8's reduce_bucket_size, one bf16 buffer
+    assert zero.gradients == 2 * BERT_15B + 4 * BERT_15B  # bf16, and their fp32 sum over the micro batches
+    assert zero.buckets == 4 * 500_000_000  # at most one fp32 copy of DeepSpeed 0.19.8's all-reduce bucket
     assert zero.gathered_parameters == 0
     # the recipe: micro batch 16 of 128 tokens; 48 layers x 34sbh (h = 1600, no recomputation), fp32 logits + grad
     assert zero.activations == 48 * 34 * 128 * 16 * 1600 and zero.logits == 8 * 128 * 16 * 30522

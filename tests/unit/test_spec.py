@@ -72,8 +72,8 @@ def test_layers_label_and_limits(tmp_path):
         ({"lr": "0"}, r"--lr must be positive"),
         ({"sharding": "NO_SHARD", "prefetch": 2}, r"--prefetch: FSDP2 settings, and --sharding NO_SHARD is DDP"),
         ({"sharding": "NO_SHARD", "reshard_last_layer": "false"}, r"--reshard-last-layer: FSDP2 settings"),
-        ({"precision": "fp32", "reduce_dtype": "fp32"}, r"--reduce-dtype fp32: under --precision fp32"),
-        ({"reduce_dtype": "fp32"}, r"--reduce-dtype fp32: under --precision auto on this machine \(no GPU\)"),
+        ({"precision": "fp32", "reduce_dtype": "bf16"}, r"--reduce-dtype bf16: under --precision fp32"),
+        ({"reduce_dtype": "bf16"}, r"--reduce-dtype bf16: under --precision auto on this machine \(no GPU\)"),
         (
             {"sharding": "SHARD_GRAD_OP", "reshard_last_layer": "false"},
             r"--reshard-last-layer false: under --sharding SHARD_GRAD_OP no layer reshards after forward",
@@ -95,6 +95,12 @@ def test_bad_input_names_the_flag(flags, message, monkeypatch):
     monkeypatch.setattr(hardware, "local_gpu_count", lambda: 0)  # the messages of a machine without GPUs, anywhere
     with pytest.raises(SpecError, match=message):
         spec_of(**flags)
+
+
+def test_the_default_reduction_dtype_may_be_given_under_fp32(monkeypatch):
+    """fp32 is what an fp32 run reduces in anyway (issue 50): only `bf16`, which it would ignore, is refused."""
+    monkeypatch.setattr(hardware, "local_gpu_count", lambda: 0)
+    assert spec_of(reduce_dtype="fp32").reduce_dtype == "fp32"
 
 
 @pytest.mark.parametrize("target", ["local", "eks"])

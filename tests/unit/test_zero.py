@@ -4,6 +4,7 @@ gloo world of one, a planted pickle refused. With processes: tests/e2e/test_bert
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import shutil
@@ -16,6 +17,7 @@ import torch.distributed as dist
 from tests.helpers.guards import RefusedPopen
 from tests.helpers.planted import REFUSED, Planted, plant_and_load
 from training.common.sharded_lamb import PartitionLamb
+from training.common.trainer import parameter_groups
 from training.common.weights_only import FORCE_ENV, RefusedCheckpoint, load_weights_only, weights_only_loads
 from training.common.zero import (
     TAG,
@@ -26,6 +28,7 @@ from training.common.zero import (
     initialize,
     saved_world_size,
 )
+from training.vision.lamb import Lamb
 
 
 def test_the_engine_steps_when_the_trainer_says_and_partitions_the_optimizer_only():
@@ -35,6 +38,45 @@ def test_the_engine_steps_when_the_trainer_says_and_partitions_the_optimizer_onl
     assert (config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]) == (16, 24)
     assert config["gradient_clipping"] == 1.0 and config["bf16"] == {"enabled": True}
     assert "train_batch_size" not in config  # a rank's share may be one short of the others' (uneven batches)
+
+
+def test_under_bf16_gradients_accumulate_and_reduce_in_fp32_and_lamb_gets_whole_norms(zero_state):
+    """bf16 (issue 50): DeepSpeed's BF16_Optimizer adds each micro batch's bf16 gradients into fp32 and reduces
+    them in fp32; LAMB on its slice (partition_layout) takes the step LAMB takes on whole fp32 parameters with those
+    fp32 sums. Two parameter groups, so the layout is read per group; LAMB's trust ratios in the first."""
+    assert engine_config(2, 1, 1.0, bf16=False).get("data_types") is None  # fp32: DeepSpeed's ZeRO-1 as before
+    torch.manual_seed(1)
+    layers = torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 5), torch.nn.Linear(5, 3)
+    model = torch.nn.Sequential(*layers)
+    master = [p.detach().to(torch.bfloat16).float() for p in model.parameters()]  # DeepSpeed's: the bf16 module's
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    groups = parameter_groups(model, weight_decay=0.01)
+    index = {id(p): i for i, p in enumerate(model.parameters())}
+    members = [[index[id(p)] for p in group["params"]] for group in groups]  # DeepSpeed replaces the lists
+    settings = [{key: value for key, value in group.items() if key != "params"} for group in groups]  # decay, adapt
+    optimizer = PartitionLamb(groups, lr=0.01)
+    with pytest.MonkeyPatch.context() as env:
+        env.setattr(subprocess, "Popen", RefusedPopen)
+        engine = initialize(model, optimizer, engine_config(2, 2, 0.0, bf16=True))
+    assert type(engine.optimizer).__name__ == "BF16_Optimizer" and engine.communication_data_type == torch.float32
+    batches = [torch.randn(2, 4), torch.randn(2, 4)]
+    summed = [torch.zeros_like(p) for p in master]  # what the fp32 buffer must hold: the bf16 gradients' fp32 sum
+    for batch in batches:
+        engine.backward(engine(batch.to(torch.bfloat16)).float().square().sum(), scale_wrt_gas=False)
+        bf16.zero_grad()
+        bf16(batch.to(torch.bfloat16)).float().square().sum().backward()
+        for total, param in zip(summed, bf16.parameters(), strict=True):
+            total += param.grad.float()
+    engine.step()
+    reference = [torch.nn.Parameter(p) for p in master]
+    by_group = [{**kept, "params": [reference[i] for i in m]} for m, kept in zip(members, settings, strict=True)]
+    for param, total in zip(reference, summed, strict=True):
+        param.grad = total
+    Lamb(by_group, lr=0.01, betas=(0.9, 0.999), eps=1e-6).step()
+    for flat, held in zip(engine.optimizer.fp32_groups_flat_partition, members, strict=True):  # each padded
+        expected = torch.cat([reference[i].detach().flatten() for i in held])
+        assert torch.allclose(flat[: expected.numel()], expected, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(expected, torch.cat([p.flatten() for p in master]))  # the step moved something
 
 
 @pytest.mark.parametrize("prefix", ["", "bf16_"])

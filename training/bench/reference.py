@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if job.parallelism.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mesh = init_device_mesh(device.type, (world,))
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16) if bf16 else None
+    # bf16 compute, fp32 gradient reduction: trainkit's default (training/common/distributed.py mixed_precision_policy)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
     shard = {"mesh": mesh, "reshard_after_forward": SHARDED[job.parallelism.sharding]}
     if policy is not None:
         shard["mp_policy"] = policy

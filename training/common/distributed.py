@@ -92,9 +92,12 @@ def make_accelerator(
 
 
 def mixed_precision_policy(mixed_precision: str, reduce_dtype: str | None) -> dict | None:
-    """FSDP2's policy when the reduction dtype is not Accelerate's default (which is the compute dtype); None
-    leaves Accelerate's policy (bf16 parameters, reductions and outputs under bf16; none in fp32)."""
-    if mixed_precision != "bf16" or reduce_dtype in (None, "bf16"):
+    """FSDP2's policy under bf16: bf16 parameters and outputs, gradients reduce-scattered in fp32 unless
+    `reduce_dtype` is `bf16`. None leaves Accelerate's policy: under bf16 its reductions are bf16 too (the compute
+    dtype: accelerate/utils/dataclasses.py `FullyShardedDataParallelPlugin.set_mixed_precision`, v1.15.0); in fp32
+    there is none. fp32 is the default because a bf16 reduce-scatter rounds the sum of every rank's gradients to
+    8 bits of mantissa, and FSDP2 then upcasts that rounded sum into the fp32 sharded gradient."""
+    if mixed_precision != "bf16" or reduce_dtype == "bf16":
         return None
     return {"param_dtype": torch.bfloat16, "reduce_dtype": torch.float32, "output_dtype": torch.bfloat16}
 

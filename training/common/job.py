@@ -158,7 +158,8 @@ class ModelOptions:
     name: str = option(
         "llama2-tiny",
         "The model: a registry name (training/registry.py), or a Hugging Face causal LM as a hub id, a local model "
-        "folder or its config.json.",
+        "folder or its config.json. The BERT models train with a byte tokenizer (one token per byte), not BERT's "
+        "WordPiece: their losses are not comparable to the published ones.",
         flag="model",
     )
     family: str | None = option(
@@ -408,7 +409,9 @@ class ParallelismOptions:
     )
     reduce_dtype: str | None = option(
         None,
-        "Under bf16, the dtype FSDP2 reduce-scatters gradients in: `bf16` (default, Accelerate's) or `fp32`.",
+        "Under bf16, the dtype FSDP2 reduce-scatters gradients in: `fp32` (default) or `bf16` (Accelerate's own "
+        "default: half the bytes on the network, the sum rounded to bf16). BERT's ZeRO-1 always accumulates and "
+        "reduces in fp32.",
         choices=("bf16", "fp32"),
         trains=False,  # rounding only: a run may resume with another
         family="decoder",

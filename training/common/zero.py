@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import logging
 import os
 import random
@@ -61,7 +62,7 @@ PRINT_NEVER = 1 << 30
 
 def engine_config(micro_batch_size: int, micro_steps: int, grad_clip: float, bf16: bool) -> dict:
     """DeepSpeed's configuration for a ZeRO-1 job (keys: DeepSpeed's config-json documentation)."""
-    return {
+    config = {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": micro_steps,
         "managed_gradient_accumulation": False,
@@ -73,6 +74,15 @@ def engine_config(micro_batch_size: int, micro_steps: int, grad_clip: float, bf1
         "steps_per_print": PRINT_NEVER,
         "wall_clock_breakdown": False,
     }
+    if bf16:
+        # Under bf16 DeepSpeed accumulates the micro batches' gradients in the model's dtype (engine.py
+        # `get_data_types`) and reduces them in bf16 (`communication_data_type`). fp32 for both instead: with
+        # `grad_accum_dtype` fp32 the ZeRO-1 optimizer is BF16_Optimizer (engine.py `_do_optimizer_sanity_check`),
+        # which adds each micro batch's bf16 gradients into an fp32 buffer (bf16_optimizer.py `update_hp_grads`)
+        # that the step all-reduces (`buffered_allreduce_fallback`, in fp32 as `communication_data_type` says).
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
+        config["communication_data_type"] = "fp32"
+    return config
 
 
 def _import_deepspeed():
@@ -89,9 +99,12 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, config:
     """The DeepSpeed engine over `model` (moved to this rank's device) with `optimizer` partitioned by ZeRO-1,
     joining the process group that already exists."""
     deepspeed = _import_deepspeed()
-    engine, _optimizer, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, config=config, dist_init_required=False
-    )
+    # BF16_Optimizer prints its set-up's memory to stdout (runtime/utils.py `see_memory_usage`, forced); its
+    # warnings and errors go to DeepSpeed's logger on stderr.
+    with contextlib.redirect_stdout(io.StringIO()):
+        engine, _optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=config, dist_init_required=False
+        )
     if isinstance(optimizer, PartitionLamb):
         zero = engine.optimizer
         group = zero.dp_process_group
@@ -105,26 +118,43 @@ def _all_reduce(values: torch.Tensor, group) -> torch.Tensor:
 
 
 def partition_layout(zero) -> list[tuple[list[Fragment], int]]:
-    """Per parameter group of DeepSpeed's ZeRO-1 optimizer (DeepSpeedZeroOptimizer, runtime/zero/stage_1_and_2.py):
-    what this rank's slice of the flat buffer holds, and how many parameters the group has. The buffer lays the
-    parameters out in `round_robin_bit16_groups` order at `round_robin_bit16_offsets` (with alignment padding
-    between them), and rank r owns [r * partition_size, (r + 1) * partition_size)."""
+    """Per parameter group of DeepSpeed's ZeRO-1 optimizer: what this rank's slice of the flat buffer holds, and how
+    many parameters the group has. Rank r owns [r * partition_size, (r + 1) * partition_size) of the group's buffer.
+
+    - DeepSpeedZeroOptimizer (runtime/zero/stage_1_and_2.py, gradients reduced in the model's dtype): the buffer lays
+      the parameters out in `round_robin_bit16_groups` order at `round_robin_bit16_offsets` (with alignment padding
+      between them).
+    - BF16_Optimizer (runtime/bf16_optimizer.py `_setup_for_real_optimizer`, bf16 with fp32 gradient accumulation):
+      `bf16_groups_flat` holds `bf16_groups` end to end, padded at the end only (`_flatten_dense_tensors_aligned`),
+      and this rank's fp32 slice is `fp32_groups_flat_partition`."""
+    bf16 = hasattr(zero, "bf16_groups_flat")
     layout = []
-    for index, metas in enumerate(zero.round_robin_bit16_meta):
-        rank = dist.get_rank(group=zero.real_dp_process_group[index])
-        size = int(zero.partition_size[index])
-        held = zero.single_partition_of_fp32_groups[index].numel()
+    for index, held in enumerate(flat.numel() for flat in master_partitions(zero)):
+        group = zero.real_dp_process_group[index]
+        if bf16:
+            sizes = [tensor.numel() for tensor in zero.bf16_groups[index]]
+            size = zero.bf16_groups_flat[index].numel() // dist.get_world_size(group=group)
+            offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        else:
+            sizes = [meta.numel() for meta in zero.round_robin_bit16_meta[index]]
+            size, offsets = int(zero.partition_size[index]), list(zero.round_robin_bit16_offsets[index])
+        rank = dist.get_rank(group=group)
         if held != size:
             raise RuntimeError(f"DeepSpeed's partition {index} holds {held} elements, its layout says {size}")
-        sizes = [meta.numel() for meta in metas]
-        fragments = partition_fragments(list(zero.round_robin_bit16_offsets[index]), sizes, rank * size, size)
-        layout.append((fragments, len(sizes)))
+        layout.append((partition_fragments(offsets, sizes, rank * size, size), len(sizes)))
     return layout
+
+
+def master_partitions(zero) -> list[torch.Tensor]:
+    """This rank's fp32 master slices, one per parameter group, of either ZeRO-1 optimizer (partition_layout)."""
+    return (
+        zero.fp32_groups_flat_partition if hasattr(zero, "bf16_groups_flat") else zero.single_partition_of_fp32_groups
+    )
 
 
 def optimizer_share(engine) -> tuple[int, int]:
     """(fp32 master elements this rank keeps, the model's parameter elements): ZeRO-1's optimizer share."""
-    local = sum(flat.numel() for flat in engine.optimizer.single_partition_of_fp32_groups)
+    local = sum(flat.numel() for flat in master_partitions(engine.optimizer))
     total = sum(param.numel() for param in engine.module.parameters())
     return local, total
 
@@ -135,7 +165,7 @@ def verify_partitioned(engine, world: int) -> dict:
     local, total = optimizer_share(engine)
     found = {"strategy": "ZERO_1", "local_optimizer_elements": local, "total_params": total, "world_size": world}
     expected = total / world
-    if world > 1 and not 0.9 * expected <= local <= 1.1 * expected + 64 * len(engine.optimizer.partition_size):
+    if world > 1 and not 0.9 * expected <= local <= 1.1 * expected + 64 * len(master_partitions(engine.optimizer)):
         raise ShardingError(
             f"ZERO_1: this rank keeps {local} of {total} optimizer elements, expected about {expected:.0f} (1/{world})"
         )

@@ -3,7 +3,7 @@
 `invoke bench train` answers "how far is trainkit from the bare loop" and runs pairs; this answers "which of
 trainkit's own switches makes it faster here" with one trainkit run per variant on the same job (no reference,
 no profiled steps): the plain job, then each switch alone (--compile, --attention flash, --prefetch,
---reduce-dtype fp32, activation checkpointing), then every switch that beat the plain run by more than
+--reduce-dtype bf16, activation checkpointing), then every switch that beat the plain run by more than
 `--margin` together. A variant that fails is recorded with its error, not fatal: `--attention flash` refuses
 where FlashAttention cannot run. Each run's figures are the steady-step medians of `invoke bench train`
 (trainkit/bench/record.py). Results: one JSON file, written after every run, so a sweep cut short keeps what it
@@ -39,7 +39,7 @@ VARIANTS = {
     "compile": ["--compile", "true"],
     "flash": ["--attention", "flash"],
     "prefetch-1": ["--prefetch", "1"],
-    "reduce-fp32": ["--reduce-dtype", "fp32"],
+    "reduce-bf16": ["--reduce-dtype", "bf16"],
     "ac-every-2": ["--activation-checkpointing", "true", "--ac-every", "2"],
 }
 

@@ -247,10 +247,10 @@ def _validate_fast_paths(job: Job, machine: Machine) -> None:
     )
     fp32 = p.precision == "fp32" or (p.precision == "auto" and machine.gpus_per_node == 0)
     require(
-        p.reduce_dtype is None or not fp32,
+        p.reduce_dtype != "bf16" or not fp32,
         f"--reduce-dtype {p.reduce_dtype}: under --precision {p.precision} "
-        f"{'on this machine (no GPU) ' if p.precision == 'auto' else ''}gradients are reduced in fp32; it applies "
-        "with --precision bf16 (or auto on a GPU)",
+        f"{'on this machine (no GPU) ' if p.precision == 'auto' else ''}gradients are fp32 and reduced in fp32; it "
+        "applies with --precision bf16 (or auto on a GPU)",
     )
     require(
         p.reshard_last_layer is None or p.sharding != "SHARD_GRAD_OP",

@@ -10,17 +10,17 @@ optimizer state: 2Ψ + 2Ψ + KΨ/N_d. LAMB and AdamW, trainkit's BERT optimizers
 K = 12 for both.
 
     parameters   2Ψ            the bf16 model on every GPU (DeepSpeed casts the module to bf16)
-    gradients    2Ψ + 4Ψ/N_d   bf16 gradients (`data_types.grad_accum_dtype` unset: the model's dtype, engine.py
-                               `get_data_types`), and at the step this rank's partition of them upcast to fp32
-                               (runtime/zero/stage_1_and_2.py `step`, `single_grad_partition`)
+    gradients    2Ψ + 4Ψ       each micro batch's bf16 gradients, added into an fp32 buffer of the whole model
+                               (training/common/zero.py sets `data_types.grad_accum_dtype` fp32, so ZeRO-1 runs as
+                               runtime/bf16_optimizer.py's BF16_Optimizer: `fp32_groups_gradients_flat`, one per
+                               parameter group, `update_hp_grads`); this rank's partition of it is a view
     optimizer    12Ψ/N_d       fp32 master weights and the two fp32 moments of this rank's partition
-    buckets      2 x 5e8       one reduce bucket: `reduce_bucket_size` defaults to 5e8 elements and, with
-                               `contiguous_gradients` (default true), DeepSpeed allocates one buffer of that many
-                               elements in the gradients' dtype (stage_1_and_2.py `setup_buckets`; a second one
-                               only with `overlap_comm`, false by default below stage 3: zero/config.py
-                               `overlap_comm_valid`). `allgather_bucket_size` (also 5e8) allocates nothing: the
-                               updated partitions are gathered into the flat bf16 parameter buffer in place
-                               (runtime/utils.py `all_gather_dp_groups` -> `all_gather_into_tensor`)
+    buckets      4 x min(Ψ, 5e8)  the all-reduce's flat copy: at the step the engine reduces the fp32 buffers in
+                               buckets that close once past 5e8 elements (engine.py `buffered_allreduce_fallback`,
+                               MEMORY_OPT_ALLREDUCE_SIZE; `allreduce_no_retain`), and `allreduce_bucket` flattens each
+                               bucket into a new tensor, in fp32 as `communication_data_type` says. The updated
+                               partitions are gathered into the flat bf16 parameter buffer in place
+                               (bf16_optimizer.py `update_lp_params` -> runtime/utils.py `all_gather_dp_groups`)
 
 DeepSpeed 0.19.8 (the pinned version; its defaults in deepspeed/runtime/zero/config.py, `DeepSpeedZeroConfig`), as
 training/common/zero.py configures it: `"zero_optimization": {"stage": 1}`, bf16, everything else DeepSpeed's own.
@@ -38,10 +38,10 @@ from training.common.job import ZERO_1
 ADAM_STATE_BYTES = 12
 """K of the ZeRO paper: bytes of optimizer state per parameter, fp32 master weights and two fp32 moments."""
 DS_REDUCE_BUCKET_ELEMENTS = 500_000_000
-"""DeepSpeed 0.19.8 `zero_optimization.reduce_bucket_size` default (zero/config.py: `pp_int(5e8)` elements)."""
-DS_COMMUNICATION_BYTES = 2
-"""bf16: DeepSpeed reduces gradients in the model's dtype (engine.py `communication_data_type`) and gathers the
-bf16 weights."""
+"""DeepSpeed 0.19.8's all-reduce bucket at the step (engine.py MEMORY_OPT_ALLREDUCE_SIZE, 5e8 elements)."""
+DS_COMMUNICATION_BYTES = 4
+"""fp32: the gradients are reduced in fp32 (training/common/zero.py's `communication_data_type`); the weights are
+gathered in bf16."""
 DATA_PARALLEL = (ZERO_1, "NO_SHARD")
 """The strategies this module sizes (every GPU computes with the whole model)."""
 
@@ -53,8 +53,8 @@ def state_bytes(sharding: str, params: int, world: int) -> dict[str, float]:
     if sharding == ZERO_1:
         return {
             "parameters": 2 * params,
-            "gradients": 2 * params + 4 * params / world,
+            "gradients": 2 * params + 4 * params,
             "optimizer": ADAM_STATE_BYTES * params / world,
-            "buckets": DS_COMMUNICATION_BYTES * DS_REDUCE_BUCKET_ELEMENTS,
+            "buckets": DS_COMMUNICATION_BYTES * min(params, DS_REDUCE_BUCKET_ELEMENTS),
         }
     return {"parameters": 4 * params, "gradients": 4 * params, "optimizer": 8 * params, "buckets": 4 * params}

@@ -13,7 +13,8 @@ all-gathers bf16 copies to compute):
                      after forward (FULL_SHARD, HYBRID_SHARD); all 2N kept from forward to backward
                      (SHARD_GRAD_OP)
     NO_SHARD, ZERO_1 parameters, gradients, optimizer state and communication buckets as data_parallel.py
-                     says (DDP: 4N + 4N + 8N + 4N of buckets; ZeRO-1: 2N + 2N + 12N/world + DeepSpeed's bucket)
+                     says (DDP: 4N + 4N + 8N + 4N of buckets; ZeRO-1: 2N + 6N + 12N/world + the all-reduce's
+                     fp32 bucket)
     activations      per layer 34*s*b*h bytes without recomputation (Korthikanti et al. 2022,
                      "Reducing Activation Recomputation in Large Transformer Models", eq. 1, with the
                      5*a*s/h attention-score term removed because SDPA/flash attention does not store
@@ -159,7 +160,8 @@ def step_cost(plan: Plan) -> scaling.StepCost:
         micro_batches=plan.grad_accum_steps,
         largest_unit=max(shape.params_per_layer(), shape.vocab * shape.hidden),
         param_bytes=4 if fp32 else 2,
-        grad_bytes=4 if fp32 or job.parallelism.reduce_dtype == "fp32" else 2,
+        # fp32 unless --reduce-dtype bf16 (a decoder's FSDP2; BERT's ZeRO-1 always reduces in fp32)
+        grad_bytes=2 if job.parallelism.reduce_dtype == "bf16" and not fp32 else 4,
         ddp_grad_bytes=4,  # DDP keeps fp32 parameters and all-reduces their fp32 gradients
     )
 
@@ -298,8 +300,9 @@ COLUMNS = (
     ("logits", "logits", 9),
 )
 NOTES = {  # what the data-parallel rows hold (trainkit/plan/data_parallel.py)
-    ZERO_1: "ZERO_1: DeepSpeed ZeRO stage 1: bf16 parameters and gradients on every GPU, fp32 master weights and\n"
-    "          two moments (12 bytes a parameter) over the {world} ranks; buckets: DeepSpeed's reduce bucket",
+    ZERO_1: "ZERO_1: DeepSpeed ZeRO stage 1: bf16 parameters and gradients and their fp32 sum on every GPU, fp32\n"
+    "          master weights and two moments (12 bytes a parameter) over the {world} ranks; buckets: the fp32\n"
+    "          all-reduce's copy",
     "NO_SHARD": "NO_SHARD: DDP: fp32 parameters, gradients and two moments on every GPU; buckets: DDP's copy of the\n"
     "          gradients",
 }

@@ -204,7 +204,7 @@ class StepCost:
     micro_batches: int  # gradient accumulation steps
     largest_unit: float  # parameters of the largest FSDP unit (a layer, or embedding / LM head)
     param_bytes: int = 2  # bf16 working copies all-gathered by FSDP
-    grad_bytes: int = 2  # gradients reduced in bf16 (FSDP2's MixedPrecisionPolicy as the trainer sets it)
+    grad_bytes: int = 2  # bytes per gradient element reduced (the trainers' default fp32: memory.py step_cost)
     ddp_grad_bytes: int | None = None  # DDP's gradients (trainkit's: the fp32 parameters' fp32 gradients)
 
 
