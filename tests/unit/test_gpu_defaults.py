@@ -70,3 +70,16 @@ def test_the_combined_run_takes_only_the_winners():
     }
     assert combined(results, 0.01) == ["--compile", "true", "--activation-checkpointing", "true", "--ac-every", "2"]
     assert combined({"compile": {"tokens_per_s": 5.0}}, 0.01) == []  # no plain run: nothing to beat
+
+
+@pytest.mark.parametrize(("model", "said"), [("bert-large", True), ("bert-1.5b", True), ("bert-tiny", False)])
+def test_a_bert_of_a_published_shape_says_its_byte_tokenizer_makes_it_incomparable(model, said):
+    """Issue 50: BERT trains on bytes, not the WordPiece vocabulary its shape was published with; bert-tiny's
+    vocabulary was sized for the bytes."""
+    job = build({"model": model})
+    derive(job, GPU)
+    notes = [note for note in job.run.notes if "byte tokenizer" in note]
+    assert len(notes) == said
+    if said:
+        assert "261 of its 30,522 embedding rows used; --seq-len 128 holds about 25 English words" in notes[0]
+        assert "not comparable to WordPiece-trained BERT's" in notes[0]

@@ -16,6 +16,8 @@ from training.llm.dialogues import DAYS, NAMES, PLACES
 
 TEXT_FIELD = "text"
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+BYTE_VOCABULARY = len(SPECIAL_TOKENS) + 256
+"""The ids byte_tokenizer gives: the special tokens, then one per byte value."""
 """BERT's special tokens, first in the byte tokenizer's vocabulary (ids 0-4), bytes after them."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from training.common.job import BY_KEY, FIELDS, LANGUAGE, Job
+from training.encoder.corpus import BYTE_VOCABULARY
 from training.registry import GPU_ONLY
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
@@ -80,11 +81,23 @@ def derive(job: Job, machine: Machine) -> None:
     o.lr_derived = not lr_given
     if job.model.init == "pretrained" and job.model.weights is None:
         job.model.weights = entry.hub_id
+    if entry.family == "bert" and entry.arch.vocab_size > 2 * BYTE_VOCABULARY:  # not bert-tiny's, sized for bytes
+        job.run.notes.append(byte_tokenizer_note(job.model.name, entry.arch.vocab_size, job.data.seq_len))
     if job.model.layers is not None and entry.family in LANGUAGE and job.model.layers <= entry.arch.num_hidden_layers:
         full = entry.arch.num_hidden_layers
         job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
     if job.run.run_id is None:
         job.run.run_id = f"{entry.label}-{job.fingerprint()}"  # a folder's or hub id's last part: no slashes
+
+
+def byte_tokenizer_note(model: str, vocabulary: int, seq_len: int | None) -> str:
+    """BERT trains on bytes (training/encoder/corpus.py byte_tokenizer), not the WordPiece vocabulary its shape was
+    published with: said at every start, so nobody compares its losses with the paper's (issue 50)."""
+    return (
+        f"{model} trains with the byte tokenizer (one token per UTF-8 byte: {BYTE_VOCABULARY} of its {vocabulary:,} "
+        f"embedding rows used; --seq-len {seq_len} holds about {(seq_len or 0) // 5} English words): its losses, "
+        "accuracy and tokens/s are not comparable to WordPiece-trained BERT's (docs/data.md)"
+    )
 
 
 def _gpu_default_applies(job: Job, machine: Machine, key: str) -> bool:
