@@ -40,10 +40,11 @@ def test_the_engine_steps_when_the_trainer_says_and_partitions_the_optimizer_onl
     assert "train_batch_size" not in config  # a rank's share may be one short of the others' (uneven batches)
 
 
-def test_under_bf16_gradients_accumulate_and_reduce_in_fp32_and_lamb_gets_whole_norms(zero_state):
+def test_under_bf16_gradients_accumulate_and_reduce_in_fp32_and_lamb_gets_whole_norms(zero_state, tmp_path):
     """bf16 (issue 50): DeepSpeed's BF16_Optimizer adds each micro batch's bf16 gradients into fp32 and reduces
     them in fp32; LAMB on its slice (partition_layout) takes the step LAMB takes on whole fp32 parameters with those
-    fp32 sums. Two parameter groups, so the layout is read per group; LAMB's trust ratios in the first."""
+    fp32 sums. Two parameter groups, so the layout is read per group; LAMB's trust ratios in the first. Then its
+    checkpoint goes through ZeroCheckpoint and back, weights-only."""
     assert engine_config(2, 1, 1.0, bf16=False).get("data_types") is None  # fp32: DeepSpeed's ZeRO-1 as before
     torch.manual_seed(1)
     layers = torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 5), torch.nn.Linear(5, 3)
@@ -77,6 +78,17 @@ def test_under_bf16_gradients_accumulate_and_reduce_in_fp32_and_lamb_gets_whole_
         expected = torch.cat([reference[i].detach().flatten() for i in held])
         assert torch.allclose(flat[: expected.numel()], expected, rtol=1e-5, atol=1e-7)
     assert not torch.equal(expected, torch.cat([p.flatten() for p in master]))  # the step moved something
+    # BF16_Optimizer's checkpoint: saved by ZeroCheckpoint, loaded weights-only, its master weights as they were
+    scheduler = torch.optim.lr_scheduler.LambdaLR(engine.optimizer.optimizer, lambda step: 1.0)
+    state = ZeroCheckpoint(engine, scheduler, world=1, rank=0)
+    state.save(tmp_path / "step-00000001")
+    assert saved_world_size(tmp_path / "step-00000001") == 1  # bf16_zero_pp_rank_0_...
+    saved = [flat.detach().clone() for flat in engine.optimizer.fp32_groups_flat_partition]
+    with torch.no_grad():
+        for flat in engine.optimizer.fp32_groups_flat_partition:
+            flat.zero_()
+    load_weights_only(tmp_path / "step-00000001", state.load, state.safe_globals)
+    assert all(torch.equal(a, b) for a, b in zip(saved, engine.optimizer.fp32_groups_flat_partition, strict=True))
 
 
 @pytest.mark.parametrize("prefix", ["", "bf16_"])
