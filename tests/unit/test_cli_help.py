@@ -26,13 +26,27 @@ def invoke_here(*argv: str) -> str:
     return out.getvalue()
 
 
+@pytest.mark.parametrize("word", ["--help", "-h"])
 @pytest.mark.parametrize("name", sorted(namespace.task_names))
-def test_help_of_every_task_creates_nothing(name, tmp_path, monkeypatch):
+def test_help_of_every_task_creates_nothing(name, word, tmp_path, monkeypatch):
+    """`-h` too: Invoke's automatic short flags gave it to `--epochs` and `--hf-token-file` (issue 51)."""
     monkeypatch.chdir(tmp_path)
-    shown = invoke_here(name, "--help")
+    shown = invoke_here(name, word)
     assert shown.startswith("Usage: invoke ") and f" {name} " in shown.splitlines()[0]
     assert "Options:" in shown or name == "infra.outputs"  # the one task without options
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_option_has_a_short_flag_but_logs_follow():
+    """Every option is its long name: letters nobody could guess (`-o` was --model, `-q` --seq-len) are gone; `logs -f`
+    stays, as `tail -f` (the README's `invoke logs -f`)."""
+    shorts = {
+        f"{name} {argument.name}": argument.names
+        for name in namespace.task_names
+        for argument in copy.deepcopy(namespace[name]).get_arguments()
+        if any(len(alias) == 1 for alias in argument.names)
+    }
+    assert shorts == {"logs follow": ("follow", "f")}
 
 
 @pytest.mark.parametrize(

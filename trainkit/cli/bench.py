@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from invoke import Exit, task
+from invoke import Exit
 
-from trainkit.cli.options import HELP_WORDS, task_help, user_errors
+from trainkit.cli.options import HELP_WORDS, task, task_help, user_errors
 
 CHAOS_HELP = {
     "scenario": "Comma list of scenarios, or all (see docs/elastic.md): worker-kill, node-kill, ...",

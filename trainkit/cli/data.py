@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from invoke import Collection, task
+from invoke import Collection
 
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
-from trainkit.cli.options import required, user_errors
+from trainkit.cli.options import required, task, user_errors
 from trainkit.errors import SpecError
 
 

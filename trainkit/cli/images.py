@@ -3,9 +3,9 @@ same for the idle guard's image (`--target guard`), which `make up PROFILE=aws` 
 
 from __future__ import annotations
 
-from invoke import Collection, task
+from invoke import Collection
 
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import task, user_errors
 
 
 @task(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from invoke import Collection, task
+from invoke import Collection
 
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import task, user_errors
 from trainkit.errors import SpecError
 
 PROFILES = ("local", "aws")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from invoke import task
-
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import task, user_errors
 
 
 @task(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Exit
 
-from trainkit.cli.options import required, user_errors
+from trainkit.cli.options import required, task, user_errors
 
 
 @task(name="generate", help={"check": "Change nothing; exit 1 and name the files that regenerating would change."})

@@ -6,6 +6,7 @@ import copy
 import functools
 import inspect
 
+import invoke
 from invoke import Exit
 
 from training.common.job import BY_KEY
@@ -37,6 +38,30 @@ def required(value, flag: str, what: str):
 
 
 HELP_WORDS = ("--help", "-h")
+
+
+class Task(invoke.Task):
+    """An Invoke task whose one-letter flags are given on purpose (`short`: {parameter: letter}), never made up."""
+
+    def __init__(self, *args, short: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.short = short or {}
+
+    def arg_opts(self, name: str, default: str, taken_names: set[str]) -> dict:
+        opts = super().arg_opts(name, default, taken_names)
+        if name in self.short:
+            opts["names"].append(self.short[name])
+        return opts
+
+
+def task(*args, **kwargs):
+    """Invoke's `@task`, bare or with arguments, without its automatic short flags: Invoke gives each option the
+    first free letter of its name (invoke/tasks.py `Task.arg_opts`, auto_shortflags), which took `-h` from help for
+    `--epochs` and `--hf-token-file` and made `-o` mean `--model`. Every option is its long name, `-h` is help, and
+    a task names the few letters users expect itself (`short`: `logs -f`, as `tail -f` and `kubectl logs -f`)."""
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return invoke.task(auto_shortflags=False, klass=Task)(args[0])
+    return invoke.task(*args, auto_shortflags=False, klass=Task, **kwargs)
 
 
 def task_arguments(task) -> list:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from invoke import task
-
-from trainkit.cli.options import job_flags, job_options, user_errors
+from trainkit.cli.options import job_flags, job_options, task, user_errors
 
 # What a script's job is made of: where and on how many processes it runs, and how it reports; the model, data
 # and optimisation fields describe a recipe and are not options here.

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from invoke import Collection, task
+from invoke import Collection
 
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
-from trainkit.cli.options import user_errors
+from trainkit.cli.options import task, user_errors
 
 
 @task(

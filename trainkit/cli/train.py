@@ -5,13 +5,11 @@ from __future__ import annotations
 from json import dumps
 from pathlib import Path
 
-from invoke import task
-
 from training.common.job import BY_KEY, fields_of
 from training.registry import DECODER_TYPES
 from trainkit.backends import RunRef, backend_of, resolve_job
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
-from trainkit.cli.options import job_flags, job_options, user_errors
+from trainkit.cli.options import job_flags, job_options, task, user_errors
 from trainkit.errors import SpecError
 from trainkit.job import REGISTRY, build, get_model
 from trainkit.plan.memory import PlanOptions, make_plan, plan_json, render_plan
@@ -168,11 +166,12 @@ def status(c, run_id=None, target=None, runs_dir="runs", namespace=None):
 
 
 @task(
+    short={"follow": "f"},
     help={
         **RUN_HELP,
         "rank": "Show this global rank's lines only (default: the leader's log, rank 0's node).",
         "follow": "Keep printing as the log grows.",
-    }
+    },
 )
 @user_errors
 def logs(c, run_id=None, target=None, runs_dir="runs", namespace=None, rank=None, follow=False):
