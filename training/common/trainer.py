@@ -1,7 +1,7 @@
-"""The training loop both families share: load, step, log, save, evaluate, finish. A family's trainer builds its
-model, data, optimizer and `RunContext` in `__init__` and supplies one optimizer step over the global batch;
-everything around that step (resuming, the progress line, finite checks, metrics records, checkpoints, the stop
-file, the final save and the report) happens here, in one order for every model."""
+"""The training loop every family shares (decoder, BERT, vision): load, step, log, save, evaluate, finish. A
+family's trainer builds its model, data, optimizer and `RunContext` in `__init__` and supplies one optimizer step
+over the global batch; everything around that step (resuming, the progress line, finite checks, metrics records,
+checkpoints, the stop file, the final save and the report) happens here, in one order for every model."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Encoder pretraining (BERT): masked-language-model data and, as issue 31 lands, its trainer."""
+"""Encoder pretraining (BERT): masked-language-model data, masking and its trainer (DeepSpeed ZeRO-1 or DDP)."""

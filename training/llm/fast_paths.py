@@ -39,7 +39,7 @@ ATTENTION_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MA
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The decoder layers of a (possibly wrapped) Hugging Face causal LM, in order: every model type trainkit trains
-    (training/registry.py `DECODER_TYPES`) holds them as `model.model.layers`."""
+    (training/decoders.py `DECODER_TYPES`) holds them as `model.model.layers`."""
     inner = model
     while not hasattr(inner, "model") or not hasattr(inner.model, "layers"):
         inner = inner.module  # DDP / compile wrappers

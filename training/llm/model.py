@@ -1,4 +1,4 @@
-"""Build any Hugging Face causal LM trainkit sizes (training/registry.py `DECODER_TYPES`): from a config (random
+"""Build any Hugging Face causal LM trainkit sizes (training/decoders.py `DECODER_TYPES`): from a config (random
 init, no download) or from pretrained weights, as the `AutoModelForCausalLM` class its model_type maps to."""
 
 from __future__ import annotations
