@@ -1,5 +1,5 @@
-"""The workers' one entry point: train the model a run's spec names, with its family's trainer (the registry's
-`FAMILIES`). Run under torchrun (the launcher does this for you), from the run folder the launcher prepared:
+"""The workers' one entry point: train the model a run's spec names, with its family's trainer
+(training/families.py). Run under torchrun (the launcher does this for you), from the run folder the launcher prepared:
 
     torchrun --nproc-per-node 2 -m training --spec runs/<run-id>/spec.json
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 from training.common.failure import reported
 from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
-from training.registry import FAMILIES, load, model_entry
+from training.families import family_of
+from training.registry import load, model_entry
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -17,7 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     with reported():  # an error that ends this rank reaches the launcher in one line, even from a full volume
         die_with_parent()
         family = job.model.family or model_entry(job.model.name).family
-        trainer = load(FAMILIES[family].trainer)
+        trainer = load(family_of(family).trainer)
         trainer(job, run_dir).fit()
     exit_finished()
 

@@ -124,21 +124,6 @@ GPU_ONLY = ("ac_every", "compile")
 """Recipe fields chosen by measurement on a GPU: a machine without one keeps the spec's own defaults for them."""
 
 
-@dataclass(frozen=True)
-class Family:
-    """A kind of model and the trainer that runs it (`training/__main__.py` starts it from the spec)."""
-
-    name: str
-    trainer: str
-    """"module:Class" of its `training.common.trainer.Trainer`."""
-
-
-FAMILIES: dict[str, Family] = {
-    "decoder": Family("decoder", trainer="training.llm.trainer:DecoderTrainer"),
-    "vision": Family("vision", trainer="training.vision.trainer:VisionTrainer"),
-    "bert": Family("bert", trainer="training.encoder.trainer:BertTrainer"),
-}
-
 BERT_BUILDER = "training.encoder.model:build_model"
 """Every BERT is built from its `config.json`, randomly initialised: (model_config, seed) -> BertForMaskedLM."""
 

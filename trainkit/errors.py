@@ -1,8 +1,8 @@
 """The one error type users see from the launcher: says what is wrong and what to change."""
 
+from training.common.failure import SpecError
 
-class SpecError(ValueError):
-    """Invalid user input, raised before anything is created, started or paid for."""
+__all__ = ["JobFailed", "SpecError"]
 
 
 class JobFailed(Exception):

@@ -93,7 +93,7 @@ def test_too_few_steps_to_time_are_refused():
 
 def test_the_ratio_is_trainkit_over_reference_per_pair():
     spec = {
-        "model": {"name": "m"},
+        "model": {"name": "m", "family": "decoder"},
         "data": {"seq_len": 128},
         "optimisation": {"global_batch_size": 8, "micro_batch_size": 4, "steps": 10},
         "parallelism": {"nodes": 1, "nproc": 2, "sharding": "FULL_SHARD"},
@@ -123,7 +123,7 @@ def test_the_ratio_is_trainkit_over_reference_per_pair():
         (["--model", "resnet-tiny", "--sharding", "FULL_SHARD"], "trains data-parallel (NO_SHARD)"),
         (["--model", "resnet-tiny", "--synthetic"], "runs both inputs itself"),
         (["--activation-checkpointing", "--sharding", "NO_SHARD"], "FSDP2 (FULL_SHARD or SHARD_GRAD_OP)"),
-        (["--model", "bert-tiny"], "has references for Llama and vision models, none yet for BERT"),
+        (["--model", "bert-tiny"], "has references for decoder and vision models, none yet for BERT"),
     ],
 )
 def test_what_the_reference_cannot_run_is_refused_before_any_run(flags, message):
@@ -139,7 +139,7 @@ def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipe
     assert summary["images_per_s"] == 10.0 and summary["images_per_s_per_device"] == 5.0
     assert summary["images_per_s_wall"] == pytest.approx(8.0) and summary["mfu_datasheet"] is None
     spec = {
-        "model": {"name": "resnet-tiny"},
+        "model": {"name": "resnet-tiny", "family": "vision"},
         "data": {"image_size": 32, "loader_workers": 1},
         "optimisation": {"global_batch_size": 40, "micro_batch_size": 20, "steps": 12},
         "parallelism": {"nodes": 1, "nproc": 2, "sharding": "NO_SHARD"},

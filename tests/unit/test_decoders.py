@@ -12,12 +12,12 @@ from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM
 
 from tests.helpers.tiny_decoders import TINY, tiny_config, write_tiny
 from training.common.flops import TransformerShape
+from training.llm.launch import prepare as prepare_decoder_run
 from training.llm.model import build_model, decoder_layer_class, load_config
 from training.registry import DECODER_TYPES, DecoderArch
 from trainkit.backends import job_from_flags
 from trainkit.errors import SpecError
 from trainkit.job.models import get_model
-from trainkit.run.prepare import _prepare_decoder
 
 # Published shapes, each from its repository's config.json on the Hugging Face hub (numbers copied, not fetched);
 # `params` is the count the model card reports, which the built model must also give.
@@ -309,7 +309,7 @@ def test_a_folder_job_runs_under_its_label_and_writes_its_own_config(tmp_path):
     assert job.run.run_id.startswith("tiny-gemma3-") and job.model.family == "decoder" and job.data.seq_len == 256
     assert job.model.truncated_label == f"{folder} truncated to 1 of 2 layers"
     job.run_dir.mkdir(parents=True)
-    _prepare_decoder(job, get_model(job.model.name))
+    prepare_decoder_run(job, get_model(job.model.name))
     written = json.loads((job.run_dir / "model_config.json").read_text())
     assert written == tiny_config("gemma3_text") | {"num_hidden_layers": 1, "layer_types": ["sliding_attention"]}
     pretrained = job_from_flags({"model": str(folder), "runs_dir": str(tmp_path / "runs"), "init": "pretrained"})

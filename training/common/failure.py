@@ -76,6 +76,12 @@ SECRET_PATTERNS = tuple(
 )
 
 
+class SpecError(ValueError):
+    """Invalid user input, raised before anything is created, started or paid for: says what is wrong and what to
+    change. The launcher's one error type (trainkit/errors.py); defined here so that a family's launcher side
+    (training/families.py) raises it without importing the launcher."""
+
+
 class NoRetry(Exception):
     """A failure that every restart would repeat: the job ends with it instead of restarting."""
 

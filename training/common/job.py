@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.families import FAMILIES, FORMER_NAMES, TEXT_FAMILIES, family_of
+
 SPEC_FILE = "spec.json"
 SUMMARY_FILE = "summary.json"
 """A finished run's summary (training/common/metrics.py publishes it last): the run finished."""
@@ -38,9 +40,6 @@ ZERO_1 = "ZERO_1"
 SHARDING_CHOICES = (*SHARDING_STRATEGIES, ZERO_1)
 TARGETS = ("local", "eks", "sagemaker", "batch")
 SYNTHETIC = "synthetic"
-FAMILIES = ("decoder", "vision", "bert")
-LANGUAGE = ("decoder", "bert")
-"""The families that read text (a decoder fine-tuned on records, an encoder pretrained on a corpus)."""
 
 
 def option(
@@ -164,8 +163,9 @@ class ModelOptions:
     )
     family: str | None = option(
         None,
-        "`decoder`, `vision` or `bert`: which trainer runs the job (from the model registry or the model's config).",
-        choices=FAMILIES,
+        "The model's family (training/families.py): which trainer runs the job (from the model registry or the "
+        "model's config).",
+        choices=tuple(FAMILIES),
         trains=False,
         cli=False,
     )
@@ -183,7 +183,7 @@ class ModelOptions:
         None,
         "Truncate the model to this many layers (benchmarks and tests; labelled in every output).",
         minimum=1,
-        family=LANGUAGE,
+        family=TEXT_FAMILIES,
     )
     truncated_label: str | None = option(
         None, "Set when --layers truncates the model, so every output says so.", cli=False
@@ -209,7 +209,7 @@ class DataOptions:
         "(instruction, optional input, output), `prompt-response`, `dialogue-summary` (loss on the response or "
         "summary) or `text` (loss on every token; BERT reads only this); default: detected from the records.",
         choices=DATA_FORMATS,
-        family=LANGUAGE,
+        family=TEXT_FAMILIES,
     )
     packing: str | None = option(
         None,
@@ -228,7 +228,7 @@ class DataOptions:
         family="decoder",
     )
     seq_len: int | None = option(
-        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family=LANGUAGE
+        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family=TEXT_FAMILIES
     )
     image_size: int | None = option(
         None,
@@ -333,8 +333,8 @@ class OptimisationOptions:
         None,
         "Vision: `sgd` (Nesterov momentum 0.9) or `lamb` (layer-wise adaptive, for large batches). BERT: `lamb` "
         "(the recipe's) or `adamw`. Llama fine-tuning uses AdamW.",
-        choices=("sgd", "lamb", "adamw"),
-        family=("vision", "bert"),
+        choices=tuple(dict.fromkeys(name for family in FAMILIES.values() for name in family.optimizers)),
+        family=tuple(name for name, family in FAMILIES.items() if family.optimizers),
     )
     label_smoothing: float | None = option(
         None, "Vision: label smoothing of the cross-entropy loss (recipe: 0.1).", minimum=0, below=1, family="vision"
@@ -633,8 +633,7 @@ class Job:
             key = spec.name if nested else spec.legacy_name
             if key in source:
                 setattr(getattr(job, spec.section), spec.name, source[key])
-        if job.model.family == "llama":  # the decoder family's name before it took any Hugging Face causal LM
-            job.model.family = "decoder"
+        job.model.family = FORMER_NAMES.get(job.model.family, job.model.family)
         if "lr_derived" not in data.get("optimisation", {}):
             # written before the launcher said whose learning rate it was: the run's own counts as chosen, so it is
             # kept where a launch chooses one (a launch that gives --lr must give the run's)
@@ -789,9 +788,9 @@ get their own block of ports (rank r of the job serves port + r, as on one node)
 PROGRESS_ENV = "TRAINKIT_PROGRESS"
 """How rank 0 shows progress: `bar` (a tqdm bar; the launcher sets it when its console is a terminal) or,
 by default, `lines` (one plain line per tenth of the run: logs, pipes and `kubectl logs`)."""
-SYNTHETIC_DIALOGUES = Path("data") / "dialogues.jsonl"
-SYNTHETIC_IMAGES = Path("data") / "imagenet"
-SYNTHETIC_CORPUS = Path("data") / "corpus.jsonl"
+SYNTHETIC_DIALOGUES = FAMILIES["decoder"].synthetic
+SYNTHETIC_IMAGES = FAMILIES["vision"].synthetic
+SYNTHETIC_CORPUS = FAMILIES["bert"].synthetic
 
 
 DATA_MOUNT_ENV = "TRAINKIT_DATA_MOUNT"
@@ -815,8 +814,7 @@ def data_source(job: Job, run_dir: Path) -> str:
     `synthetic`, else the user's path (home expanded, as the launcher checked it; where the target mounted an
     s3:// one) or a hub name."""
     if job.data.dataset == SYNTHETIC:
-        generated = {"vision": SYNTHETIC_IMAGES, "bert": SYNTHETIC_CORPUS}.get(job.model.family, SYNTHETIC_DIALOGUES)
-        return str(run_dir / generated)
+        return str(run_dir / family_of(job.model.family or "decoder").synthetic)
     path = Path(dataset_path(job)).expanduser()
     return str(path) if path.exists() else job.data.dataset
 

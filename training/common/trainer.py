@@ -21,6 +21,7 @@ from training.common.flops import mfu
 from training.common.job import Job
 from training.common.run import RunContext, peak_memory_bytes, synchronize
 from training.common.schedule import lr_multiplier
+from training.families import Family
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class Trainer(abc.ABC):
     run: RunContext
     total_steps: int
     steps_per_epoch: int
-    rate: tuple[str, str] = ("samples_per_s", "img_s")
-    """The record field the progress line shows as throughput, and its short name there."""
+    family: Family
+    """The trainer's family (training/families.py): its throughput's record field and progress-line name."""
     LR_FLOOR: float = 0.0
     """Where the cosine schedule ends, as a share of the peak learning rate: the family's reference's (vision:
     torchvision's reference scripts, CosineAnnealingLR to `--lr-min` 0; BERT: Devlin et al. 2018 decay linearly
@@ -191,7 +192,7 @@ class Trainer(abc.ABC):
         start = run.resume()
         self.begin(start)
         bar = run.progress(start, self.total_steps)
-        field, short = self.rate
+        field, short = self.family.throughput.record, self.family.throughput.progress
         first = True
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]

@@ -22,6 +22,7 @@ from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.sharded_lamb import PartitionLamb
 from training.common.trainer import Step, Trainer, parameter_groups
+from training.families import BERT
 from training.registry import load, model_entry
 from training.text import dataset as text
 from training.text.dataset import TextData
@@ -32,7 +33,7 @@ from .masking import IGNORE_INDEX, mask_tokens
 
 
 class BertTrainer(Trainer):
-    rate = ("samples_per_s", "seq_s")
+    family = BERT
 
     def __init__(self, job: Job, run_dir: Path):
         super().__init__(job, run_dir)

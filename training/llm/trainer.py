@@ -25,6 +25,7 @@ from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.trainer import Step, Trainer, parameter_groups
+from training.families import DECODER
 from training.registry import DecoderArch
 from training.text import dataset as text
 from training.text.dataset import TextData
@@ -36,7 +37,7 @@ from .tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 
 class DecoderTrainer(Trainer):
-    rate = ("tokens_per_s", "tok_s")
+    family = DECODER
     LR_FLOOR = 0.1  # Llama 2 (Touvron et al. 2023, section 2.2): cosine decay to 10% of the peak
 
     def __init__(self, job: Job, run_dir: Path):

@@ -19,6 +19,7 @@ from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler, micro_steps
 from training.common.trainer import Step, Trainer
+from training.families import VISION
 
 from .data import (
     ClassFolder,
@@ -41,6 +42,8 @@ def _step_seed(seed: int, step: int, rank: int) -> int:
 
 
 class VisionTrainer(Trainer):
+    family = VISION
+
     def __init__(self, job: Job, run_dir: Path):
         super().__init__(job, run_dir)
         self.synthetic_classes = json.loads((run_dir / MODEL_CONFIG).read_text())["num_classes"]

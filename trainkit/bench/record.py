@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from training.common.flops import mfu
+from training.families import family_of
 from training.registry import DecoderArch
 from trainkit import hardware
 from trainkit.errors import SpecError
@@ -50,10 +51,6 @@ def wall_rate(steps: list[dict], key: str = "tokens_per_s") -> float | None:
     return done / (counted[-1]["time"] - before["time"])
 
 
-# per family: the records' rate field -> the results file's names
-UNITS = {"decoder": ("tokens_per_s", "tokens"), "vision": ("samples_per_s", "images")}
-
-
 def summarise(
     steps: list[dict],
     world: int,
@@ -65,7 +62,7 @@ def summarise(
 ) -> dict:
     """One run's steady-state figures; `flops_per_item`: training FLOPs per token (or image); `profile`: the run's
     profiled steps (summary.json's, training/common/profiling.py), where it has them."""
-    key, unit = UNITS[family]
+    key, unit = family_of(family).throughput.record, family_of(family).throughput.unit
     counted = steady(steps)
 
     def median(name: str) -> float:
@@ -191,7 +188,7 @@ def make_record(
     vision also the on-device runs (`ceiling`) and the JPEG pipeline's share of that ceiling."""
     world, flops = job_shape(spec, config)
     vision = "num_classes" in config
-    unit = "images" if vision else "tokens"
+    unit = family_of(spec["model"]["family"]).throughput.unit  # spec.json's: the launcher writes the family
     job = {
         "model": spec["model"]["name"],
         "global_batch_size": spec["optimisation"]["global_batch_size"],
@@ -228,6 +225,7 @@ def make_record(
     }
     if ceiling is not None:
         record["synthetic_input"] = ceiling
-        # the JPEG pipeline (decode, augment, copy) against on-device input, per repeat: 1 - this is its cost
-        record["input_pipeline"] = _ratio(ours, ceiling, "images_per_s")
+        # the input pipeline (vision: JPEG decode, augment, copy) against on-device input, per repeat: 1 - this is
+        # its cost
+        record["input_pipeline"] = _ratio(ours, ceiling, f"{unit}_per_s")
     return record

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, SPEC_FILE
+from training.families import family_of
 from trainkit.bench.record import environment, job_shape, measured_peak, summarise
 from trainkit.bench.train import flag_values, precheck, run_trainkit, without
 from trainkit.errors import SpecError
@@ -65,7 +66,7 @@ def variant_command(flags: list[str], extra: list[str]) -> list[str]:
 
 def sweep(flags: list[str], out: Path, margin: float, only: list[str] | None = None) -> dict:
     family = precheck(flags)
-    if family != "decoder":
+    if not family_of(family).fsdp2:
         raise SpecError("the sweep's switches are the language models' (FSDP2, attention, compile)")
     env = environment()
     peaks = {"datasheet": peak_tflops_for_device(env["device"]["name"]), "measured": measured_peak()}

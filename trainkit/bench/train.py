@@ -32,9 +32,9 @@ from training.common.files import read_jsonl
 from training.common.flops import peak_tflops_for_device
 from training.common.job import MODEL_CONFIG, SPEC_FILE
 from training.common.profiling import ENV as PROFILE_ENV
+from training.families import FAMILIES, family_of
 from trainkit import hardware
 from trainkit.bench.record import (
-    UNITS,
     device_slug,
     environment,
     job_shape,
@@ -104,15 +104,12 @@ def run_trainkit(flags: list[str], runs: Path, run_id: str, profile: str | None 
     return run, steps, max(r["peak_memory_bytes"] for r in steps)
 
 
-REFERENCES = {"decoder": "training.bench.reference", "vision": "training.bench.vision_reference"}
-
-
 def run_reference(run: Path, nproc: int, out: Path, family: str = "decoder") -> dict:
     env = dict(os.environ)
     if not hardware.local_gpu_count():  # as the local backend sets it for trainkit's processes
         env.setdefault("OMP_NUM_THREADS", str(max(1, hardware.local_cpu_count() // nproc)))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    command += ["-m", REFERENCES[family], "--spec", str(run / SPEC_FILE), "--out", str(out)]
+    command += ["-m", family_of(family).bench_reference, "--spec", str(run / SPEC_FILE), "--out", str(out)]
     _run(command, out.with_suffix(".log"), env)
     return json.loads(out.read_text())
 
@@ -146,14 +143,19 @@ def precheck(flags: list[str]) -> str:
     given = flag_values(flags)
     model = given.get("--model", "llama2-tiny")
     family = get_model(model).family
+    spec = family_of(family)
     sharding = given.get("--sharding")
-    if family == "bert":
-        raise SpecError(f"{model}: `invoke bench train` has references for Llama and vision models, none yet for BERT")
-    if family == "vision":
-        if sharding not in (None, "NO_SHARD"):
-            raise SpecError(f"--sharding {sharding}: {model} trains data-parallel (NO_SHARD) and the reference is DDP")
-        if "--synthetic" in given:
-            raise SpecError("--synthetic: the vision bench runs both inputs itself (the JPEG pipeline and on-device)")
+    if spec.bench_reference is None:
+        with_one = " and ".join(f.kind for f in FAMILIES.values() if f.bench_reference)
+        raise SpecError(f"{model}: `invoke bench train` has references for {with_one} models, none yet for {spec.kind}")
+    if not spec.fsdp2:
+        if sharding not in (None, *spec.shardings):
+            raise SpecError(
+                f"--sharding {sharding}: {model} trains data-parallel ({', '.join(spec.shardings)}) and the "
+                "reference is DDP"
+            )
+        if "--synthetic" in given and spec.bench_input_pipeline:
+            raise SpecError("--synthetic: the bench runs both inputs itself (the input pipeline and on-device)")
         return family
     if sharding and sharding not in ("FULL_SHARD", "SHARD_GRAD_OP"):
         raise SpecError(f"--sharding {sharding}: the bare reference shards with FSDP2 (FULL_SHARD or SHARD_GRAD_OP)")
@@ -167,7 +169,7 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
     if repeats < 1:
         raise SpecError(f"--repeats {repeats}: at least 1")
     family = precheck(flags)
-    unit = UNITS[family][1]
+    unit, pipeline = family_of(family).throughput.unit, family_of(family).bench_input_pipeline
     total_steps = int(flag_values(flags).get("--steps", 60))
     env = environment()
     runs = Path(workdir or tempfile.mkdtemp(prefix="trainkit-bench-"))
@@ -200,30 +202,29 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
             f"pair {repeat + 1}: trainkit {ours[-1][key]:,.0f} {unit}/s, reference {theirs[-1][key]:,.0f} {unit}/s "
             f"(steady window, wall clock), ratio {ours[-1][key] / theirs[-1][key]:.3f}"
         )
-        if family == "vision":
+        if pipeline:
             ceiling.append(trainkit_run(["--synthetic"], f"bench-{stamp}-{repeat}-synthetic", NOT_ON_DEVICE)[0])
-            share = ours[-1]["images_per_s"] / ceiling[-1]["images_per_s"]
-            line += f"; JPEG pipeline {share:.0%} of on-device input ({ceiling[-1]['images_per_s']:,.0f} images/s)"
+            share = ours[-1][f"{unit}_per_s"] / ceiling[-1][f"{unit}_per_s"]
+            line += f"; input pipeline {share:.0%} of on-device input ({ceiling[-1][f'{unit}_per_s']:,.0f} {unit}/s)"
         lines.append(line)
     record = make_record(
-        flags, env, peaks, spec, config, reference["precision"], ours, theirs, ceiling if family == "vision" else None
+        flags, env, peaks, spec, config, reference["precision"], ours, theirs, ceiling if pipeline else None
     )
-    ratio = record["ratio" if family == "vision" else "ratio_wall"]
+    ratio = record["ratio" if pipeline else "ratio_wall"]
     model = get_model(spec["model"]["name"]).label  # a model folder's or hub id's last part: no slashes
     path = Path(output or f"benchmarks/{model}-{device_slug(env)}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     spread = f"{ratio['min']:.3f}-{ratio['max']:.3f}" if len(ratio["pairs"]) > 1 else "one pair"
-    basis = "median step" if family == "vision" else "wall clock"
+    basis = "median step" if pipeline else "wall clock"
     lines.append(
         f"trainkit / reference ({basis}): {ratio['median']:.3f} (median of {len(ratio['pairs'])}; {spread}) on "
         f"{env['device']['name']} x {record['job']['processes']} processes"
     )
-    if family == "vision":
-        pipeline = record["input_pipeline"]
+    if pipeline:
+        share = record["input_pipeline"]["median"]
         lines.append(
-            f"input pipeline: JPEG images/s = {pipeline['median']:.0%} of on-device input (median; the pipeline "
-            f"costs {1 - pipeline['median']:.0%})"
+            f"input pipeline: {unit}/s = {share:.0%} of on-device input (median; the pipeline costs {1 - share:.0%})"
         )
     lines.append(f"results: {path} (runs and logs in {runs})")
     return path, lines

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from training.common.job import BY_KEY, FIELDS, LANGUAGE, Job
-from training.encoder.corpus import BYTE_VOCABULARY
+from training.common.job import BY_KEY, FIELDS, Job
+from training.families import Family, family_of, launcher_hook
 from training.registry import GPU_ONLY
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
@@ -42,6 +42,7 @@ def derive(job: Job, machine: Machine) -> None:
         return
     entry = get_model(job.model.name)
     job.model.family = entry.family
+    family = family_of(entry.family)
     o, p = job.optimisation, job.parallelism
     fit_micro_batch = o.micro_batch_size is None  # the recipe's micro batch may shrink; a given one may not
     batch_given, lr_given = o.global_batch_size is not None, o.lr is not None
@@ -69,10 +70,10 @@ def derive(job: Job, machine: Machine) -> None:
     if workers_from_cpus and "loader_workers" not in given:
         _size_loader_workers(job, machine)
     if not batch_given:
-        choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and entry.family in LANGUAGE)
+        choose_global_batch(job, fit_micro_batch, scale_lr=not lr_given and family.lr_rule == "batch-sqrt")
     elif fit_micro_batch:
         o.micro_batch_size = fitted_micro_batch(o.global_batch_size, o.micro_batch_size, job.world_size)
-    if entry.family == "vision" and o.lr is None:
+    if family.lr_rule == "optimizer" and o.lr is None:
         o.lr = scaled_lr(o.global_batch_size, o.optimizer)
         job.run.notes.append(
             f"learning rate {o.lr:g} from the {o.optimizer} scaling rule for a global batch of "
@@ -81,23 +82,18 @@ def derive(job: Job, machine: Machine) -> None:
     o.lr_derived = not lr_given
     if job.model.init == "pretrained" and job.model.weights is None:
         job.model.weights = entry.hub_id
-    if entry.family == "bert" and entry.arch.vocab_size > 2 * BYTE_VOCABULARY:  # not bert-tiny's, sized for bytes
-        job.run.notes.append(byte_tokenizer_note(job.model.name, entry.arch.vocab_size, job.data.seq_len))
-    if job.model.layers is not None and entry.family in LANGUAGE and job.model.layers <= entry.arch.num_hidden_layers:
+    job.run.notes.extend(family_notes(family, job, entry))
+    if job.model.layers is not None and family.text and job.model.layers <= entry.arch.num_hidden_layers:
         full = entry.arch.num_hidden_layers
         job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
     if job.run.run_id is None:
         job.run.run_id = f"{entry.label}-{job.fingerprint()}"  # a folder's or hub id's last part: no slashes
 
 
-def byte_tokenizer_note(model: str, vocabulary: int, seq_len: int | None) -> str:
-    """BERT trains on bytes (training/encoder/corpus.py byte_tokenizer), not the WordPiece vocabulary its shape was
-    published with: said at every start, so nobody compares its losses with the paper's (issue 50)."""
-    return (
-        f"{model} trains with the byte tokenizer (one token per UTF-8 byte: {BYTE_VOCABULARY} of its {vocabulary:,} "
-        f"embedding rows used; --seq-len {seq_len} holds about {(seq_len or 0) // 5} English words): its losses, "
-        "accuracy and tokens/s are not comparable to WordPiece-trained BERT's (docs/data.md)"
-    )
+def family_notes(family: Family, job: Job, entry) -> list[str]:
+    """What the model's family says at every start about a job of this model (training/families.py `launch`)."""
+    notes = launcher_hook(family, "notes")
+    return list(notes(job, entry)) if notes else []
 
 
 def _gpu_default_applies(job: Job, machine: Machine, key: str) -> bool:

@@ -8,23 +8,21 @@ import os
 import re
 from pathlib import Path
 
-from training.common.job import BY_KEY, FIELDS, LANGUAGE, SHARDING_STRATEGIES, ZERO_1, Job, micro_steps
+from training.common.job import BY_KEY, FIELDS, SHARDING_STRATEGIES, ZERO_1, Job, micro_steps
+from training.families import TEXT_FAMILIES, family_of
 from training.vision.layout import LayoutError, check_image_folder
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.models import HUB_ID, ModelEntry, get_model
 
-FAMILY_KIND = {"decoder": "decoder", "vision": "vision", "bert": "BERT"}
-FAMILY_SHARDING = {"vision": ("NO_SHARD",), "bert": (ZERO_1, "NO_SHARD")}
-"""The data-parallel families' sharding choices (the others shard with FSDP2)."""
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
 
 
 def family_kind(families: tuple[str, ...]) -> str:
-    """How a refusal names the models a field is for: "language" for both text families."""
-    if set(families) == set(LANGUAGE):
+    """How a refusal names the models a field is for: "language" for every text family."""
+    if set(families) == set(TEXT_FAMILIES):
         return "language"
-    return " and ".join(FAMILY_KIND[family] for family in families)
+    return " and ".join(family_of(family).kind for family in families)
 
 
 def require(condition: bool, message: str) -> None:
@@ -49,11 +47,11 @@ def validate(job: Job, machine: Machine) -> None:
         )
     require(p.min_nodes <= p.nodes, f"--nodes {p.min_nodes}:{p.nodes}: the minimum must not exceed the maximum")
     if recipe:
-        if entry.family == "vision":
-            _validate_vision(job, machine)
-        else:
+        if family_of(entry.family).text:
             check_language_model(job, entry)
             _validate_fast_paths(job, machine)
+        else:
+            _validate_images(job, machine)
         _validate_model(job, entry)
     require(
         job.elastic.rdzv != "etcd" or bool(job.elastic.rdzv_endpoint),
@@ -169,8 +167,9 @@ def _validate_local(job: Job) -> None:
     data = job.data.dataset
     if job.run.workload != "recipe" or data == "synthetic" or Path(data).expanduser().exists():
         return
-    flag = "--data" if job.model.family == "vision" else "--dataset"
-    if job.model.family == "vision":
+    family = family_of(job.model.family)
+    flag = family.data_flag
+    if not family.text:
         try:
             check_image_folder(data)  # says how to make one
         except LayoutError as error:
@@ -190,12 +189,11 @@ def check_family(job: Job, entry: ModelEntry) -> None:
         if families and entry.family not in families and spec.get(job) is not None:
             kind = family_kind(families)
             raise SpecError(f"{spec.flag} applies to {kind} models, not to {job.model.name}; drop it")
-    sharding = job.parallelism.sharding
-    allowed_sharding = FAMILY_SHARDING.get(entry.family)
-    if allowed_sharding is not None:
-        said = " or ".join(DATA_PARALLEL_SAID[name] for name in allowed_sharding)
+    sharding, family = job.parallelism.sharding, family_of(entry.family)
+    if not family.fsdp2:
+        said = " or ".join(DATA_PARALLEL_SAID[name] for name in family.shardings)
         require(
-            sharding in allowed_sharding,
+            sharding in family.shardings,
             f"--sharding {sharding}: {job.model.name} trains data-parallel: {said}; choose one of them or drop "
             "--sharding",
         )
@@ -205,13 +203,13 @@ def check_family(job: Job, entry: ModelEntry) -> None:
             f"--sharding {ZERO_1}: DeepSpeed ZeRO-1 is BERT's; {job.model.name} shards with FSDP2 "
             f"({', '.join(SHARDING_STRATEGIES)})",
         )
-    if entry.family in ("vision", "bert"):
+    if family.random_init_only:
         require(
             job.model.init == "random",
             f"--init {job.model.init}: {job.model.name} trains from random weights; use --init random",
         )
     optimizer = job.optimisation.optimizer
-    allowed = {"vision": ("sgd", "lamb"), "bert": ("lamb", "adamw")}.get(entry.family)
+    allowed = family.optimizers
     if optimizer is not None and allowed:
         require(
             optimizer in allowed,
@@ -271,7 +269,7 @@ def _validate_fast_paths(job: Job, machine: Machine) -> None:
     )
 
 
-def _validate_vision(job: Job, machine: Machine) -> None:
+def _validate_images(job: Job, machine: Machine) -> None:
     data = job.data
     given = {
         "--pin-memory": data.pin_memory,
@@ -308,7 +306,8 @@ def _validate_vision(job: Job, machine: Machine) -> None:
 def check_language_model(job: Job, entry: ModelEntry) -> None:
     """What a language model's shape allows, for `invoke train` and `invoke plan` alike: a sequence within its
     context, no more layers than it has (with the recipe's sequence length filled in)."""
-    generated = "text" if entry.family == "bert" else "dialogue-summary"
+    family = family_of(entry.family)
+    generated = family.synthetic_format
     require(
         job.data.dataset != "synthetic" or job.data.data_format in (None, generated),
         f"--data-format {job.data.data_format}: --dataset synthetic generates {generated} records for "
@@ -320,10 +319,10 @@ def check_language_model(job: Job, entry: ModelEntry) -> None:
         f"--seq-len {job.data.seq_len} exceeds {job.model.name}'s context of {context} tokens; "
         f"use --seq-len <= {context}",
     )
+    shortest, why = family.min_seq_len
     require(
-        entry.family != "bert" or job.data.seq_len >= 3,
-        f"--seq-len {job.data.seq_len}: a {job.model.name} row holds [CLS], at least one token and [SEP]; use 3 "
-        "or more",
+        job.data.seq_len >= shortest,
+        f"--seq-len {job.data.seq_len}: {why.format(model=job.model.name)}; use {shortest} or more",
     )
     model = job.model
     if model.layers is not None:
@@ -372,7 +371,7 @@ def validate_batch(job: Job) -> None:
         if o.global_batch_derived:
             short = o.global_batch_size // world < (micro_steps(o.global_batch_size, o.micro_batch_size, world))
             require(
-                o.global_batch_size >= world and not (short and job.model.family == "vision"),
+                o.global_batch_size >= world and not (short and family_of(job.model.family).full_micro_batches),
                 f"the recipe's global batch {o.global_batch_size} cannot be split over {world} processes{at}; "
                 f"give --global-batch-size as a multiple of {per_step}",
             )

@@ -1,7 +1,7 @@
 """Memory, throughput and cost estimates for a job, before anything runs or is paid for.
 
 The strategies a model's family trains with are the ones planned: FSDP2's four for Llama, DeepSpeed ZeRO-1 and DDP
-for BERT (trainkit/job/validate.py `FAMILY_SHARDING`; those two are sized in trainkit/plan/data_parallel.py, DDP for
+for BERT (training/families.py `shardings`; those two are sized in trainkit/plan/data_parallel.py, DDP for
 every family). Memory per GPU (bytes), N parameters (BERT: the registry's exact `BertForMaskedLM` count), mixed
 precision as the trainer runs it (FSDP2 keeps fp32 master parameters, fp32 gradients and fp32 AdamW moments, and
 all-gathers bf16 copies to compute):
@@ -40,12 +40,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import LANGUAGE, SHARDING_STRATEGIES, ZERO_1, Job
+from training.common.job import ZERO_1, Job
+from training.families import family_of
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import DEFAULT_INSTANCE_TYPE
 from trainkit.job.models import get_model
-from trainkit.job.validate import FAMILY_SHARDING, check_family, check_language_model
+from trainkit.job.validate import check_family, check_language_model
 from trainkit.plan import data_parallel
 from trainkit.plan import scaling_model as scaling
 
@@ -172,7 +173,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     options = options or PlanOptions()
     entry = get_model(job.model.name)
     model, p, o = job.model, job.parallelism, job.optimisation
-    if entry.family not in LANGUAGE:
+    if not family_of(entry.family).text:
         raise SpecError(
             f"invoke plan estimates language-model jobs (decoders, BERT); {model.name} is a vision model: measure it "
             f"with `invoke train --model {model.name} --synthetic --steps 20` instead"
@@ -230,7 +231,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
             )
         global_batch = -(-global_batch // per_step) * per_step
     o.global_batch_size = global_batch
-    strategies = FAMILY_SHARDING.get(entry.family, SHARDING_STRATEGIES)  # a data-parallel family's, else FSDP2's
+    strategies = family_of(entry.family).shardings
     memory = {name: memory_per_gpu(job, name, world) for name in strategies}
     gpu_bytes = instance.gpu_memory_gib * GIB
     fits = {name: breakdown.total <= USABLE_FRACTION * gpu_bytes for name, breakdown in memory.items()}

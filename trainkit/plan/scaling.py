@@ -8,7 +8,8 @@ import copy
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from training.common.job import LANGUAGE, Job
+from training.common.job import Job
+from training.families import family_of
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES
 from trainkit.job.models import get_model
@@ -187,7 +188,7 @@ def predicted_throughput(job: Job, world_sizes) -> dict[int, float] | None:
     """What the scaling model predicts (tokens/s) for this job's model, instance type, strategy and per-GPU batch
     at each world size of whole nodes; None where it describes no such job (a local run, a vision model)."""
     instance_type = job.placement.instance_type
-    if instance_type not in scaling.FAMILY_OF_INSTANCE or get_model(job.model.name).family not in LANGUAGE:
+    if instance_type not in scaling.FAMILY_OF_INSTANCE or not family_of(get_model(job.model.name).family).text:
         return None
     gpus = job.parallelism.nproc or INSTANCE_TYPES[instance_type].gpus
     sizes = sorted({size for size in world_sizes if size % gpus == 0})

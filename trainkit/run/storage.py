@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
-from training.common.job import LANGUAGE, ZERO_1
+from training.common.job import ZERO_1
+from training.families import family_of, optimizer_of
 from trainkit.errors import SpecError
 from trainkit.job.models import ModelEntry, get_model
 
@@ -66,14 +67,13 @@ def saves(steps: int | None, interval: int | None) -> int | None:
 
 
 def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
-    if entry.family in LANGUAGE:
+    family = family_of(entry.family)
+    if family.text:
         parameters = entry.arch.truncated(job.model.layers).parameters()
-        if entry.family == "decoder":
-            optimizer, export = "adamw", PARAM_BYTES * parameters
-        else:  # BERT: nothing exported, the checkpoint is the result
-            optimizer, export = job.optimisation.optimizer or "lamb", 0
     else:
-        parameters, optimizer, export = entry.arch.parameters, job.optimisation.optimizer or "sgd", 0
+        parameters = entry.arch.parameters
+    optimizer = optimizer_of(family, job.optimisation.optimizer)
+    export = PARAM_BYTES * parameters if family.exports else 0  # BERT, vision: the checkpoint is the result
     master = MASTER_BYTES if job.parallelism.sharding == ZERO_1 else 0
     checkpoint = (PARAM_BYTES + master + OPTIMIZER_BYTES[optimizer]) * parameters
     peak = job.checkpointing.keep_checkpoints + 1

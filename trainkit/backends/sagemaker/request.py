@@ -28,6 +28,7 @@ import re
 from importlib.resources import files
 
 from training.common.job import Job
+from training.families import family_of
 from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
@@ -70,8 +71,6 @@ METRICS = {
     "images_per_s": r"step \d+/\d+ \(\d+%\) .*img_s=([0-9.]+)",
     "sequences_per_s": r"step \d+/\d+ \(\d+%\) .*seq_s=([0-9.]+)",
 }
-RATE_METRIC = {"decoder": "tokens_per_s", "vision": "images_per_s", "bert": "sequences_per_s"}
-"""Each family's throughput in its progress line (the trainers' `rate`)."""
 
 
 def instance_key(instance_type: str) -> str:
@@ -143,7 +142,7 @@ def output_config(stack: SageMakerStack, prefix: str) -> dict:
 def metric_definitions(job: Job) -> list[dict]:
     if job.run.workload != "recipe":
         return []
-    rate = RATE_METRIC[get_model(job.model.name).family]
+    rate = family_of(get_model(job.model.name).family).throughput.metric  # its throughput's progress-line name
     return [{"Name": name, "Regex": METRICS[name]} for name in ("loss", rate)]
 
 

@@ -1,0 +1,75 @@
+"""A model family is one declaration (training/families.py, issue 51): nothing outside a family's own package keys a
+table by a family's name or branches on it, as test_one_model_registry holds the models to one registry; and what
+each declaration says agrees with the code it describes."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from tests.helpers.paths import REPO
+from training.common.job import DATA_FORMATS, SHARDING_CHOICES
+from training.families import FAMILIES, FORMER_NAMES, family_of
+from training.text import formats
+
+OWN = {"decoder": "training/llm/", "bert": "training/encoder/", "vision": "training/vision/"}
+"""Each family's own package, where its code may name it."""
+SPEC = "training/families.py"
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return set().union(*(_strings(element) for element in node.elts))
+    return set()
+
+
+def family_names_used(source: str) -> list[tuple[int, str, set[str]]]:
+    """(line, what, names) of each comparison with a family's name on a family, and each table keyed by one."""
+    names = set(FAMILIES) | set(FORMER_NAMES.values())
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            used = set().union(_strings(node.left), *(_strings(c) for c in node.comparators)) & names
+            if used and "famil" in (ast.get_source_segment(source, node) or ""):
+                found.append((node.lineno, "branch", used))
+        elif isinstance(node, ast.Dict):
+            used = set().union(*(_strings(key) for key in node.keys if key is not None)) & names
+            if used:
+                found.append((node.lineno, "table", used))
+    return found
+
+
+def test_no_family_keyed_table_or_branch_outside_the_familys_own_modules():
+    offenders = []
+    for root in ("trainkit", "training", "observability"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            relative = path.relative_to(REPO).as_posix()
+            if relative == SPEC:
+                continue
+            for line, what, used in family_names_used(path.read_text()):
+                if not all(relative.startswith(OWN[name]) for name in used):
+                    offenders.append(f"{relative}:{line}: a {what} on {sorted(used)}")
+    assert offenders == [], "ask the family (training/families.py) instead:\n" + "\n".join(offenders)
+
+
+def test_the_check_finds_a_branch_and_a_table():
+    source = 'if job.model.family == "vision":\n    pass\nUNITS = {"decoder": 1, "vision": 2}\n'
+    assert [(line, what) for line, what, _ in family_names_used(source)] == [(1, "branch"), (3, "table")]
+
+
+def test_each_declaration_agrees_with_the_code_it_describes():
+    for family in FAMILIES.values():
+        assert set(family.shardings) <= set(SHARDING_CHOICES), family.name
+        assert set(family.formats) <= set(DATA_FORMATS) and (family.synthetic_format is None) == (not family.text)
+        assert family.synthetic_format is None or family.synthetic_format in family.formats
+    assert family_of("decoder").formats == formats.FORMAT_NAMES and family_of("bert").formats == formats.ENCODER_FORMATS
+    from trainkit.backends.sagemaker.request import METRICS
+
+    for family in FAMILIES.values():  # SageMaker reads each family's rate off the progress line by that name
+        assert re.search(rf"\b{family.throughput.progress}=", METRICS[family.throughput.metric]), family.name
+    with pytest.raises(ValueError, match="unknown model family 'mlp'; one of decoder, vision, bert"):
+        family_of("mlp")

@@ -1,0 +1,40 @@
+"""The decoder family's launcher side (training/families.py `launch`): what the launcher checks and writes for a
+decoder job before any worker starts. Torch-free: the launcher imports it; the workers never do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from training.common.failure import SpecError
+from training.common.files import publish_text
+from training.common.job import MODEL_CONFIG, SYNTHETIC, Job
+from training.families import DECODER
+from training.llm import tokenizer as tokenizers
+from training.llm.dialogues import write_dialogues
+
+
+def check_inputs(job: Job, entry) -> None:
+    """The tokenizer the workers will load fits the model's vocabulary (a hub tokenizer is checked by the workers,
+    which load it anyway)."""
+    source = tokenizers.job_tokenizer_source(job)
+    if source == tokenizers.BYTE_TOKENIZER:
+        size = len(tokenizers.SPECIAL_TOKENS) + 256
+    elif Path(source).expanduser().is_dir():
+        size = len(tokenizers.load_tokenizer(source))
+    else:
+        return
+    problem = tokenizers.vocabulary_problem(size, entry.arch.vocab_size, source)
+    if problem:
+        raise SpecError(f"--model {job.model.name}: {problem}")
+
+
+def prepare(job: Job, entry) -> None:
+    """The synthetic dialogues for `--dataset synthetic`, and a random-init model's config."""
+    if job.data.dataset == SYNTHETIC:
+        dialogues = job.run_dir / DECODER.synthetic
+        if not dialogues.exists():
+            write_dialogues(dialogues, seed=job.run.seed)
+    if job.model.init == "random":
+        config = entry.arch.truncated(job.model.layers).hf_config()
+        publish_text(job.run_dir / MODEL_CONFIG, json.dumps(config, indent=2) + "\n")
