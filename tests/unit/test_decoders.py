@@ -316,6 +316,25 @@ def test_a_folder_job_runs_under_its_label_and_writes_its_own_config(tmp_path):
     assert pretrained.model.weights == str(folder.resolve())
 
 
+def test_a_folders_tokenizer_larger_than_its_vocabulary_is_refused_from_tokenizer_json_alone(tmp_path, monkeypatch):
+    """The launcher counts a folder's tokenizer ids from tokenizer.json with `tokenizers` (issue 51: no transformers,
+    no torch at launch): the byte tokenizer's 259 ids against a vocabulary of 256 are refused, and 259 fit 320."""
+    import training.llm.tokenizer as tokenizers
+    from training.llm.launch import check_inputs
+
+    folder = write_tiny(tmp_path / "small-vocab", "llama2", tokenizer=True)
+    monkeypatch.setattr(tokenizers, "load_tokenizer", lambda source: pytest.fail("loaded the whole tokenizer"))
+    for vocabulary, refused in ((256, True), (320, False)):
+        config = json.loads((folder / "config.json").read_text()) | {"vocab_size": vocabulary}
+        (folder / "config.json").write_text(json.dumps(config))
+        job = job_from_flags({"model": str(folder), "runs_dir": str(tmp_path / "runs"), "steps": 2}, "local")
+        if refused:
+            with pytest.raises(SpecError, match=f"has 259 tokens and the model's vocabulary {vocabulary}"):
+                check_inputs(job, get_model(job.model.name))
+        else:
+            check_inputs(job, get_model(job.model.name))
+
+
 @pytest.mark.parametrize("kind", sorted(TINY))
 def test_every_rank_builds_the_same_model_and_buffers(kind, tmp_path):
     """Rank 0 builds the weights in fp32; the others only shapes, but every buffer the state dict leaves out (each

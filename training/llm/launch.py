@@ -18,13 +18,9 @@ def check_inputs(job: Job, entry) -> None:
     """The tokenizer the workers will load fits the model's vocabulary (a hub tokenizer is checked by the workers,
     which load it anyway)."""
     source = tokenizers.job_tokenizer_source(job)
-    if source == tokenizers.BYTE_TOKENIZER:
-        size = len(tokenizers.SPECIAL_TOKENS) + 256
-    elif Path(source).expanduser().is_dir():
-        size = len(tokenizers.load_tokenizer(source))
-    else:
+    if source != tokenizers.BYTE_TOKENIZER and not Path(source).expanduser().is_dir():
         return
-    problem = tokenizers.vocabulary_problem(size, entry.arch.vocab_size, source)
+    problem = tokenizers.vocabulary_problem(tokenizers.tokenizer_size(source), entry.arch.vocab_size, source)
     if problem:
         raise SpecError(f"--model {job.model.name}: {problem}")
 

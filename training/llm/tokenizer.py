@@ -56,6 +56,21 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def tokenizer_size(source: str) -> int:
+    """How many ids a tokenizer gives (the byte tokenizer's, or a local folder's), for the launcher's check against
+    the model's vocabulary. A folder's tokenizer.json is read by `tokenizers` alone (what a fast tokenizer's
+    `len()` counts: its vocabulary with the added tokens), without importing transformers and torch; a folder with
+    only a slow tokenizer's files is loaded whole."""
+    if source == BYTE_TOKENIZER:
+        return len(SPECIAL_TOKENS) + 256
+    serialized = Path(source).expanduser() / "tokenizer.json"
+    if serialized.is_file():
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(serialized)).get_vocab_size(with_added_tokens=True)
+    return len(load_tokenizer(source))
+
+
 def job_tokenizer_source(job) -> str:
     """`tokenizer_source` of a decoder job (a registry model is known by its name)."""
     from training.registry import REGISTRY
