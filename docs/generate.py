@@ -6,7 +6,7 @@
                                                # then write them
 
 - docs/reference/commands.md: every `invoke` command and its options, from the tasks' own arguments (the
-  training and planning options come from their declarations in training/common/job.py);
+  training and planning options come from their declarations in training/spec/);
 - docs/reference/metrics.md: the metrics contract and the alert rules, from observability/;
 - docs/generated/elastic-table.md: the fault-injection table, from benchmarks/elastic.json (`invoke bench elastic`
   writes both);
@@ -48,7 +48,7 @@ def commands() -> str:
         "",
         "Every command and its options as `invoke NAME --help` prints them (an installed trainkit offers the same "
         "as `trainkit NAME`). The options of `invoke train` and `invoke plan` are declared once in "
-        "training/common/job.py, with their types, defaults and allowed values; [Job options](../options.md) says "
+        "training/spec/, with their types, defaults and allowed values; [Job options](../options.md) says "
         "how they combine.",
     ]
     for name in sorted(namespace.task_names, key=lambda n: ("." in n, n)):

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 from training.common.failure import reported
-from training.common.job import parse_worker_arguments
 from training.common.lifecycle import die_with_parent, exit_finished
 from training.families import family_of
 from training.registry import load, model_entry
+from training.spec import parse_worker_arguments
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
-# A leaf: training/common/job.py (the option schema) reads the families, so nothing here imports it. The sharding
+# A leaf: training/spec/ (the option schema) reads the families, so nothing here imports it. The sharding
 # names are the schema's (SHARDING_CHOICES there; a unit test holds every family's to them).
 FSDP2 = ("FULL_SHARD", "HYBRID_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 
@@ -58,7 +58,7 @@ class Family:
     formats: tuple[str, ...]
     """The text formats it reads (training/text/formats.py; the unit tests hold them to it), none for images."""
     synthetic: Path
-    """What `--dataset synthetic` generates, in the run folder (training/common/job.py data_source)."""
+    """What `--dataset synthetic` generates, in the run folder (training/spec/ data_source)."""
     synthetic_format: str | None
     """The text format of those records (training/text/formats.py), None for images."""
     min_seq_len: tuple[int, str]
@@ -182,7 +182,7 @@ FORMER_NAMES = {"llama": "decoder"}
 """A family's name in spec.json files written before it changed: the decoder family's before it took any Hugging
 Face causal LM."""
 TEXT_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.text)
-"""The families an option of the text data path is for (training/common/job.py `family=`)."""
+"""The families an option of the text data path is for (training/spec/ `family=`)."""
 
 
 def family_of(name: str) -> Family:

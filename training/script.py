@@ -58,7 +58,8 @@ from pathlib import Path
 from training.common.failure import reported
 from training.common.files import append_event
 from training.common.heartbeat import process_heartbeat
-from training.common.job import (
+from training.common.lifecycle import die_with_parent
+from training.spec import (
     CHECKPOINT_DIR_ENV,
     METRICS_PORT_OFFSET_ENV,
     RUN_DIR_ENV,
@@ -66,7 +67,6 @@ from training.common.job import (
     SPEC_FILE,
     read_job,
 )
-from training.common.lifecycle import die_with_parent
 
 OUTSIDE = Path("runs") / "script"
 _sink = None

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke, only_run_dir, read_jsonl
-from training.common.job import RANK_LOGS_DIR
+from training.spec import RANK_LOGS_DIR
 from trainkit.services import EtcdServer
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from training.common.job import read_job
+from training.spec import read_job
 
 
 def test_a_real_runs_spec_json_is_what_its_workers_read(tiny_run):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.job.models import get_model
 from trainkit.run.storage import storage_need
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from training.common.job import FIELDS, Job
+from training.spec import FIELDS, Job
 from trainkit.backends import job_from_flags
 from trainkit.backends.sagemaker.request import CHECKPOINTS
 

@@ -5,7 +5,7 @@ What counts as a pointer:
 - a path that starts with one of the repository's top-level folders (`trainkit/backends/eks/render.py`,
   `terraform/modules/ecr`), or is one of its top-level files (`pyproject.toml`); a placeholder (`<id>`, `{name}`,
   `*`) ends the path there;
-- a dotted module name of our packages (`trainkit.backends.eks.pod`, `training.common.job.RUN_DIR_ENV`): each part
+- a dotted module name of our packages (`trainkit.backends.eks.pod`, `training.spec.run_folder.RUN_DIR_ENV`): each part
   must be a module, or, after the last module, a name that module defines or imports.
 
 A path counts as found where it exists from the repository's root or from the naming file's folder (a README's

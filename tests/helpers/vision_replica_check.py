@@ -4,7 +4,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.common.job import MODEL_CONFIG, Job
+from training.spec import MODEL_CONFIG, Job
 from training.vision.trainer import VisionTrainer
 
 job = Job()

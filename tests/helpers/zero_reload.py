@@ -17,9 +17,9 @@ import torch
 import torch.distributed as dist
 
 from training.common.checkpoint import CHECKPOINTS_DIR, LATEST
-from training.common.job import SPEC_FILE, read_job
 from training.common.zero import TAG, saved_world_size
 from training.encoder.trainer import BertTrainer
+from training.spec import SPEC_FILE, read_job
 
 STATES = ("fp32", "exp_avg", "exp_avg_sq")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.product import invoke
-from training.common.job import FIELDS
+from training.spec import FIELDS
 from trainkit.cli.options import task_arguments
 from trainkit.cli.run import RUN_KEYS
 from trainkit.cli.run import run as run_task

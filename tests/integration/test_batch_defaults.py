@@ -13,7 +13,7 @@ import pytest
 from tests.helpers.crd import admission_errors
 from tests.helpers.eks import container, dry_run_job, worker
 from tests.helpers.product import invoke
-from training.common.job import micro_steps, share
+from training.spec import micro_steps, share
 from trainkit import hardware
 from trainkit.backends import job_from_flags
 from trainkit.backends.eks import render

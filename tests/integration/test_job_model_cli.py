@@ -14,7 +14,7 @@ from tests.helpers.eks import dry_run_job
 from tests.helpers.jobs import WALKS
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
-from training.common.job import BY_KEY, FIELDS, fields_of, read_job
+from training.spec import BY_KEY, FIELDS, fields_of, read_job
 
 
 def _command_line(values: dict) -> list[str]:

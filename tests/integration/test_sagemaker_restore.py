@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import sagemaker_standin
 from tests.helpers.aws import in_process_bucket
 from training.common.checkpoint import HOST_ENV, CheckpointManager, check_manifest, complete_steps
-from training.common.job import RUN_DIR_ENV
+from training.spec import RUN_DIR_ENV
 from trainkit.backends.aws import s3_parts
 from trainkit.backends.sagemaker import restore as restore_module
 from trainkit.backends.sagemaker.api import fetch_run_files

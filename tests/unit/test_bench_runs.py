@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.paths import REPO
 from training.common.checkpoint import COMPLETE_MARKER
-from training.common.job import SPEC_FILE
+from training.spec import SPEC_FILE
 from trainkit.bench import runs
 from trainkit.job import build
 

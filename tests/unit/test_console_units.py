@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from training.common.run import ProgressLines
+from training.common.progress import ProgressLines
 from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors
 
 

@@ -7,7 +7,7 @@ import re
 import runpy
 
 from tests.helpers.paths import REPO
-from training.common.job import fields_of
+from training.spec import fields_of
 
 README = (REPO / "README.md").read_text()
 

@@ -36,7 +36,7 @@ def test_the_byte_tokenizer_puts_berts_special_tokens_first_and_round_trips_text
 
 
 def test_the_launcher_refuses_a_bad_or_missing_local_corpus_in_one_line(tmp_path):
-    from training.common.job import Job
+    from training.spec import Job
     from trainkit.errors import SpecError
     from trainkit.run.prepare import _check_text, _local_dataset
 

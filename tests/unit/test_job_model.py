@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.helpers.jobs import WALKS
 from tests.helpers.paths import REPO
-from training.common.job import Job, fields_of
+from training.spec import Job, fields_of
 
 
 def test_the_walks_give_every_option_a_value():

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from tests.helpers.paths import REPO
-from training.common.job import DATA_FORMATS, SHARDING_CHOICES
 from training.families import FAMILIES, FORMER_NAMES, family_of
+from training.spec import DATA_FORMATS, SHARDING_CHOICES
 from training.text import formats
 
 OWN = {"decoder": "training/llm/", "bert": "training/encoder/", "vision": "training/vision/"}

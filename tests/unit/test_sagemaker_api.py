@@ -57,7 +57,7 @@ def test_a_runs_jobs_are_its_name_a_dash_and_a_stamp():
 def test_a_dataset_must_be_where_the_execution_role_reads():
     from dataclasses import replace
 
-    from training.common.job import Job
+    from training.spec import Job
     from trainkit.backends.sagemaker.stack import PLACEHOLDER
 
     stack = replace(PLACEHOLDER, bucket="runs-bucket", data_buckets=("corpora",))

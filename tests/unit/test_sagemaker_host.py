@@ -121,7 +121,7 @@ def test_the_launchers_run_folder_becomes_this_hosts_in_arguments_script_and_env
     ],
 )
 def test_an_s3_dataset_is_read_where_the_target_mounted_it(tmp_path, monkeypatch, dataset, lands, reads):
-    from training.common.job import DATA_MOUNT_ENV, Job, dataset_path
+    from training.spec import DATA_MOUNT_ENV, Job, dataset_path
 
     mount = tmp_path / "mount"
     (mount / lands).parent.mkdir(parents=True, exist_ok=True)

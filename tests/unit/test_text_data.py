@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from training.common.failure import DataError
-from training.common.job import DATA_FORMATS
 from training.encoder.corpus import byte_tokenizer as bert_tokenizer
 from training.llm.tokenizer import load_tokenizer
+from training.spec import DATA_FORMATS
 from training.text import cache, formats, packing, records
 from training.text.formats import IGNORE_INDEX
 

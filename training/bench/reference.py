@@ -27,9 +27,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.bench import timing
-from training.common.job import MODEL_CONFIG
 from training.llm.model import build_model
 from training.llm.tokenizer import load_tokenizer
+from training.spec import MODEL_CONFIG
 from training.text import dataset as text
 from training.text.formats import IGNORE_INDEX
 

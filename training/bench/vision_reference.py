@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import datasets, transforms
 
 from training.bench import timing
-from training.common.job import MODEL_CONFIG, data_source
+from training.spec import MODEL_CONFIG, data_source
 from training.vision.models import build_model
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)

@@ -17,6 +17,7 @@ Strategy mapping onto FSDP2 (`fully_shard`), which has no strategy enum of its o
 
 from __future__ import annotations
 
+import resource
 from datetime import timedelta
 
 import torch
@@ -165,3 +166,15 @@ def on_any_rank(*flags: bool, device: torch.device | str | None = None) -> tuple
     if grouped:
         torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
     return tuple(bool(value) for value in values.tolist())
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queued work (a timer's edge); nothing to wait for on CPU."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def peak_memory_bytes() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB

@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from .job import RUN_DIR_ENV
+from training.spec import RUN_DIR_ENV
 
 HANG_ENV = "TRAINKIT_TEST_HANG"
 TIME_SCALE_ENV = "TRAINKIT_TEST_TIME_SCALE"

@@ -257,7 +257,7 @@ def read_events(run_dir: Path) -> list[dict]:
 def publish_rank_files(run_dir: Path, rank: int, files: dict[str, str]) -> None:
     """logs/ranks/<rank>.json: {"stdout": path, "stderr": path} of a global rank's current process, written by the
     torchrun agent that started it (trainkit/run/agent.py), for any workload, when it starts the rank."""
-    from .job import RANK_LOGS_DIR
+    from training.spec import RANK_LOGS_DIR
 
     folder = run_dir / "logs" / RANK_LOGS_DIR
     folder.mkdir(parents=True, exist_ok=True)

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from training.spec import SUMMARY_FILE
+
 from .files import append_jsonl, publish_jsonl, publish_text, read_jsonl
-from .job import SUMMARY_FILE
 
 log = logging.getLogger(__name__)
 

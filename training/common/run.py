@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,8 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from torch.distributed.checkpoint import CheckpointException
-from tqdm import tqdm
+
+from training.spec import METRICS_PORT_OFFSET_ENV, Job
 
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name, step_of_dir
 from .distributed import on_any_rank
@@ -31,10 +31,10 @@ from .failure import NoRetry, doing, root_cause
 from .faults import hang_here
 from .files import EVENTS_FILE, append_event, publish_text, read_events
 from .heartbeat import process_heartbeat
-from .job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from .lifecycle import StopSignal
 from .metrics import MetricsSink, metrics_address
 from .profiling import StepProfile
+from .progress import progress_display
 from .weights_only import NUMPY_RNG_STATE, load_weights_only
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
@@ -46,63 +46,9 @@ NOT_FINITE_FILE = "not-finite.json"
 PUBLISH_DELAY_ENV = "TRAINKIT_TEST_PUBLISH_DELAY_S"
 
 
-class ProgressLines:
-    """The part of tqdm's interface the trainers use, as plain lines: `<run> step 12/60 (20%) loss=...`
-    at the first step, each tenth of the run, the last step, and at least every EVERY_S seconds between,
-    so a log or a pipe gets no carriage returns and a slow run still shows it is alive."""
-
-    EVERY_S = 30.0
-
-    def __init__(self, run_id: str, start: int, total: int, quiet: bool):
-        self.run_id, self.step, self.total, self.quiet = run_id, start, total, quiet
-        self.postfix: dict[str, str] = {}
-        self.started = time.perf_counter()
-        self.next_tenth = self._tenth(start) + 1
-        self.last: float | None = None
-
-    def _tenth(self, step: int) -> int:
-        return step * 10 // max(1, self.total)
-
-    def set_postfix(self, **values: str) -> None:
-        self.postfix = values
-
-    def update(self, steps: int = 1) -> None:
-        self.step += steps
-        now = time.perf_counter()
-        due = (
-            self._tenth(self.step) >= self.next_tenth
-            or self.step >= self.total
-            or self.last is None  # the first step: the run is alive
-            or now - self.last >= self.EVERY_S
-        )
-        if self.quiet or not due:
-            return
-        self.last = now
-        self.next_tenth = self._tenth(self.step) + 1
-        values = " ".join(f"{k}={v}" for k, v in self.postfix.items())
-        elapsed = now - self.started
-        percent = 100 * self.step // max(1, self.total)
-        print(f"{self.run_id} step {self.step}/{self.total} ({percent}%) {values} [{elapsed:.0f} s]", flush=True)
-
-    def close(self) -> None:
-        pass
-
-
 def current_nodes(configured: int) -> int:
     """Nodes in this round of an elastic job (torchrun's GROUP_WORLD_SIZE), else the configured count."""
     return int(os.environ.get("GROUP_WORLD_SIZE", configured))
-
-
-def synchronize() -> None:
-    """Wait for the GPU's queued work (a timer's edge); nothing to wait for on CPU."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def peak_memory_bytes() -> int:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 class Diverged(NoRetry):
@@ -305,13 +251,9 @@ class RunContext:
         self.accelerator.end_training()
         return True
 
-    def progress(self, start: int, total_steps: int) -> tqdm | ProgressLines:
-        """Step progress on the main process (silent elsewhere): a tqdm bar where the launcher's console is a
-        terminal (`TRAINKIT_PROGRESS=bar`), else a plain line per tenth of the run."""
-        quiet = not self.accelerator.is_main_process
-        if os.environ.get(PROGRESS_ENV) == "bar":
-            return tqdm(total=total_steps, initial=start, disable=quiet, desc=self.run_id, unit="step")
-        return ProgressLines(self.run_id, start, total_steps, quiet)
+    def progress(self, start: int, total_steps: int):
+        """Step progress on the main process (silent elsewhere): training/common/progress.py."""
+        return progress_display(self.run_id, start, total_steps, quiet=not self.accelerator.is_main_process)
 
     def check_finite(self, step: int, loss: float, grad_norm: float) -> None:
         """Stop the job at the first step whose loss or gradient norm is not finite, before anything of it is

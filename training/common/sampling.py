@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from training.spec import micro_steps, share
+
 from .failure import DataError
-from .job import micro_steps, share
 
 
 class StepSampler:

@@ -16,12 +16,13 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 
+from training.common.distributed import peak_memory_bytes, synchronize
 from training.common.faults import hang_here
 from training.common.flops import mfu
-from training.common.job import Job
-from training.common.run import RunContext, peak_memory_bytes, synchronize
+from training.common.run import RunContext
 from training.common.schedule import lr_multiplier
 from training.families import Family
+from training.spec import Job
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from training.common.files import publish_text
-from training.common.job import MODEL_CONFIG, SYNTHETIC, Job
 from training.encoder.corpus import BYTE_VOCABULARY, write_corpus
 from training.families import BERT
+from training.spec import MODEL_CONFIG, SYNTHETIC, Job
 
 
 def notes(job: Job, entry) -> list[str]:

@@ -17,13 +17,13 @@ from training.common import zero
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.failure import doing
 from training.common.flops import peak_tflops_for_device
-from training.common.job import MODEL_CONFIG, ZERO_1, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.sharded_lamb import PartitionLamb
 from training.common.trainer import Step, Trainer, parameter_groups
 from training.families import BERT
 from training.registry import load, model_entry
+from training.spec import MODEL_CONFIG, ZERO_1, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.vision.lamb import Lamb

@@ -21,12 +21,12 @@ from training.common.failure import doing
 from training.common.faults import hang_here
 from training.common.files import read_jsonl
 from training.common.flops import peak_tflops_for_device
-from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.trainer import Step, Trainer, parameter_groups
 from training.families import DECODER
 from training.registry import DecoderArch
+from training.spec import MODEL_CONFIG, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX

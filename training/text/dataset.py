@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from training.common.checkpoint import this_rank_owns_disk
-from training.common.job import Job, data_source
+from training.spec import Job, data_source
 
 from . import cache, formats, packing, records
 

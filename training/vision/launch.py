@@ -7,8 +7,8 @@ import json
 
 from training.common.failure import SpecError
 from training.common.files import publish_text
-from training.common.job import MODEL_CONFIG, SYNTHETIC, Job, dataset_path
 from training.families import VISION
+from training.spec import MODEL_CONFIG, SYNTHETIC, Job, dataset_path
 from training.vision.layout import CROP_RATIO, LayoutError, check_image_folder
 
 SYNTHETIC_CLASSES = 10

@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
-from training.common.job import MODEL_CONFIG, Job, data_source
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler, micro_steps
 from training.common.trainer import Step, Trainer
 from training.families import VISION
+from training.spec import MODEL_CONFIG, Job, data_source
 
 from .data import (
     ClassFolder,

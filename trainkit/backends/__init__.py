@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from training.common.job import SPEC_FILE, Job
+from training.spec import SPEC_FILE, Job
 from trainkit.backends.aws import Submissions
 from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.common.files import publish_text
-from training.common.job import RUN_DIR_ENV, Job
+from training.spec import RUN_DIR_ENV, Job
 from trainkit import hardware
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
-from training.common.job import SPEC_FILE, read_job
+from training.spec import SPEC_FILE, read_job
 from trainkit.bench.record import device_slug, environment
 from trainkit.bench.train import run_trainkit
 from trainkit.errors import SpecError

@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 
 from training.common.flops import peak_tflops_for_device
-from training.common.job import MODEL_CONFIG, SPEC_FILE
 from training.families import family_of
+from training.spec import MODEL_CONFIG, SPEC_FILE
 from trainkit.bench.record import environment, job_shape, measured_peak, summarise
 from trainkit.bench.train import flag_values, precheck, run_trainkit, without
 from trainkit.errors import SpecError
 
-# Each switch alone, as `invoke train` flags (training/common/job.py has their meaning).
+# Each switch alone, as `invoke train` flags (training/spec/ has their meaning).
 VARIANTS = {
     "compile": ["--compile", "true"],
     "flash": ["--attention", "flash"],

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from training.common.files import read_jsonl
 from training.common.flops import peak_tflops_for_device
-from training.common.job import MODEL_CONFIG, SPEC_FILE
 from training.common.profiling import ENV as PROFILE_ENV
 from training.families import FAMILIES, family_of
+from training.spec import MODEL_CONFIG, SPEC_FILE
 from trainkit import hardware
 from trainkit.bench.record import (
     device_slug,

@@ -9,7 +9,7 @@ import inspect
 import invoke
 from invoke import Exit
 
-from training.common.job import BY_KEY
+from training.spec import BY_KEY
 from trainkit.errors import JobFailed, SpecError
 
 
@@ -84,7 +84,7 @@ def task_help(task) -> str:
 
 def job_options(function, names, extra: dict[str, object]):
     """Give a task one option per job field in `names` (name, help and kind from its declaration in
-    training/common/job.py) plus `extra` (name -> default); the body receives them all as keywords."""
+    training/spec/) plus `extra` (name -> default); the body receives them all as keywords."""
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     helps = {}
     for spec in (BY_KEY[name] for name in names):

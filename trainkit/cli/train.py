@@ -5,8 +5,8 @@ from __future__ import annotations
 from json import dumps
 from pathlib import Path
 
-from training.common.job import BY_KEY, fields_of
 from training.registry import DECODER_TYPES
+from training.spec import BY_KEY, fields_of
 from trainkit.backends import RunRef, backend_of, resolve_job
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
 from trainkit.cli.options import job_flags, job_options, task, user_errors

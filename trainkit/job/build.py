@@ -1,7 +1,7 @@
 """Build a job from what the user gave: the profile YAML, then the flags (last wins). Pure: it reads the
 profile file and probes nothing; values nobody gave stay None for the backend and the recipe to fill.
 
-Every value is typed and checked against its declaration (training/common/job.py) here, so a bad flag
+Every value is typed and checked against its declaration (training/spec/) here, so a bad flag
 is refused with the flag's name before anything else looks at it.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from training.common.job import BY_KEY, FIELDS, FieldSpec, Job, duration_seconds, range_problem
+from training.spec import BY_KEY, FIELDS, FieldSpec, Job, duration_seconds, range_problem
 from trainkit import hardware
 from trainkit.errors import SpecError
 

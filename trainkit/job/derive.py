@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from training.common.job import BY_KEY, FIELDS, Job
 from training.families import Family, family_of, launcher_hook
 from training.registry import GPU_ONLY
+from training.spec import BY_KEY, FIELDS, Job
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
 from trainkit.job.models import get_model

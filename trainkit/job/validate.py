@@ -8,8 +8,8 @@ import os
 import re
 from pathlib import Path
 
-from training.common.job import BY_KEY, FIELDS, SHARDING_STRATEGIES, ZERO_1, Job, micro_steps
 from training.families import TEXT_FAMILIES, family_of
+from training.spec import BY_KEY, FIELDS, SHARDING_STRATEGIES, ZERO_1, Job, micro_steps
 from training.vision.layout import LayoutError, check_image_folder
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing

@@ -33,7 +33,7 @@ size will be equal to the total gradients size"; Accelerate passes no DDP argume
 
 from __future__ import annotations
 
-from training.common.job import ZERO_1
+from training.spec import ZERO_1
 
 ADAM_STATE_BYTES = 12
 """K of the ZeRO paper: bytes of optimizer state per parameter, fp32 master weights and two fp32 moments."""

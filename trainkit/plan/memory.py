@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import ZERO_1, Job
 from training.families import family_of
+from training.spec import ZERO_1, Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import DEFAULT_INSTANCE_TYPE

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.files import read_events, read_jsonl
-from training.common.job import Job
+from training.spec import Job
 from trainkit.errors import SpecError
 
 

@@ -8,8 +8,8 @@ import copy
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from training.common.job import Job
 from training.families import family_of
+from training.spec import Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES
 from trainkit.job.models import get_model

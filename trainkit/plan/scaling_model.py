@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, replace
 
 from training.common.flops import PEAK_BF16_TFLOPS
-from training.common.job import SHARDING_CHOICES, ZERO_1
+from training.spec import SHARDING_CHOICES, ZERO_1
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES
 from trainkit.plan.data_parallel import DS_REDUCE_BUCKET_ELEMENTS

@@ -39,7 +39,7 @@ from training.common.failure import EXIT_NO_RETRY, MESSAGE_CHARS, last_line, nod
 from training.common.faults import TIME_SCALE_ENV
 from training.common.files import EVENTS_FILE, append_event, node_events_file
 from training.common.heartbeat import HEARTBEAT_DIR_ENV
-from training.common.job import RUN_DIR_ENV, SPEC_FILE, read_job
+from training.spec import RUN_DIR_ENV, SPEC_FILE, read_job
 from trainkit.run import stalls, watchdog
 
 EXIT_RENDEZVOUS = 4

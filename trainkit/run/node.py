@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, redact
-from training.common.job import SUMMARY_FILE, Job
+from training.spec import SUMMARY_FILE, Job
 from trainkit.backends.base import Workload, ready
 from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS

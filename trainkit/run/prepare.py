@@ -12,14 +12,14 @@ from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps, step_of_dir
 from training.common.files import publish_text
-from training.common.job import (
+from training.families import family_of, launcher_hook
+from training.spec import (
     SPEC_FILE,
     SUMMARY_FILE,
     SYNTHETIC,
     Job,
     dataset_path,
 )
-from training.families import family_of, launcher_hook
 from trainkit.errors import SpecError
 from trainkit.job.derive import continue_run
 from trainkit.job.models import get_model

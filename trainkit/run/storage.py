@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
-from training.common.job import ZERO_1
 from training.families import family_of, optimizer_of
+from training.spec import ZERO_1
 from trainkit.errors import SpecError
 from trainkit.job.models import ModelEntry, get_model
 

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.common.job import Job
+from training.spec import Job
 
 # Seconds the rendezvous waits for more nodes once the minimum has joined (torch's default: 30).
 LAST_CALL_TIMEOUT_S = 5

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import Backend, Workload
 from trainkit.errors import SpecError
 

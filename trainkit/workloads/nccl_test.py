@@ -18,7 +18,7 @@ import re
 import time
 import uuid
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.base import Workload
 from trainkit.errors import SpecError

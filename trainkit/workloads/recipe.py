@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from training.common.job import Job, worker_arguments
+from training.spec import Job, worker_arguments
 from trainkit.backends.base import Workload
 
 

@@ -25,8 +25,8 @@ import re
 from pathlib import Path
 
 from training.common.files import publish_bytes
-from training.common.job import CHECKPOINT_DIR_ENV, SCRIPT_LABEL_ENV, Job
 from training.script import RUNNER_ENV
+from training.spec import CHECKPOINT_DIR_ENV, SCRIPT_LABEL_ENV, Job
 from trainkit.backends.base import Workload
 from trainkit.errors import SpecError
 from trainkit.run.code import code_digest, read_code

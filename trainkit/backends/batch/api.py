@@ -24,7 +24,7 @@ without `--target`.
 
 from __future__ import annotations
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.aws import Clients, Submissions, error_code, of_run
 from trainkit.backends.base import Workload
 from trainkit.backends.batch import request

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from training.common.job import SYNTHETIC, Job
+from training.spec import SYNTHETIC, Job
 from trainkit import hardware
 from trainkit.backends.aws import AwsBackend, Clients, stamp
 from trainkit.backends.base import RunRef, Workload, cloud_machine

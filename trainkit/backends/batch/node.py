@@ -44,7 +44,7 @@ from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.common.files import publish_text
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.batch.request import CODE_ENV, FSX_MOUNT_ENV, SPEC_ENV, attempts, unpack_code
 from trainkit.run.agent import SCHEDULER_RESTARTS_ENV

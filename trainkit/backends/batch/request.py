@@ -38,7 +38,7 @@ import tarfile
 from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY
-from training.common.job import Job
+from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.batch.stack import BatchStack

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine, deadline_cause_line
 from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, submission, task
 from trainkit.backends.eks.kube import (

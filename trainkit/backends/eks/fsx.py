@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from trainkit.backends.eks import cluster
 
 if TYPE_CHECKING:  # the platform's image runs `layout` without the training dependencies (numpy, torch)
-    from training.common.job import Job
+    from training.spec import Job
 
 MIGRATED = ".trainkit-owner"
 """Marks a file system whose root-owned files were given to the jobs' user: the walk runs once, not at every apply."""

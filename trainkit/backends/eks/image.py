@@ -16,7 +16,7 @@ import re
 import sys
 import urllib.request
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.eks.render import POD_ENTRY
 from trainkit.errors import SpecError
 from trainkit.infra import outputs

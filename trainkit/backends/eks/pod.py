@@ -28,7 +28,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster
 from trainkit.backends.eks.render import TERMINATION_LOG

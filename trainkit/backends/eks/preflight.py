@@ -6,7 +6,7 @@ is the one to act on.
 
 from __future__ import annotations
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster
 from trainkit.backends.eks.image import check_image

@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster, fsx, resources

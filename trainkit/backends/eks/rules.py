@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import PurePosixPath
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster
 from trainkit.errors import SpecError

@@ -9,7 +9,7 @@ import contextlib
 import secrets
 import sys
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import Workload
 from trainkit.backends.eks import cluster, render
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import yaml
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import Workload
 from trainkit.backends.eks import cluster, render
 from trainkit.errors import JobFailed, SpecError

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, remove_partial
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV
-from training.common.job import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
+from training.spec import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from trainkit import hardware
 from trainkit.backends.base import Backend, RunRef, Workload, ready
 from trainkit.backends.local import runs as local_runs

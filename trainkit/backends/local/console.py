@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from training.common.job import RANK_LOGS_DIR, Job
+from training.spec import RANK_LOGS_DIR, Job
 
 
 def rank_files(record: Path, since: float) -> dict[str, str] | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps, step_of_dir
 from training.common.files import append_event, read_events
-from training.common.job import Job
+from training.spec import Job
 from trainkit.run.failures import record_failure
 
 EXIT_DEADLINE = 124

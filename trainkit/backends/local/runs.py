@@ -23,7 +23,7 @@ from pathlib import Path
 
 from training.common.failure import redact
 from training.common.files import append_event, read_events, read_jsonl
-from training.common.job import RANK_LOGS_DIR, SPEC_FILE, read_job
+from training.spec import RANK_LOGS_DIR, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, RunRef
 from trainkit.errors import SpecError
 from trainkit.run.agent import attempts

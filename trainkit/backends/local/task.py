@@ -10,7 +10,7 @@ import os
 import runpy
 import sys
 
-from training.common.job import Job
+from training.spec import Job
 from trainkit.backends.base import Workload, prepared_env
 from trainkit.errors import JobFailed
 

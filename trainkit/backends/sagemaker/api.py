@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from training.common.files import node_events_file
-from training.common.job import SPEC_FILE, Job
+from training.spec import SPEC_FILE, Job
 from trainkit.backends.aws import Clients, Submissions, s3_parts
 from trainkit.backends.aws import error_code as _error_code
 from trainkit.backends.aws import of_run as _of_run

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.common.job import SPEC_FILE, Job
+from training.spec import SPEC_FILE, Job
 from trainkit.backends.aws import AwsBackend, Clients, stamp
 from trainkit.backends.base import WORKLOAD_FILE, RunRef, Workload, cloud_machine
 from trainkit.backends.sagemaker import api, request

@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV, HOSTS_ENV
-from training.common.job import DATA_MOUNT_ENV, SPEC_FILE, read_job
+from training.spec import DATA_MOUNT_ENV, SPEC_FILE, read_job
 from trainkit.backends.base import WORKLOAD_FILE, Workload
 from trainkit.backends.sagemaker import restore
 from trainkit.backends.sagemaker.request import DATA_CHANNEL, REGION_ENV

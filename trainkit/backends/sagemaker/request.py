@@ -27,8 +27,8 @@ import math
 import re
 from importlib.resources import files
 
-from training.common.job import Job
 from training.families import family_of
+from training.spec import Job
 from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
@@ -63,7 +63,7 @@ with local NVMe use that instead and ignore a larger figure: API reference, Reso
 NAME_LIMIT = 63
 TAG_RUN = "trainkit:run-id"
 TAG_MODEL = "trainkit:model"
-# SageMaker reads metrics from the leader's log with these (the progress lines of training/common/run.py:
+# SageMaker reads metrics from the leader's log with these (the progress lines of training/common/progress.py:
 # `<run> step 12/60 (20%) loss=2.3102 tok_s=4301 [8 s]`); the first group is the value.
 METRICS = {
     "loss": r"step \d+/\d+ \(\d+%\) loss=([0-9.eE+-]+)",

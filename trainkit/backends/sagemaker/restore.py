@@ -41,7 +41,7 @@ from training.common.checkpoint import (
     host_marker,
     is_bookkeeping,
 )
-from training.common.job import RUN_DIR_ENV
+from training.spec import RUN_DIR_ENV
 from trainkit.backends.aws import s3_parts
 
 CHECKPOINT_S3_ENV = "TRAINKIT_CHECKPOINT_S3"
