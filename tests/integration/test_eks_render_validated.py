@@ -21,8 +21,8 @@ from tests.helpers.paths import GOLDEN, REPO
 from tests.helpers.pod_resources import DAEMONSET_REQUESTS, misfits, node_allocatable, qos_class, resource_errors
 from tests.helpers.product import invoke
 from trainkit import hardware
-from trainkit.backends.base import WORKLOAD_ENV
 from trainkit.backends.eks import cluster, render
+from trainkit.run.workload import WORKLOAD_ENV
 
 TOKEN = "hf_do_not_leak_0123456789abcdef"
 

@@ -17,9 +17,9 @@ from tests.helpers.eks import IMAGE, container, dry_run_objects, validate_core, 
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
 from tests.helpers.wheels import pip_hash, write_wheel
-from trainkit.backends.base import WORKLOAD_ENV
 from trainkit.backends.eks import render
 from trainkit.errors import SpecError
+from trainkit.run.workload import WORKLOAD_ENV
 from trainkit.workloads.packages import install
 
 

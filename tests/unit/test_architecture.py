@@ -228,3 +228,15 @@ def test_the_registry_check_finds_a_second_table():
     source = 'B = {"resnet50": f, "resnet-tiny": g}\n'
     source += 'VISION = ("resnet50", "resnet-tiny")\nDEFAULT = {"model": "llama2-7b"}\n'
     assert model_tables(source, names) == [1, 2]
+
+
+def test_the_run_package_never_reaches_up_into_the_backends():
+    """trainkit/run/ is what every backend uses to start a run; it imports no backend, deferred imports included
+    (issue 51: `Workload` and `ready` moved from backends/base.py to run/workload.py)."""
+    graph = import_graph(REPO, "trainkit")
+    upward = {
+        module: sorted(name for name in imported if name.startswith("trainkit.backends"))
+        for module, imported in graph.items()
+        if module.startswith("trainkit.run.")
+    }
+    assert {module: names for module, names in upward.items() if names} == {}

@@ -13,11 +13,11 @@ from tests.helpers.aws_model import problems
 from tests.helpers.batch_standin import evaluate, matches
 from trainkit import hardware
 from trainkit.backends import resolve_job
-from trainkit.backends.base import Workload
 from trainkit.backends.batch import request
 from trainkit.backends.batch.backend import requests_for
 from trainkit.backends.batch.stack import PLACEHOLDER
 from trainkit.errors import SpecError
+from trainkit.run.workload import Workload
 from trainkit.workloads.recipe import recipe
 
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-hf-token-AbCdEf"

@@ -93,7 +93,7 @@ def test_the_token_is_read_in_the_secrets_own_region_whatever_the_environment_sa
 
 
 def test_the_launchers_run_folder_becomes_this_hosts_in_arguments_script_and_environment():
-    from trainkit.backends.base import Workload
+    from trainkit.run.workload import Workload
 
     submitted, here = "/opt/ml/checkpoints/lit", "/tmp/job/algo-2/opt/ml/checkpoints/lit"
     workload = Workload(

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from trainkit.backends import job_from_flags
-from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import render, submission
 from trainkit.errors import SpecError
 from trainkit.run.code import CODE_LIMIT_BYTES, code_digest, code_files, read_code
+from trainkit.run.workload import WORKLOAD_ENV, Workload
 from trainkit.workloads.packages import package_cache
 from trainkit.workloads.script import run_id_for, script_workload
 

@@ -34,12 +34,12 @@ from pathlib import Path
 
 from training.common.failure import EXIT_NO_RETRY, redact
 from training.spec import SUMMARY_FILE, Job
-from trainkit.backends.base import Workload, ready
 from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.stalls import stall_elsewhere
 from trainkit.run.torchrun import Placement, torchrun_command
+from trainkit.run.workload import Workload, ready
 
 # 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
 EXIT_REPLACE = 192

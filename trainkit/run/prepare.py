@@ -2,7 +2,7 @@
 
 Both targets prepare a run with this code (on EKS every pod runs it on FSx, so it is race-safe: files
 are published atomically and identical). A recipe's workers start from the spec.json it writes; other workloads
-name their own preparation (trainkit/backends/base.py: Workload.prepare), which writes spec.json here too.
+name their own preparation (trainkit/run/workload.py: Workload.prepare), which writes spec.json here too.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ import time
 import uuid
 
 from training.spec import Job
-from trainkit.backends.base import Backend, Workload
+from trainkit.backends.base import Backend
 from trainkit.errors import SpecError
+from trainkit.run.workload import Workload
 
 
 def new_run_id() -> str:

@@ -20,8 +20,8 @@ import uuid
 
 from training.spec import Job
 from trainkit import hardware
-from trainkit.backends.base import Workload
 from trainkit.errors import SpecError
+from trainkit.run.workload import Workload
 
 GIB = 2**30
 # Published all_reduce_perf busbw between two nodes (GB/s, float sum, out-of-place), at the message size given:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from training.spec import Job, worker_arguments
-from trainkit.backends.base import Workload
+from trainkit.run.workload import Workload
 
 
 def recipe(job: Job) -> Workload:

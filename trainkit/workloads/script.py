@@ -27,10 +27,10 @@ from pathlib import Path
 from training.common.files import publish_bytes
 from training.script import RUNNER_ENV
 from training.spec import CHECKPOINT_DIR_ENV, SCRIPT_LABEL_ENV, Job
-from trainkit.backends.base import Workload
 from trainkit.errors import SpecError
 from trainkit.run.code import code_digest, read_code
 from trainkit.run.prepare import prepare_folder
+from trainkit.run.workload import Workload
 from trainkit.workloads.packages import install, read_requirements
 
 CODE_DIR = "code"

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from training.spec import Job
 from trainkit.backends.aws import Clients, Submissions, error_code, of_run
-from trainkit.backends.base import Workload
 from trainkit.backends.batch import request
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
 from trainkit.infra.outputs import BATCH_ACTIVE
+from trainkit.run.workload import Workload
 
 ON_DEMAND_QUOTAS = {"p": ("L-417A185B", "Running On-Demand P instances")}
 """EC2's vCPU quota of each instance family the table holds (Service Quotas, service code ec2)."""

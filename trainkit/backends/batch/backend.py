@@ -18,13 +18,14 @@ from pathlib import Path, PurePosixPath
 from training.spec import SYNTHETIC, Job
 from trainkit import hardware
 from trainkit.backends.aws import AwsBackend, Clients, stamp
-from trainkit.backends.base import RunRef, Workload, cloud_machine
+from trainkit.backends.base import RunRef, cloud_machine
 from trainkit.backends.batch import api, jobs, request
 from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.storage import fsx_mb_s
+from trainkit.run.workload import Workload
 
 
 def resolve(job: Job) -> Machine:

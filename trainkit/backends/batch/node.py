@@ -45,12 +45,12 @@ from pathlib import Path
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.common.files import publish_text
 from training.spec import Job
-from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.batch.request import CODE_ENV, FSX_MOUNT_ENV, SPEC_ENV, attempts, unpack_code
 from trainkit.run.agent import SCHEDULER_RESTARTS_ENV
 from trainkit.run.mounts import NotLustre, require_lustre
 from trainkit.run.node import EXIT_CANNOT_START, EXIT_REPLACE, run_node
 from trainkit.run.torchrun import Placement
+from trainkit.run.workload import WORKLOAD_ENV, Workload
 
 RDZV_PORT = 29400
 FSX_ROOT_ENV = "TRAINKIT_BATCH_FSX_ROOT"

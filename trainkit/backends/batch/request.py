@@ -40,7 +40,6 @@ from pathlib import Path
 from training.common.failure import EXIT_NO_RETRY
 from training.spec import Job
 from trainkit import hardware
-from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.backends.eks.cluster import JOB_UID
 from trainkit.backends.eks.render import NCCL_EFA_ENV
@@ -49,6 +48,7 @@ from trainkit.infra.outputs import STACK_TAG
 from trainkit.run.code import read_code
 from trainkit.run.node import EXIT_CANNOT_START, EXIT_REPLACE
 from trainkit.run.torchrun import TORCH_ENV
+from trainkit.run.workload import WORKLOAD_ENV, Workload
 
 ENTRY = ("python3", "-m", "trainkit.backends.batch.node")
 """The container's command on every node."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from training.spec import Job
-from trainkit.backends.base import Backend, RunRef, Workload, cloud_machine, deadline_cause_line
+from trainkit.backends.base import Backend, RunRef, cloud_machine, deadline_cause_line
 from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, submission, task
 from trainkit.backends.eks.kube import (
     GROUP,
@@ -34,6 +34,7 @@ from trainkit.job.build import Machine
 from trainkit.run.code import read_code
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.torchrun import GROUP_RANK, rank_prefix, rendezvous_id
+from trainkit.run.workload import Workload
 
 
 def resolve(job: Job) -> Machine:

@@ -29,12 +29,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.spec import Job
-from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster
 from trainkit.backends.eks.render import TERMINATION_LOG
 from trainkit.run.mounts import NotLustre, require_lustre
 from trainkit.run.node import EXIT_CANNOT_START, run_node
 from trainkit.run.torchrun import Placement
+from trainkit.run.workload import WORKLOAD_ENV, Workload
 
 # TERMINATION_LOG_ENV names another file than the container's terminationMessagePath (the tests' stand-in for the
 # kubelet's mount there, tests/helpers/kube_api.py).

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 
 from training.spec import Job
 from trainkit import hardware
-from trainkit.backends.base import WORKLOAD_ENV, Workload
 from trainkit.backends.eks import cluster, fsx, resources
 from trainkit.run.torchrun import RDZV_KEY_ENV, TORCH_ENV
+from trainkit.run.workload import WORKLOAD_ENV, Workload
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER = "pytorch"  # the training operator looks for this container name

@@ -10,10 +10,10 @@ import secrets
 import sys
 
 from training.spec import Job
-from trainkit.backends.base import Workload
 from trainkit.backends.eks import cluster, render
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors
 from trainkit.errors import SpecError
+from trainkit.run.workload import Workload
 
 
 def code_configmap_name(job: Job, token: str) -> str:

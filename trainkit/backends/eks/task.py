@@ -19,10 +19,10 @@ from collections.abc import Callable
 import yaml
 
 from training.spec import Job
-from trainkit.backends.base import Workload
 from trainkit.backends.eks import cluster, render
 from trainkit.errors import JobFailed, SpecError
 from trainkit.infra import outputs
+from trainkit.run.workload import Workload
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set on a Job's pods by the Job controller (Kubernetes >= 1.27)
 POLL_S = 2.0

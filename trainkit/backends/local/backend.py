@@ -39,7 +39,7 @@ from training.common.checkpoint import CHECKPOINTS_DIR, remove_partial
 from training.common.failure import EXIT_NO_RETRY, NODE_ENV
 from training.spec import METRICS_PORT_OFFSET_ENV, PROGRESS_ENV, Job
 from trainkit import hardware
-from trainkit.backends.base import Backend, RunRef, Workload, ready
+from trainkit.backends.base import Backend, RunRef
 from trainkit.backends.local import runs as local_runs
 from trainkit.backends.local.console import RankZeroConsole, other_ranks_errors, summary_block
 from trainkit.backends.local.deadline import EXIT_DEADLINE, record_deadline
@@ -56,6 +56,7 @@ from trainkit.run.torchrun import (
     rendezvous_id,
     torchrun_command,
 )
+from trainkit.run.workload import Workload, ready
 from trainkit.services import LocalEtcd, LocalPrometheus
 
 # Seconds the launcher waits after forwarding a stop before it kills what is left: torchrun gives

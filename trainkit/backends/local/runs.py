@@ -24,10 +24,11 @@ from pathlib import Path
 from training.common.failure import redact
 from training.common.files import append_event, read_events, read_jsonl
 from training.spec import RANK_LOGS_DIR, SPEC_FILE, read_job
-from trainkit.backends.base import WORKLOAD_FILE, RunRef
+from trainkit.backends.base import RunRef
 from trainkit.errors import SpecError
 from trainkit.run.agent import attempts
 from trainkit.run.failures import recorded_failure
+from trainkit.run.workload import WORKLOAD_FILE
 
 OWNER_FILE = "launcher.json"
 FINISHED_EVENT = "finished"

@@ -11,8 +11,8 @@ import runpy
 import sys
 
 from training.spec import Job
-from trainkit.backends.base import Workload, prepared_env
 from trainkit.errors import JobFailed
+from trainkit.run.workload import Workload, prepared_env
 
 
 class HeldErrors(io.TextIOBase):

@@ -33,11 +33,12 @@ from training.spec import SPEC_FILE, Job
 from trainkit.backends.aws import Clients, Submissions, s3_parts
 from trainkit.backends.aws import error_code as _error_code
 from trainkit.backends.aws import of_run as _of_run
-from trainkit.backends.base import Workload, deadline_cause_line
+from trainkit.backends.base import deadline_cause_line
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.errors import SpecError
 from trainkit.run.torchrun import GROUP_RANK
+from trainkit.run.workload import Workload
 
 ACTIVE = ("InProgress", "Stopping")
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"

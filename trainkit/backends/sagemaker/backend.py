@@ -17,7 +17,7 @@ from pathlib import Path
 
 from training.spec import SPEC_FILE, Job
 from trainkit.backends.aws import AwsBackend, Clients, stamp
-from trainkit.backends.base import WORKLOAD_FILE, RunRef, Workload, cloud_machine
+from trainkit.backends.base import RunRef, cloud_machine
 from trainkit.backends.sagemaker import api, request
 from trainkit.backends.sagemaker.stack import NOT_RECORDED, SageMakerStack, load_stack
 from trainkit.errors import SpecError
@@ -26,6 +26,7 @@ from trainkit.job.build import Machine
 from trainkit.run.code import read_code
 from trainkit.run.storage import GP3_BASELINE_MB_S
 from trainkit.run.torchrun import rank_prefix
+from trainkit.run.workload import WORKLOAD_FILE, Workload
 
 
 def resolve(job: Job) -> Machine:

@@ -40,13 +40,13 @@ from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV, HOSTS_ENV
 from training.spec import DATA_MOUNT_ENV, SPEC_FILE, read_job
-from trainkit.backends.base import WORKLOAD_FILE, Workload
 from trainkit.backends.sagemaker import restore
 from trainkit.backends.sagemaker.request import DATA_CHANNEL, REGION_ENV
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
 from trainkit.run.torchrun import Placement
+from trainkit.run.workload import WORKLOAD_FILE, Workload
 
 ROOT_ENV = "TRAINKIT_SAGEMAKER_ROOT"
 """Where /opt/ml is when not there (the tests' stand-in gives every host a tree of its own)."""

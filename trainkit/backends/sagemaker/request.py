@@ -29,7 +29,6 @@ from importlib.resources import files
 
 from training.families import family_of
 from training.spec import Job
-from trainkit.backends.base import Workload
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.hardware import INSTANCE_TABLE
@@ -37,6 +36,7 @@ from trainkit.infra.outputs import STACK_TAG
 from trainkit.job.models import get_model
 from trainkit.run.storage import GB, storage_need
 from trainkit.run.torchrun import TORCH_ENV
+from trainkit.run.workload import Workload
 
 ENTRY = ("python3", "-m", "trainkit.backends.sagemaker.host")
 """The container's entry point (AlgorithmSpecification.ContainerEntrypoint): torchrun on every host."""

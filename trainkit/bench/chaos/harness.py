@@ -15,12 +15,12 @@ from pathlib import Path
 
 from training.common.files import read_events, read_jsonl
 from trainkit.backends import job_from_flags
-from trainkit.backends.base import ready
 from trainkit.backends.local.backend import LocalJob, explain_failure, job_exit_code, signal_group
 from trainkit.bench.chaos.scenarios import SCENARIOS, Result, Settings
 from trainkit.bench.chaos.table import describe
 from trainkit.errors import SpecError
 from trainkit.run.failures import failure_summary
+from trainkit.run.workload import ready
 from trainkit.services import EtcdServer
 from trainkit.workloads.recipe import recipe
 
