@@ -253,7 +253,7 @@ def _bert_recipe(micro_batch_size: int) -> Recipe:
     run_bert_1.5b_8x.sh and deepspeed_config_bert_1.5b.json; release 1.7.0 at 9390986): 5% warmup (7,750 of the
     155,000 steps: a count, so a shorter --steps wants its own --warmup-steps), weight decay 0.01 (none on biases
     and LayerNorm), gradient clipping 1.0, 155,000 steps, a checkpoint every 200, ZeRO stage 1 in bf16. Their
-    optimizer was LANS (NVLAMB in release 1.5.0); trainkit trains with LAMB (training/vision/lamb.py), the NVLAMB
+    optimizer was LANS (NVLAMB in release 1.5.0); trainkit trains with LAMB (training/common/lamb.py), the NVLAMB
     family, and its own cosine schedule instead of their polynomial one. Masks are drawn per batch
     (training/encoder/masking.py), not ahead of time as their hdf5 files hold them."""
     return Recipe(

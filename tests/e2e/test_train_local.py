@@ -33,9 +33,9 @@ from tests.helpers.product import (
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.checkpoint import STALL_ENV
 from training.common.failure import EXIT_NO_RETRY
-from training.llm.dialogues import write_dialogues
-from training.llm.tokenizer import load_tokenizer
 from training.text import formats, packing, records
+from training.text.dialogues import write_dialogues
+from training.text.tokenizer import load_tokenizer
 from trainkit.services import free_port_pair
 
 # --------------------------------------------------------------------------- first contact

@@ -91,7 +91,7 @@ def write_tiny(folder: Path, kind: str, tokenizer: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(tiny_config(kind), indent=2) + "\n")
     if tokenizer:
-        from training.llm.tokenizer import byte_tokenizer
+        from training.text.tokenizer import byte_tokenizer
 
         saved = byte_tokenizer()
         saved.chat_template = TEMPLATES.get(kind)  # the others get trainkit's default when they train on chat

@@ -235,8 +235,8 @@ def accelerate_state(tmp_path_factory):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
+    from training.common.lamb import Lamb
     from training.common.run import AcceleratorCheckpoint
-    from training.vision.lamb import Lamb
 
     with pytest.MonkeyPatch.context() as env:
         env.setattr(subprocess, "Popen", RefusedPopen)  # set up before the layer's own guard

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from training.common.sampling import StepSampler
-from training.llm.dialogues import write_dialogues
-from training.llm.tokenizer import byte_tokenizer
+from training.text.dialogues import write_dialogues
+from training.text.tokenizer import byte_tokenizer
 
 
 def test_byte_tokenizer_round_trips_any_text_without_a_download():

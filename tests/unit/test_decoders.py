@@ -319,7 +319,7 @@ def test_a_folder_job_runs_under_its_label_and_writes_its_own_config(tmp_path):
 def test_a_folders_tokenizer_larger_than_its_vocabulary_is_refused_from_tokenizer_json_alone(tmp_path, monkeypatch):
     """The launcher counts a folder's tokenizer ids from tokenizer.json with `tokenizers` (issue 51: no transformers,
     no torch at launch): the byte tokenizer's 259 ids against a vocabulary of 256 are refused, and 259 fit 320."""
-    import training.llm.tokenizer as tokenizers
+    import training.text.tokenizer as tokenizers
     from training.llm.launch import check_inputs
 
     folder = write_tiny(tmp_path / "small-vocab", "llama2", tokenizer=True)

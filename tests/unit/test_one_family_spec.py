@@ -73,3 +73,44 @@ def test_each_declaration_agrees_with_the_code_it_describes():
         assert re.search(rf"\b{family.throughput.progress}=", METRICS[family.throughput.metric]), family.name
     with pytest.raises(ValueError, match="unknown model family 'mlp'; one of decoder, vision, bert"):
         family_of("mlp")
+
+
+def _loaded_at_import(module: str, files: dict[str, object]) -> set[str]:
+    """The modules of training/ that importing `module` runs: its imports outside function bodies (a deferred import
+    runs only when called), each importer's parent packages, transitively."""
+    from tests.unit.test_architecture import imported_names
+
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for parent in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if parent in files and parent not in seen:
+                seen.add(parent)
+                path = files[parent]
+                nodes = list(ast.parse(path.read_text()).body)
+                while nodes:
+                    node = nodes.pop()
+                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                        continue
+                    if isinstance(node, ast.Import | ast.ImportFrom):
+                        for imported in imported_names(node, parent, path.name == "__init__.py"):
+                            while imported and imported not in files:
+                                imported = imported.rpartition(".")[0]
+                            if imported:
+                                todo.append(imported)
+                    nodes.extend(ast.iter_child_nodes(node))
+    return seen
+
+
+def test_a_worker_imports_its_own_familys_package_and_no_others():
+    """A worker starts its family's trainer (training/__main__.py): what that import runs stays out of every other
+    family's package (issue 51: BERT's started vision's and the decoders' modules for LAMB and the byte tokenizer)."""
+    from tests.unit.test_architecture import module_name
+
+    files = {module_name(path, REPO): path for path in (REPO / "training").rglob("*.py")}
+    for family in FAMILIES.values():
+        loaded = _loaded_at_import(family.trainer.partition(":")[0], files)
+        others = {name for name in loaded for own in OWN.values() if name.startswith(own.replace("/", ".").rstrip("."))}
+        mine = OWN[family.name].replace("/", ".").rstrip(".")
+        assert {name for name in others if not name.startswith(mine)} == set(), family.name

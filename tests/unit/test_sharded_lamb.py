@@ -1,5 +1,5 @@
 """LAMB on ZeRO-1 slices (training/common/sharded_lamb.py) takes the same steps as LAMB on whole parameters
-(training/vision/lamb.py): each parameter's trust ratio uses its whole norm, added up over the ranks that hold its
+(training/common/lamb.py): each parameter's trust ratio uses its whole norm, added up over the ranks that hold its
 pieces, at any world size. The ranks run as threads here, their all-reduce a barrier that adds their sums."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
+from training.common.lamb import Lamb
 from training.common.sharded_lamb import Fragment, PartitionLamb, lamb_slice_step, partition_fragments, slice_fragments
-from training.vision.lamb import Lamb
 
 SHAPES = [(3, 2), (10,), (3,), (7, 1), (4, 4)]
 STEPS = 4

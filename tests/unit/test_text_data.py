@@ -10,10 +10,10 @@ import pytest
 
 from training.common.failure import DataError
 from training.encoder.corpus import byte_tokenizer as bert_tokenizer
-from training.llm.tokenizer import load_tokenizer
 from training.spec import DATA_FORMATS
 from training.text import cache, formats, packing, records
 from training.text.formats import IGNORE_INDEX
+from training.text.tokenizer import load_tokenizer
 
 CHAT = [
     {"role": "system", "content": "Be brief."},
@@ -247,8 +247,8 @@ def test_generated_dialogues_and_chats_around_seq_len_pack_whole(tmp_path):
     """Issue 50's acceptance: over llama2-tiny's own data (its generated dialogues, at its seq_len) and a chat set
     whose lengths lie around seq_len, no block holds a target of an example begun in an earlier block, and every
     trained token of every example kept is trained (truncation only ever takes prompt)."""
-    from training.llm.dialogues import write_dialogues
-    from training.llm.tokenizer import load_tokenizer
+    from training.text.dialogues import write_dialogues
+    from training.text.tokenizer import load_tokenizer
     from trainkit.bench.startup import write_chat
     from trainkit.job.models import get_model
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from training.common.lamb import Lamb
 from training.common.sampling import StepSampler
 from training.registry import REGISTRY, load
 from training.vision.data import ClassFolder, SeededImages, StepBatches, train_transform
-from training.vision.lamb import Lamb
 from training.vision.models import build_model, parameter_groups
 from training.vision.synthetic import SyntheticTree, write_tree
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from tests.helpers.guards import RefusedPopen
 from tests.helpers.planted import REFUSED, Planted, plant_and_load
+from training.common.lamb import Lamb
 from training.common.sharded_lamb import PartitionLamb
 from training.common.trainer import parameter_groups
 from training.common.weights_only import FORCE_ENV, RefusedCheckpoint, load_weights_only, weights_only_loads
@@ -28,7 +29,6 @@ from training.common.zero import (
     initialize,
     saved_world_size,
 )
-from training.vision.lamb import Lamb
 
 
 def test_the_engine_steps_when_the_trainer_says_and_partitions_the_optimizer_only():

@@ -28,10 +28,10 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.bench import timing
 from training.llm.model import build_model
-from training.llm.tokenizer import load_tokenizer
 from training.spec import MODEL_CONFIG
 from training.text import dataset as text
 from training.text.formats import IGNORE_INDEX
+from training.text.tokenizer import load_tokenizer
 
 SHARDED = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}  # strategy -> reshard_after_forward
 

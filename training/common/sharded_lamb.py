@@ -7,7 +7,7 @@ parameter, several whole ones and the start of another. LAMB's step is elementwi
 the norm of a piece, so a parameter cut in two would get two different ratios, and the result would depend on the
 world size. Here each rank sums the squares of its pieces per parameter, the ranks add those sums (one small
 all-reduce of two numbers per parameter), and every piece of a parameter is scaled by the whole parameter's
-ratio: the same step as training/vision/lamb.py's on the unsharded parameters, at any world size.
+ratio: the same step as training/common/lamb.py's on the unsharded parameters, at any world size.
 
 `fragments` say what a slice holds: (parameter index in its group, offset in the slice, length). The reduction is
 a function, so the step can be held against the unsharded optimizer in one process (the tests add the ranks'

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from training.common.files import publish_text
-from training.llm.dialogues import DAYS, NAMES, PLACES
+from training.text.dialogues import DAYS, NAMES, PLACES
 
 TEXT_FIELD = "text"
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -44,9 +44,9 @@ def write_corpus(path: Path, documents: int = 2000, seed: int = 0) -> Path:
 
 
 def byte_tokenizer():
-    """BERT's special tokens, then one token per UTF-8 byte (training/llm/tokenizer.py builds it): saved with a
+    """BERT's special tokens, then one token per UTF-8 byte (training/text/tokenizer.py builds it): saved with a
     model and loaded back by `AutoTokenizer`, no download."""
-    from training.llm.tokenizer import byte_tokenizer as bytes_after
+    from training.text.tokenizer import byte_tokenizer as bytes_after
 
     roles = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
     return bytes_after(SPECIAL_TOKENS, **dict(zip(roles, SPECIAL_TOKENS, strict=True)))

@@ -17,6 +17,7 @@ from training.common import zero
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
 from training.common.failure import doing
 from training.common.flops import peak_tflops_for_device
+from training.common.lamb import Lamb
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.sharded_lamb import PartitionLamb
@@ -26,7 +27,6 @@ from training.registry import load, model_entry
 from training.spec import MODEL_CONFIG, ZERO_1, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
-from training.vision.lamb import Lamb
 
 from .corpus import byte_tokenizer
 from .masking import IGNORE_INDEX, mask_tokens

@@ -9,9 +9,9 @@ from pathlib import Path
 from training.common.failure import SpecError
 from training.common.files import publish_text
 from training.families import DECODER
-from training.llm import tokenizer as tokenizers
-from training.llm.dialogues import write_dialogues
 from training.spec import MODEL_CONFIG, SYNTHETIC, Job
+from training.text import tokenizer as tokenizers
+from training.text.dialogues import write_dialogues
 
 
 def check_inputs(job: Job, entry) -> None:

@@ -30,10 +30,10 @@ from training.spec import MODEL_CONFIG, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
+from training.text.tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 from . import export, fast_paths
 from .model import build_model, consolidated_copy, decoder_layer_class, load_config
-from .tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 
 class DecoderTrainer(Trainer):

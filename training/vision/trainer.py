@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from accelerate.utils import set_seed
 
 from training.common.distributed import make_accelerator, resolve_precision, verify_sharding
+from training.common.lamb import Lamb
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler, micro_steps
 from training.common.trainer import Step, Trainer
@@ -32,7 +33,6 @@ from .data import (
     val_transform,
 )
 from .data import taken as loader_taken
-from .lamb import Lamb
 from .layout import check_image_folder
 from .models import build_model, parameter_groups, synced_batchnorm
 

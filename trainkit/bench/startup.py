@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from training.common.files import publish_text
-from training.llm.dialogues import make_record
+from training.text.dialogues import make_record
 
 POLL_S = 0.05
 

@@ -11,7 +11,7 @@ CHAOS_HELP = {
     "rdzv": "Comma list of rendezvous backends or all: c10d, etcd (etcd: a local etcd is started per scenario).",
     "parallel": "Scenarios run at once (1 gives undisturbed timings).",
 }
-BENCHMARKS = ("elastic", "train", "runs", "startup")
+BENCHMARKS = ("elastic", "train", "runs", "startup", "restart")
 TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size", "global_batch_size", "precision")
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
 TRAIN_FLAGS += ("attention", "fused_adamw", "compile")
@@ -46,7 +46,7 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "seq-len": "train: tokens per sequence.",
         "steps": "train: optimizer steps per run (default 60; the first tenth is not timed).",
         "nproc": "train: processes (default as invoke train: every GPU, else 2).",
-        "repeats": "train: trainkit/reference pairs, run alternately (default 3).",
+        "repeats": "train: trainkit/reference pairs, run alternately (default 3); startup, restart: runs of each.",
         "micro-batch-size": "train: as for invoke train.",
         "global-batch-size": "train: as for invoke train.",
         "precision": "train: as for invoke train (auto, bf16, fp32).",
@@ -67,10 +67,11 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "persistent-workers": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "prefetch-factor": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
-        "workdir": "train, runs, startup: where the runs go (default: a new temporary directory).",
+        "workdir": "train, runs, startup, restart: where the runs go (default: a new temporary directory).",
         "records": "startup: chat conversations in the generated dataset (default 100000).",
         "pairs": "startup: write the conversations as prompt/response records (what a checkout before chat reads).",
-        "checkout": "startup: time another trainkit checkout (e.g. a worktree of an older commit) instead of this one.",
+        "checkout": "startup, restart: time another trainkit checkout (e.g. a worktree of an older commit) instead of "
+        "this one.",
     },
 )
 @user_errors
@@ -116,7 +117,8 @@ def bench(
     trainkit's throughput against a bare FSDP2 loop (vision: DDP, and the JPEG pipeline against on-device input)
     on the same job, with MFU and a step-time breakdown. runs: the commands the docs quote, each run once (time,
     rates, bytes written), which the docs' figures are rendered from. startup: `invoke train` to the first step on
-    a large chat dataset, tokenised cache cold and warm."""
+    a large chat dataset, tokenised cache cold and warm. restart: a rank's worker SIGKILLed mid-run to the next
+    step (llama2-tiny and bert-tiny, 2 processes)."""
     from trainkit.bench import chaos as harness
 
     if what in HELP_WORDS:  # `invoke bench --help`: the positional took the word
@@ -140,6 +142,11 @@ def bench(
 
         path = startup.bench(output, int(records), int(repeats), checkout, workdir, bool(pairs))
         print(f"wrote {path}")
+        return
+    if what == "restart":
+        from trainkit.bench import restart
+
+        print(f"wrote {restart.bench(output, int(repeats), checkout, workdir)}")
         return
     if what == "runs":
         from trainkit.bench import runs as benchruns

@@ -1,0 +1,133 @@
+"""`invoke bench restart`: how long a local run takes from losing a rank to its next optimizer step (issue 51). Each
+model (llama2-tiny, bert-tiny) trains on 2 processes; once it is past a checkpoint, one rank's worker is SIGKILLed
+(what a crashed process or an OOM kill leaves), torchrun restarts the group, every rank imports its trainer again,
+loads the checkpoint and trains on. Measured: seconds from the kill to the first step record written after it,
+repeated. Users pay this at every elastic restart, stall restart and spot resume; most of it is the workers'
+imports.
+
+`--checkout DIR` times another checkout of trainkit with the same interpreter (its code first on the path), for a
+before/after comparison, as `invoke bench startup` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from training.common.files import read_jsonl
+
+MODELS = ("llama2-tiny", "bert-tiny")
+KILL_AFTER_STEP = 6
+"""The kill comes once the step-4 checkpoint is published and the run has gone on past it."""
+POLL_S = 0.02
+
+
+def _worker_of_rank(run_dir: Path, rank: int) -> int | None:
+    """The pid of the worker process of `rank` (its environment names the run folder and the rank)."""
+    wanted = {f"TRAINKIT_RUN_DIR={run_dir}".encode(), f"RANK={rank}".encode()}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            entries = set(environ.read_bytes().split(b"\0"))
+            cmdline = (environ.parent / "cmdline").read_bytes()
+            if wanted <= entries and b"torch.distributed.run" not in cmdline and b"trainkit.run.agent" not in cmdline:
+                return int(environ.parent.name)
+    return None
+
+
+def _last_step(run_dir: Path) -> int:
+    return max((r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "step" in r), default=0)
+
+
+def restart_once(command: list[str], run_dir: Path, env: dict, cwd: Path, timeout_s: float = 600) -> dict:
+    """One run: kill rank 1's worker after KILL_AFTER_STEP, then the seconds to the next step record."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while _last_step(run_dir) < KILL_AFTER_STEP:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{' '.join(command)} ended before step {KILL_AFTER_STEP}:\n{process.stdout.read()}")
+            time.sleep(POLL_S)
+        victim = _worker_of_rank(run_dir, 1)
+        if victim is None:
+            raise SystemExit(f"no worker of rank 1 found for {run_dir}")
+        records_before = len(read_jsonl(run_dir / "metrics.jsonl"))
+        killed_at = time.time()
+        os.kill(victim, signal.SIGKILL)
+        while len(read_jsonl(run_dir / "metrics.jsonl")) <= records_before:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{' '.join(command)} took no step after the kill:\n{process.stdout.read()}")
+            time.sleep(POLL_S)
+        after = read_jsonl(run_dir / "metrics.jsonl")[records_before]
+        seconds = round(float(after["time"]) - killed_at, 2) if "time" in after else None
+        resumed = [e for e in read_jsonl(run_dir / "events.jsonl") if e.get("event") == "resume"]
+        process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        return {"kill_to_next_step_s": seconds, "resumed_from": resumed[-1]["step"] if resumed else None}
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def bench(output: str | None, repeats: int, checkout: str | None, workdir: str | None) -> Path:
+    repo = Path(checkout or Path(__file__).resolve().parents[2]).resolve()
+    work = Path(workdir or tempfile.mkdtemp(prefix="trainkit-restart-"))
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    invoke = [sys.executable, "-m", "invoke", "--search-root", str(repo)]
+    flags = [
+        "--nproc",
+        "2",
+        "--steps",
+        "12",
+        "--checkpoint-interval",
+        "4",
+        "--metrics-port",
+        "0",
+        "--log-interval",
+        "1",
+    ]
+    results: dict[str, list[dict]] = {model: [] for model in MODELS}
+    for repeat in range(repeats):
+        for model in MODELS:
+            runs = work / f"runs-{model}-{repeat}"
+            shutil.rmtree(runs, ignore_errors=True)
+            command = [*invoke, "train", "--model", model, *flags, "--runs-dir", str(runs), "--run-id", "restart"]
+            results[model].append(restart_once(command, runs / "restart", env, repo))
+            print(f"{model} {repeat + 1}/{repeats}: {results[model][-1]}", flush=True)
+    git = ["git", "-C", str(repo)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout:
+        commit += "+changes"
+    record = {
+        "what": "invoke bench restart: SIGKILL of rank 1's worker after step 6 (checkpoint every 4) of a 2-process "
+        "CPU run, to the first step record after it",
+        "command": " ".join(["invoke", "train", "--model", "<model>", *flags]),
+        "checkout": commit,
+        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+        "python": platform.python_version(),
+        "measured": time.strftime("%Y-%m-%d"),
+        **{
+            model: {
+                "runs": values,
+                "kill_to_next_step_s_median": statistics.median(v["kill_to_next_step_s"] for v in values),
+            }
+            for model, values in results.items()
+        },
+    }
+    path = Path(output or "benchmarks/restart-cpu.json")
+    existing = json.loads(path.read_text()) if path.is_file() else {}
+    existing[record["checkout"]] = record
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(existing, indent=2) + "\n")
+    if workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return path
