@@ -41,7 +41,7 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "trainkit/bench/runs.py).",
         "table": "elastic: the generated table file docs/elastic.md includes, rewritten from the results (default "
         "docs/generated/elastic-table.md; '' to leave it).",
-        "model": "train: the model, as for invoke train (default llama2-tiny).",
+        "model": "train, restart: the model, as for invoke train (default llama2-tiny).",
         "layers": "train: decoder layers (fewer than the model's for a short bench of a large one).",
         "seq-len": "train: tokens per sequence.",
         "steps": "train: optimizer steps per run (default 60; the first tenth is not timed).",
@@ -118,7 +118,7 @@ def bench(
     on the same job, with MFU and a step-time breakdown. runs: the commands the docs quote, each run once (time,
     rates, bytes written), which the docs' figures are rendered from. startup: `invoke train` to the first step on
     a large chat dataset, tokenised cache cold and warm. restart: a rank's worker SIGKILLed mid-run to the next
-    step (llama2-tiny and bert-tiny, 2 processes)."""
+    step of a 2-process run of --model."""
     from trainkit.bench import chaos as harness
 
     if what in HELP_WORDS:  # `invoke bench --help`: the positional took the word
@@ -146,7 +146,7 @@ def bench(
     if what == "restart":
         from trainkit.bench import restart
 
-        print(f"wrote {restart.bench(output, int(repeats), checkout, workdir)}")
+        print(f"wrote {restart.bench(output, model, int(repeats), checkout, workdir)}")
         return
     if what == "runs":
         from trainkit.bench import runs as benchruns
