@@ -19,7 +19,7 @@ import torch.distributed as dist
 from training.common.distributed import DEFAULT_COLLECTIVE_TIMEOUT_S, resolve_precision
 from training.common.files import publish_text
 from training.common.lifecycle import exit_finished
-from training.common.run import peak_memory_bytes, synchronize
+from training.common.distributed import peak_memory_bytes, synchronize
 from training.spec import read_job
 
 
