@@ -16,10 +16,9 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-from training.common.distributed import DEFAULT_COLLECTIVE_TIMEOUT_S, resolve_precision
+from training.common.distributed import DEFAULT_COLLECTIVE_TIMEOUT_S, peak_memory_bytes, resolve_precision, synchronize
 from training.common.files import publish_text
 from training.common.lifecycle import exit_finished
-from training.common.distributed import peak_memory_bytes, synchronize
 from training.spec import read_job
 
 
