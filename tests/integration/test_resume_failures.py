@@ -65,6 +65,10 @@ except Exception as error:
 flag = torch.tensor([1.0])
 dist.all_reduce(flag, op=dist.ReduceOp.MAX)
 (root / f"rank{rank}.json").write_text(json.dumps(outcome))
+# as a finished worker leaves: torch's native threads sometimes abort an interpreter teardown ("terminate called
+# without an active exception", exit -6; training/common/lifecycle.py)
+from training.common.lifecycle import exit_finished
+exit_finished()
 """
 
 
