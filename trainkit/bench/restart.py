@@ -13,19 +13,17 @@ before/after comparison, as `invoke bench startup` does.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import platform
 import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from training.common.files import read_jsonl
+from trainkit.bench.checkout import Checkout, add_record, machine
 
 KILL_AFTER_STEP = 6
 """The kill comes once the step-4 checkpoint is published and the run has gone on past it."""
@@ -79,49 +77,27 @@ def restart_once(command: list[str], run_dir: Path, env: dict, cwd: Path, timeou
 
 
 def bench(output: str | None, model: str, repeats: int, checkout: str | None, workdir: str | None) -> Path:
-    repo = Path(checkout or Path(__file__).resolve().parents[2]).resolve()
+    source = Checkout.of(checkout)
     work = Path(workdir or tempfile.mkdtemp(prefix="trainkit-restart-"))
-    env = {**os.environ, "PYTHONPATH": str(repo)}
-    invoke = [sys.executable, "-m", "invoke", "--search-root", str(repo)]
-    flags = [
-        "--nproc",
-        "2",
-        "--steps",
-        "12",
-        "--checkpoint-interval",
-        "4",
-        "--metrics-port",
-        "0",
-        "--log-interval",
-        "1",
-    ]
+    flags = ["--nproc", "2", "--steps", "12", "--checkpoint-interval", "4", "--metrics-port", "0"]
+    flags += ["--log-interval", "1"]
     results = []
     for repeat in range(repeats):
         runs = work / f"runs-{repeat}"
         shutil.rmtree(runs, ignore_errors=True)
-        command = [*invoke, "train", "--model", model, *flags, "--runs-dir", str(runs), "--run-id", "restart"]
-        results.append(restart_once(command, runs / "restart", env, repo))
+        command = source.invoke("train", "--model", model, *flags, "--runs-dir", str(runs), "--run-id", "restart")
+        results.append(restart_once(command, runs / "restart", source.env(), source.repo))
         print(f"{model} {repeat + 1}/{repeats}: {results[-1]}", flush=True)
-    git = ["git", "-C", str(repo)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout:
-        commit += "+changes"
     record = {
         "what": "invoke bench restart: SIGKILL of rank 1's worker after step 6 (checkpoint every 4) of a 2-process "
         "CPU run, to the first step record after it",
         "command": " ".join(["invoke", "train", "--model", model, *flags]),
-        "checkout": commit,
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "python": platform.python_version(),
-        "measured": time.strftime("%Y-%m-%d"),
+        "checkout": source.label(),
+        **machine(),
         "runs": results,
         "kill_to_next_step_s_median": statistics.median(v["kill_to_next_step_s"] for v in results),
     }
-    path = Path(output or "benchmarks/restart-cpu.json")
-    existing = json.loads(path.read_text()) if path.is_file() else {}
-    existing[f"{record['checkout']} {model}"] = record
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(existing, indent=2) + "\n")
+    path = add_record(Path(output or "benchmarks/restart-cpu.json"), f"{record['checkout']} {model}", record)
     if workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return path

@@ -12,19 +12,17 @@ this checkout the same, to compare like with like.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import random
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from training.common.files import publish_text
 from training.text.dialogues import make_record
+from trainkit.bench.checkout import Checkout, add_record, machine
 
 POLL_S = 0.05
 
@@ -72,12 +70,12 @@ def time_to_first_step(command: list[str], run_dir: Path, env: dict, cwd: Path) 
 def bench(
     output: str | None, records: int, repeats: int, checkout: str | None, workdir: str | None, pairs: bool = False
 ) -> Path:
-    repo = Path(checkout or Path(__file__).resolve().parents[2]).resolve()
+    source = Checkout.of(checkout)
+    repo = source.repo
     work = Path(workdir or tempfile.mkdtemp(prefix="trainkit-startup-"))
     pairs = pairs or (checkout is not None and not (repo / "training" / "text").is_dir())
     data = write_chat(work / ("pairs.jsonl" if pairs else "chat.jsonl"), records, pairs=pairs)
-    env = {**os.environ, "PYTHONPATH": str(repo)}
-    invoke = [sys.executable, "-m", "invoke", "--search-root", str(repo)]
+    env = source.env()
     # --seq-len 512, llama2-tiny's context: its 128 holds no whole conversation (about 500 byte tokens each, their
     # first reply after about 330), and examples are packed whole (training/text/packing.py).
     flags = ["--model", "llama2-tiny", "--dataset", str(data), "--steps", "1", "--nproc", "2", "--seq-len", "512"]
@@ -88,23 +86,17 @@ def bench(
         shutil.rmtree(runs, ignore_errors=True)
         for phase in ("cold", "warm"):  # cold: nothing cached; warm: a second run id on the same data
             run_id = f"{phase}-{repeat}"
-            command = [*invoke, "train", *flags, "--runs-dir", str(runs), "--run-id", run_id]
+            command = source.invoke("train", *flags, "--runs-dir", str(runs), "--run-id", run_id)
             results[phase].append(time_to_first_step(command, runs / run_id, env, repo))
             print(f"{phase} {repeat + 1}/{repeats}: {results[phase][-1]}", flush=True)
-    git = ["git", "-C", str(repo)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    if subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout:
-        commit += "+changes"  # the working tree, not that commit
     record = {
         "what": "invoke bench startup: `invoke train` to the first optimizer step, 2 CPU processes, llama2-tiny",
         "command": " ".join(["invoke", "train", *flags]),
         "records": records,
         "data_format": "prompt-response" if pairs else "chat",
         "dataset_bytes": data.stat().st_size,
-        "checkout": commit,
-        "machine": f"{os.cpu_count()} cores, {platform.machine()}",
-        "python": platform.python_version(),
-        "measured": time.strftime("%Y-%m-%d"),
+        "checkout": source.label(),
+        **machine(),
         **{
             phase: {
                 "runs": values,
@@ -113,10 +105,8 @@ def bench(
             for phase, values in results.items()
         },
     }
-    path = Path(output or "benchmarks/startup-cpu.json")
-    existing = json.loads(path.read_text()) if path.is_file() else {}
-    existing[record["checkout"] + ("-pairs" if pairs else "")] = record
-    path.write_text(json.dumps(existing, indent=2) + "\n")
+    key = record["checkout"] + ("-pairs" if pairs else "")
+    path = add_record(Path(output or "benchmarks/startup-cpu.json"), key, record)
     if workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     return path
