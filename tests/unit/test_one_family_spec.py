@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from tests.helpers.imports import import_graph
 from tests.helpers.paths import REPO
 from training.families import FAMILIES, FORMER_NAMES, family_of
 from training.spec import DATA_FORMATS, SHARDING_CHOICES
@@ -75,42 +76,25 @@ def test_each_declaration_agrees_with_the_code_it_describes():
         family_of("mlp")
 
 
-def _loaded_at_import(module: str, files: dict[str, object]) -> set[str]:
-    """The modules of training/ that importing `module` runs: its imports outside function bodies (a deferred import
-    runs only when called), each importer's parent packages, transitively."""
-    from tests.unit.test_architecture import imported_names
-
+def loaded_at_import(module: str, graph: dict[str, set[str]]) -> set[str]:
+    """The modules importing `module` runs: its imports outside function bodies (`graph`), each one's parent
+    packages, transitively."""
     seen, todo = set(), [module]
     while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        for parent in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
-            if parent in files and parent not in seen:
-                seen.add(parent)
-                path = files[parent]
-                nodes = list(ast.parse(path.read_text()).body)
-                while nodes:
-                    node = nodes.pop()
-                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                        continue
-                    if isinstance(node, ast.Import | ast.ImportFrom):
-                        for imported in imported_names(node, parent, path.name == "__init__.py"):
-                            while imported and imported not in files:
-                                imported = imported.rpartition(".")[0]
-                            if imported:
-                                todo.append(imported)
-                    nodes.extend(ast.iter_child_nodes(node))
+        parts = todo.pop().split(".")
+        for name in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if name in graph and name not in seen:
+                seen.add(name)
+                todo.extend(graph[name])
     return seen
 
 
 def test_a_worker_imports_its_own_familys_package_and_no_others():
     """A worker starts its family's trainer (training/__main__.py): what that import runs stays out of every other
     family's package (issue 51: BERT's started vision's and the decoders' modules for LAMB and the byte tokenizer)."""
-    from tests.unit.test_architecture import module_name
-
-    files = {module_name(path, REPO): path for path in (REPO / "training").rglob("*.py")}
+    graph = import_graph(REPO, "training", deferred=False)
     for family in FAMILIES.values():
-        loaded = _loaded_at_import(family.trainer.partition(":")[0], files)
+        loaded = loaded_at_import(family.trainer.partition(":")[0], graph)
         others = {name for name in loaded for own in OWN.values() if name.startswith(own.replace("/", ".").rstrip("."))}
         mine = OWN[family.name].replace("/", ".").rstrip(".")
         assert {name for name in others if not name.startswith(mine)} == set(), family.name
