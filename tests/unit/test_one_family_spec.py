@@ -62,16 +62,28 @@ def test_the_check_finds_a_branch_and_a_table():
     assert [(line, what) for line, what, _ in family_names_used(source)] == [(1, "branch"), (3, "table")]
 
 
+def test_the_sagemaker_metric_of_each_family_reads_its_rate_off_the_progress_line(capsys):
+    """SageMaker applies each MetricDefinition's Regex to the training job's log and records the first group as the
+    metric's value (API reference, MetricDefinition; Developer Guide, "Define metrics"): each family's rate, as
+    ProgressLines prints it under the family's progress name, is what its metric reads."""
+    from training.common.progress import ProgressLines
+    from trainkit.backends.sagemaker.request import METRICS
+
+    for family in FAMILIES.values():
+        line = ProgressLines("run-x", start=0, total=10, quiet=False)
+        line.set_postfix(loss="2.3102", **{family.throughput.progress: "4301"})
+        line.update()
+        printed = capsys.readouterr().out
+        assert re.search(METRICS[family.throughput.metric], printed).group(1) == "4301", (family.name, printed)
+        assert re.search(METRICS["loss"], printed).group(1) == "2.3102"
+
+
 def test_each_declaration_agrees_with_the_code_it_describes():
     for family in FAMILIES.values():
         assert set(family.shardings) <= set(SHARDING_CHOICES), family.name
         assert set(family.formats) <= set(DATA_FORMATS) and (family.synthetic_format is None) == (not family.text)
         assert family.synthetic_format is None or family.synthetic_format in family.formats
     assert family_of("decoder").formats == formats.FORMAT_NAMES and family_of("bert").formats == formats.ENCODER_FORMATS
-    from trainkit.backends.sagemaker.request import METRICS
-
-    for family in FAMILIES.values():  # SageMaker reads each family's rate off the progress line by that name
-        assert re.search(rf"\b{family.throughput.progress}=", METRICS[family.throughput.metric]), family.name
     with pytest.raises(ValueError, match="unknown model family 'mlp'; one of decoder, vision, bert"):
         family_of("mlp")
 

@@ -62,7 +62,8 @@ def summarise(
 ) -> dict:
     """One run's steady-state figures; `flops_per_item`: training FLOPs per token (or image); `profile`: the run's
     profiled steps (summary.json's, training/common/profiling.py), where it has them."""
-    key, unit = family_of(family).throughput.record, family_of(family).throughput.unit
+    throughput = family_of(family).throughput
+    key, unit = throughput.record, throughput.unit
     counted = steady(steps)
 
     def median(name: str) -> float:
