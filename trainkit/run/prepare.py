@@ -22,7 +22,7 @@ from training.spec import (
 )
 from trainkit.errors import SpecError
 from trainkit.job.derive import continue_run
-from trainkit.job.models import get_model
+from trainkit.job.models import ModelEntry, get_model
 from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
@@ -60,7 +60,7 @@ def _check_text(job: Job, path: Path) -> None:
         raise SpecError(f"--dataset {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
-def _check_inputs(job: Job) -> dict[str, str]:
+def _check_inputs(job: Job, entry: ModelEntry) -> dict[str, str]:
     """What can only be checked now (token, data on disk), before anything is written. Returns secrets."""
     env: dict[str, str] = {}
     if job.model.init == "pretrained" and not Path(job.model.weights).expanduser().is_dir():
@@ -68,7 +68,7 @@ def _check_inputs(job: Job) -> dict[str, str]:
     family = family_of(job.model.family)
     check = launcher_hook(family, "check_inputs")
     if check:
-        check(job, get_model(job.model.name))
+        check(job, entry)
     if family.text and job.data.dataset != SYNTHETIC:
         path = _local_dataset(job)
         if path is not None:
@@ -101,7 +101,7 @@ def prepare_run(job: Job, workload=None) -> dict[str, str]:
     """A recipe's preparation: check the inputs, then create the run folder (spec.json and what the workers read
     besides it). Returns the secrets the workers need, as environment variables (never arguments)."""
     entry = get_model(job.model.name)
-    env = _check_inputs(job)
+    env = _check_inputs(job, entry)
     check_free_space(job, entry)
     write_spec(job)
     prepare = launcher_hook(family_of(entry.family), "prepare")
