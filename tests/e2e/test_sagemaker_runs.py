@@ -176,6 +176,11 @@ def test_a_users_lightning_script_stopped_and_resubmitted_and_the_vision_recipe_
 ):
     """The vision recipe reads its images from the data channel and loses its spot instances with a grace after its
     first checkpoint; the Lightning script is stopped with `invoke stop`, and the same command resumes it."""
+    # Both ranks of the vision job's first attempt wait in their step-6 save until the grace's SIGTERM reaches them:
+    # on a quiet machine the job otherwise finished before the test interrupted it.
+    gate = "hold@0:6,hold@1:6"
+    markers = tmp_path / "hold-markers"
+    account.run_env["vis"] = {HANG_ENV: gate, MARKERS_ENV: str(markers)}
     tree = write_tree(tmp_path / "images", SyntheticTree(classes=10, per_class=8, val_per_class=2))
     data = upload_tree(account, tree, "datasets/synthetic")
     two_hosts = ("--nodes", "2", "--nproc", "1")
@@ -193,6 +198,7 @@ def test_a_users_lightning_script_stopped_and_resubmitted_and_the_vision_recipe_
     assert stopped.returncode == 0 and f"stopping SageMaker job {lightning}" in stopped.stdout, stopped.stderr
     for host in ("algo-1", "algo-2"):
         wait_for_key(account, vision, f"checkpoints/vis/vis/checkpoints/step-00000004/COMPLETE.{host}")
+    wait_for(lambda: all((markers / held).exists() for held in gate.split(",")), 240, "the vision job held at step 6")
     account.runners[vision].interrupt(grace=True)
     assert account.wait(lightning, timeout=240)["TrainingJobStatus"] == "Stopped"
     lightning = submit(tmp_path, account, "lit", *script, command="run", script_args=script_args)
@@ -206,7 +212,7 @@ def test_a_users_lightning_script_stopped_and_resubmitted_and_the_vision_recipe_
     found = events(account, "vis")
     at = next(i for i, e in enumerate(found) if e["event"] == "stop")
     stop, resume = found[at], [e for e in found if e["event"] == "resume"]
-    assert stop["step"] > 4 and stop["checkpoint"] in (stop["step"], None), stop
+    assert stop["step"] == 6 and stop["checkpoint"] in (stop["step"], None), stop
     assert [e["step"] for e in found[:at] if e["event"] == "checkpoint"][-1] == stop["step"], found
     assert resume and resume[-1]["step"] == stop["step"], found
     summary = json.loads(s3_object(account, "checkpoints/vis/vis/summary.json"))

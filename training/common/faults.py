@@ -15,9 +15,9 @@ restart count would not do, since an agent that restarts for a peer's new round 
 - data:     never gets its batch (the read of the step's data does not return);
 - slowsave: takes SLOW_SAVE_ENV seconds (default 10) longer over the checkpoint saved after step <step>, then goes on:
             a save far slower than the steps, which the watchdog must not take for a hang;
-- hold:     waits in the checkpoint saved after step <step> until a file RELEASE_FILE is in the markers folder, then
-            goes on: a gate that keeps the run at a known place while a test acts on it (the save's allowance, not
-            --stall-timeout, bounds it).
+- hold:     waits in the checkpoint saved after step <step> until a file RELEASE_FILE is in the markers folder, or
+            the rank is asked to stop (SIGTERM), then goes on: a gate that keeps the run at a known place while a
+            test acts on it (the save's allowance, not --stall-timeout, bounds it).
 
 Its peers then wait in the step's first collective, which only --collective-timeout would end, if ever.
 """
@@ -81,8 +81,9 @@ def _strikes(entry: str, times: int) -> bool:
     return False
 
 
-def hang_here(point: str, step: int) -> None:
-    """Hang as an entry of HANG_ENV says, if one names this rank, `step` and `point` and has not struck yet."""
+def hang_here(point: str, step: int, stopping=lambda: False) -> None:
+    """Hang as an entry of HANG_ENV says, if one names this rank, `step` and `point` and has not struck yet;
+    `stopping()` says whether the rank was asked to stop (it ends a hold)."""
     if HANG_ENV not in os.environ:
         return
     rank = int(os.environ.get("RANK", 0))
@@ -94,7 +95,7 @@ def hang_here(point: str, step: int) -> None:
             time.sleep(float(os.environ.get(SLOW_SAVE_ENV) or 10))
             return
         if kind == "hold":
-            while not (markers_folder() / RELEASE_FILE).exists():
+            while not (markers_folder() / RELEASE_FILE).exists() and not stopping():
                 time.sleep(0.1)
             return
         if kind == "sigstop":

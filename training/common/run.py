@@ -286,7 +286,7 @@ class RunContext:
     def save(self, step: int, total_steps: int) -> None:
         started = time.perf_counter()
         with doing(f"writing checkpoint {step_dir_name(step)}"), self.heartbeat.phase("checkpoint"):
-            hang_here("checkpoint", step)
+            hang_here("checkpoint", step, lambda: self.stop_signal.pending)
             self.checkpoints.save(
                 step,
                 self.state.save,
