@@ -5,12 +5,19 @@ family's name or keys a table by it (tests/unit/test_one_family_spec.py holds th
 
 Torch-free and import-light: the launcher reads it to check, plan and submit a job without PyTorch. What a family
 runs is named "module:attribute" and imported only when used (training/registry.py `load`).
+
+A family declared outside trainkit (a team's own model kind) is a module that holds a `FAMILY` (a Family) and its
+`MODELS` (training/registry.py ModelEntry), named in FAMILY_MODULES_ENV: the launcher registers them before it reads
+a flag, and spec.json records the module (`run.family_modules`) so that every worker and node registers them too.
+Importing the module registers nothing by itself (CONTRIBUTING.md, "Add a model family";
+tests/e2e/test_family_from_one_module.py is one).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 # A leaf: training/spec/ (the option schema) reads the families, so nothing here imports it. The sharding
@@ -84,6 +91,10 @@ class Family:
     eval_metric: str
     """The figure its evaluation reports, and which way is better (issue 52 picks the best checkpoint by it)."""
     lower_is_better: bool
+    options: type | None = None
+    """Its own options beyond the shared schema's: a dataclass whose fields are declared with
+    `training.spec.options.option`. They become `invoke train` flags for its models only, a section of spec.json
+    named after the family, and `job.section(name)` in its trainer."""
 
     @property
     def fsdp2(self) -> bool:
@@ -177,12 +188,81 @@ def optimizer_of(family: Family, given: str | None) -> str:
 
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (DECODER, VISION, BERT)}
-"""Every family by name: the registry's entries name theirs (training/registry.py `ModelEntry.family`)."""
+"""Every family by name: the registry's entries name theirs (training/registry.py `ModelEntry.family`); a family
+module's `register` adds its own."""
 FORMER_NAMES = {"llama": "decoder"}
 """A family's name in spec.json files written before it changed: the decoder family's before it took any Hugging
 Face causal LM."""
-TEXT_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.text)
-"""The families an option of the text data path is for (training/spec/ `family=`)."""
+
+
+def optimizer_choices() -> tuple[str, ...]:
+    """Every --optimizer value some family accepts."""
+    return tuple(dict.fromkeys(name for family in FAMILIES.values() for name in family.optimizers))
+
+
+def choosing_optimizers() -> tuple[str, ...]:
+    """The families whose models take --optimizer (the others train with AdamW)."""
+    return tuple(name for name, family in FAMILIES.items() if family.optimizers)
+
+
+def text_families() -> tuple[str, ...]:
+    """The families an option of the text data path is for (training/spec/ `family=`): those trained on text, a
+    registered one included."""
+    return tuple(name for name, family in FAMILIES.items() if family.text)
+
+
+FAMILY_MODULES_ENV = "TRAINKIT_FAMILY_MODULES"
+"""Modules, comma-separated, that declare families and models of their own (importable where the launcher and the
+workers run: the checkout's root on this machine; the training image on a cloud target)."""
+LOADED: list[str] = []
+"""The family modules imported so far, in order: what the launcher records in spec.json."""
+
+
+def register(family: Family) -> Family:
+    """Add a family declared outside this module (a family module's FAMILY, FAMILY_MODULES_ENV). Its name must be
+    new and a Python identifier (it names its spec.json section); its options may not take another family's
+    names (training/spec/ `all_fields` refuses a shared option's flag)."""
+    if family.name in FAMILIES:
+        if FAMILIES[family.name] == family:  # the same module imported again
+            return family
+        raise ValueError(f"model family {family.name!r} is declared twice; give the new one another name")
+    if not family.name.isidentifier():
+        raise ValueError(f"model family {family.name!r}: a family's name is a Python identifier (mlp, my_family)")
+    if family.options is not None:
+        own = {spec.name for spec in fields(family.options)}
+        for other in FAMILIES.values():
+            if other.options is not None and own & {spec.name for spec in fields(other.options)}:
+                raise ValueError(f"model family {family.name!r}: an option of {other.name!r} has the same name")
+    FAMILIES[family.name] = family
+    return family
+
+
+def load_family_modules(names: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Register the FAMILY and MODELS of each family module FAMILY_MODULES_ENV names, and of `names` (a run's
+    spec.json), once each; returns every one loaded so far. One that does not import, or declares no Family, is a
+    ValueError saying which and why."""
+    from training.registry import register_model  # the registry reads this module: imported when first needed
+
+    wanted = [name.strip() for name in os.environ.get(FAMILY_MODULES_ENV, "").split(",") if name.strip()]
+    for name in (*wanted, *names):
+        if name in LOADED:
+            continue
+        where = f"family module {name!r} ({FAMILY_MODULES_ENV} or the run's spec.json)"
+        try:
+            module = importlib.import_module(name)
+        except Exception as error:  # noqa: BLE001 - any failure of a user's module is reported the same way
+            raise ValueError(
+                f"{where} does not import: {type(error).__name__}: {error}; it must be importable here (on "
+                "PYTHONPATH, or in the image)"
+            ) from None
+        family = getattr(module, "FAMILY", None)
+        if not isinstance(family, Family):
+            raise ValueError(f"{where} has no FAMILY: declare its training.families.Family under that name")
+        register(family)
+        for entry in getattr(module, "MODELS", ()):
+            register_model(entry)
+        LOADED.append(name)
+    return list(LOADED)
 
 
 def family_of(name: str) -> Family:

@@ -22,11 +22,36 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from training.common.flops import TransformerShape
 from training.decoders import DECODER_TYPES, DecoderArch, decoder_refusal
+from training.families import family_of
+from training.recipes import (
+    GPU_ONLY,
+    Recipe,
+    bert_recipe,
+    bert_tiny_recipe,
+    decoder_recipe,
+    finetune_recipe,
+    imagenet_recipe,
+    resnet_tiny_recipe,
+    tiny_recipe,
+)
 
-__all__ = ["DECODER_TYPES", "REGISTRY", "DecoderArch", "ModelEntry", "Recipe", "decoder_refusal", "load", "model_entry"]
+__all__ = [
+    "DECODER_TYPES",
+    "GPU_ONLY",
+    "REGISTRY",
+    "DecoderArch",
+    "ModelEntry",
+    "Recipe",
+    "decoder_recipe",
+    "decoder_refusal",
+    "load",
+    "model_entry",
+    "register_model",
+]
 
 
 @dataclass(frozen=True)
@@ -89,41 +114,6 @@ class VisionArch:
     num_classes: int = 1000
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """Defaults a model brings to the job spec (JobSpec field names); flags and profiles override them.
-    None leaves the field to the spec's own rules."""
-
-    global_batch_size: int
-    micro_batch_size: int
-    sharding: str
-    weight_decay: float
-    grad_clip: float
-    checkpoint_interval: int
-    steps: int | None = None
-    epochs: int | None = None
-    lr: float | None = None
-    warmup_steps: int | None = None
-    warmup_epochs: float | None = None
-    seq_len: int | None = None
-    activation_checkpointing: bool | None = None
-    image_size: int | None = None
-    optimizer: str | None = None
-    label_smoothing: float | None = None
-    loader_workers: int | None = None
-    loader_workers_from_cpus: bool = False
-    """On GPUs, size the loader workers from the node's CPUs (trainkit/job/derive.py `cpu_sized_loader_workers`),
-    never below `loader_workers`; a given --loader-workers is kept."""
-    ac_every: int | None = None
-    compile: bool | None = None
-    cpu: dict = field(default_factory=dict)
-    """Overrides used instead on a machine without GPUs, for fields no flag or profile set."""
-
-
-GPU_ONLY = ("ac_every", "compile")
-"""Recipe fields chosen by measurement on a GPU: a machine without one keeps the spec's own defaults for them."""
-
-
 BERT_BUILDER = "training.encoder.model:build_model"
 """Every BERT is built from its `config.json`, randomly initialised: (model_config, seed) -> BertForMaskedLM."""
 
@@ -136,7 +126,8 @@ materialize) -> the `AutoModelForCausalLM` of its model_type."""
 class ModelEntry:
     name: str
     family: str
-    arch: DecoderArch | VisionArch | BertArch
+    arch: DecoderArch | VisionArch | BertArch | Any
+    """Its shape: one of the three here, or a registered family's own (`register_model`)."""
     recipe: Recipe
     builder: str
     """"module:function" that builds the model (vision: num_classes -> torch.nn.Module; decoders: `DECODER_BUILDER`)."""
@@ -151,149 +142,13 @@ class ModelEntry:
             object.__setattr__(self, "label", self.name)
 
 
-def _finetune_recipe(micro_batch_size: int) -> Recipe:
-    """Full fine-tuning of a pretrained Llama 2 at its native context."""
-    return Recipe(
-        steps=1000,
-        global_batch_size=64,
-        micro_batch_size=micro_batch_size,
-        sharding="FULL_SHARD",
-        weight_decay=0.0,
-        grad_clip=1.0,
-        seq_len=4096,
-        lr=2e-5,
-        warmup_steps=30,
-        checkpoint_interval=200,
-        activation_checkpointing=True,
-        # GPU fast paths, measured (benchmarks/llama2-7b-sweep-h200.json, a 4-layer 7B shape at seq 2048 and
-        # 4096, one H200): recomputing every 2nd layer instead of all and compiling each layer gave 79.8k
-        # tokens/s against 61.0k at seq 2048 (48.8% against 37.3% MFU), 78.9k against 71.3k (compiled) at 4096.
-        ac_every=2,
-        compile=True,
-        # A 7B-shaped layer stack runs ~10 s per 256 tokens on two CPU cores: keep CPU smoke runs short.
-        cpu={"global_batch_size": 2, "micro_batch_size": 1},
-    )
-
-
-def decoder_recipe(arch: DecoderArch) -> Recipe:
-    """Full fine-tuning of any other causal LM: the Llama 2 recipe at the model's context up to 4,096 tokens, with
-    the micro batch the Llama 2 entries take at its size (4 up to 7B-class, 2 up to 13B-class, else 1). The GPU fast
-    paths were measured on Llama 2 7B only: the spec's own defaults (no selective recomputation, no compiling)."""
-    n = arch.parameters()
-    micro = 4 if n < 8e9 else 2 if n < 16e9 else 1
-    return replace(
-        _finetune_recipe(micro_batch_size=micro),
-        seq_len=min(4096, arch.max_position_embeddings),
-        ac_every=None,
-        compile=None,
-    )
-
-
-def _tiny_recipe() -> Recipe:
-    """Fast local demo: learns the synthetic dialogue data in about a minute on two CPU processes."""
-    return replace(
-        _finetune_recipe(micro_batch_size=8),
-        steps=60,
-        global_batch_size=16,
-        seq_len=128,
-        lr=3e-3,
-        warmup_steps=6,
-        checkpoint_interval=20,
-        activation_checkpointing=False,
-        ac_every=None,
-        compile=None,  # a 60-step demo: compiling would cost more than it saves
-        cpu={},  # already sized for CPU
-    )
-
-
-def _imagenet_recipe(global_batch: int, micro_batch: int, image_size: int) -> Recipe:
-    """ImageNet from scratch with SGD + Nesterov: 90 epochs, 5 warmup epochs, cosine, label smoothing
-    0.1, weight decay 1e-4 on conv/linear weights. The learning rate follows the linear scaling rule
-    (0.1 per 256 images, Goyal et al. 2017) unless --lr is given. On GPUs the loader workers per process
-    follow the node's CPUs, 4 to 12 (trainkit/job/derive.py says why)."""
-    return Recipe(
-        epochs=90,
-        global_batch_size=global_batch,
-        micro_batch_size=micro_batch,
-        sharding="NO_SHARD",
-        weight_decay=1e-4,
-        grad_clip=0.0,
-        checkpoint_interval=0,
-        warmup_epochs=5,
-        image_size=image_size,
-        optimizer="sgd",
-        label_smoothing=0.1,
-        loader_workers=4,
-        loader_workers_from_cpus=True,
-        # A CPU smoke run: small batches, one loader worker per process on a two-core machine.
-        cpu={"global_batch_size": 8, "micro_batch_size": 4, "loader_workers": 1},
-    )
-
-
-def _resnet_tiny_recipe() -> Recipe:
-    """Local demo on the synthetic JPEG tree: learns its 10 classes in a few epochs on two CPU processes."""
-    return replace(
-        _imagenet_recipe(global_batch=40, micro_batch=20, image_size=32),
-        epochs=6,
-        warmup_epochs=1,
-        loader_workers=1,
-        loader_workers_from_cpus=False,  # the demo's one worker everywhere: the rule was measured on 224 px crops
-        cpu={},
-    )
-
-
-def _bert_recipe(micro_batch_size: int) -> Recipe:
-    """Phase-1 masked-language-model pretraining as the reference setup ran it (issue 31: the AWS blog post on
-    DeepSpeed BERT 1.5B on DL1, whose table trainkit/tables/published_scaling.json holds): 16 sequences of 128
-    tokens per accelerator and step x 24 accumulation steps, 384 per accelerator, so a global batch of 24,576 on
-    8 nodes of 8, at learning rate 0.0015. trainkit keeps that global batch at every node count (a run's result
-    does not depend on how many nodes train it); the reference doubled batch and rate at 16 nodes: give
-    `--global-batch-size 49152 --lr 0.003` for that. The rest is the reference's model repository
-    (HabanaAI/Model-References, PyTorch/nlp/DeepSpeedExamples/deepspeed-bert at 06bfc5e, scripts/
-    run_bert_1.5b_8x.sh and deepspeed_config_bert_1.5b.json; release 1.7.0 at 9390986): 5% warmup (7,750 of the
-    155,000 steps: a count, so a shorter --steps wants its own --warmup-steps), weight decay 0.01 (none on biases
-    and LayerNorm), gradient clipping 1.0, 155,000 steps, a checkpoint every 200, ZeRO stage 1 in bf16. Their
-    optimizer was LANS (NVLAMB in release 1.5.0); trainkit trains with LAMB (training/common/lamb.py), the NVLAMB
-    family, and its own cosine schedule instead of their polynomial one. Masks are drawn per batch
-    (training/encoder/masking.py), not ahead of time as their hdf5 files hold them."""
-    return Recipe(
-        steps=155_000,
-        global_batch_size=24_576,
-        micro_batch_size=micro_batch_size,
-        sharding="ZERO_1",
-        weight_decay=0.01,
-        grad_clip=1.0,
-        checkpoint_interval=200,
-        lr=0.0015,
-        warmup_steps=7_750,
-        seq_len=128,
-        optimizer="lamb",
-        # A CPU smoke run of a large shape: a few small steps.
-        cpu={"global_batch_size": 4, "micro_batch_size": 2, "steps": 10, "warmup_steps": 2},
-    )
-
-
-def _bert_tiny_recipe() -> Recipe:
-    """Local demo and tests on the generated corpus: two CPU processes, about a minute."""
-    return replace(
-        _bert_recipe(micro_batch_size=8),
-        steps=60,
-        global_batch_size=32,
-        seq_len=64,
-        lr=0.01,
-        warmup_steps=6,
-        checkpoint_interval=20,
-        cpu={},
-    )
-
-
 ENTRIES = (
     ModelEntry(
         name="llama2-7b",
         builder=DECODER_BUILDER,
         family="decoder",
         arch=DecoderArch(4096, 32, 32, 32, 11008),
-        recipe=_finetune_recipe(micro_batch_size=4),
+        recipe=finetune_recipe(micro_batch_size=4),
         hub_id="meta-llama/Llama-2-7b-hf",
     ),
     ModelEntry(
@@ -301,7 +156,7 @@ ENTRIES = (
         builder=DECODER_BUILDER,
         family="decoder",
         arch=DecoderArch(5120, 40, 40, 40, 13824),
-        recipe=_finetune_recipe(micro_batch_size=2),
+        recipe=finetune_recipe(micro_batch_size=2),
         hub_id="meta-llama/Llama-2-13b-hf",
     ),
     ModelEntry(
@@ -311,7 +166,7 @@ ENTRIES = (
         arch=DecoderArch(8192, 80, 64, 8, 28672),
         # Every layer recomputed: keeping half of 80 layers' activations (~46 GiB at seq 4096, `invoke plan`)
         # would not fit an 80 GB GPU below 8 p5 nodes.
-        recipe=replace(_finetune_recipe(micro_batch_size=1), ac_every=None),
+        recipe=replace(finetune_recipe(micro_batch_size=1), ac_every=None),
         hub_id="meta-llama/Llama-2-70b-hf",
     ),
     ModelEntry(
@@ -321,7 +176,7 @@ ENTRIES = (
         # Llama 2 architecture (RMSNorm, SwiGLU, RoPE, grouped-query attention) at ~3.2M parameters,
         # with a 512-entry vocabulary that fits the byte tokenizer.
         arch=DecoderArch(256, 4, 4, 2, 688, vocab_size=512, max_position_embeddings=512),
-        recipe=_tiny_recipe(),
+        recipe=tiny_recipe(),
         notes="debug model; random init only unless --weights points at a local checkpoint",
     ),
     ModelEntry(
@@ -329,7 +184,7 @@ ENTRIES = (
         builder=BERT_BUILDER,
         family="bert",
         arch=BertArch(1024, 24, 16, 4096),  # Devlin et al. 2019, BERT-Large: L=24, H=1024, A=16
-        recipe=_bert_recipe(micro_batch_size=16),
+        recipe=bert_recipe(micro_batch_size=16),
         notes="BERT-Large, pretrained from scratch (masked LM); the reference setup's baseline",
     ),
     ModelEntry(
@@ -338,7 +193,7 @@ ENTRIES = (
         family="bert",
         # The reference's scripts/bert_1.5b_config.json: 48 layers, hidden 1600, 25 heads, intermediate 6400.
         arch=BertArch(1600, 48, 25, 6400),
-        recipe=_bert_recipe(micro_batch_size=16),
+        recipe=bert_recipe(micro_batch_size=16),
         notes="the reference setup's 1.5B BERT, pretrained from scratch (masked LM)",
     ),
     ModelEntry(
@@ -347,7 +202,7 @@ ENTRIES = (
         family="bert",
         # BERT's architecture at ~0.5M parameters, with a vocabulary that fits the byte tokenizer (5 + 256 ids).
         arch=BertArch(128, 2, 2, 512, vocab_size=264),
-        recipe=_bert_tiny_recipe(),
+        recipe=bert_tiny_recipe(),
         notes="debug model; random init",
     ),
     ModelEntry(
@@ -355,7 +210,7 @@ ENTRIES = (
         builder="training.vision.models:resnet50",
         family="vision",
         arch=VisionArch(parameters=25_557_032, image_size=224),
-        recipe=_imagenet_recipe(global_batch=1024, micro_batch=128, image_size=224),
+        recipe=imagenet_recipe(global_batch=1024, micro_batch=128, image_size=224),
     ),
     ModelEntry(
         name="efficientnet-b7",
@@ -363,7 +218,7 @@ ENTRIES = (
         family="vision",
         arch=VisionArch(parameters=66_347_960, image_size=600),
         # 600 px crops: 8 images per GPU forward, accumulated to 256 per step on 8 GPUs.
-        recipe=_imagenet_recipe(global_batch=256, micro_batch=8, image_size=600),
+        recipe=imagenet_recipe(global_batch=256, micro_batch=8, image_size=600),
         notes="BatchNorm synced across GPUs (SyncBatchNorm): 8 images per GPU are too few for its statistics",
     ),
     ModelEntry(
@@ -371,12 +226,26 @@ ENTRIES = (
         builder="training.vision.models:resnet_tiny",
         family="vision",
         arch=VisionArch(parameters=4_910_922, image_size=32, num_classes=10),
-        recipe=_resnet_tiny_recipe(),
+        recipe=resnet_tiny_recipe(),
         notes="debug model: torchvision ResNet with one BasicBlock per stage",
     ),
 )
 
 REGISTRY: dict[str, ModelEntry] = {entry.name: entry for entry in ENTRIES}
+
+
+def register_model(entry: ModelEntry) -> ModelEntry:
+    """Add a model of a family declared outside trainkit (a family module's MODELS, training/families.py).
+    Its name must be new and its family registered first. A family's own `arch` is any frozen dataclass its launcher
+    side and trainer read; the launcher reads `parameters` (an int: the checkpoint's size) off an image-like one."""
+    known = REGISTRY.get(entry.name)
+    if known == entry:  # the same module imported again
+        return entry
+    if known is not None:
+        raise ValueError(f"model {entry.name!r} is in the registry already; give the new one another name")
+    family_of(entry.family)  # a ValueError naming the families there are
+    REGISTRY[entry.name] = entry
+    return entry
 
 
 def model_entry(name: str) -> ModelEntry:

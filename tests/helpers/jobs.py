@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from training.spec import FIELDS, Job
+from training.spec import Job, all_fields
 from trainkit.backends import job_from_flags
 from trainkit.backends.sagemaker.request import CHECKPOINTS
 
 
 def flat(job: Job) -> SimpleNamespace:
-    values = {spec.key: spec.get(job) for spec in FIELDS}
+    values = {spec.key: spec.get(job) for spec in all_fields()}
     return SimpleNamespace(
         **values, world_size=job.world_size, grad_accum_steps=job.grad_accum_steps, run_dir=job.run_dir, job=job
     )

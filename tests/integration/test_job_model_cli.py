@@ -14,13 +14,13 @@ from tests.helpers.eks import dry_run_job
 from tests.helpers.jobs import WALKS
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke
-from training.spec import BY_KEY, FIELDS, fields_of, read_job
+from training.spec import all_fields, by_key, fields_of, read_job
 
 
 def _command_line(values: dict) -> list[str]:
     args = []
     for key, value in values.items():
-        spec = BY_KEY[key]
+        spec = by_key()[key]
         if spec.switch:
             args.append(spec.flag)
         else:
@@ -62,7 +62,7 @@ def test_every_field_reaches_spec_json_and_the_workers_view(walk, tmp_path):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(written))
     worker = read_job(path)  # what `python -m training` starts from
-    for spec in FIELDS:
+    for spec in all_fields():
         section = written[spec.section]
         assert spec.name in section, f"{spec.path} missing from spec.json"
         assert spec.get(worker) == section[spec.name], spec.path

@@ -67,15 +67,16 @@ def test_the_sagemaker_metric_of_each_family_reads_its_rate_off_the_progress_lin
     metric's value (API reference, MetricDefinition; Developer Guide, "Define metrics"): each family's rate, as
     ProgressLines prints it under the family's progress name, is what its metric reads."""
     from training.common.progress import ProgressLines
-    from trainkit.backends.sagemaker.request import METRICS
+    from trainkit.backends.sagemaker.request import LOSS_METRIC, rate_metric
 
     for family in FAMILIES.values():
         line = ProgressLines("run-x", start=0, total=10, quiet=False)
         line.set_postfix(loss="2.3102", **{family.throughput.progress: "4301"})
         line.update()
         printed = capsys.readouterr().out
-        assert re.search(METRICS[family.throughput.metric], printed).group(1) == "4301", (family.name, printed)
-        assert re.search(METRICS["loss"], printed).group(1) == "2.3102"
+        name, regex = rate_metric(family.throughput)
+        assert name == family.throughput.metric and re.search(regex, printed).group(1) == "4301", (family, printed)
+        assert re.search(LOSS_METRIC[1], printed).group(1) == "2.3102"
 
 
 def test_each_declaration_agrees_with_the_code_it_describes():
@@ -110,3 +111,97 @@ def test_a_worker_imports_its_own_familys_package_and_no_others():
         others = {name for name in loaded for own in OWN.values() if name.startswith(own.replace("/", ".").rstrip("."))}
         mine = OWN[family.name].replace("/", ".").rstrip(".")
         assert {name for name in others if not name.startswith(mine)} == set(), family.name
+
+
+@pytest.fixture
+def scratch_registry():
+    """What a test registers is gone after it: the families, the models and the loaded modules as they were."""
+    from training import families, registry
+
+    saved = dict(families.FAMILIES), dict(registry.REGISTRY), list(families.LOADED)
+    yield
+    for table, before in zip((families.FAMILIES, registry.REGISTRY, families.LOADED), saved, strict=True):
+        table.clear()
+        table.update(before) if isinstance(table, dict) else table.extend(before)
+
+
+def _module(monkeypatch, tmp_path, base: str, body: str) -> str:
+    """A module of its own name for each test (Python keeps a module it imported once)."""
+    name = re.sub(r"\W", "_", f"{base}_{tmp_path.name}")
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+FAMILY_MODULE = """
+from dataclasses import dataclass, replace
+from training.families import BERT
+from training.registry import REGISTRY
+from training.spec.options import option
+
+@dataclass
+class Own:
+    width: int = option(4, "Toy: width.", minimum=1)
+
+FAMILY = replace(BERT, name="toy", kind="toy", options=Own)
+MODELS = (replace(REGISTRY["bert-tiny"], name="toy-tiny", family="toy"),)
+"""
+
+
+def test_a_family_module_registers_its_family_models_and_options_and_spec_json_carries_them(
+    scratch_registry, monkeypatch, tmp_path
+):
+    from training.families import FAMILY_MODULES_ENV, load_family_modules
+    from training.registry import REGISTRY
+    from training.spec import Job, by_key
+
+    name = _module(monkeypatch, tmp_path, "toy_family_module", FAMILY_MODULE)
+    assert "toy" not in FAMILIES and "width" not in by_key()
+    monkeypatch.setenv(FAMILY_MODULES_ENV, name)
+    assert load_family_modules()[-1:] == [name] and load_family_modules().count(name) == 1  # once
+    assert FAMILIES["toy"].kind == "toy" and REGISTRY["toy-tiny"].family == "toy"
+    width = by_key()["width"]
+    assert (width.flag, width.families, width.path) == ("--width", ("toy",), "toy.width")
+    job = Job()
+    job.run.family_modules = [name]
+    width.set(job, 7)
+    written = job.to_dict()
+    assert written["toy"] == {"width": 7} and "family_options" not in written
+    assert Job.from_dict(written).section("toy").width == 7
+    assert Job.from_dict(written).fingerprint() != Job().fingerprint()  # its options change what is trained
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("raise RuntimeError('no GPU driver')", "does not import: RuntimeError: no GPU driver"),
+        ("X = 1", "has no FAMILY: declare its training.families.Family under that name"),
+        (FAMILY_MODULE.replace('name="toy"', 'name="decoder"'), "model family 'decoder' is declared twice"),
+        (FAMILY_MODULE.replace('name="toy"', 'name="my-toy"'), "a family's name is a Python identifier"),
+        (FAMILY_MODULE.replace('name="toy-tiny"', 'name="bert-tiny"'), "model 'bert-tiny' is in the registry already"),
+        (FAMILY_MODULE.replace('family="toy"', 'family="nope"'), "unknown model family 'nope'"),
+    ],
+)
+def test_a_family_module_that_cannot_be_registered_says_why(scratch_registry, monkeypatch, tmp_path, body, said):
+    from training.families import load_family_modules
+
+    name = _module(monkeypatch, tmp_path, "broken_family_module", body)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        load_family_modules([name])
+
+
+@pytest.mark.parametrize(
+    ("rename", "said"),
+    [
+        (("width: int", "seed: int"), "a family's option takes the flag of another option: seed"),
+        (('"toy"', '"model"'), "model family 'model' takes the name of a spec.json section"),
+    ],
+)
+def test_a_familys_options_may_not_shadow_the_schemas(scratch_registry, monkeypatch, tmp_path, rename, said):
+    from training.families import load_family_modules
+    from training.spec import all_fields
+
+    name = _module(monkeypatch, tmp_path, "shadowing_family_module", FAMILY_MODULE.replace(*rename))
+    load_family_modules([name])
+    with pytest.raises(ValueError, match=re.escape(said)):
+        all_fields()

@@ -3,6 +3,7 @@ share (`micro_steps`, `share`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
@@ -24,7 +25,7 @@ def option(
     default: Any,
     help: str,
     *,
-    choices: tuple[str, ...] = (),
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] = (),
     minimum: float | None = None,
     maximum: float | None = None,
     above: float | None = None,
@@ -32,19 +33,20 @@ def option(
     flag: str | None = None,
     alias: str | None = None,
     trains: bool = True,
-    family: str | tuple[str, ...] | None = None,
+    family: str | tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
     cli: bool = True,
     switch: bool = False,
     duration: bool = False,
 ) -> Any:
     """One field of the job.
 
-    choices   allowed values (text fields); minimum/maximum bound numbers inclusively, above/below
-              exclusively; every number must also be finite
+    choices   allowed values (text fields), or a function that names them when asked; minimum/maximum bound
+              numbers inclusively, above/below exclusively; every number must also be finite
     flag      the command-line name when it is not the field's name; alias: a second name for it
     trains    whether the value changes what is trained (the run id hashes these; a run can be resumed
               with other values of the rest)
-    family    the family (`decoder`, `vision`, `bert`), or families, whose models alone use the field
+    family    the family (`decoder`, `vision`, `bert`), or families, whose models alone use the field (or a function
+              that names them when asked: `text_families`)
     cli       False for values the launcher sets itself (they are still in spec.json)
     switch    a boolean given as a bare flag (`--synthetic`) rather than with a value
     duration  seconds, also given as `90m`, `4h`, `2d` (see duration_seconds)

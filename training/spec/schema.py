@@ -1,8 +1,10 @@
-"""The job: its sections together, every declared field (`FIELDS`), spec.json's form and reading it back."""
+"""The job: its sections together, every declared field (`all_fields`: the shared schema's and those of the
+families that declare options of their own), spec.json's form and reading it back."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.families import FORMER_NAMES
+from training.families import FAMILIES, FORMER_NAMES, Family, load_family_modules
 from training.spec.options import SPEC_VERSION
 from training.spec.running import CheckpointingOptions, ElasticOptions, ParallelismOptions, PlacementOptions
 from training.spec.trained import DataOptions, ModelOptions, OptimisationOptions, RunOptions
@@ -30,6 +32,13 @@ class Job:
     checkpointing: CheckpointingOptions = field(default_factory=CheckpointingOptions)
     elastic: ElasticOptions = field(default_factory=ElasticOptions)
     placement: PlacementOptions = field(default_factory=PlacementOptions)
+    family_options: dict[str, Any] = field(default_factory=lambda: _family_sections())
+    """The options of the families that declare their own (Family.options), by family name: spec.json's sections of
+    those names."""
+
+    def section(self, name: str) -> Any:
+        """A section by name: a shared one (`run`, `model`, ...) or a family's own (`job.section("mlp").width`)."""
+        return self.family_options[name] if name in self.family_options else getattr(self, name)
 
     # ------------------------------------------------------------------ derived values
 
@@ -50,6 +59,7 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         data = {"version": SPEC_VERSION, **dataclasses.asdict(self)}
+        data.update(data.pop("family_options"))
         batches = self.optimisation.global_batch_size and self.optimisation.micro_batch_size  # a recipe's only
         data["derived"] = {
             "world_size": self.world_size,
@@ -61,13 +71,15 @@ class Job:
     def from_dict(cls, data: dict[str, Any]) -> Job:
         """The job `to_dict` wrote; a flat spec.json of an earlier trainkit (one object, the fields' own
         names) is read too, so older runs can be resumed and reported."""
-        job = cls()
         nested = "version" in data
-        for spec in FIELDS:
+        if nested:  # a family declared outside trainkit: its module first (its family, models and options)
+            load_family_modules(data.get("run", {}).get("family_modules", []))
+        job = cls()
+        for spec in all_fields():
             source = data.get(spec.section, {}) if nested else data
             key = spec.name if nested else spec.legacy_name
             if key in source:
-                setattr(getattr(job, spec.section), spec.name, source[key])
+                spec.set(job, source[key])
         job.model.family = FORMER_NAMES.get(job.model.family, job.model.family)
         if "lr_derived" not in data.get("optimisation", {}):
             # written before the launcher said whose learning rate it was: the run's own counts as chosen, so it is
@@ -79,7 +91,7 @@ class Job:
         """Hash of the fields that change what is trained (not where logs go, how it is launched or on how many
         processes). A global batch or learning rate the launcher chose counts as the recipe's, whichever world
         size rounded it: the same command at another size names the same run."""
-        relevant = {spec.path: spec.get(self) for spec in FIELDS if spec.trains}
+        relevant = {spec.path: spec.get(self) for spec in all_fields() if spec.trains}
         o = self.optimisation
         if o.global_batch_derived:
             relevant["optimisation.global_batch_size"] = "recipe"
@@ -88,7 +100,20 @@ class Job:
         return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:8]
 
 
-SECTIONS: dict[str, type] = typing.get_type_hints(Job)
+SECTIONS: dict[str, type] = {name: t for name, t in typing.get_type_hints(Job).items() if name != "family_options"}
+
+
+def _family_sections() -> dict[str, Any]:
+    return {family.name: family.options() for family in _own_options()}
+
+
+def _own_options() -> tuple[Family, ...]:
+    """The families with options of their own; a name that would shadow a shared section is refused."""
+    found = tuple(family for family in FAMILIES.values() if family.options is not None)
+    for family in found:
+        if family.name in SECTIONS or family.name == "version":
+            raise ValueError(f"model family {family.name!r} takes the name of a spec.json section; rename it")
+    return found
 
 
 @dataclass(frozen=True)
@@ -125,11 +150,25 @@ class FieldSpec:
         except KeyError:
             raise AttributeError(item) from None
 
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """Its allowed values (none: any)."""
+        named = self.meta["choices"]
+        return tuple(named() if callable(named) else named)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The families whose models alone use it (empty: every model's)."""
+        named = self.meta["family"]
+        if callable(named):
+            named = named()
+        return (named,) if isinstance(named, str) else tuple(named or ())
+
     def get(self, job: Job) -> Any:
-        return getattr(getattr(job, self.section), self.name)
+        return getattr(job.section(self.section), self.name)
 
     def set(self, job: Job, value: Any) -> None:
-        setattr(getattr(job, self.section), self.name, value)
+        setattr(job.section(self.section), self.name, value)
 
 
 def _base_type(annotation: Any) -> type:
@@ -140,23 +179,43 @@ def _base_type(annotation: Any) -> type:
     return args[0] if args else annotation
 
 
-def _declared() -> tuple[FieldSpec, ...]:
+def _declared(section: str, cls: type, family: str | None = None) -> tuple[FieldSpec, ...]:
+    """A section's fields; a family's own are for its models alone."""
     specs = []
-    for section, cls in SECTIONS.items():
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            default = [] if f.default_factory is list else f.default
-            specs.append(FieldSpec(section, f.name, _base_type(hints[f.name]), default, dict(f.metadata)))
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        default = [] if f.default_factory is list else f.default
+        meta = dict(f.metadata) | ({"family": family} if family else {})
+        specs.append(FieldSpec(section, f.name, _base_type(hints[f.name]), default, meta))
     return tuple(specs)
 
 
-FIELDS: tuple[FieldSpec, ...] = _declared()
-BY_KEY: dict[str, FieldSpec] = {spec.key: spec for spec in FIELDS}
+SHARED_FIELDS: tuple[FieldSpec, ...] = tuple(spec for name, cls in SECTIONS.items() for spec in _declared(name, cls))
+"""The shared schema's fields (every section of Job)."""
+
+
+def all_fields() -> tuple[FieldSpec, ...]:
+    """Every declared field: the shared schema's, then each registered family's own (Family.options)."""
+    return _with_families(_own_options())
+
+
+@functools.cache
+def _with_families(families: tuple[Family, ...]) -> tuple[FieldSpec, ...]:
+    fields = SHARED_FIELDS + tuple(spec for f in families for spec in _declared(f.name, f.options, f.name))
+    clash = sorted({spec.key for spec in fields if sum(other.key == spec.key for other in fields) > 1})
+    if clash:
+        raise ValueError(f"a family's option takes the flag of another option: {', '.join(clash)}; rename it")
+    return fields
+
+
+def by_key() -> dict[str, FieldSpec]:
+    """Every field by its flag's identifier (`keep_checkpoints`)."""
+    return {spec.key: spec for spec in all_fields()}
 
 
 def fields_of(cli: bool) -> Iterator[FieldSpec]:
     """The fields that are (or are not) command-line options."""
-    return (spec for spec in FIELDS if spec.cli == cli)
+    return (spec for spec in all_fields() if spec.cli == cli)
 
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from training.families import FAMILIES, TEXT_FAMILIES
+from training import families
+from training.families import text_families
 from training.spec.options import DATA_FORMATS, PACKINGS, SYNTHETIC, TRUNCATIONS, WORKLOADS, option
 
 
@@ -43,6 +44,13 @@ class RunOptions:
     notes: list[str] = option(
         [], "Adjustments the launcher made to the defaults, shown to the user.", trains=False, cli=False
     )
+    family_modules: list[str] = option(
+        [],
+        "Modules declaring model families of their own (training/families.py FAMILY_MODULES_ENV), imported by "
+        "every reader of this spec before it reads the rest.",
+        trains=False,
+        cli=False,
+    )
 
 
 @dataclass
@@ -59,8 +67,7 @@ class ModelOptions:
     family: str | None = option(
         None,
         "The model's family (training/families.py): which trainer runs the job (from the model registry or the "
-        "model's config).",
-        choices=tuple(FAMILIES),
+        "model's config; a registered family's too, so its values are checked by `family_of`, not by choices).",
         trains=False,
         cli=False,
     )
@@ -78,7 +85,7 @@ class ModelOptions:
         None,
         "Truncate the model to this many layers (benchmarks and tests; labelled in every output).",
         minimum=1,
-        family=TEXT_FAMILIES,
+        family=text_families,
     )
     truncated_label: str | None = option(
         None, "Set when --layers truncates the model, so every output says so.", cli=False
@@ -104,7 +111,7 @@ class DataOptions:
         "(instruction, optional input, output), `prompt-response`, `dialogue-summary` (loss on the response or "
         "summary) or `text` (loss on every token; BERT reads only this); default: detected from the records.",
         choices=DATA_FORMATS,
-        family=TEXT_FAMILIES,
+        family=text_families,
     )
     packing: str | None = option(
         None,
@@ -123,7 +130,7 @@ class DataOptions:
         family="decoder",
     )
     seq_len: int | None = option(
-        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family=TEXT_FAMILIES
+        None, "Tokens per packed sequence; at most the model's context length.", minimum=1, family=text_families
     )
     image_size: int | None = option(
         None,
@@ -228,8 +235,8 @@ class OptimisationOptions:
         None,
         "Vision: `sgd` (Nesterov momentum 0.9) or `lamb` (layer-wise adaptive, for large batches). BERT: `lamb` "
         "(the recipe's) or `adamw`. Llama fine-tuning uses AdamW.",
-        choices=tuple(dict.fromkeys(name for family in FAMILIES.values() for name in family.optimizers)),
-        family=tuple(name for name, family in FAMILIES.items() if family.optimizers),
+        choices=families.optimizer_choices,
+        family=families.choosing_optimizers,
     )
     label_smoothing: float | None = option(
         None, "Vision: label smoothing of the cross-entropy loss (recipe: 0.1).", minimum=0, below=1, family="vision"

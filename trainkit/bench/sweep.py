@@ -10,7 +10,7 @@ where FlashAttention cannot run. Each run's figures are the steady-step medians 
 measured.
 
 Variants are measured against the flags given, a variant's own flag replacing a given one. On a GPU the Llama 2
-recipes already compile and recompute every 2nd layer (training/registry.py, from this sweep's results); add
+recipes already compile and recompute every 2nd layer (training/recipes.py, from this sweep's results); add
 `--compile false --ac-every 1` for the baseline those defaults were chosen against.
 
 Example (the GPU backlog's item 1):

@@ -5,9 +5,18 @@ repository's tasks.py exposes `namespace` to `invoke`; an installed package has 
 
 from __future__ import annotations
 
+import sys
+
 from invoke import Collection, Program
 
-from trainkit.cli import bench, data, images, infra, nccl_test, obs, run, secrets, train
+from training.families import load_family_modules
+
+try:  # before the tasks' modules: a family module's models and options are flags of `invoke train`
+    load_family_modules()
+except ValueError as error:
+    sys.exit(f"error: {error}")
+
+from trainkit.cli import bench, data, images, infra, nccl_test, obs, run, secrets, train  # noqa: E402
 
 namespace = Collection(
     *train.TASKS,

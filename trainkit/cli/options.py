@@ -9,7 +9,7 @@ import inspect
 import invoke
 from invoke import Exit
 
-from training.spec import BY_KEY
+from training.spec import by_key
 from trainkit.errors import JobFailed, SpecError
 
 
@@ -87,7 +87,7 @@ def job_options(function, names, extra: dict[str, object]):
     training/spec/) plus `extra` (name -> default); the body receives them all as keywords."""
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     helps = {}
-    for spec in (BY_KEY[name] for name in names):
+    for spec in (by_key()[name] for name in names):
         default = False if spec.switch else None
         params.append(inspect.Parameter(spec.key, inspect.Parameter.KEYWORD_ONLY, default=default))
         helps[spec.flag[2:]] = spec.help
@@ -103,7 +103,7 @@ def job_flags(values: dict, names) -> dict:
     """The job fields among a task's keywords; switches off and unset options mean "not given"."""
     flags = {}
     for name in names:
-        spec = BY_KEY[name]
+        spec = by_key()[name]
         value = values.get(spec.key)
         if spec.alias and values.get(spec.alias) is not None:
             if value is not None:

@@ -6,7 +6,7 @@ from json import dumps
 from pathlib import Path
 
 from training.registry import DECODER_TYPES
-from training.spec import BY_KEY, fields_of
+from training.spec import by_key, fields_of
 from trainkit.backends import RunRef, backend_of, resolve_job
 from trainkit.backends.eks.cluster import JOBS_NAMESPACE
 from trainkit.cli.options import job_flags, job_options, task, user_errors
@@ -48,7 +48,7 @@ _train_body, _train_help = job_options(_train, TRAIN_KEYS, {"profile": "local", 
 train = task(
     help={
         **_train_help,
-        "model": f"{BY_KEY['model'].help} Registry names: {', '.join(REGISTRY)}. Causal LM types trainkit sizes "
+        "model": f"{by_key()['model'].help} Registry names: {', '.join(REGISTRY)}. Causal LM types trainkit sizes "
         f"and trains: {', '.join(DECODER_TYPES)}.",
         "profile": "Profile YAML (trainkit/job/profiles): local (default) or aws.",
         "dry-run": "Print what would run and create nothing: the job as spec.json (local), the PyTorchJob as "

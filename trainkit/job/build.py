@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from training.spec import BY_KEY, FIELDS, FieldSpec, Job, duration_seconds, range_problem
+from training.families import LOADED
+from training.spec import FieldSpec, Job, all_fields, by_key, duration_seconds, range_problem
 from trainkit import hardware
 from trainkit.errors import SpecError
 
@@ -72,7 +73,7 @@ def load_profile(profile: str) -> dict[str, Any]:
     if profile not in known:
         raise SpecError(f"--profile {profile!r} does not exist; choose one of: {', '.join(sorted(known))}")
     data = yaml.safe_load(known[profile].read_text()) or {}
-    unknown = sorted(set(data) - set(BY_KEY))
+    unknown = sorted(set(data) - set(by_key()))
     if unknown:
         raise SpecError(f"profile {profile} has unknown keys {unknown}; remove them")
     return data
@@ -119,7 +120,7 @@ def check_field(spec: FieldSpec, value: Any) -> None:
 
 
 def check_fields(job: Job) -> None:
-    for spec in FIELDS:
+    for spec in all_fields():
         check_field(spec, spec.get(job))
 
 
@@ -133,17 +134,19 @@ def _node_range(text: str) -> tuple[str, str]:
 def build(flags: dict[str, Any], profile: str = "local") -> Job:
     """The profile's values, then the flags (None: not given), typed and checked field by field."""
     given = {key: value for key, value in flags.items() if value is not None}
-    unknown = sorted(set(given) - set(BY_KEY))
+    unknown = sorted(set(given) - set(by_key()))
     if unknown:
         raise SpecError(f"unknown option(s): {', '.join('--' + u.replace('_', '-') for u in unknown)}")
     if isinstance(given.get("nodes"), str) and ":" in given["nodes"]:
         given["min_nodes"], given["nodes"] = _node_range(given["nodes"])
     merged = {**load_profile(profile), **given}
     job = Job()
+    fields = by_key()
     for key, value in merged.items():
-        spec = BY_KEY[key]
+        spec = fields[key]
         value = parse_value(spec, value)
         check_field(spec, value)
         spec.set(job, value)
     job.run.profile = profile
+    job.run.family_modules = list(LOADED)  # every reader of spec.json imports them before it reads the rest
     return job

@@ -10,7 +10,7 @@ import dataclasses
 
 from training.families import Family, family_of, launcher_hook
 from training.registry import GPU_ONLY
-from training.spec import BY_KEY, FIELDS, Job
+from training.spec import Job, all_fields, by_key
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
 from trainkit.job.models import get_model
@@ -19,7 +19,7 @@ from trainkit.job.validate import validate_batch
 SYNTHETIC_STEPS = 50
 # Fields that are alternatives: giving one (flag or profile) drops the recipe's value for the other.
 ALTERNATIVES = {"steps": "epochs", "epochs": "steps", "warmup_steps": "warmup_epochs", "warmup_epochs": "warmup_steps"}
-# Loader workers where a recipe follows the CPUs (training/registry.py `loader_workers_from_cpus`), measured in
+# Loader workers where a recipe follows the CPUs (training/recipes.py `loader_workers_from_cpus`), measured in
 # benchmarks/resnet50-workers-h200.json (2026-11-27: one NVIDIA H200 on a 16-core node, torch 2.11.0+cu130; resnet50
 # at 224 px, batch 128, bf16, channels-last, 256 px JPEGs): 4 workers fed 3,039 images/s, 79% of on-device input
 # (3,844), and 12 fed 3,746 (97%), so the workers' decoding, not the GPU, was the limit. More than 12 was not measured.
@@ -30,7 +30,7 @@ ROUNDING_NOTES = ("global batch ", "learning rate ")
 
 
 def _value(job: Job, key: str):
-    return BY_KEY[key].get(job)
+    return by_key()[key].get(job)
 
 
 def derive(job: Job, machine: Machine) -> None:
@@ -66,7 +66,7 @@ def derive(job: Job, machine: Machine) -> None:
             continue
         if key in GPU_ONLY and not _gpu_default_applies(job, machine, key):
             continue
-        BY_KEY[key].set(job, value)
+        by_key()[key].set(job, value)
     if workers_from_cpus and "loader_workers" not in given:
         _size_loader_workers(job, machine)
     if not batch_given:
@@ -97,7 +97,7 @@ def family_notes(family: Family, job: Job, entry) -> list[str]:
 
 
 def _gpu_default_applies(job: Job, machine: Machine, key: str) -> bool:
-    """A recipe's GPU fast path (training/registry.py GPU_ONLY) is taken on GPUs only, and only where it can
+    """A recipe's GPU fast path (training/recipes.py GPU_ONLY) is taken on GPUs only, and only where it can
     run: the layer selection with checkpointing on, compiling where a compiler is (a note says when it is not)."""
     if machine.gpus_per_node == 0:
         return False
@@ -140,9 +140,9 @@ def _apply_cpu_recipe(job: Job, cpu: dict) -> None:
     skip = set(batch) if any(_value(job, key) is not None for key in batch) else set()
     applied = {key: value for key, value in cpu.items() if key not in skip and _value(job, key) is None}
     for key, value in applied.items():
-        BY_KEY[key].set(job, value)
+        by_key()[key].set(job, value)
     if applied:
-        settings = ", ".join(f"{BY_KEY[k].flag} {v}" for k, v in applied.items())
+        settings = ", ".join(f"{by_key()[k].flag} {v}" for k, v in applied.items())
         job.run.notes.append(
             f"no GPU: using the CPU settings of the {job.model.name} recipe ({settings}); set them to change"
         )
@@ -216,7 +216,7 @@ def continue_run(previous: Job, job: Job, step: int | None) -> str | None:
     }
     changed = [
         spec.flag
-        for spec in FIELDS
+        for spec in all_fields()
         if spec.trains and not chosen.get(spec.name) and spec.get(previous) != spec.get(job)
     ]
     if changed:

@@ -8,9 +8,8 @@ import os
 import re
 from pathlib import Path
 
-from training.families import TEXT_FAMILIES, family_of
-from training.spec import BY_KEY, FIELDS, SHARDING_STRATEGIES, ZERO_1, Job, micro_steps
-from training.vision.layout import LayoutError, check_image_folder
+from training.families import family_of, launcher_hook, text_families
+from training.spec import SHARDING_STRATEGIES, ZERO_1, Job, all_fields, by_key, micro_steps
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.models import HUB_ID, ModelEntry, get_model
@@ -20,7 +19,7 @@ DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": 
 
 def family_kind(families: tuple[str, ...]) -> str:
     """How a refusal names the models a field is for: "language" for every text family."""
-    if set(families) == set(TEXT_FAMILIES):
+    if set(families) == set(text_families()):
         return "language"
     return " and ".join(family_of(family).kind for family in families)
 
@@ -132,10 +131,10 @@ def _validate_deadline(job: Job) -> None:
     (docs/checkpoints.md "Deadlines"); Batch's own minimum is its backend's check."""
     placement = job.placement
     for key in ("spot", "max_wait"):
-        value = BY_KEY[key].get(job)
+        value = by_key()[key].get(job)
         require(
             value in (None, False) or placement.target == "sagemaker",
-            f"{BY_KEY[key].flag} is for --target sagemaker (managed spot training); drop it",
+            f"{by_key()[key].flag} is for --target sagemaker (managed spot training); drop it",
         )
     require(placement.max_wait is None or bool(placement.spot), "--max-wait bounds a spot job's wait: add --spot")
     if placement.max_wait is not None and placement.max_runtime is not None:
@@ -149,7 +148,7 @@ def _validate_deadline(job: Job) -> None:
 def _validate_local(job: Job) -> None:
     """What only a run on this machine can get wrong: flags of the EKS target, the runs folder, a dataset."""
     for key in EKS_ONLY:
-        field = BY_KEY[key]
+        field = by_key()[key]
         value = field.get(job)
         target = "eks" if key == "namespace" else "eks, sagemaker or batch"
         require(value is None, f"{field.flag} {value} is for --target {target}; drop it (or add --target)")
@@ -169,11 +168,11 @@ def _validate_local(job: Job) -> None:
         return
     family = family_of(job.model.family)
     flag = family.data_flag
-    if not family.text:
-        try:
-            check_image_folder(data)  # says how to make one
-        except LayoutError as error:
-            raise SpecError(str(error)) from None
+    if not family.text:  # a family of its own kind of data: its launcher side says what it reads and how to make it
+        check = launcher_hook(family, "check_inputs")
+        if check:
+            check(job, get_model(job.model.name))
+        raise SpecError(f"{flag} {data}: no such file or folder; give {family.data_files}, or synthetic")
     require(
         HUB_ID.fullmatch(data) is not None,
         f"{flag} {data}: no such file or folder, and not a Hugging Face dataset id (owner/name); "
@@ -184,8 +183,8 @@ def _validate_local(job: Job) -> None:
 def check_family(job: Job, entry: ModelEntry) -> None:
     """A flag of the other workload is a mistake worth stopping for, not something to ignore silently.
     The recipes fill only their own family's fields, so any other family's value was given."""
-    for spec in FIELDS:
-        families = (spec.family,) if isinstance(spec.family, str) else spec.family
+    for spec in all_fields():
+        families = spec.families
         if families and entry.family not in families and spec.get(job) is not None:
             kind = family_kind(families)
             raise SpecError(f"{spec.flag} applies to {kind} models, not to {job.model.name}; drop it")

@@ -219,7 +219,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     if p.activation_checkpointing is None:
         p.activation_checkpointing = recipe.activation_checkpointing
     if p.ac_every is None and p.activation_checkpointing:
-        p.ac_every = recipe.ac_every  # the recipe's GPU default (training/registry.py)
+        p.ac_every = recipe.ac_every  # the recipe's GPU default (training/recipes.py)
     world = p.nodes * p.nproc
     per_step = o.micro_batch_size * world
     global_batch = o.global_batch_size or max(recipe.global_batch_size, per_step)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.common.files import read_events, read_jsonl
+from training.families import family_of
 from training.spec import Job
 from trainkit.errors import SpecError
 
@@ -44,8 +45,13 @@ class RunFiles:
         return sizes[-1] if sizes else self.job.world_size
 
     @property
-    def throughput_key(self) -> str:
-        return "tokens_per_s" if any(r.get("tokens_per_s") for r in self.records) else "samples_per_s"
+    def rate(self) -> tuple[str, str]:
+        """(the records' rate field, what it counts): the family's (training/families.py); a script's samples."""
+        job = self.job
+        if job.run.workload == "recipe" and job.model.family:
+            counted = family_of(job.model.family).throughput
+            return counted.record, counted.unit
+        return "samples_per_s", "samples"
 
 
 def scaling_points(runs_dir: Path, model: str, key: str) -> dict[int, float]:
@@ -71,8 +77,8 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
     run = RunFiles.read(run_dir)
     if not run.records:
         raise SpecError(f"{run_dir}/metrics.jsonl has no steps yet; run the report after the first logged step")
-    key = run.throughput_key
-    unit = "tokens/s" if key == "tokens_per_s" else "samples/s"
+    key, counted = run.rate
+    unit = f"{counted}/s"
     steps = [r["step"] for r in run.records]
     figure, axes = plt.subplots(2, 2, figsize=(13, 8.5), layout="constrained")
     title = f"trainkit run {run.job.run.run_id}: {run.job.model.name}, {run.world_size} process(es)"
@@ -113,7 +119,7 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
 
 def _prediction(run: RunFiles, points: dict[int, float]) -> dict[int, float] | None:
     """The scaling model's tokens/s for the run's job at its world sizes (EKS runs on p4d/p5 family nodes)."""
-    if run.throughput_key != "tokens_per_s":
+    if run.rate[0] != "tokens_per_s":
         return None
     from trainkit.plan.scaling import predicted_throughput
 

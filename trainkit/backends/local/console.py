@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from training.families import family_of
 from training.spec import RANK_LOGS_DIR, Job
 
 
@@ -129,10 +130,12 @@ def summary_block(job: Job, wall_s: float) -> str | None:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
+    rates = {"samples_per_s": "samples"}  # a script's; a recipe's family counts its own (training/families.py)
+    if job.run.workload == "recipe" and job.model.family:
+        counted = family_of(job.model.family).throughput
+        rates = {counted.record: counted.unit} | ({} if counted.record in rates else rates)
     throughput = [
-        f"{summary[key]:,.0f} {unit}/s"
-        for key, unit in (("tokens_per_s_median", "tokens"), ("samples_per_s_median", "samples"))
-        if summary.get(key)
+        f"{summary[key + '_median']:,.0f} {unit}/s" for key, unit in rates.items() if summary.get(key + "_median")
     ]
     first, last = summary.get("first_loss"), summary.get("last_loss")
     loss = f"{first:.4f} -> {last:.4f}" if first is not None and last is not None else "not recorded"

@@ -27,7 +27,7 @@ import math
 import re
 from importlib.resources import files
 
-from training.families import family_of
+from training.families import Throughput, family_of
 from training.spec import Job
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
@@ -65,12 +65,13 @@ TAG_RUN = "trainkit:run-id"
 TAG_MODEL = "trainkit:model"
 # SageMaker reads metrics from the leader's log with these (the progress lines of training/common/progress.py:
 # `<run> step 12/60 (20%) loss=2.3102 tok_s=4301 [8 s]`); the first group is the value.
-METRICS = {
-    "loss": r"step \d+/\d+ \(\d+%\) loss=([0-9.eE+-]+)",
-    "tokens_per_s": r"step \d+/\d+ \(\d+%\) .*tok_s=([0-9.]+)",
-    "images_per_s": r"step \d+/\d+ \(\d+%\) .*img_s=([0-9.]+)",
-    "sequences_per_s": r"step \d+/\d+ \(\d+%\) .*seq_s=([0-9.]+)",
-}
+LOSS_METRIC = ("loss", r"step \d+/\d+ \(\d+%\) loss=([0-9.eE+-]+)")
+
+
+def rate_metric(throughput: Throughput) -> tuple[str, str]:
+    """A family's rate as a metric definition: its name, and the regex whose first group reads the rate off the
+    progress line (`tok_s=4301`; training/common/progress.py)."""
+    return throughput.metric, rf"step \d+/\d+ \(\d+%\) .*{re.escape(throughput.progress)}=([0-9.]+)"
 
 
 def instance_key(instance_type: str) -> str:
@@ -142,8 +143,8 @@ def output_config(stack: SageMakerStack, prefix: str) -> dict:
 def metric_definitions(job: Job) -> list[dict]:
     if job.run.workload != "recipe":
         return []
-    rate = family_of(get_model(job.model.name).family).throughput.metric  # its throughput's progress-line name
-    return [{"Name": name, "Regex": METRICS[name]} for name in ("loss", rate)]
+    rate = rate_metric(family_of(get_model(job.model.name).family).throughput)
+    return [{"Name": name, "Regex": regex} for name, regex in (LOSS_METRIC, rate)]
 
 
 def channels(job: Job, stack: SageMakerStack, name: str) -> list[dict]:
