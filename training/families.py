@@ -87,7 +87,8 @@ class Family:
     """The module of its launcher side (torch-free: the launcher imports it, the workers never do), with any of:
     `check_inputs(job, entry)`, what can only be checked on this machine before anything is written (raises
     SpecError); `prepare(job, entry)`, what it writes into the run folder besides spec.json (its model config, its
-    synthetic data); `notes(job, entry) -> list[str]`, what the launcher says at the start of every such job."""
+    synthetic data); `notes(job, entry) -> list[str]`, what the launcher says at the start of every such job;
+    `flops_per_item(job, model_config) -> float`, training FLOPs per counted item (`invoke bench train`'s MFU)."""
     eval_metric: str
     """The figure its evaluation reports, and which way is better (issue 52 picks the best checkpoint by it)."""
     lower_is_better: bool

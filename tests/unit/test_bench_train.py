@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from training.vision.launch import flops_per_image
 from trainkit.bench import record as bench_record
 from trainkit.bench import train as benchtrain
 from trainkit.errors import SpecError
@@ -93,6 +94,7 @@ def test_too_few_steps_to_time_are_refused():
 
 def test_the_ratio_is_trainkit_over_reference_per_pair():
     spec = {
+        "version": 2,  # spec.json's
         "model": {"name": "m", "family": "decoder"},
         "data": {"seq_len": 128},
         "optimisation": {"global_batch_size": 8, "micro_batch_size": 4, "steps": 10},
@@ -139,6 +141,7 @@ def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipe
     assert summary["images_per_s"] == 10.0 and summary["images_per_s_per_device"] == 5.0
     assert summary["images_per_s_wall"] == pytest.approx(8.0) and summary["mfu_datasheet"] is None
     spec = {
+        "version": 2,  # spec.json's
         "model": {"name": "resnet-tiny", "family": "vision"},
         "data": {"image_size": 32, "loader_workers": 1},
         "optimisation": {"global_batch_size": 40, "micro_batch_size": 20, "steps": 12},
@@ -158,7 +161,7 @@ def test_a_vision_record_has_images_per_s_the_reference_ratio_and_the_input_pipe
 
 def test_training_flops_per_image_are_three_times_torchvisions_published_forward_count():
     # torchvision's ResNet50_Weights.IMAGENET1K_V1 meta: 4.089 GFLOPS (multiply-adds) per 224 x 224 image forward
-    flops = bench_record.vision_flops_per_image("resnet50", 1000, 224)
+    flops = flops_per_image("resnet50", 1000, 224)
     assert flops == pytest.approx(3 * 2 * 4.089e9, rel=0.01)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from training.common.failure import SpecError
 from training.common.files import publish_text
+from training.decoders import DecoderArch
 from training.families import DECODER
 from training.spec import MODEL_CONFIG, SYNTHETIC, Job
 from training.text import tokenizer as tokenizers
@@ -34,3 +35,9 @@ def prepare(job: Job, entry) -> None:
     if job.model.init == "random":
         config = entry.arch.truncated(job.model.layers).hf_config()
         publish_text(job.run_dir / MODEL_CONFIG, json.dumps(config, indent=2) + "\n")
+
+
+def flops_per_item(job: Job, config: dict) -> float:
+    """Training FLOPs per token at the job's sequence length (`invoke bench train`'s MFU); `config`: the run folder's
+    model config.json."""
+    return DecoderArch.from_config(config).shape().flops_per_token(job.data.seq_len)

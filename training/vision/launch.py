@@ -1,5 +1,6 @@
 """The vision family's launcher side (training/families.py `launch`): what the launcher checks and writes for an
-image classifier's job before any worker starts. Imports neither torch nor PIL until it writes synthetic images."""
+image classifier's job before any worker starts. Imports neither torch nor PIL until it writes synthetic images
+(or the bench counts FLOPs)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,25 @@ def prepare(job: Job, entry) -> None:
 
         size = round(job.data.image_size / CROP_RATIO)
         write_tree(job.run_dir / VISION.synthetic, SyntheticTree(classes=SYNTHETIC_CLASSES, size=size))
+
+
+def flops_per_item(job: Job, config: dict) -> float:
+    """Training FLOPs per image of the job's model at its crop (`invoke bench train`'s MFU); `config`: the run
+    folder's model config (its class count)."""
+    return flops_per_image(job.model.name, config["num_classes"], job.data.image_size)
+
+
+def flops_per_image(model: str, classes: int, size: int) -> float:
+    """Training FLOPs per image (forward + backward), counted by torch's FlopCounterMode on a batch of two (in
+    training mode BatchNorm needs more than one value per channel). Imports torch: the bench's only."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from training.vision.models import build_model
+
+    with torch.device("meta"):  # shapes only: nothing is computed or allocated
+        net = build_model(model, classes)
+        images = torch.randn(2, 3, size, size)
+    with FlopCounterMode(display=False) as counter:
+        net(images).sum().backward()
+    return counter.get_total_flops() / 2

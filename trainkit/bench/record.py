@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from training.common.flops import mfu
-from training.families import family_of
-from training.registry import DecoderArch
+from training.families import family_of, launcher_hook
+from training.spec import Job
 from trainkit import hardware
 from trainkit.errors import SpecError
 
@@ -143,28 +143,14 @@ def device_slug(env: dict) -> str:
 
 
 def job_shape(spec: dict, config: dict) -> tuple[int, float]:
-    """(processes, training FLOPs per token or image) of a run from its spec.json and model config."""
-    world = spec["parallelism"]["nodes"] * spec["parallelism"]["nproc"]
-    if "num_classes" in config:  # a vision model
-        return world, vision_flops_per_image(spec["model"]["name"], config["num_classes"], spec["data"]["image_size"])
-    shape = DecoderArch.from_config(config).shape()
-    return world, shape.flops_per_token(spec["data"]["seq_len"])
-
-
-def vision_flops_per_image(model: str, classes: int, size: int) -> float:
-    """Training FLOPs per image (forward + backward), counted by torch's FlopCounterMode on a batch of two (in
-    training mode BatchNorm needs more than one value per channel)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from training.vision.models import build_model
-
-    with torch.device("meta"):  # shapes only: nothing is computed or allocated
-        net = build_model(model, classes)
-        images = torch.randn(2, 3, size, size)
-    with FlopCounterMode(display=False) as counter:
-        net(images).sum().backward()
-    return counter.get_total_flops() / 2
+    """(processes, training FLOPs per counted item: token, image ...) of a run from its spec.json and model config,
+    as its family counts them (its launcher side's `flops_per_item`)."""
+    job = Job.from_dict(spec)
+    family = family_of(job.model.family)
+    count = launcher_hook(family, "flops_per_item")
+    if count is None:
+        raise SpecError(f"--model {job.model.name}: the {family.kind} family counts no FLOPs; the bench cannot time it")
+    return job.world_size, count(job, config)
 
 
 def _ratio(ours: list, theirs: list, key: str) -> dict:
@@ -188,8 +174,8 @@ def make_record(
     """The results file's content: the machine, the job, both sides' summaries per repeat and the ratios; for
     vision also the on-device runs (`ceiling`) and the JPEG pipeline's share of that ceiling."""
     world, flops = job_shape(spec, config)
-    vision = "num_classes" in config
-    unit = family_of(spec["model"]["family"]).throughput.unit  # spec.json's: the launcher writes the family
+    family = family_of(spec["model"]["family"])  # spec.json's: the launcher writes the family
+    unit = family.throughput.unit
     job = {
         "model": spec["model"]["name"],
         "global_batch_size": spec["optimisation"]["global_batch_size"],
@@ -199,16 +185,13 @@ def make_record(
         "sharding": spec["parallelism"]["sharding"],
         "steps": spec["optimisation"]["steps"],
     }
-    if vision:
-        job |= {"image_size": spec["data"]["image_size"], "loader_workers": spec["data"]["loader_workers"]}
-        job |= {"flops_per_image": flops}
-    else:
+    if family.text:
         job |= {"layers": config["num_hidden_layers"], "seq_len": spec["data"]["seq_len"], "flops_per_token": flops}
-    reference = (
-        "the bare DDP loop of training/bench/vision_reference.py"
-        if vision
-        else ("the bare FSDP2 loop of training/bench/reference.py")
-    )
+    else:
+        job |= {"image_size": spec["data"]["image_size"], "loader_workers": spec["data"]["loader_workers"]}
+        job |= {f"flops_per_{unit.removesuffix('s')}": flops}
+    loop = "FSDP2" if family.fsdp2 else "DDP"
+    reference = f"the bare {loop} loop of {str(family.bench_reference).replace('.', '/')}.py"
     record = {
         "what": f"invoke bench train: trainkit (invoke train, local) against {reference} on the same run folder; "
         "medians over the steady steps of each run",
