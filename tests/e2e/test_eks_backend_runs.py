@@ -88,7 +88,7 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         assert lost.terminated["exitCode"] == 137 and fake.deleted == ["e2e-worker-1"]
         status = invoke("status", "--run-id", "e2e")
         assert status.returncode == 0, status.stderr
-        assert status.stdout.startswith("job trainkit-jobs/e2e (run e2e): Running")
+        assert status.stdout.startswith("job trainkit-jobs/e2e (run e2e): running (Running)")
         assert "restarts of running pods" not in status.stdout  # no in-place restarts to count under ExitCode
         rank1 = invoke("logs", "--run-id", "e2e", "--rank", "1")
         lines = rank1.stdout.splitlines()
@@ -166,7 +166,7 @@ def test_a_frozen_rank_is_restarted_and_no_pod_leaves_before_the_run_is_publishe
         # deletes the pods still running. The cause is the node's whose rank froze, whichever pod ended first.
         fake.wait(lambda: frozen["status"]["conditions"][-1]["type"] == "Failed", 120, "the frozen job to fail")
         status = invoke("status", "--run-id", "frozen")
-        assert status.returncode == 0 and "frozen (run frozen): Failed" in status.stdout, status.stderr
+        assert status.returncode == 0 and "frozen (run frozen): failed (Failed)" in status.stdout, status.stderr
         cause = next((line for line in status.stdout.splitlines() if line.startswith("  cause ")), status.stdout)
         assert "stalled: rank " in cause and "after step 5" in cause, status.stdout
         assert "did not arrive: rank 1 stopped by a signal" in cause, status.stdout

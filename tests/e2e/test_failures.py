@@ -154,7 +154,7 @@ def test_on_the_emulated_operator_a_full_volume_fails_the_job_and_status_says_wh
         pod = fake.pod("fsx-full-worker-0")
         assert pod.terminated["exitCode"] == EXIT_NO_RETRY and pod.restarts == 0 and not fake.deleted
         status = invoke("status", "--run-id", "fsx-full")
-        assert status.stdout.startswith("job trainkit-jobs/fsx-full (run fsx-full): Failed"), status.stdout
+        assert status.stdout.startswith("job trainkit-jobs/fsx-full (run fsx-full): failed (Failed)"), status.stdout
         cause = next(line for line in status.stdout.splitlines() if line.startswith("  cause "))
         assert "fsx-full-worker-0: rank 0: OSError: [Errno 28] No space left on device" in cause
         assert "while writing checkpoint step-00000008" in cause

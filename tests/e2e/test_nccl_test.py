@@ -65,4 +65,4 @@ def test_on_eks_a_sweep_that_saw_no_gpu_fails_the_job_on_every_node_with_its_rep
         logs = [log.read_text() for log in (run / "logs").rglob("stdout.log")]
         assert len(logs) == 2 and sum(f"FAILED: {GLOO_ON_EFA}" in text for text in logs) == 1  # rank 0's
         status = invoke("status", "--run-id", "fabric")
-        assert status.stdout.startswith("job trainkit-jobs/fabric (run fabric): Failed"), status.stdout
+        assert status.stdout.startswith("job trainkit-jobs/fabric (run fabric): failed (Failed)"), status.stdout

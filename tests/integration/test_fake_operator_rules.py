@@ -8,6 +8,7 @@ from datetime import datetime
 
 from tests.helpers.eks import IMAGE, container, job_for, worker
 from trainkit.backends.eks.backend import status
+from trainkit.run.state import RunState
 
 NAMESPACE = "trainkit-jobs"
 
@@ -105,8 +106,10 @@ def test_exit_code_policy_fails_the_job_on_1_to_127_and_status_says_why(fake):
         "message": line + "\n",
     }
     assert fake.deleted == [f"{name}-worker-1"]  # cleanPodPolicy Running: the running one goes, the failed one stays
-    shown = status("trainkit-jobs", name)
-    assert shown.startswith(f"job trainkit-jobs/{name} (run perm): Failed") and f"  cause      {line}" in shown
+    found = status("trainkit-jobs", name)
+    shown = found.text
+    assert found.state is RunState.FAILED
+    assert shown.startswith(f"job trainkit-jobs/{name} (run perm): failed (Failed)") and f"  cause      {line}" in shown
 
 
 def test_an_empty_termination_message_falls_back_to_the_log_tail(fake):
@@ -116,7 +119,7 @@ def test_an_empty_termination_message_falls_back_to_the_log_tail(fake):
     fake.wait(lambda: kinds(job)[-1] == ("Failed", "True"), 30, "the job to fail")
     message = fake.pod(f"{job['metadata']['name']}-worker-0").terminated["message"]
     assert message == "starting\nImportError: no module named flash_attn\n"  # FallbackToLogsOnError
-    assert "  cause      ImportError: no module named flash_attn" in status("trainkit-jobs", "tail")
+    assert "  cause      ImportError: no module named flash_attn" in status("trainkit-jobs", "tail").text
 
 
 def test_the_active_deadline_fails_the_job_and_deletes_its_pods_and_status_says_so(fake):
@@ -134,7 +137,7 @@ def test_the_active_deadline_fails_the_job_and_deletes_its_pods_and_status_says_
     for index in range(2):
         log = fake.root / f"{name}-worker-{index}.log"
         fake.wait(lambda log=log: "TERM" in log.read_text(), 10, f"SIGTERM to worker-{index}")
-    shown = status(NAMESPACE, "late")
-    assert shown.startswith(f"job {NAMESPACE}/{name} (run late): Failed") and "  (no pods left)" in shown
+    shown = status(NAMESPACE, "late").text
+    assert shown.startswith(f"job {NAMESPACE}/{name} (run late): failed (Failed)") and "  (no pods left)" in shown
     assert "  cause      stopped at its --max-runtime deadline (2 s from the job's start" in shown
     assert "submit again with --run-id late to resume with a fresh window" in shown

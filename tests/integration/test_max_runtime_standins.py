@@ -39,7 +39,7 @@ def received(folder) -> list[int]:
 
 def status_causes(target: str, run_id: str) -> list[str]:
     """The cause lines of what `invoke status --run-id <run id> --target <target>` prints."""
-    text = get_backend(target).status(RunRef(run_id))
+    text = get_backend(target).status(RunRef(run_id)).text
     return [line.strip() for line in text.splitlines() if line.strip().startswith("cause: ")]
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from trainkit.backends.batch import api, jobs, request
 from trainkit.backends.batch.node import RESULT_PREFIX
+from trainkit.run.state import RunState
 
 JOB_ID = "5b1f0c52-8a5e-4c9d-9f00-3f6d1b2a7e10"
 
@@ -79,8 +80,10 @@ def clients(service: str):
 
 
 def test_status_shows_each_attempt_each_node_and_the_cause_the_main_node_logged():
-    lines = jobs.status_text(clients, "r1", JOB_ID).splitlines()
-    assert lines[0] == f"Batch job r1-20261126-030000 (run r1), id {JOB_ID}"
+    found = jobs.status(clients, "r1", JOB_ID)
+    lines = found.text.splitlines()
+    assert found.state is RunState.FAILED
+    assert lines[0] == f"Batch job r1-20261126-030000 (run r1), id {JOB_ID}: failed"
     assert lines[1] == "  status FAILED, 2 x p5.48xlarge, attempt 2 of 2, timeout 3600 s per attempt"
     assert lines[2] == "  reason: Essential container in task exited"
     assert (

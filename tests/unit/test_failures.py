@@ -41,6 +41,7 @@ from trainkit.run.failures import (
 )
 from trainkit.run.node import node_exit_code
 from trainkit.run.prepare import write_spec
+from trainkit.run.state import RunState
 
 
 def no_space() -> OSError:
@@ -287,8 +288,9 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     append_event(spec.run_dir, "resume", step=20)
     cause = {"source": "worker", "rank": 1, "time": 5.0, "permanent": True, "cause": "DataError: line 3", "log": "/l"}
     assert record_failure(spec.run_dir, cause, EXIT_NO_RETRY) == spec.run_dir / "failure.json"
-    shown = status(RunRef("broke", str(tmp_path / "runs")))
-    assert shown.splitlines()[0].endswith(": failed")
+    found = status(RunRef("broke", str(tmp_path / "runs")))
+    shown = found.text
+    assert found.state is RunState.FAILED and shown.splitlines()[0].endswith(": failed")
     assert "  cause      rank 1: DataError: line 3; full log: /l (not restarted: a restart would fail" in shown
     assert recorded_failure(spec.run_dir)["exit_code"] == EXIT_NO_RETRY
     # 3 attempts in 2 launches (two nodes of one launch count once): 1 restart by torchrun
@@ -299,9 +301,10 @@ def test_status_says_failed_and_why_until_the_run_is_launched_again(tmp_path, mo
     again = "mend the cause; the same command resumes from the last checkpoint: invoke train --run-id broke --lr 1e-3"
     assert f"  again      {again}\n" in shown
     record_failure(spec.run_dir, {**cause, "type": "Diverged", "time": 6.0}, EXIT_NO_RETRY)
-    assert "  again      not resumed: change --lr" in status(RunRef("broke", str(tmp_path / "runs")))
+    assert "  again      not resumed: change --lr" in status(RunRef("broke", str(tmp_path / "runs"))).text
     forget_failure(spec.run_dir)
-    assert ": not running" in status(RunRef("broke", str(tmp_path / "runs"))).splitlines()[0]
+    lost = status(RunRef("broke", str(tmp_path / "runs")))
+    assert lost.state is RunState.LOST and ": not running" in lost.text.splitlines()[0]
 
 
 def test_a_launch_forgets_only_the_failures_of_earlier_launches(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from trainkit.backends.sagemaker import api, request
+from trainkit.run.state import RunState
 
 
 class FakeSageMaker:
@@ -36,9 +37,10 @@ def test_status_shows_transitions_failure_and_what_spot_saved():
         ],
         "CheckpointConfig": {"S3Uri": "s3://b/checkpoints/r1"},
     }
-    text = api.status_text(lambda service: FakeSageMaker(described), "r1", "r1-20261126-030000")
-    lines = text.splitlines()
-    assert lines[0] == "SageMaker job r1-20261126-030000 (run r1)"
+    found = api.status(lambda service: FakeSageMaker(described), "r1", "r1-20261126-030000")
+    lines = found.text.splitlines()
+    assert found.state is RunState.FAILED
+    assert lines[0] == "SageMaker job r1-20261126-030000 (run r1): failed"
     assert lines[1] == "  status Failed / Failed, 2 x ml.p5.48xlarge, managed spot"
     assert lines[2] == "  failed: AlgorithmError: algo-2: rank 9: no space left on device"
     assert lines[3] == "  training 1000 s, billable 300 s, spot saved 70%"

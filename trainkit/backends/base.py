@@ -12,6 +12,7 @@ from training.spec import Job
 from trainkit import hardware
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine
+from trainkit.run.state import RunStatus
 from trainkit.run.workload import Workload
 
 
@@ -87,8 +88,9 @@ class Backend(abc.ABC):
         failed raises JobFailed with its exit code and its cause in one line."""
 
     @abc.abstractmethod
-    def status(self, ref: RunRef) -> str:
-        """A run's state and its processes or pods, as text."""
+    def status(self, ref: RunRef) -> RunStatus:
+        """A run's state (trainkit/run/state.py, the same values on every target) and the target's account of it,
+        its processes or pods, as text."""
 
     @abc.abstractmethod
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:

@@ -24,6 +24,7 @@ from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
+from trainkit.run.state import RunStatus
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.workload import Workload
 
@@ -191,9 +192,9 @@ class BatchBackend(AwsBackend):
         )
         return 0
 
-    def status(self, ref: RunRef) -> str:
+    def status(self, ref: RunRef) -> RunStatus:
         clients = self.clients()
-        return jobs.status_text(clients, *jobs.newest_job(clients, self.stack(), ref.run_id))
+        return jobs.status(clients, *jobs.newest_job(clients, self.stack(), ref.run_id))
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
         """The main node's output, or one global rank's lines, from CloudWatch Logs."""

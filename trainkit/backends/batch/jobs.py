@@ -25,7 +25,11 @@ from trainkit.backends.batch.request import FSX_MOUNT_ENV
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
 from trainkit.infra.outputs import BATCH_ACTIVE
+from trainkit.run.state import RunStatus, batch_state
 from trainkit.run.torchrun import GROUP_RANK
+
+STOPPED_REASON = "stopped with `invoke stop`"
+"""TerminateJob's reason when `invoke stop` ends a job: how `status` tells a stopped job from a failed one."""
 
 FOLLOW_POLL_S = 5.0
 DESCRIBE_LIMIT = 100  # DescribeJobs takes at most 100 job ids
@@ -117,16 +121,18 @@ def deadline_cause(job: dict, run_id: str) -> str | None:
     )
 
 
-def status_text(clients: Clients, run_id: str, job_id: str) -> str:
-    """The job's status and reason, each attempt's end, each node's state, and the cause its main node logged."""
+def status(clients: Clients, run_id: str, job_id: str) -> RunStatus:
+    """The state; the job's status and reason, each attempt's end, each node's state, and the cause its main node
+    logged."""
     job = described_job(clients, job_id)
+    state = batch_state(job["status"], job.get("statusReason"), STOPPED_REASON)
     container, count = node_container(job), node_count(job)
     total = job.get("retryStrategy", {}).get("attempts", 1)
     done = job.get("attempts", [])
     current = len(done) + (1 if job["status"] in ("STARTING", "RUNNING") else 0)
     timeout = job.get("timeout", {}).get("attemptDurationSeconds")
     lines = [
-        f"Batch job {job['jobName']} (run {run_id}), id {job_id}",
+        f"Batch job {job['jobName']} (run {run_id}), id {job_id}: {state.value}",
         f"  status {job['status']}, {count} x {container.get('instanceType', '?')}, attempt {max(current, 1)} of "
         f"{total}" + (f", timeout {timeout} s per attempt" if timeout else ""),
     ]
@@ -152,7 +158,7 @@ def status_text(clients: Clients, run_id: str, job_id: str) -> str:
     mount = {e["name"]: e["value"] for e in container.get("environment", [])}.get(FSX_MOUNT_ENV)
     if mount:
         lines.append(f"  run folder {mount}/runs/{run_id} (FSx)")
-    return "\n".join(lines)
+    return RunStatus(state, "\n".join(lines))
 
 
 def main_cause(clients: Clients, job: dict, found: list[dict]) -> str | None:
@@ -240,7 +246,7 @@ def stop(clients: Clients, job_id: str) -> str:
     job = described_job(clients, job_id)
     if job["status"] not in BATCH_ACTIVE:
         return f"Batch job {job['jobName']} is {job['status']}; nothing to stop"
-    clients("batch").terminate_job(jobId=job_id, reason="stopped with `invoke stop`")
+    clients("batch").terminate_job(jobId=job_id, reason=STOPPED_REASON)
     if job["status"] not in ("STARTING", "RUNNING"):
         return f"cancelled Batch job {job['jobName']} ({job['status']}: it had not started)"
     return (

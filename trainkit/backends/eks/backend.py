@@ -32,6 +32,7 @@ from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
+from trainkit.run.state import RunStatus, pytorchjob_state
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.torchrun import GROUP_RANK, rank_prefix, rendezvous_id
 from trainkit.run.workload import Workload
@@ -203,7 +204,7 @@ def deadline_cause(job: dict) -> str | None:
     )
 
 
-def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
+def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> RunStatus:
     """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
     the job ends), its pods, and why a failed container ended (its termination message). The state is the
     newest condition that holds. Jobs restart by exit code (render.RESTART_BY_EXIT_CODE): a failed pod is
@@ -218,11 +219,16 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
         raise no_job(namespace, run_id)
     if job is None:
         idle = idle_guard.describe(kube, outputs.load_outputs())
-        return "\n".join([f"no trainkit job in namespace {namespace} (`invoke train --target eks` submits one)", *idle])
+        said = f"no trainkit job in namespace {namespace} (`invoke train --target eks` submits one)"
+        return RunStatus(None, "\n".join([said, *idle]))
     meta = job["metadata"]
     conditions = job.get("status", {}).get("conditions", [])
     state = (holding(job) or ["Pending"])[-1]
-    lines = [f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {state}"]
+    run_state = pytorchjob_state(holding(job))
+    lines = [
+        f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {run_state.value} "
+        f"({state})"
+    ]
     for condition in conditions:
         when, message = condition.get("lastTransitionTime", ""), condition.get("message", "")
         lines.append(f"  {condition['type']:<11} {condition.get('status', '?'):<5} {when}  {message}".rstrip())
@@ -243,7 +249,7 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     if limit is not None and in_place and state not in ("Succeeded", "Failed"):
         counted = sum(restarts(pod) for pod in pods if pod.status.phase == "Running")
         lines.append(f"  restarts of running pods: {counted} of backoffLimit {limit} (the job fails at the limit)")
-    return "\n".join(lines)
+    return RunStatus(run_state, "\n".join(lines))
 
 
 def pods_by_group_rank(kube: Kube, pods: list) -> dict:
@@ -362,7 +368,7 @@ class EksBackend(Backend):
         print(manifest_yaml(job, workload) if dry_run else submit(job, workload), flush=True)
         return 0
 
-    def status(self, ref: RunRef) -> str:
+    def status(self, ref: RunRef) -> RunStatus:
         return status(_namespace(ref), ref.run_id)
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:

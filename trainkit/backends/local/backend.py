@@ -47,6 +47,7 @@ from trainkit.backends.local.task import run_task
 from trainkit.errors import JobFailed
 from trainkit.job.build import Machine, local_machine
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
+from trainkit.run.state import RunStatus
 from trainkit.run.storage import measure_write_mb_s, needs_measuring
 from trainkit.run.torchrun import (
     LOCAL_RDZV_BACKENDS,
@@ -376,7 +377,7 @@ class LocalBackend(Backend):
             print(f"results: {', '.join(str(job.run_dir / name) for name in workload.outputs)}", flush=True)
         return 0
 
-    def status(self, ref: RunRef) -> str:
+    def status(self, ref: RunRef) -> RunStatus:
         return local_runs.status(ref)
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:

@@ -28,6 +28,7 @@ from trainkit.backends.base import RunRef
 from trainkit.errors import SpecError
 from trainkit.run.agent import attempts
 from trainkit.run.failures import recorded_failure
+from trainkit.run.state import RunState, RunStatus
 from trainkit.run.workload import WORKLOAD_FILE
 
 OWNER_FILE = "launcher.json"
@@ -171,7 +172,7 @@ def record_finished(run_dir: Path) -> None:
     append_event(run_dir, FINISHED_EVENT, source="launcher")
 
 
-def status(ref: RunRef) -> str:
+def status(ref: RunRef) -> RunStatus:
     run_dir = find_run(ref)
     job = read_job(run_dir / SPEC_FILE)
     p, o = job.parallelism, job.optimisation
@@ -179,16 +180,16 @@ def status(ref: RunRef) -> str:
     events = read_events(run_dir)
     failure = recorded_failure(run_dir)
     if pid is not None:
-        state = "running"
+        state = RunState.RUNNING
     elif (run_dir / "summary.json").exists() or (events and events[-1]["event"] == FINISHED_EVENT):
-        state = "finished"
+        state = RunState.FINISHED
     elif failure is not None:
-        state = "failed"
+        state = RunState.FAILED
     else:
-        state = "stopped" if events and events[-1]["event"] == "stop" else "not running"
+        state = RunState.STOPPED if events and events[-1]["event"] == "stop" else RunState.LOST
     what = job.model.name if job.run.workload == "recipe" else workload_label(run_dir, job.run.workload)
-    lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {state}"]
-    if state == "failed":
+    lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {state.value}"]
+    if state is RunState.FAILED:
         lines.append(f"  cause      {failure['line']}")
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     if metrics:
@@ -200,10 +201,10 @@ def status(ref: RunRef) -> str:
     lines.append(f"  restarts   {restarts_line(events)}")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
-    if state == "failed":
+    if state is RunState.FAILED:
         lines.append(f"  again      {again_line(job.run.workload, failure, events)}")
     lines.append(f"  folder     {run_dir}")
-    return "\n".join(lines)
+    return RunStatus(state, "\n".join(lines))
 
 
 def restarts_line(events: list[dict]) -> str:

@@ -37,6 +37,7 @@ from trainkit.backends.base import deadline_cause_line
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.errors import SpecError
+from trainkit.run.state import RunStatus, sagemaker_state
 from trainkit.run.torchrun import GROUP_RANK
 from trainkit.run.workload import Workload
 
@@ -253,13 +254,14 @@ def deadline_cause(job: dict, run_id: str) -> str | None:
     )
 
 
-def status_text(clients: Clients, run_id: str, name: str) -> str:
-    """Status, the secondary status transitions with their times, the failure reason or the deadline that stopped
-    the job, billable and spot-saved seconds (DescribeTrainingJob)."""
+def status(clients: Clients, run_id: str, name: str) -> RunStatus:
+    """The state; status, the secondary status transitions with their times, the failure reason or the deadline that
+    stopped the job, billable and spot-saved seconds (DescribeTrainingJob)."""
     job = clients("sagemaker").describe_training_job(TrainingJobName=name)
     resources = job.get("ResourceConfig", {})
+    state = sagemaker_state(job["TrainingJobStatus"], job.get("SecondaryStatus"))
     lines = [
-        f"SageMaker job {name} (run {run_id})",
+        f"SageMaker job {name} (run {run_id}): {state.value}",
         f"  status {job['TrainingJobStatus']} / {job.get('SecondaryStatus', '-')}, "
         f"{resources.get('InstanceCount', '?')} x {resources.get('InstanceType', '?')}"
         + (", managed spot" if job.get("EnableManagedSpotTraining") else ""),
@@ -280,7 +282,7 @@ def status_text(clients: Clients, run_id: str, name: str) -> str:
     checkpoint = job.get("CheckpointConfig", {}).get("S3Uri")
     if checkpoint:
         lines.append(f"  checkpoints {checkpoint}")
-    return "\n".join(lines)
+    return RunStatus(state, "\n".join(lines))
 
 
 def launch_spec(clients: Clients, described: dict) -> Job:

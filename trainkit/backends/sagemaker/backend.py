@@ -24,6 +24,7 @@ from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
+from trainkit.run.state import RunStatus
 from trainkit.run.storage import GP3_BASELINE_MB_S
 from trainkit.run.torchrun import rank_prefix
 from trainkit.run.workload import WORKLOAD_FILE, Workload
@@ -172,9 +173,9 @@ class SageMakerBackend(AwsBackend):
         )
         return 0
 
-    def status(self, ref: RunRef) -> str:
+    def status(self, ref: RunRef) -> RunStatus:
         clients = self.clients()
-        return api.status_text(clients, *api.newest_job(clients, ref.run_id))
+        return api.status(clients, *api.newest_job(clients, ref.run_id))
 
     def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
         """The leader's output (group rank 0's host), or one global rank's lines, from CloudWatch Logs."""
