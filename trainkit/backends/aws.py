@@ -1,17 +1,26 @@
 """What the AWS backends (SageMaker, Batch) share: boto3 clients, one per service and region, made on first use so
 that a dry run, which contacts nothing, never imports boto3 (the tests hand in their own); the backend that holds
-them; how job names carry a run; and this machine's record of what it submitted."""
+them and takes the steps both services take; how job names carry a run; and this machine's record of what it
+submitted."""
 
 from __future__ import annotations
 
+import abc
 import json
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from trainkit.backends.base import Backend
+from training.spec import Job
+from trainkit.backends.base import Backend, RunRef
+from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.paths import make_folder, state_dir
+from trainkit.run.state import RunStatus
+from trainkit.run.workload import Workload
 
 
 @dataclass
@@ -36,7 +45,14 @@ class Clients:
 
 
 class AwsBackend(Backend):
-    """A backend that works through boto3: its clients in the infra stack's region, made when first needed."""
+    """A backend that hands its jobs to an AWS service through boto3 (its clients in the infra stack's region, made
+    when first needed). The steps both services take are here once, as SkyPilot's `Backend` wraps `_provision` and
+    `_execute` in its public methods: `submit` (notes, the refusal of a data task, the dry run or the submission,
+    the line saying where to look), `status`, `logs` and `stop` of a run's newest job. A service supplies the `_`
+    methods."""
+
+    label = ""
+    """The service as messages name it (`SageMaker`, `Batch`)."""
 
     def __init__(self, clients: Clients | None = None):
         self._clients = clients
@@ -45,6 +61,78 @@ class AwsBackend(Backend):
         if self._clients is None:
             self._clients = Clients(outputs.load_outputs().region)
         return self._clients
+
+    # ------------------------------------------------------------------ what a service supplies
+
+    @abc.abstractmethod
+    def _stack(self) -> Any:
+        """The service's stack as `make up` recorded it (placeholders where it did not)."""
+
+    def _notes(self, job: Job, workload: Workload) -> list[str]:
+        """What to say before anything else (stderr: a dry run's stdout is only its requests)."""
+        return list(job.run.notes)
+
+    def _check_workload(self, job: Job, workload: Workload, stack: Any) -> None:  # noqa: B027 - optional
+        """What the service refuses of a workload, before anything is shown or sent (raises SpecError)."""
+
+    def _dry_run_notes(self, job: Job, workload: Workload, stack: Any) -> list[str]:
+        return []
+
+    @abc.abstractmethod
+    def _dry_run(self, job: Job, workload: Workload, stack: Any) -> str:
+        """The requests a submission would send, as printed; contacts nothing."""
+
+    @abc.abstractmethod
+    def _submit(self, job: Job, workload: Workload, stack: Any, clients: Clients) -> tuple[str, tuple[str, ...]]:
+        """Preflight and submit; (the job's name, what else identifies it, such as its id)."""
+
+    @abc.abstractmethod
+    def _newest(self, clients: Clients, run_id: str | None) -> tuple[str, str]:
+        """(run id, the service's handle of its newest job) of a run, or of the newest run without one."""
+
+    @abc.abstractmethod
+    def _status(self, clients: Clients, run_id: str, job: str) -> RunStatus: ...
+
+    @abc.abstractmethod
+    def _logs(self, clients: Clients, run_id: str, job: str, rank: int | None, follow: bool) -> Iterator[str]: ...
+
+    @abc.abstractmethod
+    def _stop(self, clients: Clients, job: str) -> str: ...
+
+    # ------------------------------------------------------------------ the steps, once
+
+    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
+        for note in self._notes(job, workload):
+            print(f"note: {note}", file=sys.stderr, flush=True)
+        if not workload.distributed:
+            raise SpecError(f"--target {self.name} runs training jobs; run data tasks with --target local or eks")
+        stack = self._stack()
+        self._check_workload(job, workload, stack)
+        if dry_run:
+            for note in self._dry_run_notes(job, workload, stack):
+                print(f"note: {note}", file=sys.stderr, flush=True)
+            print(self._dry_run(job, workload, stack), flush=True)
+            return 0
+        name, details = self._submit(job, workload, stack, self.clients())
+        run_id = job.run.run_id
+        print(
+            f"submitted {self.label} job {name} ({', '.join([*details, f'run {run_id}'])}): `invoke status --run-id "
+            f"{run_id}`, `invoke logs --run-id {run_id} -f`, `invoke stop --run-id {run_id}`",
+            flush=True,
+        )
+        return 0
+
+    def status(self, ref: RunRef) -> RunStatus:
+        clients = self.clients()
+        return self._status(clients, *self._newest(clients, ref.run_id))
+
+    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+        clients = self.clients()
+        return self._logs(clients, *self._newest(clients, ref.run_id), rank, follow)
+
+    def stop(self, ref: RunRef) -> str:
+        clients = self.clients()
+        return self._stop(clients, self._newest(clients, ref.run_id)[1])
 
 
 def s3_parts(uri: str) -> tuple[str, str]:

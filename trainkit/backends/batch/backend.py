@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -146,6 +145,7 @@ class BatchBackend(AwsBackend):
     """An AWS Batch multi-node parallel job on the nodes of one instance type."""
 
     name = "batch"
+    label = "Batch"
 
     def stack(self) -> BatchStack:
         return load_stack(outputs.load_outputs())
@@ -167,44 +167,41 @@ class BatchBackend(AwsBackend):
             raise SpecError(f"{flag} {path}: on Batch the job works on the FSx volume; give a path under {mount}")
         return path
 
-    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
-        for note in [*job.run.notes, retry_note(job, workload)]:  # stderr: with --dry-run, stdout is the requests
-            print(f"note: {note}", file=sys.stderr, flush=True)
-        if not workload.distributed:
-            raise SpecError("--target batch runs training jobs; run data tasks with --target local or eks")
-        stack = self.stack()
+    def _stack(self) -> BatchStack:
+        return self.stack()
+
+    def _notes(self, job: Job, workload: Workload) -> list[str]:
+        return [*job.run.notes, retry_note(job, workload)]
+
+    def _check_workload(self, job: Job, workload: Workload, stack: BatchStack) -> None:
         check_workload(workload, stack.fsx_mount_path)
-        if dry_run:
-            notes = [] if stack.recorded else [NOT_RECORDED]
-            notes += [f"a submission would be refused: {problem}" for problem in api.stack_problems(job, stack)]
-            if workload.token and stack.hf_token_secret_arn:
-                notes.append("the token's secret is named in the definition only if it holds a value at submission")
-            for note in notes:
-                print(f"note: {note}", file=sys.stderr, flush=True)
-            print(dry_run_text(job, workload, stack), flush=True)
-            return 0
-        name, job_id = submit_job(job, workload, stack, self.clients())
-        run_id = job.run.run_id
-        print(
-            f"submitted Batch job {name} (id {job_id}, run {run_id}): `invoke status --run-id {run_id}`, "
-            f"`invoke logs --run-id {run_id} -f`, `invoke stop --run-id {run_id}`",
-            flush=True,
-        )
-        return 0
 
-    def status(self, ref: RunRef) -> RunStatus:
-        clients = self.clients()
-        return jobs.status(clients, *jobs.newest_job(clients, self.stack(), ref.run_id))
+    def _dry_run_notes(self, job: Job, workload: Workload, stack: BatchStack) -> list[str]:
+        notes = [] if stack.recorded else [NOT_RECORDED]
+        notes += [f"a submission would be refused: {problem}" for problem in api.stack_problems(job, stack)]
+        if workload.token and stack.hf_token_secret_arn:
+            notes.append("the token's secret is named in the definition only if it holds a value at submission")
+        return notes
 
-    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+    def _dry_run(self, job: Job, workload: Workload, stack: BatchStack) -> str:
+        return dry_run_text(job, workload, stack)
+
+    def _submit(self, job: Job, workload: Workload, stack: BatchStack, clients: Clients) -> tuple[str, tuple]:
+        name, job_id = submit_job(job, workload, stack, clients)
+        return name, (f"id {job_id}",)
+
+    def _newest(self, clients: Clients, run_id: str | None) -> tuple[str, str]:
+        return jobs.newest_job(clients, self.stack(), run_id)
+
+    def _status(self, clients: Clients, run_id: str, job: str) -> RunStatus:
+        return jobs.status(clients, run_id, job)
+
+    def _logs(self, clients: Clients, run_id: str, job: str, rank: int | None, follow: bool) -> Iterator[str]:
         """The main node's output, or one global rank's lines, from CloudWatch Logs."""
-        clients = self.clients()
-        run_id, job_id = jobs.newest_job(clients, self.stack(), ref.run_id)
-        return jobs.logs(clients, run_id, job_id, rank, follow)
+        return jobs.logs(clients, run_id, job, rank, follow)
 
-    def stop(self, ref: RunRef) -> str:
-        clients = self.clients()
-        return jobs.stop(clients, jobs.newest_job(clients, self.stack(), ref.run_id)[1])
+    def _stop(self, clients: Clients, job: str) -> str:
+        return jobs.stop(clients, job)
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         return api.put_hf_token(self.clients(), self.stack(), token)

@@ -11,7 +11,6 @@ and what would be uploaded for it, and contacts nothing.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,6 +136,7 @@ class SageMakerBackend(AwsBackend):
     """A SageMaker training job (CreateTrainingJob) on the instances of one instance type."""
 
     name = "sagemaker"
+    label = "SageMaker"
 
     def resolve(self, job: Job) -> Machine:
         return resolve(job)
@@ -153,51 +153,42 @@ class SageMakerBackend(AwsBackend):
     def storage_hosts(self, job: Job) -> int:
         return job.parallelism.nodes
 
-    def submit(self, job: Job, workload: Workload, dry_run: bool = False) -> int:
-        for note in job.run.notes:  # stderr: with --dry-run, stdout is only the request
-            print(f"note: {note}", file=sys.stderr, flush=True)
-        if not workload.distributed:
-            raise SpecError("--target sagemaker runs training jobs; run data tasks with --target local or eks")
-        stack = load_stack(outputs.load_outputs())
-        if dry_run:
-            if not stack.recorded:
-                print(f"note: {NOT_RECORDED}", file=sys.stderr, flush=True)
-            print(dry_run_text(job, workload, stack, self.clients().region_name()), flush=True)
-            return 0
-        name = submit_job(job, workload, stack, self.clients())
-        run_id = job.run.run_id
-        print(
-            f"submitted SageMaker job {name} (run {run_id}): `invoke status --run-id {run_id}`, "
-            f"`invoke logs --run-id {run_id} -f`, `invoke stop --run-id {run_id}`",
-            flush=True,
-        )
-        return 0
+    def _stack(self) -> SageMakerStack:
+        return load_stack(outputs.load_outputs())
 
-    def status(self, ref: RunRef) -> RunStatus:
-        clients = self.clients()
-        return api.status(clients, *api.newest_job(clients, ref.run_id))
+    def _dry_run_notes(self, job: Job, workload: Workload, stack: SageMakerStack) -> list[str]:
+        return [] if stack.recorded else [NOT_RECORDED]
 
-    def logs(self, ref: RunRef, rank: int | None = None, follow: bool = False) -> Iterator[str]:
+    def _dry_run(self, job: Job, workload: Workload, stack: SageMakerStack) -> str:
+        return dry_run_text(job, workload, stack, self.clients().region_name())
+
+    def _submit(self, job: Job, workload: Workload, stack: SageMakerStack, clients: Clients) -> tuple[str, tuple]:
+        return submit_job(job, workload, stack, clients), ()
+
+    def _newest(self, clients: Clients, run_id: str | None) -> tuple[str, str]:
+        return api.newest_job(clients, run_id)
+
+    def _status(self, clients: Clients, run_id: str, job: str) -> RunStatus:
+        return api.status(clients, run_id, job)
+
+    def _logs(self, clients: Clients, run_id: str, job: str, rank: int | None, follow: bool) -> Iterator[str]:
         """The leader's output (group rank 0's host), or one global rank's lines, from CloudWatch Logs."""
-        clients = self.clients()
-        _run_id, name = api.newest_job(clients, ref.run_id)
-        described = clients("sagemaker").describe_training_job(TrainingJobName=name)
+        described = clients("sagemaker").describe_training_job(TrainingJobName=job)
         nproc = api.launch_spec(clients, described).parallelism.nproc
         hosts = described["ResourceConfig"]["InstanceCount"]
         if rank is not None and not 0 <= rank < hosts * nproc:
-            raise SpecError(f"--rank {rank}: job {name} has ranks 0-{hosts * nproc - 1} ({hosts} x {nproc})")
-        by_rank = api.hosts_by_group_rank(clients, name, hosts)
+            raise SpecError(f"--rank {rank}: job {job} has ranks 0-{hosts * nproc - 1} ({hosts} x {nproc})")
+        by_rank = api.hosts_by_group_rank(clients, job, hosts)
         group = 0 if rank is None else rank // nproc
         if group not in by_rank:
             state = described["TrainingJobStatus"]
-            raise SpecError(f"no host of job {name} has logged group rank {group} yet ({state}): see `invoke status`")
+            raise SpecError(f"no host of job {job} has logged group rank {group} yet ({state}): see `invoke status`")
         prefix = "" if rank is None else rank_prefix(rank, nproc)
-        yield f"==> {name}/{by_rank[group]}" + (" (leader)" if rank is None else f" (rank {rank})")
-        yield from (line for line in api.log_lines(clients, name, by_rank[group], follow) if line.startswith(prefix))
+        yield f"==> {job}/{by_rank[group]}" + (" (leader)" if rank is None else f" (rank {rank})")
+        yield from (line for line in api.log_lines(clients, job, by_rank[group], follow) if line.startswith(prefix))
 
-    def stop(self, ref: RunRef) -> str:
-        clients = self.clients()
-        return api.stop(clients, api.newest_job(clients, ref.run_id)[1])
+    def _stop(self, clients: Clients, job: str) -> str:
+        return api.stop(clients, job)
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         return api.put_hf_token(self.clients(), token)
