@@ -261,6 +261,7 @@ def load_family_modules(names: list[str] | tuple[str, ...] = ()) -> list[str]:
             raise ValueError(f"{where} has no FAMILY: declare its training.families.Family under that name")
         register(family)
         for entry in getattr(module, "MODELS", ()):
+            family_of(entry.family)  # a ValueError naming the families there are
             register_model(entry)
         LOADED.append(name)
     return list(LOADED)

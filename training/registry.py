@@ -26,7 +26,6 @@ from typing import Any
 
 from training.common.flops import TransformerShape
 from training.decoders import DECODER_TYPES, DecoderArch, decoder_refusal
-from training.families import family_of
 from training.recipes import (
     GPU_ONLY,
     Recipe,
@@ -236,14 +235,13 @@ REGISTRY: dict[str, ModelEntry] = {entry.name: entry for entry in ENTRIES}
 
 def register_model(entry: ModelEntry) -> ModelEntry:
     """Add a model of a family declared outside trainkit (a family module's MODELS, training/families.py).
-    Its name must be new and its family registered first. A family's own `arch` is any frozen dataclass its launcher
+    Its name must be new; its family is registered first (training/families.py `load_family_modules` checks it). A family's own `arch` is any frozen dataclass its launcher
     side and trainer read; the launcher reads `parameters` (an int: the checkpoint's size) off an image-like one."""
     known = REGISTRY.get(entry.name)
     if known == entry:  # the same module imported again
         return entry
     if known is not None:
         raise ValueError(f"model {entry.name!r} is in the registry already; give the new one another name")
-    family_of(entry.family)  # a ValueError naming the families there are
     REGISTRY[entry.name] = entry
     return entry
 
