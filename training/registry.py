@@ -234,9 +234,10 @@ REGISTRY: dict[str, ModelEntry] = {entry.name: entry for entry in ENTRIES}
 
 
 def register_model(entry: ModelEntry) -> ModelEntry:
-    """Add a model of a family declared outside trainkit (a family module's MODELS, training/families.py).
-    Its name must be new; its family is registered first (training/families.py `load_family_modules` checks it). A family's own `arch` is any frozen dataclass its launcher
-    side and trainer read; the launcher reads `parameters` (an int: the checkpoint's size) off an image-like one."""
+    """Add a model of a family declared outside trainkit (a family module's MODELS, training/families.py). Its name
+    must be new; its family is registered first (training/families.py `load_family_modules` checks it). A family's
+    own `arch` is any frozen dataclass its launcher side and trainer read; the launcher reads `parameters` (an int:
+    the checkpoint's size) off one not trained on text."""
     known = REGISTRY.get(entry.name)
     if known == entry:  # the same module imported again
         return entry
