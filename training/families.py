@@ -92,6 +92,8 @@ class Family:
     eval_metric: str
     """The figure its evaluation reports, and which way is better (issue 52 picks the best checkpoint by it)."""
     lower_is_better: bool
+    eval_metrics: tuple[str, ...] = ()
+    """Every figure an evaluation of it reports (metrics.jsonl's fields, the eval line SageMaker's metrics read)."""
     options: type | None = None
     """Its own options beyond the shared schema's: a dataclass whose fields are declared with
     `training.spec.options.option`. They become `invoke train` flags for its models only, a section of spec.json
@@ -126,6 +128,7 @@ DECODER = Family(
     launch="training.llm.launch",
     eval_metric="eval_loss",
     lower_is_better=True,
+    eval_metrics=("eval_loss", "eval_ppl"),
 )
 BERT = Family(
     name="bert",

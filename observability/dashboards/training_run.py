@@ -34,7 +34,11 @@ def progress_row() -> tuple[str, list]:
             [query(f"count(trainkit_train_step{RUN})")],
         ),
         timeseries_panel(
-            "Loss", "Mean loss over the global batch.", "none", [query(f"trainkit_train_loss{RANK0}", "loss")]
+            "Loss",
+            "Mean loss over the global batch, and the loss on the held-out data at each evaluation (language models "
+            "given --eval-fraction or --eval-data).",
+            "none",
+            [query(f"trainkit_train_loss{RANK0}", "loss"), query(f"trainkit_eval_loss{RANK0}", "eval loss")],
         ),
         timeseries_panel(
             "Learning rate", "Learning rate of the last step.", "none", [query(f"trainkit_learning_rate{RANK0}", "lr")]

@@ -108,6 +108,10 @@ WALKS = {
         "sharding": "SHARD_GRAD_OP",
         "run_id": "walk-eks",
         "runs_dir": "walk-runs",  # on FSx: relative to the mount
+        "eval_data": "org/dialogues-held-out",
+        "eval_split": "test",
+        "eval_interval": 100,
+        "eval_batches": 5,
     },
     "llama-sagemaker": {
         "model": "llama2-tiny",
@@ -115,6 +119,7 @@ WALKS = {
         "spot": True,
         "max_runtime": 3600,
         "max_wait": 7200,
+        "eval_fraction": 0.05,
         "run_id": "walk-sagemaker",
         "runs_dir": CHECKPOINTS,  # where SageMaker syncs the run folder; the only one it takes
     },

@@ -87,6 +87,11 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "max_runtime": (SAGEMAKER, ("--max-runtime", "3 days"), "--max-runtime"),
     "spot": ((), ("--spot",), "--spot"),  # on the local target
     "max_wait": (SAGEMAKER, ("--max-wait", "1h"), "--max-wait"),  # without --spot
+    "eval_data": ((), ("--eval-data", "no/such/file.jsonl"), "--eval-data"),
+    "eval_split": (VISION, ("--eval-split", "test"), "--eval-split"),
+    "eval_fraction": ((), ("--eval-fraction", "1"), "--eval-fraction"),
+    "eval_interval": ((), ("--eval-interval", "-1"), "--eval-interval"),
+    "eval_batches": ((), ("--eval-batches", "0"), "--eval-batches"),
 }
 
 # Values each valid alone that the job cannot use: per rank or per node, past the model, off the volume the pods
@@ -108,6 +113,15 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "chat records for BERT": (("--model", "bert-tiny"), ("--dataset", "{mixed}"), "this model reads text"),
     "flash attention with masked packing": ((), ("--attention", "flash"), "--packing concat"),
     "a format the generated data is not": ((), ("--data-format", "chat"), "generates dialogue-summary records"),
+    "an evaluation fraction of 0": ((), ("--eval-fraction", "0"), "--eval-fraction"),
+    "held-out data two ways": ((), ("--eval-data", "{mixed}", "--eval-fraction", "0.1"), "held-out data comes one way"),
+    "an evaluation interval without held-out data": ((), ("--eval-interval", "10"), "no held-out data"),
+    "held-out records of another format": (
+        (),
+        ("--dataset", "{pairs}", "--eval-data", "{chat}"),
+        "are prompt-response",
+    ),
+    "a fraction that holds out no record": ((), ("--dataset", "{pairs}", "--eval-fraction", "0.1"), "holds out 0"),
 }
 
 PLAN: dict[str, tuple[tuple[str, ...], str]] = {
@@ -173,7 +187,10 @@ def refused_train(tmp_path, context: tuple[str, ...], bad: tuple[str, ...], name
     (tmp_path / "mixed.jsonl").write_text(chat + '\n{"instruction": "Add 2 and 3.", "output": "5"}\n')
     (tmp_path / "unknown.jsonl").write_text('{"question": "Why?", "answer": "Because."}\n')
     (tmp_path / "silent.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
-    files = {name: tmp_path / f"{name}.jsonl" for name in ("numbers", "nulls", "mixed", "unknown", "silent")}
+    (tmp_path / "pairs.jsonl").write_text('{"prompt": "Say hi.", "response": "hi"}\n' * 2)
+    (tmp_path / "chat.jsonl").write_text(chat + "\n")
+    written = ("numbers", "nulls", "mixed", "unknown", "silent", "pairs", "chat")
+    files = {name: tmp_path / f"{name}.jsonl" for name in written}
     bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing", **files) for v in bad)
     runs = tmp_path / "runs"
     # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).

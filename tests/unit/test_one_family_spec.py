@@ -66,8 +66,8 @@ def test_the_sagemaker_metric_of_each_family_reads_its_rate_off_the_progress_lin
     """SageMaker applies each MetricDefinition's Regex to the training job's log and records the first group as the
     metric's value (API reference, MetricDefinition; Developer Guide, "Define metrics"): each family's rate, as
     ProgressLines prints it under the family's progress name, is what its metric reads."""
-    from training.common.progress import ProgressLines
-    from trainkit.backends.sagemaker.request import LOSS_METRIC, rate_metric
+    from training.common.progress import ProgressLines, eval_line
+    from trainkit.backends.sagemaker.request import LOSS_METRIC, eval_metrics, rate_metric
 
     for family in FAMILIES.values():
         line = ProgressLines("run-x", start=0, total=10, quiet=False)
@@ -77,6 +77,10 @@ def test_the_sagemaker_metric_of_each_family_reads_its_rate_off_the_progress_lin
         name, regex = rate_metric(family.throughput)
         assert name == family.throughput.metric and re.search(regex, printed).group(1) == "4301", (family, printed)
         assert re.search(LOSS_METRIC[1], printed).group(1) == "2.3102"
+        figures = {name: 1.5 + index for index, name in enumerate(family.eval_metrics)}
+        line = eval_line("run-x", 40, figures)
+        for name, regex in eval_metrics(family.eval_metrics):
+            assert float(re.search(regex, line).group(1)) == figures[name], (family.name, name, line)
 
 
 def test_each_declaration_agrees_with_the_code_it_describes():

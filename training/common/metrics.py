@@ -18,6 +18,8 @@ Metric names (all carry labels run_id, model, rank, node):
     trainkit_val_top1_ratio              top-1 accuracy on the validation set after the last epoch (0..1)
     trainkit_val_top5_ratio              top-5 accuracy on the validation set after the last epoch (0..1)
     trainkit_epoch_time_seconds          wall time of the last complete epoch (training only)
+    trainkit_eval_loss                   token-mean loss on the held-out data at the last evaluation
+    trainkit_eval_perplexity             its perplexity, exp(eval loss)
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ GAUGES = {
     "trainkit_val_top1_ratio": "Top-1 validation accuracy after the last epoch, 0..1.",
     "trainkit_val_top5_ratio": "Top-5 validation accuracy after the last epoch, 0..1.",
     "trainkit_epoch_time_seconds": "Wall time of the last complete training epoch in seconds.",
+    "trainkit_eval_loss": "Token-mean loss on the held-out data at the last evaluation.",
+    "trainkit_eval_perplexity": "Perplexity on the held-out data at the last evaluation, exp(eval loss).",
 }
 _FIELD_TO_GAUGE = {
     "loss": "trainkit_train_loss",
@@ -68,6 +72,8 @@ _FIELD_TO_GAUGE = {
     "val_top1": "trainkit_val_top1_ratio",
     "val_top5": "trainkit_val_top5_ratio",
     "epoch_time_s": "trainkit_epoch_time_seconds",
+    "eval_loss": "trainkit_eval_loss",
+    "eval_ppl": "trainkit_eval_perplexity",
 }
 # Per-step rates whose median (over steps that are not warm-up) goes into summary.json.
 _MEDIANS = ("tokens_per_s", "samples_per_s", "mfu", "step_time_s", "data_wait_s", "epoch_time_s")
@@ -127,7 +133,9 @@ class MetricsSink:
     def read_records(self) -> list[dict]:
         return read_jsonl(self.jsonl)
 
-    def write_summary(self, extra: dict) -> Path:
+    def write_summary(self, extra: dict, eval_metric: str | None = None, lower_is_better: bool = True) -> Path:
+        """summary.json: the steps, first and last loss, the medians, and where the run evaluated (`eval_metric`, the
+        family's), its first, last and best figure and the best one's step."""
         records = self.read_records()
         measured = [r for r in records if not r.get("warmup") and not r.get("profiled")]  # one-off costs
 
@@ -143,5 +151,17 @@ class MetricsSink:
             "peak_memory_bytes": max((r.get("peak_memory_bytes") or 0 for r in records), default=None),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        evaluated = [r for r in records if eval_metric and r.get(eval_metric) is not None]
+        if evaluated:
+            pick = min if lower_is_better else max
+            best = pick(evaluated, key=lambda r: r[eval_metric])
+            summary["evaluation"] = {
+                "metric": eval_metric,
+                "evaluations": len(evaluated),
+                "first": evaluated[0][eval_metric],
+                "last": evaluated[-1][eval_metric],
+                "best": best[eval_metric],
+                "best_step": best["step"],
+            }
         summary.update(extra)
         return publish_text(self.run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")

@@ -19,6 +19,12 @@ def progress_display(run_id: str, start: int, total_steps: int, quiet: bool):
     return ProgressLines(run_id, start, total_steps, quiet)
 
 
+def eval_line(run_id: str, step: int, figures: dict[str, float]) -> str:
+    """The line an evaluation prints (`<run> eval at step 40: eval_loss=2.0412 eval_ppl=7.7002`), which SageMaker's
+    metric definitions read (trainkit/backends/sagemaker/request.py eval_metrics)."""
+    return f"{run_id} eval at step {step}: " + " ".join(f"{name}={value:.4f}" for name, value in figures.items())
+
+
 class ProgressLines:
     """The part of tqdm's interface the trainers use, as plain lines: `<run> step 12/60 (20%) loss=...`
     at the first step, each tenth of the run, the last step, and at least every EVERY_S seconds between,
@@ -56,6 +62,11 @@ class ProgressLines:
         elapsed = now - self.started
         percent = 100 * self.step // max(1, self.total)
         print(f"{self.run_id} step {self.step}/{self.total} ({percent}%) {values} [{elapsed:.0f} s]", flush=True)
+
+    def write(self, line: str) -> None:
+        """A line of its own between the progress lines (tqdm's `write`), from the main rank only."""
+        if not self.quiet:
+            print(line, flush=True)
 
     def close(self) -> None:
         pass

@@ -342,7 +342,7 @@ class RunContext:
         if latest is None or self.checkpoints.read_state(latest)["step"] != total_steps:
             self.save(total_steps, total_steps)
 
-    def finish(self, start: int, extra: dict) -> None:
+    def finish(self, start: int, extra: dict, eval_metric: str | None = None, lower_is_better: bool = True) -> None:
         """Publish the finished run, then let the ranks go: rank 0 writes summary.json (medians from
         metrics.jsonl plus what the trainer adds) and the `finish` event, both fsynced, while every other
         rank waits at a barrier. Checkpoint and exported model are already on disk (save_final, export).
@@ -367,7 +367,7 @@ class RunContext:
             if self.profile.report:
                 common["profile"] = self.profile.report
             with doing("writing summary.json"):
-                path = self.metrics.write_summary({**common, **extra})
+                path = self.metrics.write_summary({**common, **extra}, eval_metric, lower_is_better)
             self.event("finish", step=json.loads(path.read_text())["steps"])
             print(f"summary: {path}", flush=True)
         self.accelerator.wait_for_everyone()

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from training.common.distributed import peak_memory_bytes, synchronize
 from training.common.faults import hang_here
 from training.common.flops import mfu
+from training.common.progress import eval_line
 from training.common.run import RunContext
 from training.common.schedule import lr_multiplier
 from training.families import Family
@@ -79,6 +80,14 @@ class Trainer(abc.ABC):
         """The family's own fields of a step's metrics record."""
         return {}
 
+    def evaluates(self) -> bool:
+        """Whether the run has held-out data to evaluate on (`evaluate` is called at `eval_due` steps)."""
+        return False
+
+    def evaluate(self) -> dict:
+        """The family's figures on its held-out data now (metrics.jsonl's `eval_*` fields)."""
+        return {}
+
     def before_final_save(self) -> None:  # noqa: B027 - an optional hook
         """After the last step, before the final checkpoint."""
 
@@ -87,6 +96,18 @@ class Trainer(abc.ABC):
         return {}
 
     # ------------------------------------------------------------------ shared stages
+
+    def eval_due(self, done: int) -> bool:
+        """Whether to evaluate after step `done`: every --eval-interval steps and after the last; without the flag at
+        every checkpoint and after the last; never with --eval-interval 0 or no held-out data."""
+        if not self.evaluates():
+            return False
+        interval = self.job.evaluation.interval
+        if interval is None:
+            interval = self.job.checkpointing.checkpoint_interval
+        elif interval == 0:
+            return False
+        return done == self.total_steps or (bool(interval) and done % interval == 0)
 
     def token_mean_step(
         self,
@@ -211,7 +232,14 @@ class Trainer(abc.ABC):
                     extra = {"warmup": first} | self.at_epoch_end(done)
             else:
                 extra = {"warmup": first}
-            if done % job.run.log_interval == 0 or done == self.total_steps or epoch_end:
+            evaluated = self.eval_due(done)
+            if evaluated:
+                with run.heartbeat.phase("evaluate"):
+                    figures = self.evaluate()
+                extra |= figures
+                if self.accelerator.is_main_process:  # its own line: what SageMaker's eval metrics read
+                    bar.write(eval_line(job.run.run_id, done, figures))
+            if done % job.run.log_interval == 0 or done == self.total_steps or epoch_end or evaluated:
                 record = self.log(done, result, lr, elapsed, extra)
                 bar.set_postfix(loss=f"{result.loss:.4f}", **{short: f"{record[field]:.0f}"})
             first = False
@@ -221,7 +249,7 @@ class Trainer(abc.ABC):
         run.heartbeat.beat(self.total_steps, "export")  # the final save and the report (an export) take their time
         self.before_final_save()
         run.save_final(self.total_steps)
-        run.finish(start, self.report())
+        run.finish(start, self.report(), self.family.eval_metric, self.family.lower_is_better)
         self.accelerator.end_training()
 
 

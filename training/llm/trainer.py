@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
@@ -30,6 +32,7 @@ from training.spec import MODEL_CONFIG, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
+from training.text.holdout import has_held_out
 from training.text.tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 from . import export, fast_paths
@@ -63,6 +66,7 @@ class DecoderTrainer(Trainer):
         self.tokenizer_source = job_tokenizer_source(job)
         self.tokenizer = load_tokenizer(self.tokenizer_source)
         self.dataset, self.sampler = self._build_data()
+        self.held_out = self._held_out_data()
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.steps_per_epoch
 
@@ -130,7 +134,63 @@ class DecoderTrainer(Trainer):
             )
         return data, sampler
 
+    def _held_out_data(self) -> TextData | None:
+        """The records it evaluates on (--eval-data, or those --eval-fraction holds out), packed as its training
+        data is; None without either."""
+        job = self.job
+        if not has_held_out(job):
+            return None
+        with doing(f"reading held-out data {job.evaluation.data or 'of --eval-fraction'}"):
+            data = text.load(job, self.run_dir, self.tokenizer, text.DECODER, self.rank, text.HELD_OUT)
+        if self.accelerator.is_main_process:
+            print(f"held-out {data.said().removeprefix('data: ')}", flush=True)
+        return data
+
     # ------------------------------------------------------------------ stages
+
+    def _summed_loss(self, inputs: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """The summed next-token loss of a micro batch's target tokens (training's and evaluation's)."""
+        logits = self.model(input_ids=inputs, position_ids=positions).logits  # each predicts the next token
+        return F.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(),
+            labels[:, 1:].flatten(),
+            ignore_index=IGNORE_INDEX,
+            reduction="sum",
+        )
+
+    def evaluates(self) -> bool:
+        return self.held_out is not None
+
+    def evaluate(self) -> dict:
+        """Token-mean loss over the held-out rows' target tokens (those the training loss counts), and its
+        perplexity: rows dealt round the ranks, summed in float64 and reduced once, so the figure does not depend on
+        the world size. In eval mode without gradients, under the job's sharding; no random state is drawn."""
+        loss_sum, targets = self._held_out_sums(self.held_out)
+        loss = loss_sum / max(targets, 1)
+        return {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 700.0))}
+
+    def _held_out_sums(self, data: TextData) -> tuple[float, int]:
+        o, device = self.job.optimisation, self.accelerator.device
+        per_batch = o.micro_batch_size * self.world
+        batches = -(-len(data) // per_batch)
+        if self.job.evaluation.batches:
+            batches = min(batches, self.job.evaluation.batches)
+        mine = list(torch.arange(self.rank, min(len(data), batches * per_batch), self.world).split(o.micro_batch_size))
+        mine += [torch.zeros(0, dtype=torch.long)] * (batches - len(mine))  # every rank runs every forward (FSDP)
+        positions = "position_ids" if (self.job.data.packing or "masked") == "masked" else None
+        sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self.model.eval()
+        with torch.no_grad(), fast_paths.attention(self.job.parallelism.attention or "sdpa"):
+            for indices in mine:
+                rows = indices if len(indices) else torch.zeros(1, dtype=torch.long)  # a stand-in that counts 0
+                inputs, labels = (data.rows(name, rows).to(device) for name in ("input_ids", "labels"))
+                at = data.rows(positions, rows).to(device) if positions else None
+                loss = self._summed_loss(inputs, labels, at)
+                if len(indices):
+                    sums += torch.stack([loss.double(), (labels[:, 1:] != IGNORE_INDEX).sum().double()])
+        self.model.train()
+        dist.all_reduce(sums)
+        return float(sums[0]), int(sums[1])
 
     def _gradient_sync_only_if(self, last_micro: bool):
         if isinstance(self.model, FSDPModule):
@@ -157,15 +217,6 @@ class DecoderTrainer(Trainer):
         # in backward, and must pick the kernel it saved tensors for.
         kernel = self.job.parallelism.attention or "sdpa"
 
-        def summed_loss(inputs: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-            logits = self.model(input_ids=inputs, position_ids=positions).logits  # each predicts the next token
-            return F.cross_entropy(
-                logits[:, :-1].flatten(0, 1).float(),
-                labels[:, 1:].flatten(),
-                ignore_index=IGNORE_INDEX,
-                reduction="sum",
-            )
-
         @contextlib.contextmanager
         def around(last: bool):
             with self._gradient_sync_only_if(last), fast_paths.attention(kernel):
@@ -174,7 +225,7 @@ class DecoderTrainer(Trainer):
         def targets(labels: torch.Tensor) -> int:
             return int((labels[:, 1:] != IGNORE_INDEX).sum())
 
-        return self.token_mean_step(batches, weights, targets, summed_loss, around, data_wait)
+        return self.token_mean_step(batches, weights, targets, self._summed_loss, around, data_wait)
 
     def record(self, step: int, step_time: float) -> dict:
         fields = self.token_record(step_time, self.flops_per_token, self.peak_tflops)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from training.families import FAMILIES, FORMER_NAMES, Family, load_family_modules
+from training.spec.evaluated import EvaluationOptions
 from training.spec.options import SPEC_VERSION
 from training.spec.running import CheckpointingOptions, ElasticOptions, ParallelismOptions, PlacementOptions
 from training.spec.trained import DataOptions, ModelOptions, OptimisationOptions, RunOptions
@@ -32,6 +33,7 @@ class Job:
     checkpointing: CheckpointingOptions = field(default_factory=CheckpointingOptions)
     elastic: ElasticOptions = field(default_factory=ElasticOptions)
     placement: PlacementOptions = field(default_factory=PlacementOptions)
+    evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
     family_options: dict[str, Any] = field(default_factory=lambda: _family_sections())
     """The options of the families that declare their own (Family.options), by family name: spec.json's sections of
     those names."""
@@ -246,6 +248,8 @@ def range_problem(spec: FieldSpec, value: Any) -> str | None:
         ok, wanted = low <= value <= high, f"an integer in {low}..{high}"
     elif spec.kind is int and low is not None:
         ok, wanted = value >= low, f"a {'positive' if low == 1 else 'non-negative'} integer"
+    elif above is not None and below is not None:
+        ok, wanted = above < value < below, f"between {above:g} and {below:g}, both excluded"
     elif above is not None:
         ok, wanted = value > above, "positive" if above == 0 else f"> {above:g}"
     elif low is not None and below is not None:

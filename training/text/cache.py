@@ -50,8 +50,17 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def cache_key(
-    source: Source, split: str, tokenizer, data_format: str | None, seq_len: int, layout: str, truncation: str = "left"
+    source: Source,
+    split: str,
+    tokenizer,
+    data_format: str | None,
+    seq_len: int,
+    layout: str,
+    truncation: str = "left",
+    holdout: dict | None = None,
 ) -> str:
+    """What a cache folder holds, hashed; `holdout`: the side of an --eval-fraction split (a key of its own; none
+    keeps the key a dataset had before held-out data existed)."""
     what = {
         "truncation": truncation,
         "version": LAYOUT_VERSION,
@@ -60,7 +69,7 @@ def cache_key(
         "format": data_format or "detected",
         "seq_len": seq_len,
         "layout": layout,
-    }
+    } | ({"holdout": holdout} if holdout else {})
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -4,6 +4,7 @@ shared cache (cache.py), memory-mapped here. The decoder recipes and the BERT wo
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,11 +12,15 @@ import numpy as np
 import torch
 
 from training.common.checkpoint import this_rank_owns_disk
+from training.common.failure import DataError
 from training.spec import Job, data_source
 
 from . import cache, formats, packing, records
+from .holdout import held_out_records
 
 DECODER, ENCODER = "decoder", "encoder"
+TRAIN, HELD_OUT = "train", "held-out"
+"""The parts of a run's text data `load` reads: what it trains on, and what it evaluates on."""
 WHOLE, RUN_ON = "whole examples", "run on"
 """How a decoder's examples were packed (packing.py): whole (the supervised formats) or run on (`text`)."""
 
@@ -69,17 +74,37 @@ def tokenising_processes() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 16))
 
 
-def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int) -> TextData:
-    """The job's data for `layout` (DECODER blocks with labels and positions, or ENCODER rows), from the cache."""
-    source = records.resolve(data_source(job, run_dir))
-    split, forced, seq_len = job.data.dataset_split, job.data.data_format, job.data.seq_len
+def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, part: str = TRAIN) -> TextData:
+    """The job's data for `layout` (DECODER blocks with labels and positions, or ENCODER rows), from the cache: its
+    training records (`TRAIN`, less those --eval-fraction holds out) or its held-out ones (`HELD_OUT`)."""
+    held_out = job.evaluation
+    if part == HELD_OUT and held_out.data:
+        source, flag = records.resolve(held_out.data, "--eval-data"), "--eval-data"
+        split = held_out.split or "validation"
+    else:
+        source, split, flag = records.resolve(data_source(job, run_dir)), job.data.dataset_split, "--dataset"
+    fraction = held_out.fraction if not held_out.data else None
+    forced, seq_len = job.data.data_format, job.data.seq_len
     truncation = job.data.truncation or "left"
-    key = cache.cache_key(source, split, tokenizer, forced, seq_len, layout, truncation)
+    holdout = {"part": part, "fraction": fraction, "seed": job.run.seed} if fraction else None
+    key = cache.cache_key(source, split, tokenizer, forced, seq_len, layout, truncation, holdout)
     allowed = formats.ENCODER_FORMATS if layout == ENCODER else formats.FORMAT_NAMES
 
+    def chosen() -> Iterator[tuple[str, dict]]:
+        """The records of this part: all of the source's, or those of the fraction's side."""
+        if not fraction:
+            yield from source.records(split)
+            return
+        count = sum(1 for _ in source.records(split))
+        held = set(held_out_records(count, fraction, job.run.seed).tolist())
+        yield from (record for index, record in enumerate(source.records(split)) if (index in held) == (part != TRAIN))
+
     def build() -> tuple[dict[str, np.ndarray], dict]:
-        print(f"tokenising {source.name} into {cache.CACHE_DIR / key} (one process per disk)", flush=True)
-        name, checked = formats.in_format(source.records(split), forced, allowed)
+        print(f"tokenising {source.name} ({part}) into {cache.CACHE_DIR / key} (one process per disk)", flush=True)
+        try:
+            name, checked = formats.in_format(chosen(), forced, allowed)
+        except DataError as error:  # the held-out data's problem is said as such
+            raise DataError(f"{flag} {source.name}: {error}" if part != TRAIN else str(error)) from None
         encoded = formats.encode(checked, name, tokenizer, framed=layout == DECODER, workers=tokenising_processes())
         counts = {}
         if layout == DECODER:
@@ -94,6 +119,7 @@ def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int) -> TextData
         dropped = int(arrays.pop("dropped", 0))
         meta = {
             **counts,
+            "part": part,
             "source": source.name,
             "split": split,
             "format": name,

@@ -68,19 +68,19 @@ class Source:
             yield f"row {index}", row
 
 
-def resolve(dataset: str) -> Source:
-    """The source `--dataset` names: an existing file or folder, else a hub name."""
+def resolve(dataset: str, flag: str = "--dataset") -> Source:
+    """The source `--dataset` (or `flag`) names: an existing file or folder, else a hub name."""
     path = Path(dataset).expanduser()
     if path.is_file():
         if path.suffix not in (*RECORD_SUFFIXES, TEXT_SUFFIX):
-            raise DataError(f"--dataset {dataset}: a {path.suffix or 'suffix-less'} file; {_accepted()}")
+            raise DataError(f"{flag} {dataset}: a {path.suffix or 'suffix-less'} file; {_accepted()}")
         return Source(dataset, "files", (path,))
     if path.is_dir():
         if any((path / marker).is_file() for marker in SAVED_MARKERS):
             return Source(dataset, "saved")
         files = tuple(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (*RECORD_SUFFIXES, TEXT_SUFFIX)))
         if not files:
-            raise DataError(f"--dataset {dataset} is a folder with no data files; {_accepted()}")
+            raise DataError(f"{flag} {dataset} is a folder with no data files; {_accepted()}")
         return Source(dataset, "files", files)
     return Source(dataset, "hub")
 

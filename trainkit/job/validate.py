@@ -12,6 +12,7 @@ from training.families import family_of, launcher_hook, text_families
 from training.spec import SHARDING_STRATEGIES, ZERO_1, Job, all_fields, by_key, micro_steps
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
+from trainkit.job.held_out import validate_eval_data_here, validate_evaluation
 from trainkit.job.models import HUB_ID, ModelEntry, get_model
 
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
@@ -48,6 +49,7 @@ def validate(job: Job, machine: Machine) -> None:
     if recipe:
         if family_of(entry.family).text:
             check_language_model(job, entry)
+            validate_evaluation(job)
             _validate_fast_paths(job, machine)
         else:
             _validate_images(job, machine)
@@ -163,6 +165,7 @@ def _validate_local(job: Job) -> None:
         os.access(existing, os.W_OK | os.X_OK),
         f"--runs-dir {job.run.runs_dir}: {existing} is not writable by you; choose a folder you can write",
     )
+    validate_eval_data_here(job)
     data = job.data.dataset
     if job.run.workload != "recipe" or data == "synthetic" or Path(data).expanduser().exists():
         return

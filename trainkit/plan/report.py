@@ -85,8 +85,14 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
     figure.suptitle(title, fontsize=14)
 
     loss = axes[0][0]
-    loss.plot(steps, [r["loss"] for r in run.records], color="tab:blue")
-    loss.set(title="Training loss", xlabel="optimizer step", ylabel="loss (nats per token or image)")
+    loss.plot(steps, [r["loss"] for r in run.records], color="tab:blue", label="training")
+    evaluated = [r for r in run.records if r.get("eval_loss") is not None]
+    if evaluated:  # held-out loss at each evaluation, on the same axis
+        loss.plot([r["step"] for r in evaluated], [r["eval_loss"] for r in evaluated], "o-", color="tab:orange")
+        loss.lines[-1].set_label("held-out")
+        loss.legend()
+    title = "Training and held-out loss" if evaluated else "Training loss"
+    loss.set(title=title, xlabel="optimizer step", ylabel="loss (nats per token or image)")
 
     speed = axes[0][1]
     measured = [r for r in run.records if not r.get("warmup")]

@@ -39,25 +39,51 @@ def _local_dataset(job: Job) -> Path | None:
     return None
 
 
-def _check_text(job: Job, path: Path) -> None:
+def _check_text(job: Job, path: Path, flag: str = "--dataset", forced: str | None = None) -> tuple[str, int] | None:
     """Every record of a local text dataset (a file or a folder of them), read through before anything starts: one
     bad record found here costs nothing; found by the workers, it costs a start and every elastic restart. The
-    format is detected (or --data-format's checked) as the workers will."""
+    format is detected (or `forced`, --data-format's, checked) as the workers will. (format, records), None for a
+    saved dataset folder (the workers read it)."""
     from training.common.failure import DataError
     from training.text import formats, records
 
     allowed = family_of(job.model.family).formats
     try:
-        source = records.resolve(str(path))
+        source = records.resolve(str(path), flag)
         if source.kind == "files":
-            formats.dataset_format(source.records(), job.data.data_format, allowed)
+            return formats.dataset_format(source.records(), forced or job.data.data_format, allowed)
+        return None
     except DataError as error:  # it names the file and line, what the record holds and what is accepted
         said = str(error)
         if said == "holds no records":
-            raise SpecError(f"--dataset {path} holds no records; give one record per line (JSONL)") from None
-        raise SpecError(said if said.startswith("--dataset") else f"--dataset {path}: {said}; fix it") from None
+            raise SpecError(f"{flag} {path} holds no records; give one record per line (JSONL)") from None
+        raise SpecError(said if said.startswith(flag) else f"{flag} {path}: {said}; fix it") from None
     except UnicodeDecodeError as error:
-        raise SpecError(f"--dataset {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise SpecError(f"{flag} {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+
+
+def _check_held_out(job: Job, trained: tuple[str, int] | None) -> None:
+    """Local held-out records are the training records' format (--data-format's, else the one detected there), and
+    --eval-fraction holds out at least one of them and leaves at least one to train on."""
+    from training.common.failure import DataError
+    from training.text.holdout import held_out_records
+
+    held_out = job.evaluation
+    if held_out.fraction and trained is not None:
+        try:
+            held_out_records(trained[1], held_out.fraction, job.run.seed)
+        except DataError as error:
+            raise SpecError(str(error)) from None
+    path = Path(held_out.data).expanduser() if held_out.data else None
+    if path is None or not path.exists():
+        return
+    forced = job.data.data_format or (trained[0] if trained else None)
+    try:
+        _check_text(job, path, "--eval-data", forced)
+    except SpecError as error:
+        if forced and not job.data.data_format:  # said as what it is: another format than the training records'
+            raise SpecError(f"{error} (the training records are {forced}: held-out records must be too)") from None
+        raise
 
 
 def _check_inputs(job: Job, entry: ModelEntry) -> dict[str, str]:
@@ -69,10 +95,10 @@ def _check_inputs(job: Job, entry: ModelEntry) -> dict[str, str]:
     check = launcher_hook(family, "check_inputs")
     if check:
         check(job, entry)
-    if family.text and job.data.dataset != SYNTHETIC:
-        path = _local_dataset(job)
-        if path is not None:
-            _check_text(job, path)
+    if family.text:
+        path = _local_dataset(job) if job.data.dataset != SYNTHETIC else None
+        trained = _check_text(job, path) if path is not None else None
+        _check_held_out(job, trained)
     return env
 
 

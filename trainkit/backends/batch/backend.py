@@ -89,13 +89,17 @@ def check(job: Job) -> None:
             f"--runs-dir {job.run.runs_dir}: on Batch runs live on the FSx volume every node mounts at {mount}, and "
             "this path leaves it; give a path inside it (default `runs`)"
         )
-    data = job.data.dataset
-    if job.run.workload == "recipe" and data != SYNTHETIC:
+    if job.run.workload != "recipe":
+        return
+    for flag, data in (("--data", job.data.dataset), ("--eval-data", job.evaluation.data)):
+        if data is None or data == SYNTHETIC:
+            continue
         local = Path(data).expanduser().exists() and not PurePosixPath(data).is_relative_to(mount)
         if data.startswith("s3://") or local or not on_mount(data, mount):
             raise SpecError(
-                f"--data {data}: Batch's nodes read data from the FSx volume at {mount}; copy it there and give its "
-                "path (or one relative to it), a Hugging Face dataset name, or 'synthetic'"
+                f"{flag} {data}: Batch's nodes read data from the FSx volume at {mount}; copy it there and give its "
+                "path (or one relative to it), a Hugging Face dataset name"
+                + (", or 'synthetic'" if flag == "--data" else "")
             )
 
 

@@ -39,6 +39,13 @@ def check(job: Job) -> None:
         f"there and give a path under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or "
         "'synthetic'",
     )
+    held_out = job.evaluation.data
+    require(
+        held_out is None or on_fsx(held_out),
+        f"--eval-data {held_out}: training pods read held-out records from the FSx volume and this path leaves it; "
+        f"copy them there and give a path under {cluster.FSX_MOUNT} (or relative to it), or a Hugging Face dataset "
+        "name",
+    )
 
 
 def on_fsx(path: str) -> bool:

@@ -122,6 +122,16 @@ def other_ranks_errors(run_dir: Path, since: float, lines: int = 15) -> str | No
     return "\n".join(out) or None
 
 
+def evaluation_line(evaluated: dict) -> str:
+    """`eval_loss 3.2100 -> 2.0400, best 1.9800 at step 400 (5 evaluations)`: summary.json's `evaluation`."""
+    first, last, best = (f"{evaluated[key]:.4f}" for key in ("first", "last", "best"))
+    count = evaluated["evaluations"]
+    return (
+        f"{evaluated['metric']} {first} -> {last}, best {best} at step {evaluated['best_step']} "
+        f"({count} evaluation{'s' * (count != 1)})"
+    )
+
+
 def summary_block(job: Job, wall_s: float) -> str | None:
     """The lines a finished run ends on: loss first -> last, median throughput, wall time, where its
     outputs are, and what to run next. None when the run left no summary (it did not finish)."""
@@ -143,6 +153,7 @@ def summary_block(job: Job, wall_s: float) -> str | None:
     run = f"{job.run.run_id}" + (f" --runs-dir {job.run.runs_dir}" if job.run.runs_dir != "runs" else "")
     rows = [
         ("loss", f"{loss} over {summary.get('steps', 0)} steps"),
+        *([("eval", evaluation_line(summary["evaluation"]))] if summary.get("evaluation") else []),
         ("throughput", " | ".join(throughput) + " (median over the measured steps)" if throughput else "-"),
         ("wall time", f"{wall_s:.1f} s (this command), restarts {summary.get('restarts', 0)}"),
         ("model", str(model if model.is_dir() else run_dir / "checkpoints")),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from training.common.failure import redact
 from training.common.files import append_event, read_events, read_jsonl
+from training.families import family_of
 from training.spec import RANK_LOGS_DIR, SPEC_FILE, read_job
 from trainkit.backends.base import RunRef
 from trainkit.errors import SpecError
@@ -198,6 +199,9 @@ def status(ref: RunRef) -> RunStatus:
         ago = time.time() - (run_dir / "metrics.jsonl").stat().st_mtime
         loss = f", loss {last['loss']:.4f}" if isinstance(last.get("loss"), int | float) else ""
         lines.append(f"  step       {last['step']}{total}{loss}, {ago:.0f} s ago")
+        evaluated = evaluation_line(job, metrics)
+        if evaluated:
+            lines.append(f"  eval       {evaluated}")
     lines.append(f"  restarts   {restarts_line(events)}")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
@@ -205,6 +209,20 @@ def status(ref: RunRef) -> RunStatus:
         lines.append(f"  again      {again_line(job.run.workload, failure, events)}")
     lines.append(f"  folder     {run_dir}")
     return RunStatus(state, "\n".join(lines))
+
+
+def evaluation_line(job, records: list[dict]) -> str | None:
+    """The last evaluation and the best so far (the family's figure and which way is better), None before any."""
+    if job.run.workload != "recipe" or not job.model.family:
+        return None
+    family = family_of(job.model.family)
+    name = family.eval_metric
+    evaluated = [r for r in records if r.get(name) is not None]
+    if not evaluated:
+        return None
+    best = (min if family.lower_is_better else max)(evaluated, key=lambda r: r[name])
+    last = evaluated[-1]
+    return f"{name} {last[name]:.4f} at step {last['step']}, best {best[name]:.4f} at step {best['step']}"
 
 
 def restarts_line(events: list[dict]) -> str:

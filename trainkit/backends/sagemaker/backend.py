@@ -86,6 +86,12 @@ def check(job: Job) -> None:
             f"--data {data} is on this machine, which SageMaker's instances cannot read; upload it and give its "
             "s3:// prefix (it becomes the job's data channel)"
         )
+    held_out = job.evaluation.data
+    if held_out and (held_out.startswith("s3://") or Path(held_out).expanduser().exists()):
+        raise SpecError(
+            f"--eval-data {held_out}: a SageMaker job reads held-out records from a Hugging Face dataset only (no "
+            "channel carries them yet); give a hub dataset id, or --eval-fraction F to hold out training records"
+        )
 
 
 def launch_files(job: Job, workload: Workload) -> dict[str, bytes]:

@@ -29,6 +29,7 @@ from importlib.resources import files
 
 from training.families import Throughput, family_of
 from training.spec import Job
+from training.text.holdout import has_held_out
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.hardware import INSTANCE_TABLE
@@ -140,11 +141,19 @@ def output_config(stack: SageMakerStack, prefix: str) -> dict:
     return {"S3OutputPath": f"{prefix}/output", **({"KmsKeyId": stack.kms_key_arn} if stack.kms_key_arn else {})}
 
 
+def eval_metrics(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Evaluation figures as metric definitions, read off the line each evaluation prints
+    (`<run> eval at step 40: eval_loss=2.0412 eval_ppl=7.7002`, training/common/trainer.py)."""
+    return [(name, rf"eval at step \d+: .*\b{re.escape(name)}=([0-9.eE+-]+)") for name in names]
+
+
 def metric_definitions(job: Job) -> list[dict]:
     if job.run.workload != "recipe":
         return []
-    rate = rate_metric(family_of(get_model(job.model.name).family).throughput)
-    return [{"Name": name, "Regex": regex} for name, regex in (LOSS_METRIC, rate)]
+    family = family_of(get_model(job.model.name).family)
+    evaluated = eval_metrics(family.eval_metrics) if has_held_out(job) else []
+    found = [LOSS_METRIC, rate_metric(family.throughput), *evaluated]
+    return [{"Name": name, "Regex": regex} for name, regex in found]
 
 
 def channels(job: Job, stack: SageMakerStack, name: str) -> list[dict]:

@@ -1,0 +1,53 @@
+"""--eval-fraction's records (training/text/holdout.py): whole records, a fixed count, the same choice every time a
+run asks, and refused with the counts when nothing would be held out or left to train on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from training.common.failure import DataError
+from training.text.holdout import held_out_records
+
+
+def test_the_fraction_holds_out_that_many_whole_records_the_same_ones_every_time():
+    chosen = held_out_records(2000, 0.1, seed=1234)
+    assert len(chosen) == 200 and len(set(chosen.tolist())) == 200 and list(chosen) == sorted(chosen)
+    assert np.array_equal(chosen, held_out_records(2000, 0.1, seed=1234))  # every rank, every restart
+    assert not np.array_equal(chosen, held_out_records(2000, 0.1, seed=1235))  # the run's seed chooses
+    assert 0 <= chosen.min() and chosen.max() < 2000
+
+
+def test_choosing_them_moves_no_random_state_the_training_draws_from():
+    import torch
+
+    np.random.seed(7)
+    torch.manual_seed(7)
+    before = np.random.random(), torch.rand(1).item()
+    np.random.seed(7)
+    torch.manual_seed(7)
+    held_out_records(500, 0.2, seed=3)
+    assert (np.random.random(), torch.rand(1).item()) == before
+
+
+@pytest.mark.parametrize(
+    ("count", "fraction", "said"),
+    [
+        (4, 0.1, "--eval-fraction 0.1 of 4 records holds out 0 and leaves no record to evaluate on"),
+        (3, 0.9, "--eval-fraction 0.9 of 3 records holds out 3 and leaves no record to train on"),
+    ],
+)
+def test_a_fraction_that_holds_out_none_or_all_is_refused_with_the_counts(count, fraction, said):
+    with pytest.raises(DataError, match=said):
+        held_out_records(count, fraction, seed=1)
+
+
+def test_sagemaker_reads_the_evaluation_figures_of_a_job_that_has_held_out_data():
+    from training.spec import Job
+    from trainkit.backends.sagemaker.request import metric_definitions
+
+    job = Job()
+    job.model.name = "llama2-tiny"
+    assert [d["Name"] for d in metric_definitions(job)] == ["loss", "tokens_per_s"]
+    job.evaluation.fraction = 0.1
+    assert [d["Name"] for d in metric_definitions(job)] == ["loss", "tokens_per_s", "eval_loss", "eval_ppl"]
