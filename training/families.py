@@ -88,7 +88,8 @@ class Family:
     `check_inputs(job, entry)`, what can only be checked on this machine before anything is written (raises
     SpecError); `prepare(job, entry)`, what it writes into the run folder besides spec.json (its model config, its
     synthetic data); `notes(job, entry) -> list[str]`, what the launcher says at the start of every such job;
-    `flops_per_item(job, model_config) -> float`, training FLOPs per counted item (`invoke bench train`'s MFU)."""
+    `flops_per_item(job, model_config) -> float`, training FLOPs per counted item (`invoke bench train`'s MFU);
+    `evaluates(job) -> bool`, whether a job of it has held-out data (default: --eval-data or --eval-fraction)."""
     eval_metric: str
     """The figure its evaluation reports, and which way is better (issue 52 picks the best checkpoint by it)."""
     lower_is_better: bool
@@ -153,6 +154,7 @@ BERT = Family(
     launch="training.encoder.launch",
     eval_metric="eval_loss",
     lower_is_better=True,
+    eval_metrics=("eval_loss",),
 )
 VISION = Family(
     name="vision",
@@ -177,6 +179,7 @@ VISION = Family(
     launch="training.vision.launch",
     eval_metric="val_top1",
     lower_is_better=False,
+    eval_metrics=("val_top1", "val_top5", "val_loss"),
 )
 
 

@@ -1,8 +1,8 @@
 """BERT masked-language-model pretraining (issue 31's encoder workload): 2 processes on CPU, DeepSpeed ZeRO stage 1
 (the recipe's sharding), the generated corpus, masks drawn per step; each rank's checkpoint holds half of the
 optimizer state, LAMB on ZeRO-1's slices takes DDP's steps, and a SIGKILL after a checkpoint resumes with the losses
-of an uninterrupted run when the same command continues it on one process; a ZeRO-1 checkpoint resumes at another
-world size through DeepSpeed's universal checkpoint."""
+(and held-out evaluations) of an uninterrupted run when the same command continues it on one process; a ZeRO-1
+checkpoint resumes at another world size through DeepSpeed's universal checkpoint."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ def args(runs, *extra: str) -> list[str]:
         "0",
         "--peak-tflops",
         "1",
+        "--eval-fraction",  # 10% of the corpus held out, evaluated at each checkpoint (steps 20, 40 and 60)
+        "0.1",
         *extra,
     ]
 
@@ -70,6 +72,9 @@ def test_two_processes_learn_the_corpus_and_report_sequences_and_mfu(bert_run):
     assert last["samples_per_s"] > 0 and last["tokens_per_s"] == pytest.approx(last["samples_per_s"] * 64)
     assert 0 < last["mfu"] < 1
     assert "seq_s=" in printed
+    evaluated = [(r["step"], r["eval_loss"]) for r in metrics if "eval_loss" in r]
+    assert [step for step, _ in evaluated] == [20, 40, 60] and evaluated[-1][1] < evaluated[0][1], evaluated
+    assert summary["evaluation"]["best_step"] == 60 and f"eval at step 60: eval_loss={evaluated[-1][1]:.4f}" in printed
 
 
 def test_sigkill_after_a_checkpoint_then_the_same_command_on_one_process_continues_the_run(bert_run, tmp_path):
@@ -96,6 +101,9 @@ def test_sigkill_after_a_checkpoint_then_the_same_command_on_one_process_continu
     for step in range(resumed_from + 1, STEPS + 1):
         now, then = resumed[step], reference[step]
         assert now["lr"] == then["lr"] and abs(now["loss"] - then["loss"]) <= DROPOUT_NOISE, (step, now, then)
+        # the held-out masks are the same at every evaluation: only the weights' dropout noise moves the figure
+        assert ("eval_loss" in now) == ("eval_loss" in then)
+        assert abs(now.get("eval_loss", 0) - then.get("eval_loss", 0)) <= DROPOUT_NOISE, (step, now, then)
 
 
 def test_each_rank_checkpoints_half_of_the_optimizer_state(bert_run):

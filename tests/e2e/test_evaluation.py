@@ -1,24 +1,40 @@
 """Held-out evaluation of a real 2-process FSDP run (issue 52), launched as users launch it and judged by what it
-leaves: the held-out records are never trained on, the evaluation loss falls, the figures are where users look, and
-evaluating changes nothing of the training (its losses bit for bit)."""
+leaves: the held-out records are never trained on, the evaluation loss falls, the figures are where users look,
+evaluating changes nothing of the training (its losses bit for bit), and a run killed between two evaluations resumes
+to the same evaluations as the uninterrupted one."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
-from tests.helpers.product import invoke, read_jsonl, tiny_args
+import pytest
 
-EVAL = ("--eval-fraction", "0.1", "--steps", "12", "--checkpoint-interval", "4")
+from tests.helpers.product import invoke, read_jsonl, start_invoke, tiny_args
+from tests.helpers.waiting import latest_step, wait_for
+from training.common.checkpoint import STALL_ENV
+from training.text.dialogues import write_dialogues
+
+EVAL = ("--nproc", "2", "--eval-fraction", "0.1", "--steps", "9", "--checkpoint-interval", "3")
 
 
-def test_held_out_records_are_evaluated_at_every_checkpoint_and_evaluating_moves_no_training_loss(tmp_path):
-    runs = tmp_path / "runs"
-    done = invoke(*tiny_args(runs, "--nproc", "2", "--run-id", "evaluated", *EVAL))
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """The uninterrupted run: evaluated at steps 3, 6 and 9."""
+    runs = tmp_path_factory.mktemp("evaluated")
+    done = invoke(*tiny_args(runs, "--run-id", "evaluated", *EVAL))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return runs, done
+
+
+def test_held_out_records_are_evaluated_at_every_checkpoint_and_evaluating_moves_no_training_loss(evaluated):
+    runs, done = evaluated
     run = runs / "evaluated"
     records = read_jsonl(run / "metrics.jsonl")
     evaluated = [(r["step"], r["eval_loss"], r["eval_ppl"]) for r in records if "eval_loss" in r]
-    assert [step for step, _, _ in evaluated] == [4, 8, 12], evaluated  # at each checkpoint, the last included
+    assert [step for step, _, _ in evaluated] == [3, 6, 9], evaluated  # at each checkpoint, the last included
     assert evaluated[-1][1] < evaluated[0][1], evaluated
     assert all(abs(ppl - 2.718281828459045**loss) < 1e-6 * ppl for _, loss, ppl in evaluated)
     for step, loss, _ in evaluated:  # its own line, which SageMaker's metric definitions read
@@ -35,7 +51,7 @@ def test_held_out_records_are_evaluated_at_every_checkpoint_and_evaluating_moves
     }
     assert f"eval        eval_loss {evaluated[0][1]:.4f} -> {evaluated[-1][1]:.4f}" in done.stdout
     status = invoke("status", "--run-id", "evaluated", "--runs-dir", str(runs))
-    said = f"  eval       eval_loss {evaluated[-1][1]:.4f} at step 12, best {best[1]:.4f} at step {best[0]}"
+    said = f"  eval       eval_loss {evaluated[-1][1]:.4f} at step 9, best {best[1]:.4f} at step {best[0]}"
     assert said in status.stdout, status.stdout
 
     # The two parts of the generated dialogues: 10% held out, whole records, the rest trained on.
@@ -45,10 +61,66 @@ def test_held_out_records_are_evaluated_at_every_checkpoint_and_evaluating_moves
         parts[found["part"]] = found["records"]
     assert parts == {"train": 1800, "held-out": 200}, parts
 
-    # The same run with evaluation off: the same data, the same training losses, to the last bit.
-    plain = invoke(*tiny_args(runs, "--nproc", "2", "--run-id", "plain", *EVAL, "--eval-interval", "0"))
-    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
-    without = read_jsonl(runs / "plain" / "metrics.jsonl")
-    assert not any("eval_loss" in r for r in without)
-    assert [r["loss"].hex() for r in without] == [r["loss"].hex() for r in records]
-    assert "evaluation" not in json.loads((runs / "plain" / "summary.json").read_text())
+
+def test_killed_while_writing_a_checkpoint_it_resumes_to_the_same_losses_and_evaluation_as_an_uninterrupted_run(
+    evaluated, tmp_path
+):
+    """The same job evaluated only after its last step, killed (SIGKILL to the whole run) while its step-6 checkpoint
+    is being written: the step-3 checkpoint stays the latest, and the same command resumes from it. Its training
+    losses are the evaluated run's to the last bit (evaluating at steps 3 and 6 moved nothing of the training), and
+    so is its one evaluation, after the resume."""
+    reference = read_jsonl(evaluated[0] / "evaluated" / "metrics.jsonl")
+    args = tiny_args(tmp_path, "--run-id", "killed", *EVAL, "--eval-interval", "9")
+    process = start_invoke(*args, env={STALL_ENV: "3"})
+    run_dir, checkpoints = tmp_path / "killed", tmp_path / "killed" / "checkpoints"
+    wait_for(lambda: latest_step(run_dir) == 3, 120, "first checkpoint published")
+    wait_for(lambda: (checkpoints / ".tmp-step-00000006").is_dir(), 60, "second checkpoint being written")
+    time.sleep(1)  # shards are on disk, publication is pending
+    os.killpg(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)
+    process.kill()
+    process.wait()
+    assert latest_step(run_dir) == 3 and not (checkpoints / "step-00000006").exists()
+
+    result = invoke(*args)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from"] == 3 and summary["steps"] == 9
+    assert not list(checkpoints.glob(".tmp-*"))
+    resumed = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["loss"].hex() for r in resumed] == [r["loss"].hex() for r in reference]
+    assert [(r["step"], r["eval_loss"]) for r in resumed if "eval_loss" in r] == [(9, reference[-1]["eval_loss"])]
+
+
+def test_an_overfitting_run_stops_early_exports_its_best_checkpoint_and_is_not_trained_again(tmp_path):
+    """A few records and many steps: the held-out loss turns, the run stops after --early-stop-patience evaluations
+    without an improvement, a normal end (exit 0, no restart); the best checkpoint is kept and exported."""
+    data = tmp_path / "few.jsonl"
+    write_dialogues(data, count=24, seed=5)
+    flags = ("--nproc", "2", "--dataset", str(data), "--eval-fraction", "0.25", "--eval-interval", "3")
+    flags += ("--steps", "200", "--checkpoint-interval", "50", "--keep-checkpoints", "1", "--early-stop-patience", "2")
+    flags += ("--lr", "0.005", "--global-batch-size", "8", "--micro-batch-size", "4", "--run-id", "early")
+    done = invoke(*tiny_args(tmp_path, *flags))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "early"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    early, best = summary["stopped_early"], summary["evaluation"]["best_step"]
+    assert early["of"] == 200 and early["step"] < 200 and early["best_step"] == best < early["step"], summary
+    evaluated = [r["eval_loss"] for r in read_jsonl(run_dir / "metrics.jsonl") if "eval_loss" in r]
+    assert min(evaluated[-2:]) >= summary["evaluation"]["best"]  # the last two did not improve on the best
+    assert summary["exported_from"] == {"checkpoint": "best", "step": best}
+    assert summary["best_checkpoint"]["step"] == best and (run_dir / "checkpoints" / "best").read_text().strip() == (
+        f"step-{best:08d}"
+    )
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
+        f"step-{best:08d}",
+        f"step-{early['step']:08d}",
+    ]
+    card = (run_dir / "model" / "README.md").read_text()
+    assert f"the best checkpoint's, step {best}" in card
+    events = [e["event"] for e in read_jsonl(run_dir / "events.jsonl")]
+    assert events.count("start") == 1 and "resume" not in events  # no restart trained on
+    status = invoke("status", "--run-id", "early", "--runs-dir", str(tmp_path))
+    assert f"finished: stopped early at step {early['step']}, best at step {best}" in status.stdout, status.stdout
+    again = invoke(*tiny_args(tmp_path, *flags))
+    assert again.returncode == 0 and f"run early already stopped early at step {early['step']}" in again.stdout
+    assert json.loads((run_dir / "summary.json").read_text()) == summary

@@ -71,7 +71,11 @@ def test_two_process_ddp_learns_the_classes_with_identical_replicas(vision_run):
     assert epoch_ends[-1]["val_top1"] > epoch_ends[0]["val_top1"] or epoch_ends[0]["val_top1"] == 1.0
     assert [r["step"] for r in metrics] == list(range(1, 61))
     checkpoints = sorted(p.name for p in (vision_run / "checkpoints").glob("step-*"))
-    assert checkpoints == ["step-00000050", "step-00000060"]  # one per epoch end, the last two kept
+    best = max(epoch_ends, key=lambda r: r["val_top1"])["step"]  # the first of equals: a tie is no improvement
+    assert summary["best_checkpoint"]["step"] == best
+    # one per epoch end, the last two kept, and the best top-1's (--keep-best, on where the run evaluates)
+    assert checkpoints == sorted({"step-00000050", "step-00000060", f"step-{best:08d}"})
+    assert (vision_run / "checkpoints" / "best").read_text().strip() == f"step-{best:08d}"
     assert (vision_run / "checkpoints" / "latest").read_text().strip() == "step-00000060"
 
 
@@ -166,12 +170,17 @@ def test_bf16_autocast_is_taken_and_trains_within_its_rounding(synthetic_run, tm
     assert losses(run_dir) == pytest.approx(plain, abs=2e-2) and losses(run_dir) != plain
 
 
-def test_loader_settings_are_taken_and_leave_every_loss_unchanged(one_epoch_run, tmp_path):
-    flags = ("--loader-workers", "2", "--persistent-workers", "false", "--prefetch-factor", "2")
-    run_dir, _ = train_tiny(tmp_path, "--epochs", "1", *flags)
+def test_loader_settings_and_evaluating_at_an_interval_leave_every_loss_unchanged(one_epoch_run, tmp_path):
+    """Other loader settings, and evaluation every --eval-interval steps instead of at the epoch's end: the same
+    training losses, and the same evaluation of the last step's weights."""
+    flags = ("--loader-workers", "2", "--persistent-workers", "false", "--prefetch-factor", "2", "--eval-interval", "3")
+    run_dir, printed = train_tiny(tmp_path, "--epochs", "1", *flags)
     summary = summary_of(run_dir)
     loader = {"loader_workers": 2, "pin_memory": False, "persistent_workers": False, "prefetch_factor": 2}
     assert summary["fast_paths"]["loader"] == loader
     # Augmentation is seeded per (epoch, image): the same pixels whichever worker makes them, and when.
     assert losses(run_dir) == losses(one_epoch_run)
     assert summary["final_eval"] == summary_of(one_epoch_run)["final_eval"]
+    evaluated = [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl") if "val_top1" in r]
+    assert evaluated == sorted({*range(3, STEPS_PER_EPOCH + 1, 3), STEPS_PER_EPOCH}), evaluated
+    assert "eval at step 3: val_top1=" in printed and summary["evaluation"]["evaluations"] == len(evaluated)

@@ -112,6 +112,10 @@ WALKS = {
         "eval_split": "test",
         "eval_interval": 100,
         "eval_batches": 5,
+        "keep_best": False,
+        "export_from": "last",
+        "early_stop_patience": 3,
+        "early_stop_delta": 0.01,
     },
     "llama-sagemaker": {
         "model": "llama2-tiny",

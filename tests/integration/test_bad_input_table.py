@@ -92,6 +92,10 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "eval_fraction": ((), ("--eval-fraction", "1"), "--eval-fraction"),
     "eval_interval": ((), ("--eval-interval", "-1"), "--eval-interval"),
     "eval_batches": ((), ("--eval-batches", "0"), "--eval-batches"),
+    "keep_best": ((), ("--keep-best", "maybe"), "--keep-best"),
+    "export_from": ((), ("--export-from", "first"), "--export-from"),
+    "early_stop_patience": ((), ("--early-stop-patience", "0"), "--early-stop-patience"),
+    "early_stop_delta": ((), ("--early-stop-delta", "-0.1"), "--early-stop-delta"),
 }
 
 # Values each valid alone that the job cannot use: per rank or per node, past the model, off the volume the pods
@@ -122,6 +126,16 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
         "are prompt-response",
     ),
     "a fraction that holds out no record": ((), ("--dataset", "{pairs}", "--eval-fraction", "0.1"), "holds out 0"),
+    "an evaluation interval on --synthetic images": (VISION, ("--synthetic", "--eval-interval", "5"), "no val/ split"),
+    "patience without evaluation": ((), ("--early-stop-patience", "3"), "the run does not evaluate"),
+    "keeping the best without evaluation": ((), ("--keep-best", "true"), "the run does not evaluate"),
+    "exporting the best it does not keep": (
+        ("--eval-fraction", "0.1"),
+        ("--keep-best", "false", "--export-from", "best"),
+        "--export-from best with --keep-best false",
+    ),
+    "a delta without patience": (("--eval-fraction", "0.1"), ("--early-stop-delta", "0.01"), "--early-stop-patience"),
+    "exporting a BERT model": (("--model", "bert-tiny"), ("--export-from", "last"), "--export-from"),
 }
 
 PLAN: dict[str, tuple[tuple[str, ...], str]] = {

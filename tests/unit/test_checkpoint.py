@@ -45,6 +45,20 @@ def test_publish_moves_latest_and_prunes(tmp_path):
     assert ckpt.read_state(ckpt.latest()) == {"restarts": 0, "step": 30}
 
 
+def test_the_protected_step_outlives_the_rolling_window_until_another_takes_its_place(tmp_path):
+    """--keep-best: the best evaluation's checkpoint is kept apart from the newest `keep`; when a later step becomes
+    the best, the old one goes with the next pruning."""
+    ckpt = manager(tmp_path, keep=1)
+    ckpt.save(10, write_shard, {})
+    ckpt.protected = {"step-00000010"}
+    for step in (20, 30):
+        ckpt.save(step, write_shard, {})
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000010", "step-00000030"]
+    ckpt.protected = {"step-00000040"}
+    ckpt.save(40, write_shard, {})
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000040"]
+
+
 def test_a_write_that_dies_midway_leaves_the_previous_checkpoint(tmp_path):
     ckpt = manager(tmp_path)
     ckpt.save(10, write_shard, {})
@@ -236,7 +250,7 @@ def accelerate_state(tmp_path_factory):
     from accelerate.state import AcceleratorState
 
     from training.common.lamb import Lamb
-    from training.common.run import AcceleratorCheckpoint
+    from training.common.training_state import AcceleratorCheckpoint
 
     with pytest.MonkeyPatch.context() as env:
         env.setattr(subprocess, "Popen", RefusedPopen)  # set up before the layer's own guard

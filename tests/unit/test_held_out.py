@@ -51,3 +51,19 @@ def test_sagemaker_reads_the_evaluation_figures_of_a_job_that_has_held_out_data(
     assert [d["Name"] for d in metric_definitions(job)] == ["loss", "tokens_per_s"]
     job.evaluation.fraction = 0.1
     assert [d["Name"] for d in metric_definitions(job)] == ["loss", "tokens_per_s", "eval_loss", "eval_ppl"]
+
+
+def test_the_best_so_far_follows_every_improvement_and_patience_counts_only_real_ones():
+    from training.common.best import BestSoFar
+
+    best = BestSoFar("eval_loss", lower_is_better=True, delta=0.05)
+    offers = [(3, 2.0), (6, 1.9), (9, 1.88), (12, 1.87), (15, 1.95)]
+    kept = [best.offer(step, {"eval_loss": value}) for step, value in offers]
+    # 1.88 and 1.87 are better (kept as the best) but not by more than 0.05: they do not reset the patience count
+    assert kept == [True, True, True, True, False] and (best.step, best.value, best.stale) == (12, 1.87, 3)
+    again = BestSoFar("eval_loss", lower_is_better=True, delta=0.05)
+    again.restore(best.state())  # what a resumed run judges from
+    assert (again.step, again.value, again.stale) == (12, 1.87, 3)
+    top1 = BestSoFar("val_top1", lower_is_better=False)
+    assert [top1.offer(s, {"val_top1": v}) for s, v in ((1, 0.2), (2, 0.5), (3, 0.5))] == [True, True, False]
+    assert (top1.step, top1.stale) == (2, 1)

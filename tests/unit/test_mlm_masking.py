@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.encoder.masking import IGNORE_INDEX, MaskingRule, mask_tokens
+from training.encoder.masking import HELD_OUT_MASKS, IGNORE_INDEX, MaskingRule, mask_tokens
 
 VOCAB, MASK, CLS, SEP, PAD = 1000, 4, 2, 3, 0
 
@@ -81,3 +81,13 @@ def test_the_input_batch_is_left_alone():
 def test_a_rule_outside_its_range_is_refused(rule, said):
     with pytest.raises(ValueError, match=said):
         MaskingRule(**rule)
+
+
+def test_held_out_sequences_are_masked_the_same_at_every_evaluation_and_unlike_any_training_step():
+    """BERT's evaluation masks the held-out sequences for a step no training step has (training/encoder/masking.py
+    HELD_OUT_MASKS): two evaluations of the same weights read the same masks, whichever ranks hold the rows."""
+    ids, special = batch(rows=8)
+    first, labels = masked(ids, special, step=HELD_OUT_MASKS)
+    again, again_labels = masked(ids[[6, 2, 4, 0]], special, step=HELD_OUT_MASKS, indices=[6, 2, 4, 0])
+    assert torch.equal(again, first[[6, 2, 4, 0]]) and torch.equal(again_labels, labels[[6, 2, 4, 0]])
+    assert all(not torch.equal(masked(ids, special, step=step)[0], first) for step in range(0, 20))

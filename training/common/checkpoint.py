@@ -241,6 +241,8 @@ class CheckpointManager:
         self.host = host if host is not None else os.environ.get(HOST_ENV) or None
         self.hosts = hosts or tuple(h for h in os.environ.get(HOSTS_ENV, "").split(",") if h)
         self.disk_owner = owns_disk(self.host, self.is_main, self.is_local_main)
+        self.protected: set[str] = set()
+        """Step folders the pruning keeps whatever their age (the best evaluation's checkpoint, --keep-best)."""
 
     # ------------------------------------------------------------------ reading
 
@@ -380,12 +382,14 @@ class CheckpointManager:
         return target
 
     def _prune(self) -> None:
-        """Keep the newest `keep` published steps on this disk. Per host: this host's parts of the steps it published
-        but the newest `keep`; the other hosts' files of them that a restore brought stay on this disk (their own
-        hosts delete them in S3), costing disk until the job ends, not correctness."""
+        """Keep the newest `keep` published steps on this disk, and the `protected` ones. Per host: this host's parts of
+        the steps it published but the newest `keep`; the other hosts' files of them that a restore brought stay
+        on this disk (their own hosts delete them in S3), costing disk until the job ends, not correctness."""
         if self.host:
             for old in self._own_steps()[: -self.keep]:
-                self._withdraw(old)
+                if old.name not in self.protected:
+                    self._withdraw(old)
             return
         for old in self._complete_steps()[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name not in self.protected:
+                shutil.rmtree(old, ignore_errors=True)

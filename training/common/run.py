@@ -14,9 +14,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -25,6 +23,7 @@ from torch.distributed.checkpoint import CheckpointException
 
 from training.spec import METRICS_PORT_OFFSET_ENV, Job
 
+from .best import BEST_POINTER
 from .checkpoint import CHECKPOINTS_DIR, CheckpointManager, check_manifest, step_dir_name, step_of_dir
 from .distributed import on_any_rank
 from .failure import NoRetry, doing, root_cause
@@ -35,7 +34,8 @@ from .lifecycle import StopSignal
 from .metrics import MetricsSink, metrics_address
 from .profiling import StepProfile
 from .progress import progress_display
-from .weights_only import NUMPY_RNG_STATE, load_weights_only
+from .training_state import AcceleratorCheckpoint, TrainingState
+from .weights_only import load_weights_only
 
 # Exit code of a worker that stops because a rank on another node was asked to stop: its agent
 # restarts it (one of --max-restarts) and it resumes from the checkpoint written on the way out.
@@ -54,36 +54,6 @@ def current_nodes(configured: int) -> int:
 class Diverged(NoRetry):
     """The loss or the gradient norm stopped being finite: any restart would only repeat it (the run refuses to
     resume, see RunContext.refuse_if_diverged), so every rank ends with EXIT_NO_RETRY."""
-
-
-class TrainingState(Protocol):
-    """What a checkpoint holds of the training (model, optimizer, schedule, RNG), written into and read from one
-    checkpoint folder by every rank. RunContext loads it weights-only (training/common/weights_only.py)."""
-
-    @property
-    def safe_globals(self) -> tuple:
-        """The classes and functions beyond torch's weights-only set that its files name, each one's reason beside."""
-        ...
-
-    def save(self, directory: Path) -> None: ...
-
-    def load(self, directory: Path) -> None: ...
-
-
-@dataclass(frozen=True)
-class AcceleratorCheckpoint:
-    """Accelerate's own: `save_state` / `load_state` over what the Accelerator prepared and registered. Its files:
-    model.safetensors, or DCP's folders under FSDP; optimizer.bin and custom_checkpoint_<i>.pkl (the schedule),
-    tensors and plain data; random_states_<rank>.pkl, which holds numpy's RNG state (NUMPY_RNG_STATE)."""
-
-    accelerator: Accelerator
-    safe_globals = NUMPY_RNG_STATE
-
-    def save(self, directory: Path) -> None:
-        self.accelerator.save_state(str(directory))
-
-    def load(self, directory: Path) -> None:
-        self.accelerator.load_state(str(directory))
 
 
 class RunContext:
@@ -123,6 +93,10 @@ class RunContext:
         self.saved_step: int | None = None
         self.save_seconds = 0.0
         self.profile = StepProfile()  # TRAINKIT_PROFILE_STEPS, set by `invoke bench train`
+        self.trainer_state: dict = {}
+        """What the trainer keeps in every checkpoint's trainer state besides the step (the best evaluation so far,
+        an early stop); `resumed_state` is the resumed checkpoint's."""
+        self.resumed_state: dict = {}
         self.start_fields: dict = {}
         """More of what this start is, for its start/resume event (a language model's data: tokenised or cached)."""
 
@@ -174,7 +148,7 @@ class RunContext:
                 )
             raise SystemExit(EXIT_PEER_STOPPED)
         if latest is not None:
-            state = self.checkpoints.read_state(latest)
+            state = self.resumed_state = self.checkpoints.read_state(latest)
             self.restarts = state.get("restarts", 0) + 1
             step = self.saved_step = state["step"]
         self.metrics.truncate_after(step)  # lines of steps after the checkpoint (all, without one) are redone
@@ -239,12 +213,14 @@ class RunContext:
         latest = self.checkpoints.latest()
         if latest is None or not (self.run_dir / "summary.json").exists():
             return False
-        step = self.checkpoints.read_state(latest)["step"]
-        if step < total_steps:
+        state = self.checkpoints.read_state(latest)
+        step, early = state["step"], state.get("stopped_early")
+        if step < total_steps and not early:
             return False
         if self.accelerator.is_main_process:
+            how = "stopped early" if early else "finished"
             print(
-                f"run {self.run_id} already finished at step {step}; outputs in {self.run_dir} "
+                f"run {self.run_id} already {how} at step {step}; outputs in {self.run_dir} "
                 "(pass a new --run-id or more --steps to train again)",
                 flush=True,
             )
@@ -290,12 +266,28 @@ class RunContext:
             self.checkpoints.save(
                 step,
                 self.state.save,
-                {"restarts": self.restarts, "total_steps": total_steps, "model": self.model_name},
+                {"restarts": self.restarts, "total_steps": total_steps, "model": self.model_name, **self.trainer_state},
             )
         self.save_seconds = time.perf_counter() - started
         self.saved_step = step
         self.metrics.set("trainkit_checkpoint_duration_seconds", self.save_seconds)
         self.event("checkpoint", step=step, seconds=round(self.save_seconds, 3))
+
+    def protect(self, step: int) -> None:
+        """Keep this step's checkpoint apart from the rolling --keep-checkpoints (the best evaluation's)."""
+        self.checkpoints.protected = {step_dir_name(step)}
+
+    def mark_best(self, step: int) -> None:
+        """Name the step's published checkpoint as the best evaluation's (checkpoints/best), after its save."""
+        if self.accelerator.is_main_process:
+            publish_text(self.checkpoints.root / BEST_POINTER, step_dir_name(step) + "\n")
+        self.accelerator.wait_for_everyone()
+
+    def load_checkpoint(self, step: int) -> None:
+        """Load a kept checkpoint of this run into the model (the best one, for the export), on every rank."""
+        with doing(f"loading checkpoint {step_dir_name(step)}"):
+            self.state.load(self.checkpoints.root / step_dir_name(step))
+        self.accelerator.wait_for_everyone()
 
     def stop_requested(self) -> tuple[bool, bool]:
         """(stop now, a checkpoint fits in the time left): every rank's answer, agreed by one all-reduce.

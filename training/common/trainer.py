@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 
+from training.common.best import BestSoFar
+from training.common.checkpoint import step_dir_name
 from training.common.distributed import peak_memory_bytes, synchronize
 from training.common.faults import hang_here
 from training.common.flops import mfu
@@ -142,6 +144,38 @@ class Trainer(abc.ABC):
         dist.all_reduce(loss_sum)
         return Step((loss_sum / counted.clamp(min=1)).item(), grad_norm, data_wait, optimizer_s)
 
+    def held_out_loss(
+        self,
+        rows: int,
+        batch: Callable[[torch.Tensor], tuple],
+        summed_loss: Callable[..., torch.Tensor],
+        targets: Callable[[torch.Tensor], int],
+    ) -> float:
+        """A text model's token-mean loss over `rows` held-out rows (at most --eval-batches batches of a micro batch
+        per rank): the rows dealt round the ranks, each micro batch's summed loss (`summed_loss(*batch(indices))`)
+        and target count (`targets(labels)`, labels second in the batch) added in float64 and reduced once, so the
+        figure does not depend on the world size. Every rank runs every forward (a short one on a stand-in row that
+        counts nothing), as the sharded model's collectives need. Eval mode, no gradients; no random state is drawn."""
+        micro = self.job.optimisation.micro_batch_size
+        per_batch = micro * self.accelerator.num_processes
+        batches = -(-rows // per_batch)
+        if self.job.evaluation.batches:
+            batches = min(batches, self.job.evaluation.batches)
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        mine = list(torch.arange(rank, min(rows, batches * per_batch), world).split(micro))
+        mine += [torch.zeros(0, dtype=torch.long)] * (batches - len(mine))
+        sums = torch.zeros(2, dtype=torch.float64, device=self.accelerator.device)
+        self.model.eval()
+        with torch.no_grad():
+            for indices in mine:
+                tensors = batch(indices if len(indices) else torch.zeros(1, dtype=torch.long))
+                loss = summed_loss(*tensors)
+                if len(indices):
+                    sums += torch.stack([loss.double(), torch.tensor(float(targets(tensors[1])), device=sums.device)])
+        self.model.train()
+        dist.all_reduce(sums)
+        return float(sums[0] / sums[1].clamp(min=1))
+
     def token_record(self, step_time: float, flops_per_token: float, peak_tflops: float | None) -> dict:
         """A text model's throughput fields: tokens/s of the global batch and, where a peak is known, MFU."""
         tokens_per_s = self.job.optimisation.global_batch_size * self.job.data.seq_len / step_time
@@ -212,10 +246,11 @@ class Trainer(abc.ABC):
             return
         run.refuse_if_diverged()
         start = run.resume()
+        self.best = self._best_so_far(run.resumed_state.get("evaluation"))
         self.begin(start)
         bar = run.progress(start, self.total_steps)
         field, short = self.family.throughput.record, self.family.throughput.progress
-        first = True
+        first, self.final_step = True, self.total_steps
         for step in range(start, self.total_steps):
             lr = self.scheduler.get_last_lr()[0]
             run.profile.before(step + 1)
@@ -233,24 +268,87 @@ class Trainer(abc.ABC):
             else:
                 extra = {"warmup": first}
             evaluated = self.eval_due(done)
+            keep = False
             if evaluated:
-                with run.heartbeat.phase("evaluate"):
-                    figures = self.evaluate()
+                figures, keep = self._evaluate_at(done, bar)
                 extra |= figures
-                if self.accelerator.is_main_process:  # its own line: what SageMaker's eval metrics read
-                    bar.write(eval_line(job.run.run_id, done, figures))
+            stop_early = self._patience_ran_out()
             if done % job.run.log_interval == 0 or done == self.total_steps or epoch_end or evaluated:
                 record = self.log(done, result, lr, elapsed, extra)
                 bar.set_postfix(loss=f"{result.loss:.4f}", **{short: f"{record[field]:.0f}"})
             first = False
             bar.update(1)
-            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval, save_anyway=epoch_end)
+            if stop_early:
+                self.final_step = done
+                break
+            run.after_step(done, self.total_steps, job.checkpointing.checkpoint_interval, save_anyway=epoch_end or keep)
+            if keep:
+                run.mark_best(done)
         bar.close()
-        run.heartbeat.beat(self.total_steps, "export")  # the final save and the report (an export) take their time
+        run.heartbeat.beat(self.final_step, "export")  # the final save and the report (an export) take their time
         self.before_final_save()
-        run.save_final(self.total_steps)
-        run.finish(start, self.report(), self.family.eval_metric, self.family.lower_is_better)
+        if self.final_step < self.total_steps:  # a normal end that no restart trains on from (already_finished)
+            run.trainer_state["stopped_early"] = self.final_step
+            self._say_stopped_early()
+        run.save_final(self.final_step)
+        if self.best is not None and self.best.step == self.final_step and job.evaluation.keep_best:
+            run.mark_best(self.final_step)
+        report = self.report() | self._evaluation_report()
+        run.finish(start, report, self.family.eval_metric, self.family.lower_is_better)
         self.accelerator.end_training()
+
+    # ------------------------------------------------------------------ the best evaluation, early stopping
+
+    def _best_so_far(self, saved: dict | None) -> BestSoFar | None:
+        """What the run judges its evaluations by (None when it does not evaluate), as the checkpoint left it."""
+        if not self.evaluates():
+            return None
+        held_out = self.job.evaluation
+        best = BestSoFar(self.family.eval_metric, self.family.lower_is_better, held_out.early_stop_delta or 0.0)
+        best.restore(saved)
+        if held_out.keep_best and best.step is not None:
+            self.run.protect(best.step)
+        return best
+
+    def _evaluate_at(self, done: int, bar) -> tuple[dict, bool]:
+        """Evaluate after step `done`: (its figures, whether to checkpoint this step as the new best)."""
+        with self.run.heartbeat.phase("evaluate"):
+            figures = self.evaluate()
+        if self.accelerator.is_main_process:  # its own line: what SageMaker's eval metrics read
+            shown = {name: figures[name] for name in self.family.eval_metrics if name in figures}
+            bar.write(eval_line(self.job.run.run_id, done, shown))
+        if self.best is None or self.family.eval_metric not in figures:
+            return figures, False
+        improved = self.best.offer(done, figures)
+        self.run.trainer_state["evaluation"] = self.best.state()
+        keep = improved and bool(self.job.evaluation.keep_best)
+        if keep:
+            self.run.protect(done)  # before the save, whose pruning then lets the previous best go
+        return figures, keep
+
+    def _patience_ran_out(self) -> bool:
+        patience = self.job.evaluation.early_stop_patience
+        return bool(patience) and self.best is not None and self.best.stale >= patience
+
+    def _say_stopped_early(self) -> None:
+        if self.accelerator.is_main_process:
+            print(
+                f"stopped early at step {self.final_step}: {self.best.stale} evaluations without an improvement of "
+                f"{self.family.eval_metric} (best {self.best.value:.4f} at step {self.best.step})",
+                flush=True,
+            )
+
+    def _evaluation_report(self) -> dict:
+        """summary.json's word on the best checkpoint and an early stop."""
+        found: dict = {}
+        if self.best is not None and self.job.evaluation.keep_best and self.best.step is not None:
+            found["best_checkpoint"] = {
+                "step": self.best.step,
+                "checkpoint": f"checkpoints/{step_dir_name(self.best.step)}",
+            }
+        if self.final_step < self.total_steps:
+            found["stopped_early"] = {"step": self.final_step, "best_step": self.best.step, "of": self.total_steps}
+        return found
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float, embeddings: bool = True) -> list[dict]:

@@ -21,6 +21,9 @@ import torch
 
 IGNORE_INDEX = -100
 """The label of a position the loss skips (torch's cross_entropy default ignore_index)."""
+HELD_OUT_MASKS = -1
+"""The step the held-out sequences' masks are drawn for (training/encoder/trainer.py evaluate): one no training step
+has, the same at every evaluation, so two evaluations of the same weights read the same masks."""
 
 
 @dataclass(frozen=True)

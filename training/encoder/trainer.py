@@ -29,7 +29,7 @@ from training.text import dataset as text
 from training.text.dataset import TextData
 
 from .corpus import byte_tokenizer
-from .masking import IGNORE_INDEX, mask_tokens
+from .masking import HELD_OUT_MASKS, IGNORE_INDEX, mask_tokens
 
 
 class BertTrainer(Trainer):
@@ -53,6 +53,7 @@ class BertTrainer(Trainer):
         self.special = torch.zeros(max(len(self.tokenizer), 1), dtype=torch.bool)
         self.special[self.tokenizer.all_special_ids] = True
         self.sequences, self.sampler = self._build_data()
+        self.held_out = text.load_held_out(job, run_dir, self.tokenizer, text.ENCODER, self.rank, acc.is_main_process)
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = o.steps or o.epochs * self.steps_per_epoch
 
@@ -111,40 +112,60 @@ class BertTrainer(Trainer):
 
     # ------------------------------------------------------------------ stages
 
+    def evaluates(self) -> bool:
+        return self.held_out is not None
+
+    def evaluate(self) -> dict:
+        """The masked-LM loss over the held-out sequences' chosen tokens, with masks fixed by the run's seed and each
+        sequence's index (never a step's: two evaluations of the same weights give the same number), under ZeRO-1
+        or DDP as the job trains (Trainer.held_out_loss)."""
+        data, device = self.held_out, self.accelerator.device
+
+        def batch(rows: torch.Tensor) -> tuple:
+            inputs, labels = self._masked(data, rows, HELD_OUT_MASKS)
+            return inputs.to(device), labels.to(device)
+
+        return {"eval_loss": self.held_out_loss(len(data), batch, self._summed_loss, self._targets)}
+
+    def _masked(self, data: TextData, indices: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tokenizer = self.tokenizer
+        return mask_tokens(
+            data.rows("input_ids", indices),
+            indices,
+            seed=self.job.run.seed,
+            step=step,
+            special=self.special,
+            mask_id=tokenizer.mask_token_id,
+            vocab_size=len(tokenizer),
+        )
+
+    def _summed_loss(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.model(input_ids=inputs).logits
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+
+    @staticmethod
+    def _targets(labels: torch.Tensor) -> int:
+        return int((labels != IGNORE_INDEX).sum())
+
     def train_step(self, step: int) -> Step:
         device = self.accelerator.device
         waited = time.perf_counter()
         micro = self.sampler.micro_batches(step)
         weights = [1.0 if len(indices) else 0.0 for indices in micro]
         micro = [indices if len(indices) else torch.zeros(1, dtype=torch.long) for indices in micro]
-        tokenizer = self.tokenizer
         batches = []
         for indices in micro:
-            inputs, labels = mask_tokens(
-                self.sequences.rows("input_ids", indices),
-                indices,
-                seed=self.job.run.seed,
-                step=step,
-                special=self.special,
-                mask_id=tokenizer.mask_token_id,
-                vocab_size=len(tokenizer),
-            )
+            inputs, labels = self._masked(self.sequences, indices, step)
             batches.append((inputs.to(device), labels.to(device)))
         data_wait = time.perf_counter() - waited
-
-        def summed_loss(inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            logits = self.model(input_ids=inputs).logits
-            return F.cross_entropy(
-                logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-            )
 
         def around(last: bool):
             # DeepSpeed reduces at engine.step() only (managed_gradient_accumulation off); DDP at the last backward.
             return contextlib.nullcontext() if last or self.zero else self.accelerator.no_sync(self.model)
 
-        return self.token_mean_step(
-            batches, weights, lambda labels: int((labels != IGNORE_INDEX).sum()), summed_loss, around, data_wait
-        )
+        return self.token_mean_step(batches, weights, self._targets, self._summed_loss, around, data_wait)
 
     def backward(self, loss: torch.Tensor) -> None:
         if self.zero:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from accelerate.utils import set_seed
 from torch.distributed.fsdp import FSDPModule
@@ -32,7 +31,6 @@ from training.spec import MODEL_CONFIG, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
-from training.text.holdout import has_held_out
 from training.text.tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
 from . import export, fast_paths
@@ -66,7 +64,7 @@ class DecoderTrainer(Trainer):
         self.tokenizer_source = job_tokenizer_source(job)
         self.tokenizer = load_tokenizer(self.tokenizer_source)
         self.dataset, self.sampler = self._build_data()
-        self.held_out = self._held_out_data()
+        self.held_out = text.load_held_out(job, run_dir, self.tokenizer, text.DECODER, self.rank, acc.is_main_process)
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.steps_per_epoch
 
@@ -134,18 +132,6 @@ class DecoderTrainer(Trainer):
             )
         return data, sampler
 
-    def _held_out_data(self) -> TextData | None:
-        """The records it evaluates on (--eval-data, or those --eval-fraction holds out), packed as its training
-        data is; None without either."""
-        job = self.job
-        if not has_held_out(job):
-            return None
-        with doing(f"reading held-out data {job.evaluation.data or 'of --eval-fraction'}"):
-            data = text.load(job, self.run_dir, self.tokenizer, text.DECODER, self.rank, text.HELD_OUT)
-        if self.accelerator.is_main_process:
-            print(f"held-out {data.said().removeprefix('data: ')}", flush=True)
-        return data
-
     # ------------------------------------------------------------------ stages
 
     def _summed_loss(self, inputs: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
@@ -163,34 +149,21 @@ class DecoderTrainer(Trainer):
 
     def evaluate(self) -> dict:
         """Token-mean loss over the held-out rows' target tokens (those the training loss counts), and its
-        perplexity: rows dealt round the ranks, summed in float64 and reduced once, so the figure does not depend on
-        the world size. In eval mode without gradients, under the job's sharding; no random state is drawn."""
-        loss_sum, targets = self._held_out_sums(self.held_out)
-        loss = loss_sum / max(targets, 1)
+        perplexity, under the job's sharding (Trainer.held_out_loss)."""
+        data, device = self.held_out, self.accelerator.device
+        positions = "position_ids" if (self.job.data.packing or "masked") == "masked" else None
+
+        def batch(rows: torch.Tensor) -> tuple:
+            inputs, labels = (data.rows(name, rows).to(device) for name in ("input_ids", "labels"))
+            return inputs, labels, data.rows(positions, rows).to(device) if positions else None
+
+        with fast_paths.attention(self.job.parallelism.attention or "sdpa"):
+            loss = self.held_out_loss(len(data), batch, self._summed_loss, self._targets)
         return {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 700.0))}
 
-    def _held_out_sums(self, data: TextData) -> tuple[float, int]:
-        o, device = self.job.optimisation, self.accelerator.device
-        per_batch = o.micro_batch_size * self.world
-        batches = -(-len(data) // per_batch)
-        if self.job.evaluation.batches:
-            batches = min(batches, self.job.evaluation.batches)
-        mine = list(torch.arange(self.rank, min(len(data), batches * per_batch), self.world).split(o.micro_batch_size))
-        mine += [torch.zeros(0, dtype=torch.long)] * (batches - len(mine))  # every rank runs every forward (FSDP)
-        positions = "position_ids" if (self.job.data.packing or "masked") == "masked" else None
-        sums = torch.zeros(2, dtype=torch.float64, device=device)
-        self.model.eval()
-        with torch.no_grad(), fast_paths.attention(self.job.parallelism.attention or "sdpa"):
-            for indices in mine:
-                rows = indices if len(indices) else torch.zeros(1, dtype=torch.long)  # a stand-in that counts 0
-                inputs, labels = (data.rows(name, rows).to(device) for name in ("input_ids", "labels"))
-                at = data.rows(positions, rows).to(device) if positions else None
-                loss = self._summed_loss(inputs, labels, at)
-                if len(indices):
-                    sums += torch.stack([loss.double(), (labels[:, 1:] != IGNORE_INDEX).sum().double()])
-        self.model.train()
-        dist.all_reduce(sums)
-        return float(sums[0]), int(sums[1])
+    @staticmethod
+    def _targets(labels: torch.Tensor) -> int:
+        return int((labels[:, 1:] != IGNORE_INDEX).sum())
 
     def _gradient_sync_only_if(self, last_micro: bool):
         if isinstance(self.model, FSDPModule):
@@ -222,10 +195,7 @@ class DecoderTrainer(Trainer):
             with self._gradient_sync_only_if(last), fast_paths.attention(kernel):
                 yield
 
-        def targets(labels: torch.Tensor) -> int:
-            return int((labels[:, 1:] != IGNORE_INDEX).sum())
-
-        return self.token_mean_step(batches, weights, targets, self._summed_loss, around, data_wait)
+        return self.token_mean_step(batches, weights, self._targets, self._summed_loss, around, data_wait)
 
     def record(self, step: int, step_time: float) -> dict:
         fields = self.token_record(step_time, self.flops_per_token, self.peak_tflops)
@@ -267,10 +237,17 @@ class DecoderTrainer(Trainer):
             f"{data['sequences']} sequences of {job.data.seq_len} tokens{packing})",
             "steps": f"{self.total_steps}, of {job.optimisation.global_batch_size} sequences each",
             "final loss": f"{records[-1]['loss']:.4f}" if records else None,
-            "eval loss": "not measured (no held-out split)",
+            "eval loss": self._card_evaluation(),
             "weights": str(dtype).removeprefix("torch."),
             "trainkit": export.trainkit_version(),
         }
+
+    def _card_evaluation(self) -> str:
+        which, step = self.export_source()
+        evaluated = [r for r in read_jsonl(self.run_dir / "metrics.jsonl") if "eval_loss" in r and r["step"] == step]
+        if not evaluated:
+            return "not measured (no held-out data)" if self.best is None else f"not measured at step {step}"
+        return f"{evaluated[-1]['eval_loss']:.4f} (held-out, the {which} checkpoint's, step {step})"
 
     # ------------------------------------------------------------------ around the loop
 
@@ -278,10 +255,24 @@ class DecoderTrainer(Trainer):
         if self.accelerator.is_main_process and self.job.model.truncated_label:
             print(f"NOTE: {self.job.model.truncated_label}", flush=True)
 
+    def export_source(self) -> tuple[str, int]:
+        """Which checkpoint the export is made from: (`best` or `last`, its step). --export-from best takes the best
+        evaluation's checkpoint (kept by --keep-best); last, or best before any evaluation, the final one."""
+        best = self.best
+        if self.job.evaluation.export_from == "best" and best is not None and best.step is not None:
+            return "best", best.step
+        return "last", self.final_step
+
     def report(self) -> dict:
+        which, step = self.export_source()
+        if step != self.final_step:  # the final checkpoint is saved: the weights of the best go into the model
+            self.run.load_checkpoint(step)
         with doing(f"exporting the model to {self.run_dir / 'model'}"):
             exported = self.export()
+        if self.accelerator.is_main_process:
+            print(f"exported the {which} checkpoint (step {step}) to {exported}", flush=True)
         return {
+            "exported_from": {"checkpoint": which, "step": step},
             "truncated": self.job.model.truncated_label,
             "sharding": self.sharding_report,
             "fast_paths": self.fast_paths | {"graphs_compiled": fast_paths.compiled_graphs()},

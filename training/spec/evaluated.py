@@ -37,12 +37,11 @@ class EvaluationOptions:
     )
     interval: int | None = option(
         None,
-        "Evaluate every N optimizer steps and after the last (default: at every checkpoint when there is held-out "
-        "data; 0 turns evaluation off).",
+        "Evaluate every N optimizer steps and after the last (default: language models at every checkpoint when "
+        "they have held-out data, vision at every epoch's end; 0 turns evaluation off).",
         flag="eval-interval",
         minimum=0,
         trains=False,
-        family=text_families,
     )
     batches: int | None = option(
         None,
@@ -50,5 +49,33 @@ class EvaluationOptions:
         flag="eval-batches",
         minimum=1,
         trains=False,
-        family=text_families,
+    )
+    keep_best: bool | None = option(
+        None,
+        "Keep the checkpoint of the best evaluation (the family's figure: eval loss, vision's top-1) apart from the "
+        "rolling --keep-checkpoints, as checkpoints/best names it; default: true when the run evaluates.",
+        flag="keep-best",
+        trains=False,
+    )
+    export_from: str | None = option(
+        None,
+        "Decoders: export the model from the `best` checkpoint or the `last` one; default: best when the best is "
+        "kept (--keep-best), else last.",
+        flag="export-from",
+        choices=("best", "last"),
+        trains=False,
+        family="decoder",
+    )
+    early_stop_patience: int | None = option(
+        None,
+        "Stop after this many evaluations in a row without an improvement of more than --early-stop-delta: a normal "
+        "end (a final checkpoint, the export, exit 0) that no restart or retry trains on from.",
+        flag="early-stop-patience",
+        minimum=1,
+    )
+    early_stop_delta: float | None = option(
+        None,
+        "How much an evaluation must improve on the best so far to count for --early-stop-patience (default 0).",
+        flag="early-stop-delta",
+        minimum=0,
     )

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 from training.common.checkpoint import this_rank_owns_disk
-from training.common.failure import DataError
+from training.common.failure import DataError, doing
 from training.spec import Job, data_source
 
 from . import cache, formats, packing, records
-from .holdout import held_out_records
+from .holdout import has_held_out, held_out_records
 
 DECODER, ENCODER = "decoder", "encoder"
 TRAIN, HELD_OUT = "train", "held-out"
@@ -137,3 +137,15 @@ def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, part: str =
     # no filesystem); the others wait for its folder.
     done = cache.tokenized(run_dir.parent, key, build, this_rank_owns_disk(rank))
     return TextData(done.arrays, done)
+
+
+def load_held_out(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, is_main: bool) -> TextData | None:
+    """The rows a text model evaluates on (--eval-data, or the records --eval-fraction holds out), packed as its
+    training data is and said on the console by the main rank; None without either."""
+    if not has_held_out(job):
+        return None
+    with doing(f"reading held-out data {job.evaluation.data or 'of --eval-fraction'}"):
+        data = load(job, run_dir, tokenizer, layout, rank, HELD_OUT)
+    if is_main:
+        print(f"held-out {data.said().removeprefix('data: ')}", flush=True)
+    return data

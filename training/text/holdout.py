@@ -26,3 +26,12 @@ def held_out_records(count: int, fraction: float, seed: int) -> np.ndarray:
 def has_held_out(job: Job) -> bool:
     """Whether the job evaluates a language model on held-out records (--eval-data or --eval-fraction)."""
     return bool(job.evaluation.data or job.evaluation.fraction)
+
+
+def evaluates(job: Job) -> bool:
+    """Whether the job's workers evaluate: its family says (a launcher side's `evaluates`, vision's val/ split), else
+    held-out text (--eval-data or --eval-fraction) and an interval that is not 0."""
+    from training.families import family_of, launcher_hook
+
+    says = launcher_hook(family_of(job.model.family), "evaluates") if job.model.family else None
+    return (says(job) if says else has_held_out(job)) and job.evaluation.interval != 0

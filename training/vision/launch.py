@@ -16,6 +16,11 @@ SYNTHETIC_CLASSES = 10
 """Classes of the synthetic JPEG tree (`--dataset synthetic`)."""
 
 
+def evaluates(job: Job) -> bool:
+    """A vision job evaluates on its tree's val/ split, unless --synthetic feeds it no images at all."""
+    return not job.data.synthetic
+
+
 def check_inputs(job: Job, entry) -> None:
     """A given ImageFolder tree has the layout the workers read (it says how to make one)."""
     if job.data.dataset == SYNTHETIC:

@@ -178,9 +178,21 @@ class VisionTrainer(Trainer):
         for buffer in self.accelerator.unwrap_model(self.model).buffers():
             dist.broadcast(buffer, src=0)
 
+    def evaluates(self) -> bool:
+        """Whether it has a val/ split to evaluate on (--synthetic has no images at all)."""
+        return not self.job.data.synthetic
+
+    def eval_due(self, done: int) -> bool:
+        """At the end of every epoch (and the last step), or every --eval-interval steps and the last; never with
+        --eval-interval 0."""
+        if self.job.evaluation.interval is None:
+            return self.evaluates() and self.epoch_end(done)
+        return super().eval_due(done)
+
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Top-1 / top-5 over the whole val/ split (each image once across ranks)."""
+        """Top-1 / top-5 over the whole val/ split (each image once across ranks), or over each rank's first
+        --eval-batches micro batches of it."""
         self._sync_buffers()
         self.model.eval()
         totals = torch.zeros(4, device=self.device, dtype=torch.float64)  # top1, top5, loss sum, count
@@ -193,7 +205,10 @@ class VisionTrainer(Trainer):
                 self.loader_settings,
             )
         k = min(5, len(self.classes))
-        for images, labels in self.val_batches:
+        limit = self.job.evaluation.batches
+        for index, (images, labels) in enumerate(self.val_batches):
+            if limit and index == limit:
+                break
             images = images.to(self.device, non_blocking=True, memory_format=self.memory_format)
             labels = labels.to(self.device, non_blocking=True)
             logits = self.model(images).float()
@@ -204,12 +219,14 @@ class VisionTrainer(Trainer):
             totals[3] += labels.numel()
         dist.all_reduce(totals)
         count = max(1.0, float(totals[3]))
-        return {
+        self.model.train()
+        self.evaluation = {
             "val_top1": float(totals[0]) / count,
             "val_top5": float(totals[1]) / count,
             "val_loss": float(totals[2]) / count,
             "val_images": int(totals[3]),
         }
+        return self.evaluation
 
     def _record_forward_dtype(self, _module, inputs: tuple, output: torch.Tensor) -> None:
         self.forward_dtype = output.dtype
@@ -257,10 +274,9 @@ class VisionTrainer(Trainer):
         if self.job.data.synthetic:
             return {}
         fields = {"epoch_time_s": time.perf_counter() - self.epoch_started if self.epoch_whole else None}
-        self.evaluation = self.evaluate()
         self.replica_digests()
         self.epoch_started, self.epoch_whole = None, True
-        return fields | self.evaluation
+        return fields
 
     def record(self, step: int, step_time: float) -> dict:
         return {"samples_seen": step * self.job.optimisation.global_batch_size}

@@ -13,6 +13,7 @@ from training.registry import GPU_ONLY
 from training.spec import Job, all_fields, by_key
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
+from trainkit.job.held_out import derive_evaluation
 from trainkit.job.models import get_model
 from trainkit.job.validate import validate_batch
 
@@ -82,6 +83,7 @@ def derive(job: Job, machine: Machine) -> None:
     o.lr_derived = not lr_given
     if job.model.init == "pretrained" and job.model.weights is None:
         job.model.weights = entry.hub_id
+    derive_evaluation(job, family)
     job.run.notes.extend(family_notes(family, job, entry))
     if job.model.layers is not None and family.text and job.model.layers <= entry.arch.num_hidden_layers:
         full = entry.arch.num_hidden_layers

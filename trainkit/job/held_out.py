@@ -5,14 +5,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from training.families import Family
 from training.spec import Job
+from training.text.holdout import evaluates
 from trainkit.errors import SpecError
 from trainkit.job.models import HUB_ID
 
 
-def validate_evaluation(job: Job) -> None:
-    """A language model's held-out data comes one way, and the evaluation flags need some."""
+def validate_evaluation(job: Job, text: bool) -> None:
+    """A language model's held-out data comes one way, and the evaluation flags need some (a vision job's is its
+    val/ split, which --synthetic lacks)."""
     held_out = job.evaluation
+    if not text:
+        for flag, value in (("--eval-interval", held_out.interval), ("--eval-batches", held_out.batches)):
+            if value and job.data.synthetic:
+                raise SpecError(
+                    f"{flag} {value}: --synthetic feeds random tensors and has no val/ split to evaluate on; drop "
+                    f"{flag} (or --synthetic)"
+                )
+        return
     if held_out.data and held_out.fraction:
         raise SpecError(
             f"--eval-data {held_out.data} and --eval-fraction {held_out.fraction}: held-out data comes one way; "
@@ -42,3 +53,39 @@ def validate_eval_data_here(job: Job) -> None:
             f"--eval-data {data}: no such file or folder, and not a Hugging Face dataset id (owner/name); give a "
             ".jsonl file, a dataset folder or an owner/name id"
         )
+
+
+def derive_evaluation(job: Job, family: Family) -> None:
+    """What evaluation decides when the flags leave it open: the best checkpoint is kept when the run evaluates,
+    and a family that exports exports from it then (else from the last)."""
+    held_out = job.evaluation
+    if held_out.keep_best is None:
+        held_out.keep_best = evaluates(job)
+    if family.exports and held_out.export_from is None:
+        held_out.export_from = "best" if held_out.keep_best else "last"
+
+
+def validate_keeping(job: Job) -> None:
+    """The best checkpoint and early stopping need evaluations to judge by."""
+    held_out = job.evaluation
+    if evaluates(job):
+        if held_out.export_from == "best" and not held_out.keep_best:
+            raise SpecError(
+                "--export-from best with --keep-best false: the best checkpoint would not be kept to export from; "
+                "drop --keep-best false, or give --export-from last"
+            )
+        if held_out.early_stop_delta is not None and held_out.early_stop_patience is None:
+            raise SpecError(
+                f"--early-stop-delta {held_out.early_stop_delta}: it sets what counts for --early-stop-patience; "
+                "give --early-stop-patience K too (or drop it)"
+            )
+        return
+    why = "the run does not evaluate: give --eval-fraction F or --eval-data PATH (vision: drop --synthetic)"
+    for flag, value in (
+        ("--keep-best", held_out.keep_best),
+        ("--export-from", held_out.export_from == "best" or None),
+        ("--early-stop-patience", held_out.early_stop_patience),
+        ("--early-stop-delta", held_out.early_stop_delta),
+    ):
+        if value:
+            raise SpecError(f"{flag}: {why}, or drop {flag}")

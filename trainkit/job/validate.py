@@ -12,7 +12,7 @@ from training.families import family_of, launcher_hook, text_families
 from training.spec import SHARDING_STRATEGIES, ZERO_1, Job, all_fields, by_key, micro_steps
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
-from trainkit.job.held_out import validate_eval_data_here, validate_evaluation
+from trainkit.job.held_out import validate_eval_data_here, validate_evaluation, validate_keeping
 from trainkit.job.models import HUB_ID, ModelEntry, get_model
 
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
@@ -47,9 +47,11 @@ def validate(job: Job, machine: Machine) -> None:
         )
     require(p.min_nodes <= p.nodes, f"--nodes {p.min_nodes}:{p.nodes}: the minimum must not exceed the maximum")
     if recipe:
-        if family_of(entry.family).text:
+        text = family_of(entry.family).text
+        validate_evaluation(job, text)
+        validate_keeping(job)
+        if text:
             check_language_model(job, entry)
-            validate_evaluation(job)
             _validate_fast_paths(job, machine)
         else:
             _validate_images(job, machine)

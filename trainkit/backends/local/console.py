@@ -132,6 +132,20 @@ def evaluation_line(evaluated: dict) -> str:
     )
 
 
+def early_line(early: dict) -> str:
+    """`early at step 84 of 200: no improvement in the patience's evaluations; best at step 72`."""
+    return (
+        f"early at step {early['step']} of {early['of']}: the evaluations stopped improving (--early-stop-patience); "
+        f"best at step {early['best_step']}"
+    )
+
+
+def exported_from(summary: dict) -> str:
+    """` (from the best checkpoint, step 72)`: which checkpoint the export is, where the run says."""
+    source = summary.get("exported_from")
+    return f" (from the {source['checkpoint']} checkpoint, step {source['step']})" if source else ""
+
+
 def summary_block(job: Job, wall_s: float) -> str | None:
     """The lines a finished run ends on: loss first -> last, median throughput, wall time, where its
     outputs are, and what to run next. None when the run left no summary (it did not finish)."""
@@ -154,9 +168,10 @@ def summary_block(job: Job, wall_s: float) -> str | None:
     rows = [
         ("loss", f"{loss} over {summary.get('steps', 0)} steps"),
         *([("eval", evaluation_line(summary["evaluation"]))] if summary.get("evaluation") else []),
+        *([("stopped", early_line(summary["stopped_early"]))] if summary.get("stopped_early") else []),
         ("throughput", " | ".join(throughput) + " (median over the measured steps)" if throughput else "-"),
         ("wall time", f"{wall_s:.1f} s (this command), restarts {summary.get('restarts', 0)}"),
-        ("model", str(model if model.is_dir() else run_dir / "checkpoints")),
+        ("model", str(model if model.is_dir() else run_dir / "checkpoints") + exported_from(summary)),
         ("metrics", f"{run_dir / 'metrics.jsonl'}, {run_dir / 'summary.json'}"),
         ("logs", f"{run_dir / 'logs'} (invoke logs --run-id {run} --rank R)"),
         ("report", f"invoke obs.report --run {run}  (writes {run_dir / 'report.png'})"),

@@ -189,7 +189,11 @@ def status(ref: RunRef) -> RunStatus:
     else:
         state = RunState.STOPPED if events and events[-1]["event"] == "stop" else RunState.LOST
     what = job.model.name if job.run.workload == "recipe" else workload_label(run_dir, job.run.workload)
-    lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {state.value}"]
+    said = state.value
+    early = _summary(run_dir).get("stopped_early") if state is RunState.FINISHED else None
+    if early:
+        said += f": stopped early at step {early['step']}, best at step {early['best_step']}"
+    lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {said}"]
     if state is RunState.FAILED:
         lines.append(f"  cause      {failure['line']}")
     metrics = read_jsonl(run_dir / "metrics.jsonl")
@@ -209,6 +213,13 @@ def status(ref: RunRef) -> RunStatus:
         lines.append(f"  again      {again_line(job.run.workload, failure, events)}")
     lines.append(f"  folder     {run_dir}")
     return RunStatus(state, "\n".join(lines))
+
+
+def _summary(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def evaluation_line(job, records: list[dict]) -> str | None:

@@ -29,7 +29,7 @@ from importlib.resources import files
 
 from training.families import Throughput, family_of
 from training.spec import Job
-from training.text.holdout import has_held_out
+from training.text.holdout import evaluates
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.hardware import INSTANCE_TABLE
@@ -151,7 +151,7 @@ def metric_definitions(job: Job) -> list[dict]:
     if job.run.workload != "recipe":
         return []
     family = family_of(get_model(job.model.name).family)
-    evaluated = eval_metrics(family.eval_metrics) if has_held_out(job) else []
+    evaluated = eval_metrics(family.eval_metrics) if evaluates(job) else []
     found = [LOSS_METRIC, rate_metric(family.throughput), *evaluated]
     return [{"Name": name, "Regex": regex} for name, regex in found]
 
