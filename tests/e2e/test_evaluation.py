@@ -11,6 +11,8 @@ import signal
 import time
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.helpers.product import invoke, read_jsonl, start_invoke, tiny_args
 from tests.helpers.waiting import latest_step, wait_for
@@ -91,9 +93,10 @@ def test_killed_while_writing_a_checkpoint_it_resumes_to_the_same_losses_and_eva
     assert [(r["step"], r["eval_loss"]) for r in resumed if "eval_loss" in r] == [(9, reference[-1]["eval_loss"])]
 
 
-def test_an_overfitting_run_stops_early_exports_its_best_checkpoint_and_is_not_trained_again(tmp_path):
+def test_an_overfitting_run_stops_early_exports_its_best_checkpoint_which_generates_text(tmp_path):
     """A few records and many steps: the held-out loss turns, the run stops after --early-stop-patience evaluations
-    without an improvement, a normal end (exit 0, no restart); the best checkpoint is kept and exported."""
+    without an improvement, a normal end (exit 0, no restart); the best checkpoint is kept and exported, and
+    `invoke generate` on the export makes what transformers' own generate makes."""
     data = tmp_path / "few.jsonl"
     write_dialogues(data, count=24, seed=5)
     flags = ("--nproc", "2", "--dataset", str(data), "--eval-fraction", "0.25", "--eval-interval", "3")
@@ -124,3 +127,25 @@ def test_an_overfitting_run_stops_early_exports_its_best_checkpoint_and_is_not_t
     again = invoke(*tiny_args(tmp_path, *flags))
     assert again.returncode == 0 and f"run early already stopped early at step {early['step']}" in again.stdout
     assert json.loads((run_dir / "summary.json").read_text()) == summary
+
+    # `invoke generate` on the export: the tokens transformers' own generate makes with the same seed and settings,
+    # from the prompt the run's dialogue-summary records framed
+    dialogue = "A: The train is late again.\nB: Then we take the bus."
+    settings = ("--max-new-tokens", "16", "--temperature", "0.8", "--seed", "3")
+    said = invoke("generate", "--run-id", "early", "--runs-dir", str(tmp_path), "--prompt", dialogue, *settings)
+    assert said.returncode == 0, said.stderr[-2000:]
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "model")
+    framed = f"Summarize the following dialogue.\n\n{dialogue}\n\nSummary:\n"
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer(framed, add_special_tokens=False)["input_ids"]]])
+    torch.manual_seed(3)
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=16,
+        do_sample=True,
+        temperature=0.8,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    expected = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert expected.strip() and said.stdout.strip() == expected.strip(), (said.stdout, expected)

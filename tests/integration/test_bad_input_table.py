@@ -9,6 +9,8 @@ without a bad case fails here.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.helpers.product import invoke
@@ -251,3 +253,51 @@ def test_run_refuses(option, tmp_path):
     env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state")}
     result = invoke("run", "--runs-dir", str(runs), *(v.format(**files) for v in bad), env=env, timeout=60)
     refused(result, runs, names)
+
+
+# `invoke generate`'s options (before any model is loaded): option -> (flags, text the message names); and the runs
+# it cannot take. Each refusal: exit 2, one line, no traceback.
+GENERATE: dict[str, tuple[tuple[str, ...], str]] = {
+    "run_id": (("--run-id", "nope", "--prompt", "hi"), "--run-id 'nope': no run in"),
+    "prompt": (("--run-id", "dec"), "--prompt is required"),
+    "max_new_tokens": (("--run-id", "dec", "--prompt", "hi", "--max-new-tokens", "0"), "--max-new-tokens 0"),
+    "temperature": (("--run-id", "dec", "--prompt", "hi", "--temperature", "-1"), "--temperature -1"),
+    "seed": (("--run-id", "dec", "--prompt", "hi", "--seed", "x"), "--seed take whole numbers"),
+    "runs_dir": (("--prompt", "hi", "--runs-dir", "{tmp}/empty"), "no runs in"),
+    "target": (("--run-id", "remote", "--prompt", "hi", "--target", "gcp"), "--target"),
+}
+GENERATE_VALUELESS = {"interactive"}
+GENERATE_JOINT: dict[str, tuple[tuple[str, ...], str]] = {
+    "a BERT run": (("--run-id", "enc", "--prompt", "hi"), "run enc trained a BERT model"),
+    "a decoder run that has not exported yet": (("--run-id", "dec", "--prompt", "hi"), "run dec has no export yet"),
+    "a run on SageMaker": (("--run-id", "remote", "--prompt", "hi", "--target", "sagemaker"), "/checkpoints/remote/"),
+}
+
+
+def generate_refused(tmp_path, flags: tuple[str, ...], names: str) -> None:
+    from training.spec import Job
+
+    runs = tmp_path / "runs"
+    for run_id, model, family in (("dec", "llama2-tiny", "decoder"), ("enc", "bert-tiny", "bert")):
+        job = Job()
+        job.run.run_id, job.model.name, job.model.family = run_id, model, family
+        (runs / run_id).mkdir(parents=True)
+        (runs / run_id / "spec.json").write_text(json.dumps(job.to_dict()))
+    args = [v.format(tmp=tmp_path) for v in flags]
+    where = [] if "--runs-dir" in args else ["--runs-dir", str(runs)]
+    result = invoke("generate", *where, *args, env={"TRAINKIT_STATE_DIR": str(tmp_path / "state")}, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stdout[-1500:], result.stderr[-1500:])
+    assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_the_generate_table_covers_every_option():
+    from trainkit.cli.generate import generate
+
+    assert set(GENERATE) | GENERATE_VALUELESS == {a.name for a in task_arguments(generate)}
+
+
+@pytest.mark.parametrize("case", sorted(GENERATE) + sorted(GENERATE_JOINT))
+def test_generate_refuses(case, tmp_path):
+    generate_refused(tmp_path, *(GENERATE | GENERATE_JOINT)[case])

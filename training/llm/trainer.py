@@ -27,7 +27,7 @@ from training.common.sampling import StepSampler
 from training.common.trainer import Step, Trainer, parameter_groups
 from training.families import DECODER
 from training.registry import DecoderArch
-from training.spec import MODEL_CONFIG, Job, data_source
+from training.spec import EXPORT_DIR, MODEL_CONFIG, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
@@ -204,7 +204,7 @@ class DecoderTrainer(Trainer):
     def export(self) -> Path | None:
         """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory."""
         state_dict = self.accelerator.get_state_dict(self.model)
-        target = self.run_dir / "model"
+        target = self.run_dir / EXPORT_DIR
         if self.accelerator.is_main_process:
             tmp = self.run_dir / ".tmp-model"
             shutil.rmtree(tmp, ignore_errors=True)

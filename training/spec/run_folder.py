@@ -16,6 +16,8 @@ from training.spec.schema import Job, read_job
 MODEL_CONFIG = "model_config.json"
 """In the run folder: what the workers build a randomly initialised model from (language models: a
 Hugging Face config.json; vision: the class count of synthetic input)."""
+EXPORT_DIR = "model"
+"""In the run folder: a decoder run's export, a Hugging Face model folder (`invoke generate` loads it)."""
 RANK_LOGS_DIR = "ranks"
 RUN_DIR_ENV = "TRAINKIT_RUN_DIR"
 """Every process of a run finds its run folder here (the launcher sets it; a user's script reads it)."""

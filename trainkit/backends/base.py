@@ -105,6 +105,11 @@ class Backend(abc.ABC):
         `into`, for `invoke obs.report`; False: this target keeps none apart from the local runs folder."""
         return False
 
+    def export_location(self, run_id: str | None) -> str:
+        """Where a finished decoder run's export is on this target, and how to copy the run (without its checkpoints)
+        into the local runs folder, where `invoke generate` loads it."""
+        return f"--target {self.name} keeps its runs here: give --runs-dir"
+
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         """Keep the Hugging Face token where this target's jobs read it (`invoke secrets.hf-token`); says where."""
         raise SpecError(f"--target {self.name} keeps no token: its runs read HF_TOKEN or the Hugging Face CLI's file")

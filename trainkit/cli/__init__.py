@@ -16,13 +16,14 @@ try:  # before the tasks' modules: a family module's models and options are flag
 except ValueError as error:
     sys.exit(f"error: {error}")
 
-from trainkit.cli import bench, data, images, infra, nccl_test, obs, run, secrets, train  # noqa: E402
+from trainkit.cli import bench, data, generate, images, infra, nccl_test, obs, run, secrets, train  # noqa: E402
 
 namespace = Collection(
     *train.TASKS,
     *bench.TASKS,
     *nccl_test.TASKS,
     *run.TASKS,
+    *generate.TASKS,
     infra.collection,
     data.collection,
     images.collection,

@@ -14,7 +14,7 @@ import posixpath
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from training.spec import SYNTHETIC, Job
+from training.spec import EXPORT_DIR, SYNTHETIC, Job
 from trainkit import hardware
 from trainkit.backends.aws import AwsBackend, Clients, stamp
 from trainkit.backends.base import RunRef, cloud_machine
@@ -206,6 +206,15 @@ class BatchBackend(AwsBackend):
 
     def _stop(self, clients: Clients, job: str) -> str:
         return jobs.stop(clients, job)
+
+    def export_location(self, run_id: str | None) -> str:
+        run = run_id or "<run-id>"
+        folder = posixpath.join(self.stack().fsx_mount_path, "runs", run)
+        return (
+            f"its export is {folder}/{EXPORT_DIR} on the FSx volume the job's nodes mount; copy the run here without "
+            f"its checkpoints from a machine that mounts it (`rsync -a --exclude checkpoints HOST:{folder}/ "
+            f"runs/{run}/`), then run this again"
+        )
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         return api.put_hf_token(self.clients(), self.stack(), token)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from training.spec import Job
+from training.spec import EXPORT_DIR, Job
 from trainkit.backends.base import Backend, RunRef, cloud_machine, deadline_cause_line
 from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, submission, task
 from trainkit.backends.eks.kube import (
@@ -376,6 +376,15 @@ class EksBackend(Backend):
 
     def stop(self, ref: RunRef) -> str:
         return stop(_namespace(ref), ref.run_id)
+
+    def export_location(self, run_id: str | None) -> str:
+        run = run_id or "<run-id>"
+        folder = f"{cluster.FSX_MOUNT}/runs/{run}"
+        return (
+            f"its export is {folder}/{EXPORT_DIR} on the cluster's FSx volume; copy the run here without its "
+            f"checkpoints from a pod or machine that mounts it (e.g. `kubectl cp <pod>:{folder}/{EXPORT_DIR} "
+            f"runs/{run}/{EXPORT_DIR}`, with its spec.json and summary.json), then run this again"
+        )
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         return put_hf_token(token, _namespace(ref))

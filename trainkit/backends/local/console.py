@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from training.families import family_of
-from training.spec import RANK_LOGS_DIR, Job
+from training.spec import EXPORT_DIR, RANK_LOGS_DIR, Job
 
 
 def rank_files(record: Path, since: float) -> dict[str, str] | None:
@@ -163,7 +163,7 @@ def summary_block(job: Job, wall_s: float) -> str | None:
     ]
     first, last = summary.get("first_loss"), summary.get("last_loss")
     loss = f"{first:.4f} -> {last:.4f}" if first is not None and last is not None else "not recorded"
-    model = run_dir / "model"
+    model = run_dir / EXPORT_DIR
     run = f"{job.run.run_id}" + (f" --runs-dir {job.run.runs_dir}" if job.run.runs_dir != "runs" else "")
     rows = [
         ("loss", f"{loss} over {summary.get('steps', 0)} steps"),

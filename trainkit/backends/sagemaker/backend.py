@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.spec import SPEC_FILE, Job
+from training.spec import EXPORT_DIR, SPEC_FILE, Job
 from trainkit.backends.aws import AwsBackend, Clients, stamp
 from trainkit.backends.base import RunRef, cloud_machine
 from trainkit.backends.sagemaker import api, request
@@ -195,6 +195,15 @@ class SageMakerBackend(AwsBackend):
 
     def _stop(self, clients: Clients, job: str) -> str:
         return api.stop(clients, job)
+
+    def export_location(self, run_id: str | None) -> str:
+        run = run_id or api.newest_job(self.clients(), None)[0]
+        folder = f"{request.checkpoint_prefix(self._stack(), run)}{run}/"
+        return (
+            f"its export is {folder}{EXPORT_DIR}/ in S3 (SageMaker syncs the run folder there); copy the run "
+            f"here without its checkpoints: `aws s3 sync {folder} runs/{run}/ --exclude 'checkpoints/*'`, then run "
+            "this again"
+        )
 
     def put_hf_token(self, token: str, ref: RunRef) -> str:
         return api.put_hf_token(self.clients(), token)
