@@ -23,6 +23,7 @@ from tests.helpers.waiting import latest_step, wait_for
 from training.common.faults import HANG_ENV, RELEASE_FILE
 
 JOB = ("--model", "bert-tiny", "--nodes", "2", "--nproc", "1", "--seq-len", "32", "--checkpoint-interval", "4")
+JOB += ("--eval-fraction", "0.1")  # evaluated at each checkpoint: `invoke status` shows the last one
 
 
 @pytest.fixture
@@ -111,6 +112,8 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert "status SUCCEEDED, 2 x p5.48xlarge, attempt 2 of 4" in text, text
     assert "  attempt 1: " in text and "exit 192" in text and "node 1 SUCCEEDED, exit 0" in text, text
     assert "run folder /fsx/runs/stl (FSx)" in text, text
+    last_eval = [r for r in read_jsonl(run / "metrics.jsonl") if "eval_loss" in r][-1]
+    assert f"  eval at step 16: eval_loss={last_eval['eval_loss']:.4f}" in text, text
 
     # The lost host's attempt is retried; the second attempt resumes from the step-4 checkpoint, its rank 1 freezes,
     # and with no attempt left (--max-restarts 1) the job fails with the stall's cause, not retried.

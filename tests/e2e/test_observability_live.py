@@ -49,6 +49,7 @@ def scraped_run(tmp_path_factory):
     endpoint = re.search(r"prometheus +started on (\S+)", up.stdout).group(1)
     try:
         flags = ["--nproc", "2", "--steps", "40", "--checkpoint-interval", "10", "--peak-tflops", "0.5"]
+        flags += ["--eval-fraction", "0.1"]  # the Loss panel's held-out series: evaluated at each checkpoint
         flags += ["--metrics-port", str(free_port_pair()), "--run-id", RUN_ID, "--runs-dir", str(tmp / "runs")]
         trained = invoke("train", *flags, env=env)
         assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-2000:]
@@ -77,6 +78,9 @@ def test_every_training_panel_returns_data_that_matches_the_run(scraped_run):
         assert result and all(math.isfinite(v) for v in values(result)), f"panel {title!r}: no data from {expr!r}"
     loss = values(ask(endpoint, expand(panel_expr(board, "Loss"), {"run_id": RUN_ID}), at))
     assert loss[0] in {r["loss"] for r in records}, "the loss panel shows a loss the run logged"
+    held_out = next(expr for panel, expr in panel_queries(board) if panel == "Loss" and "eval" in expr)
+    evaluated = values(ask(endpoint, expand(held_out, {"run_id": RUN_ID}), at))
+    assert evaluated[0] in {r["eval_loss"] for r in records if "eval_loss" in r}, "and a held-out loss it logged"
     assert values(ask(endpoint, expand(panel_expr(board, "Restarts"), {"run_id": RUN_ID}), at)) == [0.0]
     since = values(ask(endpoint, expand(panel_expr(board, "Since last step"), {"run_id": RUN_ID}), at))
     assert 0 <= since[0] < 30

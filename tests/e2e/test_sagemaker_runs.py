@@ -95,6 +95,7 @@ def events(account, run_id: str) -> list[dict]:
 # The interruption lands after the step-8 checkpoint and before the step-12 one (about 1 s a step on two CPU cores,
 # slower with two jobs): 12 steps leave that window as long as more would, and the restarted hosts little to redo.
 JOB = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "12", "--checkpoint-interval", "4")
+JOB += ("--eval-fraction", "0.1")  # evaluated at each checkpoint: SageMaker's metric definitions read the figures
 
 
 def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resumes_with_the_same_losses(
@@ -144,8 +145,14 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
         names = archive.getnames()
     assert "config.json" in names and any(n.endswith(".safetensors") for n in names), names
 
+    # the metric definitions read the leader's log: the last evaluation's figures, as metrics.jsonl has them
+    final = {m["MetricName"]: m["Value"] for m in described["FinalMetricDataList"]}
+    last_eval = [json.loads(line) for line in metrics if "eval_loss" in line][-1]
+    assert last_eval["step"] == 12 and final["eval_loss"] == round(last_eval["eval_loss"], 4), (final, last_eval)
+    assert final["eval_ppl"] == round(last_eval["eval_ppl"], 4) and final["loss"] > 0, final
     status = invoke_in(tmp_path, "status", "--run-id", "ref")
     assert f"SageMaker job {reference} (run ref)" in status.stdout and "status Completed / Completed" in status.stdout
+    assert f"eval_loss {final['eval_loss']:.4g}" in status.stdout, status.stdout
     rank1 = invoke_in(tmp_path, "logs", "--run-id", "ref", "--rank", "1")
     assert rank1.returncode == 0, rank1.stderr
     lines = rank1.stdout.splitlines()

@@ -126,8 +126,8 @@ def test_the_same_run_launched_twice_at_once_trains_once(tmp_path):
         assert json.loads((run_dir / "spec.json").read_text()) == json.loads(spec)
 
 
-# A SIGKILL while a checkpoint is written keeps the previous one, and the same command resumes from it:
-# tests/e2e/test_evaluation.py, with held-out evaluation (the resumed evaluations are the uninterrupted run's).
+# A rank SIGKILLed while a checkpoint is written: the previous one stays the latest and the restarted ranks resume
+# from it: tests/e2e/test_evaluation.py, with held-out evaluation (the resumed evaluation is the uninterrupted run's).
 
 
 # --------------------------------------------------------------------------- strategies and guards

@@ -20,6 +20,10 @@ job moves through SageMaker's states while they run. Each rule is SageMaker's, f
   spot, BillableTimeInSeconds the same.
 - Logs ("Log Amazon SageMaker AI Events with Amazon CloudWatch"): each host's output to the log group
   `/aws/sagemaker/TrainingJobs`, stream `<job>/algo-<n>-<epoch seconds>`.
+- Metrics (API reference, MetricDefinition: its Regex "searches the output of a training job and gets the value of
+  the metric"; Developer Guide, "Define metrics": the value is the regex's first group): every host's log lines are
+  searched with each definition, and DescribeTrainingJob's FinalMetricDataList ("the names, values, and dates and
+  times that the training algorithm emitted") holds each metric's last value and when it was logged.
 - StopTrainingJob (API reference: "sends the algorithm the SIGTERM signal, which delays job termination for 120
   seconds"): SIGTERM to every host's entry point (a container's first process), SIGKILL to all its processes after
   the grace (GRACE_S here, shorter than 120 s so tests stay short),
@@ -51,6 +55,7 @@ import functools
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import tarfile
@@ -96,6 +101,9 @@ class Job:
         self.stamp = 0  # the epoch seconds in the log streams' names of the latest start of the instances
         self.lock = threading.Lock()
         self.network = Network()  # opened when the job runs, closed when it ends or by kill()
+        definitions = request["AlgorithmSpecification"].get("MetricDefinitions", [])
+        self.metric_rules = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+        self.fake.final_metric_data_list = []
         self.fake.secondary_status_transitions = []
         self._state("InProgress", "Starting", "Preparing the instances for training")
 
@@ -175,8 +183,19 @@ class Job:
         def put(message: str) -> None:
             event = {"timestamp": int(time.time() * 1000), "message": message}
             logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[event])
+            self._metrics(message, time.time())
 
         pump_lines(process, put)
+
+    def _metrics(self, line: str, when: float) -> None:
+        """A log line's values for the request's metric definitions: each metric's latest, as FinalMetricDataList."""
+        for name, regex in self.metric_rules:
+            found = regex.search(line)
+            if found:
+                with self.lock:
+                    kept = [m for m in self.fake.final_metric_data_list if m["MetricName"] != name]
+                    value = {"MetricName": name, "Value": float(found.group(1)), "Timestamp": when}
+                    self.fake.final_metric_data_list = [*kept, value]
 
     def run(self) -> None:
         try:

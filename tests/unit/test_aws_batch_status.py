@@ -69,10 +69,23 @@ class FakeBatch:
 
 
 class FakeLogs:
+    """Each node's stream: rank 0 (its evaluations) happened to be on the child node."""
+
+    STREAMS = {
+        "def/default/task0": [
+            "[default0]:r1 step 12/60",
+            f"{RESULT_PREFIX}node-0 exit 3 (not retried): node-1: rank 9: bad record",
+        ],
+        "def/default/task1": [
+            "[default0]:r1 eval at step 4: eval_loss=3.1000",
+            "[default0]:r1 eval at step 12: eval_loss=2.5000",
+            "[default0]:r1 step 12/60",
+        ],
+    }
+
     def get_log_events(self, logGroupName, logStreamName, startFromHead, limit):  # noqa: N803 - boto3's names
-        assert (logGroupName, logStreamName, startFromHead) == ("/aws/batch/job", "def/default/task0", False)
-        lines = ["[default0]:r1 step 12/60", f"{RESULT_PREFIX}node-0 exit 3 (not retried): node-1: rank 9: bad record"]
-        return {"events": [{"message": line} for line in lines]}
+        assert (logGroupName, startFromHead) == ("/aws/batch/job", False)
+        return {"events": [{"message": line} for line in self.STREAMS[logStreamName]]}
 
 
 def clients(service: str):
@@ -94,7 +107,8 @@ def test_status_shows_each_attempt_each_node_and_the_cause_the_main_node_logged(
     assert lines[5] == "  node 0 (main) FAILED, exit 3, Essential container in task exited"
     assert lines[6] == "  node 1 FAILED, no exit code, Host EC2 (instance i-0a1b2c3d4e5f67890) terminated."
     assert lines[7] == "  cause: node-0 exit 3 (not retried): node-1: rank 9: bad record"
-    assert lines[8] == "  run folder /fsx/runs/r1 (FSx)"
+    assert lines[8] == "  eval at step 12: eval_loss=2.5000"  # the last evaluation, from rank 0's node
+    assert lines[9] == "  run folder /fsx/runs/r1 (FSx)"
 
 
 def test_a_runs_jobs_are_its_name_a_dash_and_a_stamp():

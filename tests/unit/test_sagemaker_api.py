@@ -36,6 +36,10 @@ def test_status_shows_transitions_failure_and_what_spot_saved():
             {"Status": "Training", "StartTime": at(2)},
         ],
         "CheckpointConfig": {"S3Uri": "s3://b/checkpoints/r1"},
+        "FinalMetricDataList": [
+            {"MetricName": "loss", "Value": 1.93421, "Timestamp": at(5)},
+            {"MetricName": "eval_loss", "Value": 2.0412, "Timestamp": at(5)},
+        ],
     }
     found = api.status(lambda service: FakeSageMaker(described), "r1", "r1-20261126-030000")
     lines = found.text.splitlines()
@@ -46,7 +50,8 @@ def test_status_shows_transitions_failure_and_what_spot_saved():
     assert lines[3] == "  training 1000 s, billable 300 s, spot saved 70%"
     assert lines[4] == "  2026-11-26 03:00:00 -> 2026-11-26 03:02:00  Starting: Preparing the instances"
     assert lines[5] == "  2026-11-26 03:02:00  Training"
-    assert lines[6] == "  checkpoints s3://b/checkpoints/r1"
+    assert lines[6] == "  metrics loss 1.934, eval_loss 2.041"  # the metric definitions' last values
+    assert lines[7] == "  checkpoints s3://b/checkpoints/r1"
 
 
 def test_a_runs_jobs_are_its_name_a_dash_and_a_stamp():

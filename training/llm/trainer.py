@@ -269,7 +269,7 @@ class DecoderTrainer(Trainer):
             self.run.load_checkpoint(step)
         with doing(f"exporting the model to {self.run_dir / 'model'}"):
             exported = self.export()
-        if self.accelerator.is_main_process:
+        if self.accelerator.is_main_process and step != self.final_step:
             print(f"exported the {which} checkpoint (step {step}) to {exported}", flush=True)
         return {
             "exported_from": {"checkpoint": which, "step": step},

@@ -1,15 +1,14 @@
 """Which records --eval-fraction holds out of a dataset (issue 52): chosen by record, before packing, the same on
-every rank, after every restart and at any node count. Torch-free: the launcher checks the counts with it."""
+every rank, after every restart and at any node count. Torch-free, and numpy only when records are chosen: the
+launcher checks the counts with it, and the platform's images (the idle guard's) read `evaluates` without numpy."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from training.common.failure import DataError
 from training.spec import Job
 
 
-def held_out_records(count: int, fraction: float, seed: int) -> np.ndarray:
+def held_out_records(count: int, fraction: float, seed: int):
     """The indices, in order, of the records --eval-fraction holds out of `count`: round(fraction x count) of them,
     the first of a permutation seeded by the run's seed (its own generator: no other random state moves). The same
     on every rank, after every restart and at any node count; refused when it would hold out none or all."""
@@ -20,6 +19,8 @@ def held_out_records(count: int, fraction: float, seed: int) -> np.ndarray:
             f"--eval-fraction {fraction} of {count} records holds out {held} and leaves {keeps}; give a fraction "
             f"that holds out between 1 and {count - 1} of them, or --eval-data"
         )
+    import numpy as np
+
     return np.sort(np.random.default_rng(seed).permutation(count)[:held])
 
 

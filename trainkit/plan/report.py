@@ -91,8 +91,8 @@ def write_report(run_dir: Path, output: Path | None = None) -> Path:
         loss.plot([r["step"] for r in evaluated], [r["eval_loss"] for r in evaluated], "o-", color="tab:orange")
         loss.lines[-1].set_label("held-out")
         loss.legend()
-    title = "Training and held-out loss" if evaluated else "Training loss"
-    loss.set(title=title, xlabel="optimizer step", ylabel="loss (nats per token or image)")
+    named = "Training and held-out loss" if evaluated else "Training loss"
+    loss.set(title=named, xlabel="optimizer step", ylabel="loss (nats per token or image)")
 
     speed = axes[0][1]
     measured = [r for r in run.records if not r.get("warmup")]

@@ -35,6 +35,8 @@ FOLLOW_POLL_S = 5.0
 DESCRIBE_LIMIT = 100  # DescribeJobs takes at most 100 job ids
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 TAIL_EVENTS = 200
+EVAL_MARK = " eval at step "
+"""What an evaluation's line says (training/common/progress.py eval_line), after the run id."""
 
 
 def newest_job(clients: Clients, stack: BatchStack, run_id: str | None) -> tuple[str, str]:
@@ -150,27 +152,35 @@ def status(clients: Clients, run_id: str, job_id: str) -> RunStatus:
         ended = f", {_exit(node.get('container'))}" if node["status"] in ("SUCCEEDED", "FAILED") else ""
         reason = f", {node['statusReason']}" if node.get("statusReason") and node["status"] == "FAILED" else ""
         lines.append(f"  node {node_index(node)}{main} {node['status']}{ended}{reason}")
-    cause = deadline_cause(job, run_id) or (
-        main_cause(clients, job, found) if job["status"] == "FAILED" or done else None
-    )
+    tails = {node_index(node): node_tail(clients, job, node) for node in found}
+    main = next((node_index(n) for n in found if n.get("nodeDetails", {}).get("isMainNode")), None)
+    ended = job["status"] == "FAILED" or done
+    cause = deadline_cause(job, run_id) or (main_cause(tails.get(main, [])) if ended else None)
     if cause:
         lines.append(f"  cause: {cause}")
+    evaluated = [line.partition(EVAL_MARK)[2] for tail in tails.values() for line in tail if EVAL_MARK in line]
+    if evaluated:  # the last evaluation rank 0 printed, on whichever node (training/common/progress.py eval_line)
+        lines.append(f"  eval at step {max(evaluated, key=lambda said: int(said.partition(':')[0]))}")
     mount = {e["name"]: e["value"] for e in container.get("environment", [])}.get(FSX_MOUNT_ENV)
     if mount:
         lines.append(f"  run folder {mount}/runs/{run_id} (FSx)")
     return RunStatus(state, "\n".join(lines))
 
 
-def main_cause(clients: Clients, job: dict, found: list[dict]) -> str | None:
-    """The last result line the main node logged (trainkit/backends/batch/node.py), from the end of its stream."""
-    main = next((n for n in found if n.get("nodeDetails", {}).get("isMainNode")), None)
-    stream = (main or {}).get("container", {}).get("logStreamName")
+def node_tail(clients: Clients, job: dict, node: dict) -> list[str]:
+    """The last TAIL_EVENTS lines of a node's stream (none before it has one)."""
+    stream = node.get("container", {}).get("logStreamName")
     if not stream:
-        return None
+        return []
     page = clients("logs").get_log_events(
         logGroupName=log_group(job), logStreamName=stream, startFromHead=False, limit=TAIL_EVENTS
     )
-    said = [e["message"] for e in page.get("events", []) if e["message"].startswith(RESULT_PREFIX)]
+    return [e["message"] for e in page.get("events", [])]
+
+
+def main_cause(tail: list[str]) -> str | None:
+    """The last result line the main node logged (trainkit/backends/batch/node.py)."""
+    said = [line for line in tail if line.startswith(RESULT_PREFIX)]
     return said[-1].removeprefix(RESULT_PREFIX) if said else None
 
 

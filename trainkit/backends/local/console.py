@@ -141,9 +141,11 @@ def early_line(early: dict) -> str:
 
 
 def exported_from(summary: dict) -> str:
-    """` (from the best checkpoint, step 72)`: which checkpoint the export is, where the run says."""
+    """` (from the best checkpoint, step 72)`: which checkpoint the export is, where it is not the last one."""
     source = summary.get("exported_from")
-    return f" (from the {source['checkpoint']} checkpoint, step {source['step']})" if source else ""
+    if not source or source["step"] == summary.get("steps"):
+        return ""
+    return f" (from the {source['checkpoint']} checkpoint, step {source['step']})"
 
 
 def summary_block(job: Job, wall_s: float) -> str | None:

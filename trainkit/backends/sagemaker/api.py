@@ -279,6 +279,10 @@ def status(clients: Clients, run_id: str, name: str) -> RunStatus:
         end = f" -> {_clock(step['EndTime'])}" if step.get("EndTime") else ""
         message = f": {step['StatusMessage']}" if step.get("StatusMessage") else ""
         lines.append(f"  {_clock(step['StartTime'])}{end}  {step['Status']}{message}")
+    final = job.get("FinalMetricDataList") or []  # the metric definitions' last values, read off the log
+    if final:
+        shown = ", ".join(f"{m['MetricName']} {m['Value']:.4g}" for m in final)
+        lines.append(f"  metrics {shown}")
     checkpoint = job.get("CheckpointConfig", {}).get("S3Uri")
     if checkpoint:
         lines.append(f"  checkpoints {checkpoint}")
