@@ -138,6 +138,12 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     ),
     "a delta without patience": (("--eval-fraction", "0.1"), ("--early-stop-delta", "0.01"), "--early-stop-patience"),
     "exporting a BERT model": (("--model", "bert-tiny"), ("--export-from", "last"), "--export-from"),
+    "a held-out split without held-out data": ((), ("--eval-fraction", "0.1", "--eval-split", "test"), "--eval-split"),
+    "exporting the best of several SageMaker hosts": (
+        (*SAGEMAKER, "--nodes", "2", "--eval-fraction", "0.1"),
+        ("--export-from", "best"),
+        "cannot be loaded whole",
+    ),
 }
 
 PLAN: dict[str, tuple[tuple[str, ...], str]] = {

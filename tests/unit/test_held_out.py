@@ -67,3 +67,21 @@ def test_the_best_so_far_follows_every_improvement_and_patience_counts_only_real
     top1 = BestSoFar("val_top1", lower_is_better=False)
     assert [top1.offer(s, {"val_top1": v}) for s, v in ((1, 0.2), (2, 0.5), (3, 0.5))] == [True, True, False]
     assert (top1.step, top1.stale) == (2, 1)
+
+
+def test_held_out_data_is_refused_when_it_is_the_training_data_by_another_name(tmp_path, monkeypatch):
+    from training.spec import Job
+    from trainkit.errors import SpecError
+    from trainkit.job.held_out import validate_evaluation
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    job = Job()
+    job.data.dataset, job.evaluation.data = "a.jsonl", f"{tmp_path}/./a.jsonl"
+    with pytest.raises(SpecError, match="is the training data"):
+        validate_evaluation(job, text=True)
+    job.data.dataset, job.data.dataset_split, job.evaluation.data = "org/chats", "train", "org/chats"
+    validate_evaluation(job, text=True)  # the hub dataset's validation split: other records
+    job.evaluation.split = "train"
+    with pytest.raises(SpecError, match="is the training data"):
+        validate_evaluation(job, text=True)

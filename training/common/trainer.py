@@ -251,7 +251,9 @@ class Trainer(abc.ABC):
         bar = run.progress(start, self.total_steps)
         field, short = self.family.throughput.record, self.family.throughput.progress
         first, self.final_step = True, self.total_steps
-        for step in range(start, self.total_steps):
+        if run.resumed_state.get("stopped_early") == start:  # it stopped early, then failed before its summary
+            self.final_step = start
+        for step in range(start, self.final_step):
             lr = self.scheduler.get_last_lr()[0]
             run.profile.before(step + 1)
             started = time.perf_counter()
@@ -306,8 +308,12 @@ class Trainer(abc.ABC):
         held_out = self.job.evaluation
         best = BestSoFar(self.family.eval_metric, self.family.lower_is_better, held_out.early_stop_delta or 0.0)
         best.restore(saved)
+        self.run.trainer_state["evaluation"] = best.state()  # every later checkpoint carries it, evaluated or not
         if held_out.keep_best and best.step is not None:
             self.run.protect(best.step)
+            # a stop or crash between the best's save and its pointer left checkpoints/best naming the one before
+            if (self.run.checkpoints.root / step_dir_name(best.step)).is_dir():
+                self.run.mark_best(best.step)
         return best
 
     def _evaluate_at(self, done: int, bar) -> tuple[dict, bool]:

@@ -53,7 +53,7 @@ class BertTrainer(Trainer):
         self.special = torch.zeros(max(len(self.tokenizer), 1), dtype=torch.bool)
         self.special[self.tokenizer.all_special_ids] = True
         self.sequences, self.sampler = self._build_data()
-        self.held_out = text.load_held_out(job, run_dir, self.tokenizer, text.ENCODER, self.rank, acc.is_main_process)
+        self.held_out = text.load_held_out(job, run_dir, self.tokenizer, self.sequences, self.rank, acc.is_main_process)
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = o.steps or o.epochs * self.steps_per_epoch
 

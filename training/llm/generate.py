@@ -47,10 +47,19 @@ def prompt_ids(tokenizer, data_format: str, conversation: list[dict]) -> list[in
     return bos + tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def generate(model, tokenizer, ids: list[int], settings: Settings, stream: bool = True) -> list[int]:
+def end_of_turn(tokenizer, data_format: str) -> str | None:
+    """The text that ends an assistant turn in a chat run's template when it is not a special token (trainkit's
+    default template's `<|im_end|>`): generation stops there, and the answer is cut there."""
+    default = data_format == "chat" and tokenizer.chat_template == formats.DEFAULT_CHAT_TEMPLATE
+    return formats.DEFAULT_END_OF_TURN if default else None
+
+
+def generate(
+    model, tokenizer, ids: list[int], settings: Settings, stream: bool = True, stop: str | None = None
+) -> list[int]:
     """The new tokens after `ids`, streamed to stdout as they come: `model.generate` with the settings, the seed set
     first (as a direct call with the same seed and settings makes the same tokens), the rest from the export's
-    generation config (its end-of-sequence token stops it)."""
+    generation config (its end-of-sequence token stops it; `stop`, a turn's end in text, too)."""
     import torch
     from transformers import TextStreamer
 
@@ -58,6 +67,8 @@ def generate(model, tokenizer, ids: list[int], settings: Settings, stream: bool 
     inputs = torch.tensor([ids], device=model.device)
     sampled = settings.temperature > 0
     extra = {"temperature": settings.temperature} if sampled else {}
+    if stop:
+        extra |= {"stop_strings": [stop], "tokenizer": tokenizer}
     streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True) if stream else None
     with torch.no_grad():
         out = model.generate(
@@ -85,8 +96,10 @@ def chat(
         if not prompt:
             return
         conversation = (conversation if data_format == "chat" else []) + [{"role": "user", "content": prompt}]
-        new = generate(model, tokenizer, prompt_ids(tokenizer, data_format, conversation), settings)
-        conversation.append({"role": "assistant", "content": tokenizer.decode(new, skip_special_tokens=True)})
+        stop = end_of_turn(tokenizer, data_format)
+        new = generate(model, tokenizer, prompt_ids(tokenizer, data_format, conversation), settings, stop=stop)
+        answer = tokenizer.decode(new, skip_special_tokens=True)
+        conversation.append({"role": "assistant", "content": answer.split(stop)[0] if stop else answer})
         sys.stdout.write("\n")
         sys.stdout.flush()
         prompt = None

@@ -64,7 +64,7 @@ class DecoderTrainer(Trainer):
         self.tokenizer_source = job_tokenizer_source(job)
         self.tokenizer = load_tokenizer(self.tokenizer_source)
         self.dataset, self.sampler = self._build_data()
-        self.held_out = text.load_held_out(job, run_dir, self.tokenizer, text.DECODER, self.rank, acc.is_main_process)
+        self.held_out = text.load_held_out(job, run_dir, self.tokenizer, self.dataset, self.rank, acc.is_main_process)
         self.steps_per_epoch = self.sampler.steps_per_epoch
         self.total_steps = job.optimisation.steps or job.optimisation.epochs * self.steps_per_epoch
 

@@ -74,7 +74,9 @@ def tokenising_processes() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 16))
 
 
-def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, part: str = TRAIN) -> TextData:
+def load(
+    job: Job, run_dir: Path, tokenizer, layout: str, rank: int, part: str = TRAIN, forced: str | None = None
+) -> TextData:
     """The job's data for `layout` (DECODER blocks with labels and positions, or ENCODER rows), from the cache: its
     training records (`TRAIN`, less those --eval-fraction holds out) or its held-out ones (`HELD_OUT`)."""
     held_out = job.evaluation
@@ -84,7 +86,7 @@ def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, part: str =
     else:
         source, split, flag = records.resolve(data_source(job, run_dir)), job.data.dataset_split, "--dataset"
     fraction = held_out.fraction if not held_out.data else None
-    forced, seq_len = job.data.data_format, job.data.seq_len
+    forced, seq_len = forced or job.data.data_format, job.data.seq_len
     truncation = job.data.truncation or "left"
     holdout = {"part": part, "fraction": fraction, "seed": job.run.seed} if fraction else None
     key = cache.cache_key(source, split, tokenizer, forced, seq_len, layout, truncation, holdout)
@@ -139,13 +141,14 @@ def load(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, part: str =
     return TextData(done.arrays, done)
 
 
-def load_held_out(job: Job, run_dir: Path, tokenizer, layout: str, rank: int, is_main: bool) -> TextData | None:
-    """The rows a text model evaluates on (--eval-data, or the records --eval-fraction holds out), packed as its
-    training data is and said on the console by the main rank; None without either."""
+def load_held_out(job: Job, run_dir: Path, tokenizer, trained: TextData, rank: int, is_main: bool) -> TextData | None:
+    """The rows a text model evaluates on (--eval-data, or the records --eval-fraction holds out), in the format of
+    the records it trains on (`trained`) and packed as they are, said on the console by the main rank; None without
+    either."""
     if not has_held_out(job):
         return None
     with doing(f"reading held-out data {job.evaluation.data or 'of --eval-fraction'}"):
-        data = load(job, run_dir, tokenizer, layout, rank, HELD_OUT)
+        data = load(job, run_dir, tokenizer, trained.meta["layout"], rank, HELD_OUT, trained.meta["format"])
     if is_main:
         print(f"held-out {data.said().removeprefix('data: ')}", flush=True)
     return data

@@ -74,6 +74,8 @@ DEFAULT_CHAT_TEMPLATE = (
 )
 """For a tokenizer without a chat template: ChatML's turn markers (`<|im_start|>role` ... `<|im_end|>`, as Qwen's
 templates use them), each assistant turn ended by the end-of-sequence token so generation stops there."""
+DEFAULT_END_OF_TURN = "<|im_end|>"
+"""How DEFAULT_CHAT_TEMPLATE ends a turn: plain text, not a special token, so a generated answer is cut there."""
 
 
 def accepted(formats: Iterable[str] = FORMAT_NAMES) -> str:

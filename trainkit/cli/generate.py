@@ -108,7 +108,8 @@ def generate(
         generation.chat(model, tokenizer, trained_on, settings, prompt or None, _read_line)
         return
     conversation = [{"role": "user", "content": prompt}]
-    generation.generate(model, tokenizer, generation.prompt_ids(tokenizer, trained_on, conversation), settings)
+    ids = generation.prompt_ids(tokenizer, trained_on, conversation)
+    generation.generate(model, tokenizer, ids, settings, stop=generation.end_of_turn(tokenizer, trained_on))
     print(flush=True)
 
 

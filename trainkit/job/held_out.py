@@ -36,11 +36,23 @@ def validate_evaluation(job: Job, text: bool) -> None:
                     f"{flag} {value}: there is no held-out data to evaluate on; add --eval-fraction F (records held "
                     "out of --dataset) or --eval-data PATH"
                 )
-    if held_out.data and held_out.data == job.data.dataset:
+    if held_out.split and not held_out.data:
+        raise SpecError(
+            f"--eval-split {held_out.split} names a split of --eval-data; give --eval-data too (or drop it)"
+        )
+    if held_out.data and _same_data(held_out.data, held_out.split or "validation", job):
         raise SpecError(
             f"--eval-data {held_out.data} is the training data: its records would be trained on; give other records, "
             "or --eval-fraction F to hold some out"
         )
+
+
+def _same_data(eval_data: str, eval_split: str, job: Job) -> bool:
+    """The same records as --dataset: the same local file or folder, or the same hub dataset and split."""
+    here, trained = Path(eval_data).expanduser(), Path(job.data.dataset).expanduser()
+    if here.exists() or trained.exists():
+        return here.exists() and trained.exists() and here.resolve() == trained.resolve()
+    return eval_data == job.data.dataset and eval_split == job.data.dataset_split
 
 
 def validate_eval_data_here(job: Job) -> None:
@@ -62,13 +74,25 @@ def derive_evaluation(job: Job, family: Family) -> None:
     if held_out.keep_best is None:
         held_out.keep_best = evaluates(job)
     if family.exports and held_out.export_from is None:
-        held_out.export_from = "best" if held_out.keep_best else "last"
+        held_out.export_from = "best" if held_out.keep_best and not hosts_hold_parts(job) else "last"
+
+
+def hosts_hold_parts(job: Job) -> bool:
+    """Whether each host keeps only its own part of a checkpoint while the job runs (a SageMaker job of several
+    instances: training/common/checkpoint.py, per-host publishing), so no host can load an older one whole."""
+    return job.placement.target == "sagemaker" and job.parallelism.nodes > 1
 
 
 def validate_keeping(job: Job) -> None:
     """The best checkpoint and early stopping need evaluations to judge by."""
     held_out = job.evaluation
     if evaluates(job):
+        if held_out.export_from == "best" and hosts_hold_parts(job):
+            raise SpecError(
+                f"--export-from best on {job.parallelism.nodes} SageMaker instances: each keeps only its part of a "
+                "checkpoint, so the best one cannot be loaded whole to export; give --export-from last (the best "
+                "checkpoint is still kept, in the run's S3 prefix)"
+            )
         if held_out.export_from == "best" and not held_out.keep_best:
             raise SpecError(
                 "--export-from best with --keep-best false: the best checkpoint would not be kept to export from; "
