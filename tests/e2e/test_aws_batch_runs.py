@@ -24,6 +24,8 @@ from training.common.faults import HANG_ENV, RELEASE_FILE
 
 JOB = ("--model", "bert-tiny", "--nodes", "2", "--nproc", "1", "--seq-len", "32", "--checkpoint-interval", "4")
 JOB += ("--eval-fraction", "0.1")  # evaluated at each checkpoint: `invoke status` shows the last one
+# No evaluation improves by 100: patience 1 stops a run at its second evaluation, step 8 (a normal end).
+EARLY = ("--early-stop-patience", "1", "--early-stop-delta", "100")
 
 
 @pytest.fixture
@@ -60,8 +62,8 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     # A bert-tiny step takes well under a second here, even with the four jobs starting at once.
     stall = ("--stall-timeout", "3")
     lost = submit(tmp_path, account, "lost", *JOB, "--steps", "16", *stall, "--max-restarts", "1")
-    hung = submit(tmp_path, account, "stl", *JOB, "--steps", "16", *stall)
-    reference = submit(tmp_path, account, "ref", *JOB, "--steps", "16")
+    hung = submit(tmp_path, account, "stl", *JOB, "--steps", "16", *stall, *EARLY)
+    reference = submit(tmp_path, account, "ref", *JOB, "--steps", "16", *EARLY)
     stopped = submit(tmp_path, account, "stp", *JOB, "--steps", "400")
     batch = account.client("batch")
     wait_for(lambda: batch.describe_jobs(jobs=[stopped])["jobs"][0]["status"] == "RUNNING", 120, "stp running")
@@ -82,12 +84,12 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     done = account.wait(reference, timeout=300)
     assert done["status"] == "SUCCEEDED" and len(done["attempts"]) == 1, done
     summary = json.loads((runs / "ref" / "summary.json").read_text())
-    assert summary["steps"] == 16 and summary["world_size"] == 2, summary
+    assert summary["steps"] == 8 and summary["world_size"] == 2 and summary["stopped_early"]["step"] == 8, summary
     reference_losses = losses(runs / "ref")
-    assert sorted(reference_losses) == list(range(1, 17))
+    assert sorted(reference_losses) == list(range(1, 9))
 
     # The stall: each node's watchdog ends its ranks, the main node exits EXIT_REPLACE (192), and the retry strategy
-    # starts a second attempt, which resumes from the step-4 checkpoint on FSx and finishes.
+    # starts a second attempt, which resumes from the step-4 checkpoint on FSx and finishes (stopping early at 8).
     done = account.wait(hung, timeout=300)
     assert done["status"] == "SUCCEEDED", done
     first, second = done["attempts"]
@@ -113,7 +115,9 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert "  attempt 1: " in text and "exit 192" in text and "node 1 SUCCEEDED, exit 0" in text, text
     assert "run folder /fsx/runs/stl (FSx)" in text, text
     last_eval = [r for r in read_jsonl(run / "metrics.jsonl") if "eval_loss" in r][-1]
-    assert f"  eval at step 16: eval_loss={last_eval['eval_loss']:.4f}" in text, text
+    assert f"  eval at step 8: eval_loss={last_eval['eval_loss']:.4f}" in text, text
+    best = json.loads((run / "summary.json").read_text())["stopped_early"]["best_step"]
+    assert text.startswith("Batch job stl-") and f": finished: stopped early at step 8, best at step {best}\n" in text
 
     # The lost host's attempt is retried; the second attempt resumes from the step-4 checkpoint, its rank 1 freezes,
     # and with no attempt left (--max-restarts 1) the job fails with the stall's cause, not retried.
@@ -124,7 +128,7 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert child["attempts"][0]["statusReason"].startswith("Host EC2 ("), child["attempts"]
     run = runs / "lost"
     assert [e["step"] for e in events(run, "resume")] == [4]
-    assert {step: losses(run)[step] for step in range(1, 10)} == {step: reference_losses[step] for step in range(1, 10)}
+    assert {step: losses(run)[step] for step in range(1, 9)} == reference_losses
     stalls = events(run, "stalled")
     culprits = [e for e in stalls if 1 in e["not_arrived"]]
     assert len(culprits) == 1, stalls
@@ -150,4 +154,6 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert len(lines) > 1 and all(line.startswith("[default0]:") for line in lines[1:]), lines
     leader = invoke_in(tmp_path, "logs", "--run-id", "ref")  # the node of rank 0, wherever the rendezvous put it
     assert leader.stdout.startswith("==> ref-") and "(leader)" in leader.stdout.splitlines()[0], leader.stdout
-    assert "ref step 16/16 (100%)" in leader.stdout, leader.stdout[-2000:]
+    assert "ref step 8/16 (50%)" in leader.stdout and "stopped early at step 8: " in leader.stdout, leader.stdout[
+        -2000:
+    ]

@@ -62,7 +62,10 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"cause": "DataError: old", "time": 1.0, "submission": "an-earlier-job"}))
     with platform_etcd(fake, tmp_path / "etcd.log") as etcd:
-        submitted = invoke("train", *job_flags(None, "e2e", 24, "--checkpoint-interval", "4"))
+        # Evaluated at steps 8 and 16; no evaluation can improve by 100, so patience 1 stops it at step 16.
+        early = ("--eval-fraction", "0.1", "--eval-interval", "8", "--eval-batches", "2", "--early-stop-patience", "1")
+        early += ("--early-stop-delta", "100")
+        submitted = invoke("train", *job_flags(None, "e2e", 24, "--checkpoint-interval", "4", *early))
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/e2e: 2 x p5.48xlarge, 1 processes each, rendezvous etcd" in submitted.stdout
         # Issue 49: the platform's default deny and the submission's own policy (tests/helpers/network_policy.py):
@@ -107,7 +110,13 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         ]
         assert job["status"]["conditions"][-1]["message"] == "PyTorchJob trainkit-jobs/e2e successfully completed."
         summary = json.loads((run / "summary.json").read_text())
-        assert summary["steps"] == 24
+        assert summary["steps"] == 16 and summary["stopped_early"]["step"] == 16, summary
+        # a pod's termination message says how it ended (trainkit/run/node.py), and status reads it from the API
+        best = summary["stopped_early"]["best_step"]
+        ended = invoke("status", "--run-id", "e2e").stdout
+        assert ended.startswith(
+            f"job trainkit-jobs/e2e (run e2e): finished: stopped early at step 16, best at step {best} (Succeeded)"
+        ), ended
         assert not stale.exists()  # the pods forgot the earlier job's cause when they started
         assert json.loads((run / "spec.json").read_text())["placement"]["target"] == "eks"
         assert (run / "logs" / "e2e-worker-0").is_dir() and (run / "logs" / "e2e-worker-1").is_dir()

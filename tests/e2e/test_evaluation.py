@@ -98,7 +98,7 @@ def test_an_overfitting_run_stops_early_exports_its_best_checkpoint_which_genera
     without an improvement, a normal end (exit 0, no restart); the best checkpoint is kept and exported, and
     `invoke generate` on the export makes what transformers' own generate makes."""
     data = tmp_path / "few.jsonl"
-    write_dialogues(data, count=24, seed=5)
+    write_dialogues(data, count=12, seed=5)
     flags = ("--nproc", "2", "--dataset", str(data), "--eval-fraction", "0.25", "--eval-interval", "3")
     flags += ("--steps", "200", "--checkpoint-interval", "50", "--keep-checkpoints", "1", "--early-stop-patience", "2")
     flags += ("--lr", "0.005", "--global-batch-size", "8", "--micro-batch-size", "4", "--run-id", "early")

@@ -21,6 +21,7 @@ from tests.helpers.product import invoke_in, job_processes
 from tests.helpers.sagemaker_moto import sagemaker_account
 from tests.helpers.waiting import wait_for
 from training.common.faults import HANG_ENV, MARKERS_ENV
+from training.text.dialogues import write_dialogues
 from training.vision.synthetic import SyntheticTree, write_tree
 
 P5 = "ml.p5.48xlarge for training job usage"
@@ -95,7 +96,6 @@ def events(account, run_id: str) -> list[dict]:
 # The interruption lands after the step-8 checkpoint and before the step-12 one (about 1 s a step on two CPU cores,
 # slower with two jobs): 12 steps leave that window as long as more would, and the restarted hosts little to redo.
 JOB = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "12", "--checkpoint-interval", "4")
-JOB += ("--eval-fraction", "0.1")  # evaluated at each checkpoint: SageMaker's metric definitions read the figures
 
 
 def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resumes_with_the_same_losses(
@@ -108,9 +108,13 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     account.run_env["spot"] = {HANG_ENV: "sleep@1:6", MARKERS_ENV: markers}
     account.run_env["hung"] = {HANG_ENV: "sigstop@1:5", MARKERS_ENV: markers}
     stall = ("--stall-timeout", "6")
-    reference = submit(tmp_path, account, "ref", *JOB)
-    spot = submit(tmp_path, account, "spot", *JOB, "--spot", *stall)
-    hung = submit(tmp_path, account, "hung", *JOB, *stall, "--max-restarts", "0")
+    # Held-out records of their own in S3 (the job's eval channel), evaluated at each checkpoint: SageMaker's metric
+    # definitions read the figures.
+    write_dialogues(tmp_path / "held" / "held.jsonl", count=40, seed=9)
+    held = ("--eval-data", upload_tree(account, tmp_path / "held", "datasets/held"))
+    reference = submit(tmp_path, account, "ref", *JOB, *held)
+    spot = submit(tmp_path, account, "spot", *JOB, *held, "--spot", *stall)
+    hung = submit(tmp_path, account, "hung", *JOB, *held, *stall, "--max-restarts", "0")
     # the job's region in the request (moto's describe leaves Environment out): the hosts' boto3 clients need one
     assert account.runners[hung].request["Environment"]["TRAINKIT_AWS_REGION"] == REGION
 
@@ -158,6 +162,8 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     lines = rank1.stdout.splitlines()
     assert lines[0].startswith(f"==> {reference}/algo-") and lines[0].endswith("(rank 1)")
     assert len(lines) > 1 and all(line.startswith("[default0]:") for line in lines[1:])
+    leader = invoke_in(tmp_path, "logs", "--run-id", "ref").stdout  # the held-out records, from the eval channel
+    assert "/input/data/eval (held-out)" in leader and "held-out 40 " in leader, leader[-3000:]
     # the report reads the run's files from its checkpoint prefix
     report = invoke_in(tmp_path, "obs.report", "--run", "ref")
     assert report.returncode == 0 and "copied to runs/ref" in report.stdout, report.stderr

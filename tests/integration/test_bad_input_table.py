@@ -127,6 +127,12 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
         ("--dataset", "{pairs}", "--eval-data", "{chat}"),
         "are prompt-response",
     ),
+    "held-out data in S3 for a run on this machine": ((), ("--eval-data", "s3://corpora/held/"), "reads no S3"),
+    "held-out data on this machine for SageMaker": (
+        SAGEMAKER,
+        ("--eval-data", "{chat}", "--runs-dir", "/opt/ml/checkpoints"),  # the run folder SageMaker syncs
+        "upload it and give",
+    ),
     "a fraction that holds out no record": ((), ("--dataset", "{pairs}", "--eval-fraction", "0.1"), "holds out 0"),
     "an evaluation interval on --synthetic images": (VISION, ("--synthetic", "--eval-interval", "5"), "no val/ split"),
     "patience without evaluation": ((), ("--early-stop-patience", "3"), "the run does not evaluate"),

@@ -46,11 +46,14 @@ def train(folder, account, *flags: str, model: str = "llama2-7b"):
 def test_the_preflight_names_every_problem_before_anything_is_created(tmp_path, account):
     account.client("iam").delete_role(RoleName="trainkit-sagemaker")
     data = "s3://someone-elses-data/chat/train.jsonl"
-    done = train(tmp_path, account, "--spot", "--init", "pretrained", "--run-id", "pre", "--dataset", data)
+    held = "s3://someone-elses-data/chat/held-out/"
+    flags = ("--dataset", data, "--eval-data", held)
+    done = train(tmp_path, account, "--spot", "--init", "pretrained", "--run-id", "pre", *flags)
     assert done.returncode == 2, done.stderr
     error = done.stderr
     bucket = account.stack["bucket"]
     assert f"--data {data}: the execution role may read datasets only under s3://{bucket}/datasets/" in error
+    assert f"--eval-data {held}: the execution role may read datasets only under" in error
     assert 'or add "someone-elses-data" to data_source_buckets' in error
     assert "execution role arn:aws:iam::123456789012:role/trainkit-sagemaker: NoSuchEntity" in error
     assert "holds no value yet; `invoke secrets.hf-token --target sagemaker` stores it" in error
@@ -88,7 +91,13 @@ def test_a_job_is_uploaded_created_and_found_without_target(tmp_path, account):
 
     status = invoke_in(tmp_path, "status", "--run-id", "ft")
     assert status.returncode == 0, status.stderr
-    assert f"SageMaker job {name} (run ft)" in status.stdout and "2 x ml.p5.48xlarge" in status.stdout
+    assert f"SageMaker job {name} (run ft): finished\n" in status.stdout and "2 x ml.p5.48xlarge" in status.stdout
+    # a run that stopped early says so: its summary.json, as the hosts synced the run folder to the checkpoint prefix
+    bucket, _, prefix = described["CheckpointConfig"]["S3Uri"].removeprefix("s3://").partition("/")
+    early = {"steps": 30, "stopped_early": {"step": 30, "best_step": 24, "of": 100}}
+    account.client("s3").put_object(Bucket=bucket, Key=f"{prefix.rstrip('/')}/ft/summary.json", Body=json.dumps(early))
+    status = invoke_in(tmp_path, "status", "--run-id", "ft")
+    assert f"SageMaker job {name} (run ft): finished: stopped early at step 30, best at step 24\n" in status.stdout
 
     account.job_status(name, "InProgress")  # while it still runs, the same run is not submitted twice
     again = train(tmp_path, account, "--init", "pretrained", "--run-id", "ft")

@@ -85,3 +85,29 @@ def test_held_out_data_is_refused_when_it_is_the_training_data_by_another_name(t
     job.evaluation.split = "train"
     with pytest.raises(SpecError, match="is the training data"):
         validate_evaluation(job, text=True)
+
+
+def test_held_out_records_too_short_for_one_sequence_are_said_of_the_fraction(tmp_path):
+    """The launcher checks record counts; tokens are known once the workers tokenise, and then the refusal names the
+    flag that chose the records, not only the packer's count."""
+    import json
+
+    from training.spec import Job
+    from training.text.dataset import DECODER, HELD_OUT, TRAIN, load
+    from training.text.tokenizer import byte_tokenizer
+
+    records = [{"text": f"record {i}: " + "a short line. " * 4} for i in range(40)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    job = Job()
+    job.model.name, job.data.dataset, job.data.seq_len, job.evaluation.fraction = "llama2-tiny", "t.jsonl", 256, 0.05
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    job.data.dataset = str(tmp_path / "t.jsonl")
+    trained = load(job, run, byte_tokenizer(), DECODER, rank=0, part=TRAIN)
+    assert trained.meta["records"] == 38
+    with pytest.raises(
+        DataError,
+        match=r"--eval-fraction 0.05 holds out 2 record\(s\) and they pack into nothing .*"
+        r"fewer than one sequence of 256.*a larger --eval-fraction, a shorter --seq-len",
+    ):
+        load(job, run, byte_tokenizer(), DECODER, rank=0, part=HELD_OUT)

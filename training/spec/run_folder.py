@@ -43,15 +43,30 @@ DATA_MOUNT_ENV = "TRAINKIT_DATA_MOUNT"
 the URL as given, so a run resubmitted with other data is still refused as another run."""
 
 
+EVAL_MOUNT_ENV = "TRAINKIT_EVAL_MOUNT"
+"""The folder where the target mounted an s3:// --eval-data (SageMaker: the job's `eval` channel)."""
+
+
 def dataset_path(job: Job) -> str:
     """The dataset as this machine reads it: an s3:// URL where the target mounted it (DATA_MOUNT_ENV), anything
-    else as given. A URL that does not end in `/` may name one object, or a prefix whose last part SageMaker keeps
-    as a folder: what the mount holds under that name is the dataset, else the mount itself."""
-    dataset, mount = job.data.dataset, os.environ.get(DATA_MOUNT_ENV)
-    if not (mount and dataset.startswith("s3://")):
-        return dataset
-    named = Path(mount) / dataset.rsplit("/", 1)[-1]
-    return str(named) if not dataset.endswith("/") and named.exists() else mount
+    else as given."""
+    return _mounted(job.data.dataset, os.environ.get(DATA_MOUNT_ENV))
+
+
+def eval_data_path(job: Job) -> str | None:
+    """--eval-data as this machine reads it, as `dataset_path` reads --data (EVAL_MOUNT_ENV)."""
+    data = job.evaluation.data
+    return _mounted(data, os.environ.get(EVAL_MOUNT_ENV)) if data else None
+
+
+def _mounted(url: str, mount: str | None) -> str:
+    """An s3:// URL where the target mounted it, anything else as given. A URL that does not end in `/` may name one
+    object, or a prefix whose last part SageMaker keeps as a folder: what the mount holds under that name is the
+    data, else the mount itself."""
+    if not (mount and url.startswith("s3://")):
+        return url
+    named = Path(mount) / url.rsplit("/", 1)[-1]
+    return str(named) if not url.endswith("/") and named.exists() else mount
 
 
 def data_source(job: Job, run_dir: Path) -> str:

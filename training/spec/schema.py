@@ -211,8 +211,13 @@ def _with_families(families: tuple[Family, ...]) -> tuple[FieldSpec, ...]:
 
 
 def by_key() -> dict[str, FieldSpec]:
-    """Every field by its flag's identifier (`keep_checkpoints`)."""
-    return {spec.key: spec for spec in all_fields()}
+    """Every field by its flag's identifier (`keep_checkpoints`); the mapping is shared: do not change it."""
+    return _keyed(_own_options())
+
+
+@functools.cache
+def _keyed(families: tuple[Family, ...]) -> dict[str, FieldSpec]:
+    return {spec.key: spec for spec in _with_families(families)}
 
 
 def fields_of(cli: bool) -> Iterator[FieldSpec]:

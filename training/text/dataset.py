@@ -3,6 +3,7 @@ shared cache (cache.py), memory-mapped here. The decoder recipes and the BERT wo
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import torch
 
 from training.common.checkpoint import this_rank_owns_disk
 from training.common.failure import DataError, doing
-from training.spec import Job, data_source
+from training.spec import Job, data_source, eval_data_path
 
 from . import cache, formats, packing, records
 from .holdout import has_held_out, held_out_records
@@ -81,7 +82,7 @@ def load(
     training records (`TRAIN`, less those --eval-fraction holds out) or its held-out ones (`HELD_OUT`)."""
     held_out = job.evaluation
     if part == HELD_OUT and held_out.data:
-        source, flag = records.resolve(held_out.data, "--eval-data"), "--eval-data"
+        source, flag = records.resolve(eval_data_path(job), "--eval-data"), "--eval-data"
         split = held_out.split or "validation"
     else:
         source, split, flag = records.resolve(data_source(job, run_dir)), job.data.dataset_split, "--dataset"
@@ -108,6 +109,10 @@ def load(
         except DataError as error:  # the held-out data's problem is said as such
             raise DataError(f"{flag} {source.name}: {error}" if part != TRAIN else str(error)) from None
         encoded = formats.encode(checked, name, tokenizer, framed=layout == DECODER, workers=tokenising_processes())
+        with _said_of_the_fraction(part, fraction, len(encoded.lengths)):
+            return packed(encoded, name)
+
+    def packed(encoded, name: str) -> tuple[dict[str, np.ndarray], dict]:
         counts = {}
         if layout == DECODER:
             whole = name != "text"
@@ -139,6 +144,21 @@ def load(
     # no filesystem); the others wait for its folder.
     done = cache.tokenized(run_dir.parent, key, build, this_rank_owns_disk(rank))
     return TextData(done.arrays, done)
+
+
+@contextlib.contextmanager
+def _said_of_the_fraction(part: str, fraction: float | None, records: int):
+    """Held-out records of --eval-fraction too short to fill one sequence: said of the flag that chose them (the
+    launcher knows the record counts, not the tokens)."""
+    try:
+        yield
+    except DataError as error:
+        if part != HELD_OUT or not fraction:
+            raise
+        raise DataError(
+            f"--eval-fraction {fraction} holds out {records} record(s) and they pack into nothing to evaluate on "
+            f"({error}); give a larger --eval-fraction, a shorter --seq-len, or --eval-data"
+        ) from None
 
 
 def load_held_out(job: Job, run_dir: Path, tokenizer, trained: TextData, rank: int, is_main: bool) -> TextData | None:

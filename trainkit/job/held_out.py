@@ -56,10 +56,15 @@ def _same_data(eval_data: str, eval_split: str, job: Job) -> bool:
 
 
 def validate_eval_data_here(job: Job) -> None:
-    """A local --eval-data exists (else it must be a hub dataset id), as --dataset is checked."""
+    """A local run's --eval-data exists (else it must be a hub dataset id), as --dataset is checked."""
     data = job.evaluation.data
-    if data is None or data.startswith("s3://") or Path(data).expanduser().exists():
+    if data is None or Path(data).expanduser().exists():
         return
+    if data.startswith("s3://"):
+        raise SpecError(
+            f"--eval-data {data}: a run on this machine reads no S3 (a SageMaker job mounts it as a channel); copy it "
+            "here (`aws s3 cp --recursive`) and give the local path"
+        )
     if HUB_ID.fullmatch(data) is None:
         raise SpecError(
             f"--eval-data {data}: no such file or folder, and not a Hugging Face dataset id (owner/name); give a "

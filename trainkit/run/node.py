@@ -38,6 +38,7 @@ from trainkit.errors import SpecError
 from trainkit.run.agent import EXIT_RENDEZVOUS
 from trainkit.run.failures import FailureChannel, failure_summary, forget_failure, record_failure, wait_for_records
 from trainkit.run.stalls import stall_elsewhere
+from trainkit.run.state import run_summary, stopped_early
 from trainkit.run.torchrun import Placement, torchrun_command
 from trainkit.run.workload import Workload, ready
 
@@ -69,9 +70,11 @@ def run_node(
     name: str,
     report: Callable[[str], None],
     placement: Placement | None = None,
+    ended: Callable[[str], None] | None = None,
 ) -> int:
     """Prepare the run, run torchrun (rendezvous `endpoint`, `rdzv_id`, the node's `placement`), and return the
-    node's exit code; the cause of a failure goes to stderr and to `report` as one line naming the node."""
+    node's exit code; the cause of a failure goes to stderr and to `report` as one line naming the node. A run that
+    stopped early says so on the console and to `ended` (trainkit/run/state.py EARLY: what remote status reads)."""
     # From the start: a SIGTERM (the node being stopped) before torchrun runs ends this process with 128 + signal
     # at once; after, it is passed on to torchrun, which stops its workers at a step boundary.
     received: list[int] = []
@@ -118,6 +121,12 @@ def run_node(
         # The training finished: what this job recorded on the way (a node replaced after a retryable failure, whose
         # record its replacement kept as its peers' news) is history now, not why the run stands where it is.
         forget_failure(job.run_dir)
+        early = stopped_early(run_summary(job.run_dir))
+        if early:
+            line = f"{name}: run {job.run.run_id} finished: {early}"
+            print(line, flush=True)
+            if ended is not None:
+                ended(line)
     elif cause is not None:
         # A stall another node's watchdog pinned on its rank is the cause here too (this node's ranks waited for that
         # rank), so every node's line, whichever its scheduler shows, names the rank that hung.

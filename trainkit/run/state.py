@@ -5,7 +5,12 @@ never a service's word."""
 from __future__ import annotations
 
 import enum
+import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from training.spec import SUMMARY_FILE
 
 
 class RunState(enum.Enum):
@@ -94,3 +99,36 @@ JobFailed); a job with none yet is pending."""
 
 def pytorchjob_state(holding: list[str]) -> RunState:
     return PYTORCHJOB[holding[-1]] if holding else RunState.PENDING
+
+
+EARLY = re.compile(r"stopped early at step (\d+), best at step (\d+)")
+"""How a run that stopped early (issue 52: --early-stop-patience) says so: after `finished` on every target's first
+status line, and on a cluster node's console (and an EKS pod's termination message) when its torchrun ends
+(trainkit/run/node.py): the line a remote target's status finds it by."""
+
+
+def run_summary(run_dir: Path) -> dict:
+    """The run's summary.json (its last act, training/common/run.py), {} before it has one or where it is unread."""
+    try:
+        return json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def stopped_early(summary: dict) -> str | None:
+    """'stopped early at step N, best at step M' of a run's summary.json, None when it ran to its last step."""
+    early = summary.get("stopped_early")
+    return f"stopped early at step {early['step']}, best at step {early['best_step']}" if early else None
+
+
+def early_in(lines) -> str | None:
+    """The last 'stopped early ...' a run's nodes said (EARLY), found in their lines, or None."""
+    found = [match.group(0) for line in lines for match in [EARLY.search(line)] if match]
+    return found[-1] if found else None
+
+
+def finished_said(state: RunState | None, early: str | None) -> str:
+    """The state's word, with how a finished run ended when it stopped early."""
+    if state is None:
+        return "?"
+    return f"{state.value}: {early}" if early and state is RunState.FINISHED else state.value

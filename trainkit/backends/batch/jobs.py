@@ -25,7 +25,7 @@ from trainkit.backends.batch.request import FSX_MOUNT_ENV
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
 from trainkit.infra.outputs import BATCH_ACTIVE
-from trainkit.run.state import RunStatus, batch_state
+from trainkit.run.state import RunStatus, batch_state, early_in, finished_said
 from trainkit.run.torchrun import GROUP_RANK
 
 STOPPED_REASON = "stopped with `invoke stop`"
@@ -134,7 +134,7 @@ def status(clients: Clients, run_id: str, job_id: str) -> RunStatus:
     current = len(done) + (1 if job["status"] in ("STARTING", "RUNNING") else 0)
     timeout = job.get("timeout", {}).get("attemptDurationSeconds")
     lines = [
-        f"Batch job {job['jobName']} (run {run_id}), id {job_id}: {state.value}",
+        "",  # the state, once the nodes' lines are read (below)
         f"  status {job['status']}, {count} x {container.get('instanceType', '?')}, attempt {max(current, 1)} of "
         f"{total}" + (f", timeout {timeout} s per attempt" if timeout else ""),
     ]
@@ -153,6 +153,8 @@ def status(clients: Clients, run_id: str, job_id: str) -> RunStatus:
         reason = f", {node['statusReason']}" if node.get("statusReason") and node["status"] == "FAILED" else ""
         lines.append(f"  node {node_index(node)}{main} {node['status']}{ended}{reason}")
     tails = {node_index(node): node_tail(clients, job, node) for node in found}
+    early = early_in(line for tail in tails.values() for line in tail)  # the nodes' own line (trainkit/run/node.py)
+    lines[0] = f"Batch job {job['jobName']} (run {run_id}), id {job_id}: {finished_said(state, early)}"
     main = next((node_index(n) for n in found if n.get("nodeDetails", {}).get("isMainNode")), None)
     ended = job["status"] == "FAILED" or done
     cause = deadline_cause(job, run_id) or (main_cause(tails.get(main, [])) if ended else None)

@@ -16,8 +16,9 @@ from pathlib import Path
 import yaml
 
 from training.spec import EXPORT_DIR, Job
-from trainkit.backends.base import Backend, RunRef, cloud_machine, deadline_cause_line
+from trainkit.backends.base import Backend, RunRef, cloud_machine
 from trainkit.backends.eks import cluster, idle_guard, nodegroup, preflight, render, rules, submission, task
+from trainkit.backends.eks.job_state import deadline_cause, ended_messages, failure_cause, holding, restarts
 from trainkit.backends.eks.kube import (
     GROUP,
     PLURAL,
@@ -32,7 +33,7 @@ from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.run.code import read_code
-from trainkit.run.state import RunStatus, pytorchjob_state
+from trainkit.run.state import RunStatus, early_in, finished_said, pytorchjob_state
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.torchrun import GROUP_RANK, rank_prefix, rendezvous_id
 from trainkit.run.workload import Workload
@@ -160,50 +161,6 @@ def job_pods(kube: Kube, job: dict) -> list:
     return sorted((p for p in pods if p.metadata.name.startswith(f"{name}-")), key=lambda p: p.metadata.name)
 
 
-def restarts(pod) -> int:
-    return sum(status.restart_count for status in (pod.status.container_statuses or []))
-
-
-def holding(job: dict) -> list[str]:
-    """The types of the job's conditions that hold (status "True"), oldest first."""
-    return [c["type"] for c in job.get("status", {}).get("conditions", []) if c.get("status") == "True"]
-
-
-def failure_cause(pods: list) -> str | None:
-    """Why the job's first failed container ended: its termination message (the pod entry point's one line, or under
-    FallbackToLogsOnError the log's last line), from the container's state or, after an in-place restart, its
-    last state."""
-    ended = []
-    for pod in pods:
-        for container in pod.status.container_statuses or []:
-            for state in (container.state, container.last_state):
-                terminated = state.terminated if state else None
-                if terminated and terminated.exit_code and (terminated.message or "").strip():
-                    ended.append((str(terminated.finished_at or ""), terminated.message.strip().splitlines()[-1]))
-    return min(ended)[1] if ended else None
-
-
-DEADLINE_MESSAGE = "was active longer than specified deadline"
-"""In the Failed condition of a job past runPolicy.activeDeadlineSeconds (--max-runtime; training-operator v1.9.4,
-JobController.ReconcileJobs in pkg/controller.v1/common/job.go; the reason is PyTorchJobFailed, as for any failure)."""
-
-
-def deadline_cause(job: dict) -> str | None:
-    """The one line of a job the operator failed at its --max-runtime deadline, or None."""
-    conditions = job.get("status", {}).get("conditions", [])
-    failed = next((c for c in conditions if c["type"] == "Failed" and c.get("status") == "True"), None)
-    if failed is None or DEADLINE_MESSAGE not in failed.get("message", ""):
-        return None
-    limit = job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
-    run = job["metadata"]["annotations"][render.LABEL_RUN]
-    return deadline_cause_line(
-        limit,
-        "from the job's start, runPolicy.activeDeadlineSeconds",
-        "the operator deleted its running pods, which checkpoint at the step boundary when time allows",
-        run,
-    )
-
-
 def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> RunStatus:
     """The job's conditions as training-operator v1.9.4 writes them (one per type; Running turns False when
     the job ends), its pods, and why a failed container ended (its termination message). The state is the
@@ -225,14 +182,12 @@ def status(namespace: str, run_id: str | None, kube: Kube | None = None) -> RunS
     conditions = job.get("status", {}).get("conditions", [])
     state = (holding(job) or ["Pending"])[-1]
     run_state = pytorchjob_state(holding(job))
-    lines = [
-        f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {run_state.value} "
-        f"({state})"
-    ]
+    pods = job_pods(kube, job)
+    said = finished_said(run_state, early_in(ended_messages(pods)))
+    lines = [f"job {meta['namespace']}/{meta['name']} (run {meta['annotations'][render.LABEL_RUN]}): {said} ({state})"]
     for condition in conditions:
         when, message = condition.get("lastTransitionTime", ""), condition.get("message", "")
         lines.append(f"  {condition['type']:<11} {condition.get('status', '?'):<5} {when}  {message}".rstrip())
-    pods = job_pods(kube, job)
     lines.append(f"  {'pod':<40} {'phase':<10} {'restarts':>8}  node")
     for pod in pods:
         lines.append(

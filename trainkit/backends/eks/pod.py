@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CANNOT_START
     # The job's etcd identity (the platform etcd's client certificate), where the pod mounts it (submission.py).
     placement = Placement(etcd_tls=os.environ.get(cluster.ETCD_TLS_ENV) or None)
-    return run_node(job, workload, args.rdzv_endpoint, args.rdzv_id, pod_name, terminate_with, placement)
+    return run_node(
+        job, workload, args.rdzv_endpoint, args.rdzv_id, pod_name, terminate_with, placement, terminate_with
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from trainkit.backends.base import RunRef
 from trainkit.errors import SpecError
 from trainkit.run.agent import attempts
 from trainkit.run.failures import recorded_failure
-from trainkit.run.state import RunState, RunStatus
+from trainkit.run.state import RunState, RunStatus, finished_said, run_summary, stopped_early
 from trainkit.run.workload import WORKLOAD_FILE
 
 OWNER_FILE = "launcher.json"
@@ -189,10 +189,7 @@ def status(ref: RunRef) -> RunStatus:
     else:
         state = RunState.STOPPED if events and events[-1]["event"] == "stop" else RunState.LOST
     what = job.model.name if job.run.workload == "recipe" else workload_label(run_dir, job.run.workload)
-    said = state.value
-    early = _summary(run_dir).get("stopped_early") if state is RunState.FINISHED else None
-    if early:
-        said += f": stopped early at step {early['step']}, best at step {early['best_step']}"
+    said = finished_said(state, stopped_early(run_summary(run_dir)))
     lines = [f"run {job.run.run_id} ({what}, {p.nodes} node(s) x {p.nproc} process(es)): {said}"]
     if state is RunState.FAILED:
         lines.append(f"  cause      {failure['line']}")
@@ -213,13 +210,6 @@ def status(ref: RunRef) -> RunStatus:
         lines.append(f"  again      {again_line(job.run.workload, failure, events)}")
     lines.append(f"  folder     {run_dir}")
     return RunStatus(state, "\n".join(lines))
-
-
-def _summary(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def evaluation_line(job, records: list[dict]) -> str | None:

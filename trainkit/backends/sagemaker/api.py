@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from training.common.files import node_events_file
-from training.spec import SPEC_FILE, Job
+from training.spec import SPEC_FILE, SUMMARY_FILE, Job
 from trainkit.backends.aws import Clients, Submissions, s3_parts
 from trainkit.backends.aws import error_code as _error_code
 from trainkit.backends.aws import of_run as _of_run
@@ -37,7 +37,7 @@ from trainkit.backends.base import deadline_cause_line
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.errors import SpecError
-from trainkit.run.state import RunStatus, sagemaker_state
+from trainkit.run.state import RunState, RunStatus, finished_said, sagemaker_state, stopped_early
 from trainkit.run.torchrun import GROUP_RANK
 from trainkit.run.workload import Workload
 
@@ -130,18 +130,19 @@ def _data_problems(job: Job, stack: SageMakerStack) -> list[str]:
     """An s3:// dataset must be where the execution role may read it (terraform/modules/sagemaker: the runs
     bucket's datasets/ prefix and the data_source_buckets); else the job would start, pay for its instances and fail
     downloading its channel."""
-    data = job.data.dataset
-    if job.run.workload != "recipe" or not data.startswith("s3://"):
-        return []
-    bucket, key = s3_parts(data)
-    if (bucket == stack.bucket and key.startswith(DATASETS_PREFIX)) or bucket in stack.data_buckets:
-        return []
     readable = ", ".join((f"s3://{stack.bucket}/{DATASETS_PREFIX}", *(f"s3://{b}/" for b in stack.data_buckets)))
-    return [
-        f"--data {data}: the execution role may read datasets only under {readable}: upload it under "
-        f's3://{stack.bucket}/{DATASETS_PREFIX}, or add "{bucket}" to data_source_buckets in '
-        "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
-    ]
+    problems = []
+    for channel, data in request.s3_data(job).items():
+        bucket, key = s3_parts(data)
+        if (bucket == stack.bucket and key.startswith(DATASETS_PREFIX)) or bucket in stack.data_buckets:
+            continue
+        flag = "--eval-data" if channel == request.EVAL_CHANNEL else "--data"
+        problems.append(
+            f"{flag} {data}: the execution role may read datasets only under {readable}: upload it under "
+            f's3://{stack.bucket}/{DATASETS_PREFIX}, or add "{bucket}" to data_source_buckets in '
+            "terraform/stacks/infra/terraform.tfvars and run `make up PROFILE=aws`"
+        )
+    return problems
 
 
 def _secret_problems(clients: Clients, stack: SageMakerStack) -> list[str]:
@@ -260,8 +261,9 @@ def status(clients: Clients, run_id: str, name: str) -> RunStatus:
     job = clients("sagemaker").describe_training_job(TrainingJobName=name)
     resources = job.get("ResourceConfig", {})
     state = sagemaker_state(job["TrainingJobStatus"], job.get("SecondaryStatus"))
+    early = stopped_early(_summary(clients, job, run_id)) if state is RunState.FINISHED else None
     lines = [
-        f"SageMaker job {name} (run {run_id}): {state.value}",
+        f"SageMaker job {name} (run {run_id}): {finished_said(state, early)}",
         f"  status {job['TrainingJobStatus']} / {job.get('SecondaryStatus', '-')}, "
         f"{resources.get('InstanceCount', '?')} x {resources.get('InstanceType', '?')}"
         + (", managed spot" if job.get("EnableManagedSpotTraining") else ""),
@@ -335,28 +337,50 @@ def log_lines(clients: Clients, name: str, host: str, follow: bool = False) -> I
             time.sleep(FOLLOW_POLL_S)
 
 
-RUN_FILES = ("spec.json", "metrics.jsonl", "summary.json", "events.jsonl")
+RUN_FILES = (SPEC_FILE, "metrics.jsonl", SUMMARY_FILE, "events.jsonl")
 """What `invoke obs.report` reads of a run (trainkit/plan/report.py), with each host agent's events file."""
 
 
-def fetch_run_files(clients: Clients, name: str, run_id: str, into: Path) -> list[str]:
-    """The run's small files from its checkpoint prefix, where the hosts' run folder is synced (the run folder is
-    <LocalPath>/<run id>); the names fetched."""
-    described = clients("sagemaker").describe_training_job(TrainingJobName=name)
+def _run_folder(described: dict, run_id: str) -> tuple[str, str]:
+    """(bucket, key prefix) of the run folder in the job's checkpoint prefix, where the hosts' run folder
+    (<LocalPath>/<run id>) is synced."""
     bucket, prefix = s3_parts(described["CheckpointConfig"]["S3Uri"])
-    s3, fetched = clients("s3"), []
+    return bucket, f"{prefix.rstrip('/')}/{run_id}/"
+
+
+def _run_file(clients: Clients, described: dict, run_id: str, file: str) -> bytes | None:
+    """One file of the synced run folder, None where it is not (yet) there."""
+    bucket, folder = _run_folder(described, run_id)
+    s3 = clients("s3")
+    try:
+        return s3.get_object(Bucket=bucket, Key=folder + file)["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def _summary(clients: Clients, described: dict, run_id: str) -> dict:
+    """The run's summary.json as its hosts synced it, {} without one."""
+    body = _run_file(clients, described, run_id, SUMMARY_FILE) if described.get("CheckpointConfig") else None
+    try:
+        return json.loads(body) if body else {}
+    except ValueError:
+        return {}
+
+
+def fetch_run_files(clients: Clients, name: str, run_id: str, into: Path) -> list[str]:
+    """The run's small files from its checkpoint prefix, where the hosts' run folder is synced; the names fetched."""
+    described = clients("sagemaker").describe_training_job(TrainingJobName=name)
+    bucket, folder = _run_folder(described, run_id)
+    fetched = []
     into.mkdir(parents=True, exist_ok=True)
-    folder = f"{prefix.rstrip('/')}/{run_id}/"
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=folder + "events.", Delimiter="/").get("Contents", [])
+    listed = clients("s3").list_objects_v2(Bucket=bucket, Prefix=folder + "events.", Delimiter="/").get("Contents", [])
     names = [item["Key"][len(folder) :] for item in listed]
     nodes = [name for name in names if fnmatch.fnmatch(name, node_events_file("*"))]  # each host's agent's events
     for file in (*RUN_FILES, *nodes):
-        try:
-            body = s3.get_object(Bucket=bucket, Key=folder + file)["Body"].read()
-        except s3.exceptions.NoSuchKey:
-            continue
-        (into / file).write_bytes(body)
-        fetched.append(file)
+        body = _run_file(clients, described, run_id, file)
+        if body is not None:
+            (into / file).write_bytes(body)
+            fetched.append(file)
     return fetched
 
 

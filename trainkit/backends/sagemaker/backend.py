@@ -87,10 +87,10 @@ def check(job: Job) -> None:
             "s3:// prefix (it becomes the job's data channel)"
         )
     held_out = job.evaluation.data
-    if held_out and (held_out.startswith("s3://") or Path(held_out).expanduser().exists()):
+    if held_out and not held_out.startswith("s3://") and Path(held_out).expanduser().exists():
         raise SpecError(
-            f"--eval-data {held_out}: a SageMaker job reads held-out records from a Hugging Face dataset only (no "
-            "channel carries them yet); give a hub dataset id, or --eval-fraction F to hold out training records"
+            f"--eval-data {held_out} is on this machine, which SageMaker's instances cannot read; upload it and give "
+            "its s3:// prefix (it becomes the job's eval channel)"
         )
 
 

@@ -39,9 +39,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV, HOSTS_ENV
-from training.spec import DATA_MOUNT_ENV, SPEC_FILE, read_job
+from training.spec import DATA_MOUNT_ENV, EVAL_MOUNT_ENV, SPEC_FILE, read_job
 from trainkit.backends.sagemaker import restore
-from trainkit.backends.sagemaker.request import DATA_CHANNEL, REGION_ENV
+from trainkit.backends.sagemaker.request import DATA_CHANNEL, EVAL_CHANNEL, REGION_ENV
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
@@ -134,9 +134,10 @@ def main() -> int:
         workload = replace(workload, code=str(launch / "code"))
     submitted = str(job.run_dir)
     job.run.runs_dir = str(base / "checkpoints")
-    channel = base / "input" / "data" / DATA_CHANNEL
-    if channel.is_dir():  # the s3:// dataset the job named, as SageMaker mounts it (FastFile)
-        os.environ[DATA_MOUNT_ENV] = str(channel)
+    for name, variable in ((DATA_CHANNEL, DATA_MOUNT_ENV), (EVAL_CHANNEL, EVAL_MOUNT_ENV)):
+        channel = base / "input" / "data" / name
+        if channel.is_dir():  # the s3:// data the job named, as SageMaker mounts it (FastFile)
+            os.environ[variable] = str(channel)
     workload = relocated(workload, submitted, str(job.run_dir))
     secret = os.environ.get("TRAINKIT_HF_TOKEN_SECRET_ARN") if workload.token else None
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)

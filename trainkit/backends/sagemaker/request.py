@@ -10,9 +10,10 @@ What goes where, and why:
 - Checkpoints: `CheckpointConfig` syncs `/opt/ml/checkpoints` with `<prefix>/checkpoints` while the job runs and
   restores it onto every instance when a job (or a spot restart) starts (SageMaker Developer Guide, "Use
   checkpoints in Amazon SageMaker AI"); the run folder lives there, so the same run id resumes across jobs.
-- Data: an `s3://` dataset is the `data` channel in FastFile mode (streamed on first read, no copy before the
-  first step; Developer Guide, "Setting up training jobs to access datasets": FastFile suits sequential reads of
-  large files); the generated data of the recipes is made on the instances.
+- Data: an `s3://` dataset is the `data` channel, an `s3://` --eval-data the `eval` channel, in FastFile mode
+  (streamed on first read, no copy before the first step; Developer Guide, "Setting up training jobs to access
+  datasets": FastFile suits sequential reads of large files); the generated data of the recipes is made on the
+  instances.
 - The instance count is fixed: SageMaker runs a job on exactly `InstanceCount` instances (no elastic range).
 - Encryption: the job's output (`OutputDataConfig.KmsKeyId`) with the stack's KMS key; its volume
   (`ResourceConfig.VolumeKmsKeyId`) too where the instance type has no local storage (`volume_encryption`); the
@@ -47,6 +48,7 @@ REGION_ENV = "TRAINKIT_AWS_REGION"
 """The job's region, in its Environment: each host's boto3 clients take it as AWS_DEFAULT_REGION (host.py)."""
 LAUNCH_CHANNEL = "trainkit"
 DATA_CHANNEL = "data"
+EVAL_CHANNEL = "eval"
 DEFAULT_MAX_RUNTIME_S = 86_400
 """StoppingCondition.MaxRuntimeInSeconds when --max-runtime is not given: SageMaker's own default, one day (API
 reference, StoppingCondition)."""
@@ -162,9 +164,18 @@ def channels(job: Job, stack: SageMakerStack, name: str) -> list[dict]:
         return {"ChannelName": channel_name, "DataSource": {"S3DataSource": source}, "InputMode": mode}
 
     found = [channel(LAUNCH_CHANNEL, launch_prefix(stack, job.run.run_id, name), "File")]
-    if job.run.workload == "recipe" and job.data.dataset.startswith("s3://"):
-        found.append(channel(DATA_CHANNEL, job.data.dataset, "FastFile"))
+    for channel_name, data in s3_data(job).items():
+        found.append(channel(channel_name, data, "FastFile"))
     return found
+
+
+def s3_data(job: Job) -> dict[str, str]:
+    """{channel: s3:// URL} of the recipe's data that SageMaker mounts: --data, and --eval-data apart (the hosts
+    read each where SageMaker mounted its channel: training/spec/run_folder.py)."""
+    if job.run.workload != "recipe":
+        return {}
+    found = {DATA_CHANNEL: job.data.dataset, EVAL_CHANNEL: job.evaluation.data or ""}
+    return {name: url for name, url in found.items() if url.startswith("s3://")}
 
 
 def stopping_condition(job: Job) -> dict:
