@@ -116,6 +116,11 @@ WALKS = {
         "export_from": "last",
         "early_stop_patience": 3,
         "early_stop_delta": 0.01,
+        "lora_rank": 16,
+        "lora_alpha": 32.0,
+        "lora_dropout": 0.05,
+        "lora_targets": "q_proj,v_proj",
+        "export": "merged",
     },
     "llama-sagemaker": {
         "model": "llama2-tiny",

@@ -97,3 +97,16 @@ def write_tiny(folder: Path, kind: str, tokenizer: bool = False) -> Path:
         saved.chat_template = TEMPLATES.get(kind)  # the others get trainkit's default when they train on chat
         saved.save_pretrained(folder)
     return folder
+
+
+def write_pretrained(folder: Path, kind: str, seed: int = 0) -> Path:
+    """A model folder of `kind` with weights (random, from `seed`) and the byte tokenizer: what `--init pretrained`
+    loads, made here with nothing downloaded."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    write_tiny(folder, kind, tokenizer=True)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_config(kind)))
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder

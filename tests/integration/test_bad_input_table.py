@@ -14,6 +14,7 @@ import json
 import pytest
 
 from tests.helpers.product import invoke
+from tests.helpers.tiny_decoders import write_tiny
 from training.spec import all_fields
 from trainkit.cli.options import task_arguments
 from trainkit.cli.run import RUN_KEYS
@@ -98,6 +99,11 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "export_from": ((), ("--export-from", "first"), "--export-from"),
     "early_stop_patience": ((), ("--early-stop-patience", "0"), "--early-stop-patience"),
     "early_stop_delta": ((), ("--early-stop-delta", "-0.1"), "--early-stop-delta"),
+    "lora_rank": ((), ("--lora-rank", "0"), "--lora-rank"),
+    "lora_alpha": ((), ("--lora-alpha", "0"), "--lora-alpha"),
+    "lora_dropout": ((), ("--lora-dropout", "1"), "--lora-dropout"),
+    "lora_targets": ((), ("--lora-targets", "q_proj"), "give --lora-rank R too"),  # without adapters
+    "export": ((), ("--export", "gguf"), "--export"),
 }
 
 # Values each valid alone that the job cannot use: per rank or per node, past the model, off the volume the pods
@@ -133,6 +139,19 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
         ("--eval-data", "{chat}", "--runs-dir", "/opt/ml/checkpoints"),  # the run folder SageMaker syncs
         "upload it and give",
     ),
+    "LoRA on random weights": ((), ("--lora-rank", "8"), "adapters trained on random base weights teach nothing"),
+    "a LoRA rank above the hidden size": (
+        (),
+        ("--init", "pretrained", "--weights", "{tiny}", "--lora-rank", "100000"),
+        "exceeds llama2-tiny's hidden size",
+    ),
+    "LoRA targets the model does not have": (
+        (),
+        ("--init", "pretrained", "--weights", "{tiny}", "--lora-rank", "8", "--lora-targets", "q_proj,wq"),
+        "its decoder layer's linear layers are q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+    ),
+    "LoRA on a BERT model": (("--model", "bert-tiny"), ("--lora-rank", "8"), "--lora-rank applies to decoder models"),
+    "LoRA on a vision model": (VISION, ("--lora-rank", "8"), "--lora-rank applies to decoder models"),
     "a fraction that holds out no record": ((), ("--dataset", "{pairs}", "--eval-fraction", "0.1"), "holds out 0"),
     "an evaluation interval on --synthetic images": (VISION, ("--synthetic", "--eval-interval", "5"), "no val/ split"),
     "patience without evaluation": ((), ("--early-stop-patience", "3"), "the run does not evaluate"),
@@ -168,6 +187,8 @@ PLAN: dict[str, tuple[tuple[str, ...], str]] = {
     "price_per_hour": (("--price-per-hour", "-3"), "--price-per-hour"),
     "epoch_tokens": (("--epoch-tokens", "0"), "--epoch-tokens"),
     "output": (("--scaling", "--output", "/proc/trainkit/scaling"), "--output"),
+    "lora_rank": (("--model", "llama2-7b", "--lora-rank", "4097"), "exceeds llama2-7b's hidden size 4096"),
+    "lora_targets": (("--model", "llama2-7b", "--lora-rank", "8", "--lora-targets", "wq"), "no linear layer named wq"),
 }
 PLAN_OWN = ("gpus_per_node", "mfu", "price_per_hour", "epoch_tokens", "output")  # besides the job's fields
 PLAN_JOINT: dict[str, tuple[tuple[str, ...], str]] = {
@@ -219,6 +240,7 @@ def refused_train(tmp_path, context: tuple[str, ...], bad: tuple[str, ...], name
     (tmp_path / "chat.jsonl").write_text(chat + "\n")
     written = ("numbers", "nulls", "mixed", "unknown", "silent", "pairs", "chat")
     files = {name: tmp_path / f"{name}.jsonl" for name in written}
+    files["tiny"] = write_tiny(tmp_path / "tiny", "llama2")  # a model folder's config (no weights needed to refuse)
     bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing", **files) for v in bad)
     runs = tmp_path / "runs"
     # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).

@@ -113,7 +113,7 @@ def test_bert_plans_the_recipes_strategy_and_refuses_what_invoke_train_refuses()
 
 
 def test_the_bert_plan_prints_zero1s_share_throughput_and_cost():
-    from trainkit.plan.memory import render_plan
+    from trainkit.plan.shown import render_plan
 
     text = render_plan(plan_of(model="bert-1.5b", nodes=16, sharding="ZERO_1"))
     header = next(line for line in text.splitlines() if line.strip().startswith("strategy"))
@@ -122,3 +122,49 @@ def test_the_bert_plan_prints_zero1s_share_throughput_and_cost():
     assert row.split()[3] == f"{12 * BERT_15B / 128 / GIB:.1f}"  # the optimizer share, GiB
     assert "1,527,814,522" in text and "over the 128 ranks" in text and "$ per epoch" in text
     assert "with the communication" in text
+
+
+@pytest.mark.parametrize("kind", ["llama2", "llama3", "qwen3", "gemma"])
+def test_the_planners_adapter_count_is_what_peft_injects(kind):
+    """LoRA's trained parameters as the planner counts them (training/common/flops.py) against PEFT's own injection
+    into the model transformers builds (on the meta device), for decoder types with multi-head and grouped-query
+    attention and a head width of their own (Qwen3, Gemma), every linear layer and a few."""
+    import torch
+    from peft import LoraConfig, inject_adapter_in_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from tests.helpers.tiny_decoders import tiny_config
+    from training.decoders import DecoderArch
+
+    config = tiny_config(kind)
+    shape = DecoderArch.from_config(config).shape()
+    for targets in (None, ("q_proj", "v_proj", "down_proj")):
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+        # the launcher's names (torch-free, from the shape) are the model's own linear layers, in its order
+        from training.llm.lora import default_targets
+        from training.llm.model import decoder_layer_class
+
+        layer_class = decoder_layer_class(AutoConfig.for_model(**config))
+        assert list(shape.linear_shapes()) == default_targets(model, layer_class), kind
+        names = list(targets or shape.linear_shapes())
+        inject_adapter_in_model(LoraConfig(r=4, target_modules=names), model, low_cpu_mem_usage=True)
+        injected = sum(p.numel() for name, p in model.named_parameters() if ".lora_" in name)
+        assert shape.adapter_params(4, targets) == injected, (kind, targets)
+
+
+def test_llama2_70b_with_lora_fits_one_p5_node_where_its_full_fine_tune_needs_more():
+    from trainkit.plan.shown import render_plan
+
+    plan = plan_of(model="llama2-70b", lora_rank=16)
+    assert plan.adapter_params == 80 * 16 * (4 * (8192 + 8192) + 3 * (8192 + 28672)) - 80 * 16 * 2 * (8192 - 1024)
+    assert plan.fits["FULL_SHARD"] and plan.fewest_nodes == 1
+    full_bytes, full_nodes = plan.full_finetune
+    assert full_nodes > 1 and full_bytes > plan.memory_per_gpu["FULL_SHARD"].total
+    full = plan_of(model="llama2-70b")  # the same job without adapters: the planner's own full fine-tune
+    assert full.fewest_nodes == full_nodes and full.memory_per_gpu["FULL_SHARD"].total == full_bytes
+    # 4 FLOPs a frozen weight instead of 6, the adapters 6 each
+    assert plan.flops_per_token < full.flops_per_token * 0.7
+    text = render_plan(plan)
+    assert "fewest nodes        1 x p5.48xlarge (FULL_SHARD" in text
+    assert f"instead of {full_nodes} x p5.48xlarge" in text

@@ -137,7 +137,8 @@ def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path)
     assert data["optimisation"]["steps"] == 10 and data["derived"]["world_size"] == spec.world_size
     assert data["run"]["run_id"] == "demo"
     write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, log_interval=3).job)  # resumable change
-    with pytest.raises(SpecError, match=r"run 'demo' already exists with different --lr, which changes what it"):
+    # the refusal names the run's value, so the command that continues it can be written from it
+    with pytest.raises(SpecError, match=r"run 'demo' already exists with different --lr \(the run's: 0.003\), which"):
         write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5).job)
 
 
@@ -164,7 +165,7 @@ def test_a_run_continues_at_another_size_with_its_own_global_batch_and_learning_
     assert (two.micro_batch_size, three.micro_batch_size) == (8, 5)  # each fitted to its own launch's batch
     assert saved.micro_batch_size == 6  # refitted to the run's: 16 over 3 processes is 6 at most, in one pass
     given = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=2, global_batch_size=8)
-    with pytest.raises(SpecError, match=r"already exists with different --global-batch-size, which changes what"):
+    with pytest.raises(SpecError, match=r"already exists with different --global-batch-size \(the run's: 16\), which"):
         write_spec(given.job)
     again = spec_of(runs_dir=str(tmp_path), run_id=two.run_id, steps=10, nproc=2)
     write_spec(again.job)  # back on 2 processes, nothing to keep: the recipe's values are the run's

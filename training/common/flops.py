@@ -74,7 +74,21 @@ class TransformerShape:
         embeddings = (1 if self.tied else 2) * self.vocab * self.hidden
         return self.layers * self.params_per_layer() + embeddings + self.hidden
 
-    def flops_per_token(self, seq_len: int) -> float:
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer of a decoder layer, by the name the registry's decoder types give it."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        found = {"q_proj": (self.hidden, q), "k_proj": (self.hidden, kv), "v_proj": (self.hidden, kv)}
+        found |= {"o_proj": (q, self.hidden)} | ({"gate_proj": (self.hidden, self.ffn)} if self.gated else {})
+        return found | {"up_proj": (self.hidden, self.ffn), "down_proj": (self.ffn, self.hidden)}
+
+    def adapter_params(self, rank: int, targets: tuple[str, ...] | None = None) -> int:
+        """LoRA's parameters over all layers: rank x (in + out) for each targeted linear layer (A: rank x in, B:
+        out x rank); `targets` None: every linear layer of a decoder layer."""
+        shapes = self.linear_shapes()
+        chosen = shapes if targets is None else {name: shapes[name] for name in targets}
+        return self.layers * sum(rank * (inputs + outputs) for inputs, outputs in chosen.values())
+
+    def flops_per_token(self, seq_len: int, adapter_params: int | None = None) -> float:
         """Training FLOPs per token (forward + backward = 3x forward), without recomputation.
 
         Dense matmuls: 6 FLOPs per parameter per token for every weight a token passes through
@@ -83,11 +97,19 @@ class TransformerShape:
         window in a sliding-window layer when it is shorter (the "6N + 12LHS" form of PaLM, Chowdhery et al. 2022,
         appendix B, where heads * head_dim = hidden). Activation recomputation is deliberately not
         counted: MFU measures useful model FLOPs, not hardware FLOPs.
+
+        Under LoRA (`adapter_params`: the adapters' count) the frozen weights get no weight gradient: 2 FLOPs per
+        parameter forward and 2 for the gradient of their input, 4 instead of 6 (a little less in truth: no input
+        gradient is needed below the first adapter); the adapters train in full, 6 each. Attention's scores and sum
+        hold no weights, so they cost the same either way.
         """
         matmul_params = self.layers * self.params_per_layer() + self.vocab * self.hidden
         window = min(seq_len, self.window or seq_len)
         spans = (self.layers - self.sliding_layers) * seq_len + self.sliding_layers * window
-        return 6.0 * matmul_params + 12.0 * self.heads * self.head_dim * spans
+        attention = 12.0 * self.heads * self.head_dim * spans
+        if adapter_params is not None:
+            return 4.0 * matmul_params + 6.0 * adapter_params + attention
+        return 6.0 * matmul_params + attention
 
 
 def mfu(tokens_per_second: float, flops_per_token: float, world_size: int, peak_tflops: float) -> float:

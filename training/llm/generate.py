@@ -4,6 +4,8 @@ theirs, the new text streamed as it is made."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +30,14 @@ def load(model_dir: Path):
 
     hf_logging.disable_progress_bar()  # the console shows the generated text only
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device).eval()
+    if (model_dir / "adapter_config.json").is_file():  # a LoRA run's adapter: onto the base it names (PEFT's way)
+        from peft import PeftModel
+
+        base_source = json.loads((model_dir / "adapter_config.json").read_text())["base_model_name_or_path"]
+        base = AutoModelForCausalLM.from_pretrained(base_source, dtype="auto", token=os.environ.get("HF_TOKEN"))
+        model = PeftModel.from_pretrained(base, model_dir).to(device).eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto").to(device).eval()
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 

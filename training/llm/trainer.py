@@ -25,15 +25,16 @@ from training.common.flops import peak_tflops_for_device
 from training.common.run import RunContext, current_nodes
 from training.common.sampling import StepSampler
 from training.common.trainer import Step, Trainer, parameter_groups
+from training.common.training_state import AdapterCheckpoint
 from training.families import DECODER
 from training.registry import DecoderArch
-from training.spec import EXPORT_DIR, MODEL_CONFIG, Job, data_source
+from training.spec import EXPORT_DIR, MERGED_DIR, MODEL_CONFIG, Job, data_source
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
 from training.text.tokenizer import job_tokenizer_source, load_tokenizer, vocabulary_problem
 
-from . import export, fast_paths
+from . import export, fast_paths, lora
 from .model import build_model, consolidated_copy, decoder_layer_class, load_config
 
 
@@ -80,6 +81,7 @@ class DecoderTrainer(Trainer):
         problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, self.tokenizer_source)
         if problem:
             raise ValueError(problem)
+        self.lora_targets = self._adapt(model, layer_class) if job.lora.enabled else None
         if parallel.compile:  # in place, before checkpoint wrappers and FSDP2 wrap the layers
             fast_paths.compile_layers(model)
         if selective:
@@ -92,6 +94,8 @@ class DecoderTrainer(Trainer):
         # (the recipes' default) one group, as before: a run's optimizer state keeps its shape across this change.
         decay = job.optimisation.weight_decay
         params = parameter_groups(model, decay, embeddings=False) if decay else model.parameters()
+        if self.lora_targets:  # the adapters only: no frozen weight reaches the optimizer (or a gradient reduction)
+            params = [g for g in params if g["params"]] if decay else [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(
             params,
             lr=job.optimisation.lr,
@@ -108,11 +112,32 @@ class DecoderTrainer(Trainer):
         shard_group = self.world // self.nodes if job.parallelism.sharding == "HYBRID_SHARD" else self.world
         self.sharding_report = verify_sharding(self.model, job.parallelism.sharding, self.world, shard_group)
 
-        self.run = RunContext(acc, job, run_dir, self.nodes)
+        adapters = AdapterCheckpoint(acc, self.model, self.optimizer) if self.lora_targets else None
+        self.run = RunContext(acc, job, run_dir, self.nodes, adapters)
         self.run.start_fields["data"] = self.dataset.event()
-        self.flops_per_token = DecoderArch.from_config(self.config.to_dict()).shape().flops_per_token(job.data.seq_len)
+        trained = lora.counts(model)[0] if self.lora_targets else None  # LoRA: 4 FLOPs a frozen weight, not 6
+        shape = DecoderArch.from_config(self.config.to_dict()).shape()
+        self.flops_per_token = shape.flops_per_token(job.data.seq_len, adapter_params=trained)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
         self.peak_tflops = job.run.peak_tflops or device_peak
+
+    def _adapt(self, model: torch.nn.Module, layer_class: str) -> list[str]:
+        """LoRA (training/llm/lora.py): adapters in place of the target layers, everything else frozen; under bf16
+        the frozen weights are kept in bf16 (they are only ever read in the compute dtype), the adapters in fp32."""
+        targets = lora.apply(model, self.job, layer_class)
+        if resolve_precision(self.job.parallelism.precision) == "bf16":
+            for parameter in model.parameters():
+                if not parameter.requires_grad:
+                    parameter.data = parameter.data.to(torch.bfloat16)
+        if self.accelerator.is_main_process:
+            trained, total = lora.counts(model)
+            job = self.job
+            print(
+                f"LoRA rank {job.lora.rank}, alpha {job.lora.scale_alpha:g} on {', '.join(targets)}: {trained:,} of "
+                f"{total:,} parameters trained ({trained / total:.2%}), the rest frozen",
+                flush=True,
+            )
+        return targets
 
     # ------------------------------------------------------------------ data
 
@@ -202,26 +227,49 @@ class DecoderTrainer(Trainer):
         return fields | {"tokens_seen": step * self.job.optimisation.global_batch_size * self.job.data.seq_len}
 
     def export(self) -> Path | None:
-        """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory."""
+        """Consolidate the sharded weights on rank 0 and write a Hugging Face model directory; under LoRA, PEFT's
+        adapter folder there, and with --export merged a full model with the adapters merged in (MERGED_DIR)."""
         state_dict = self.accelerator.get_state_dict(self.model)
         target = self.run_dir / EXPORT_DIR
         if self.accelerator.is_main_process:
-            tmp = self.run_dir / ".tmp-model"
-            shutil.rmtree(tmp, ignore_errors=True)
             # One progress indicator per run (rank 0's steps): no second bar for the final model's shards.
             hf_logging.disable_progress_bar()
-            tmp.mkdir()
             dtype = export.export_dtype(resolve_precision(self.job.parallelism.precision), self.source_dtype)
             generation = export.generation_config(self.source_generation, self.config, self.tokenizer)
-            export.save(consolidated_copy(self.config, state_dict), tmp, dtype, generation, self._card(dtype))
+            if self.lora_targets:
+                with self._publishing(target) as tmp:
+                    lora.save_adapter(state_dict, tmp, self.job, self.lora_targets, dtype)
+                    (tmp / "README.md").write_text(export.model_card(self._card(dtype) | {"adapter": self._adapter()}))
+                if self.job.lora.export == "merged":
+                    with self._publishing(self.run_dir / MERGED_DIR) as tmp:
+                        merged = consolidated_copy(self.config, lora.merged_state(state_dict, self.job))
+                        export.save(merged, tmp, dtype, generation, self._card(dtype) | {"adapter": "merged in"})
+            else:
+                with self._publishing(target) as tmp:
+                    export.save(consolidated_copy(self.config, state_dict), tmp, dtype, generation, self._card(dtype))
             hf_logging.enable_progress_bar()
-            self.tokenizer.save_pretrained(tmp)
-            label = {"truncated": self.job.model.truncated_label, "run_id": self.job.run.run_id}
-            (tmp / "trainkit.json").write_text(json.dumps(label, indent=2) + "\n")
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
         self.accelerator.wait_for_everyone()
         return target
+
+    @contextlib.contextmanager
+    def _publishing(self, target: Path):
+        """A folder to write an export into, with the tokenizer and trainkit.json, that replaces `target` whole."""
+        tmp = target.parent / f".tmp-{target.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        yield tmp
+        self.tokenizer.save_pretrained(tmp)
+        label = {"truncated": self.job.model.truncated_label, "run_id": self.job.run.run_id}
+        (tmp / "trainkit.json").write_text(json.dumps(label, indent=2) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+
+    def _adapter(self) -> str:
+        lora_options = self.job.lora
+        return (
+            f"LoRA rank {lora_options.rank}, alpha {lora_options.scale_alpha:g}, on {', '.join(self.lora_targets)}; "
+            f"load onto {self.job.model.weights} with peft.PeftModel.from_pretrained"
+        )
 
     def _card(self, dtype: torch.dtype) -> dict:
         """The export's model card facts (training/llm/export.py)."""

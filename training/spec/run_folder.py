@@ -17,7 +17,10 @@ MODEL_CONFIG = "model_config.json"
 """In the run folder: what the workers build a randomly initialised model from (language models: a
 Hugging Face config.json; vision: the class count of synthetic input)."""
 EXPORT_DIR = "model"
-"""In the run folder: a decoder run's export, a Hugging Face model folder (`invoke generate` loads it)."""
+"""In the run folder: a decoder run's export, a Hugging Face model folder (`invoke generate` loads it); under LoRA,
+PEFT's adapter folder."""
+MERGED_DIR = "model-merged"
+"""In the run folder: a LoRA run's model with its adapters merged in (--export merged), a Hugging Face model folder."""
 RANK_LOGS_DIR = "ranks"
 RUN_DIR_ENV = "TRAINKIT_RUN_DIR"
 """Every process of a run finds its run folder here (the launcher sets it; a user's script reads it)."""

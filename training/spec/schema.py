@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from training.families import FAMILIES, FORMER_NAMES, Family, load_family_modules
+from training.spec.adapted import LoraOptions
 from training.spec.evaluated import EvaluationOptions
 from training.spec.options import SPEC_VERSION
 from training.spec.running import CheckpointingOptions, ElasticOptions, ParallelismOptions, PlacementOptions
@@ -34,6 +35,7 @@ class Job:
     elastic: ElasticOptions = field(default_factory=ElasticOptions)
     placement: PlacementOptions = field(default_factory=PlacementOptions)
     evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
+    lora: LoraOptions = field(default_factory=LoraOptions)
     family_options: dict[str, Any] = field(default_factory=lambda: _family_sections())
     """The options of the families that declare their own (Family.options), by family name: spec.json's sections of
     those names."""

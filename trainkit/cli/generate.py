@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from training.families import family_of
-from training.spec import EXPORT_DIR, SPEC_FILE, SUMMARY_FILE, read_job
+from training.spec import EXPORT_DIR, MERGED_DIR, SPEC_FILE, SUMMARY_FILE, read_job
 from trainkit.backends import backend_of, last_submitted_to
 from trainkit.backends.base import RunRef
 from trainkit.cli.options import task, user_errors
@@ -57,8 +57,10 @@ def local_export(run_id: str | None, runs_dir: str, target: str | None) -> tuple
             f"run {job.run.run_id} trained {what}, which leaves no text generator to load: `invoke generate` takes a "
             "decoder run (llama2-*, a Hugging Face causal LM)"
         )
-    model_dir = run_dir / EXPORT_DIR
-    if not (model_dir / "config.json").is_file():
+    # A LoRA run's merged model when it wrote one (--export merged), else its export: a model, or PEFT's adapter.
+    merged = run_dir / MERGED_DIR
+    model_dir = merged if (merged / "config.json").is_file() else run_dir / EXPORT_DIR
+    if not any((model_dir / name).is_file() for name in ("config.json", "adapter_config.json")):
         raise SpecError(
             f"run {job.run.run_id} has no export yet: a decoder run writes {model_dir} when it finishes "
             f"(`invoke status --run-id {job.run.run_id}`)"

@@ -12,7 +12,7 @@ from trainkit.backends.eks.cluster import JOBS_NAMESPACE
 from trainkit.cli.options import job_flags, job_options, task, user_errors
 from trainkit.errors import SpecError
 from trainkit.job import REGISTRY, build, get_model
-from trainkit.plan.memory import PlanOptions, make_plan, plan_json, render_plan
+from trainkit.plan.memory import PlanOptions, make_plan
 from trainkit.plan.scaling import (
     make_scaling,
     published_job_on,
@@ -21,6 +21,7 @@ from trainkit.plan.scaling import (
     scaling_json,
     scaling_png,
 )
+from trainkit.plan.shown import plan_json, render_plan
 from trainkit.workloads.recipe import recipe
 
 TRAIN_KEYS = [spec.key for spec in fields_of(cli=True)]
@@ -35,6 +36,8 @@ PLAN_FLAGS = (
     "micro_batch_size",
     "global_batch_size",
     "instance_type",
+    "lora_rank",
+    "lora_targets",
 )
 
 

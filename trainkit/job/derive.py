@@ -68,6 +68,12 @@ def derive(job: Job, machine: Machine) -> None:
         if key in GPU_ONLY and not _gpu_default_applies(job, machine, key):
             continue
         by_key()[key].set(job, value)
+    if job.lora.enabled and not lr_given:
+        o.lr = LORA_LR
+        job.run.notes.append(
+            f"learning rate {LORA_LR:g}, LoRA's (the recipe's {recipe.get('lr')} is a full fine-tune's; set --lr "
+            "to change it)"
+        )
     if workers_from_cpus and "loader_workers" not in given:
         _size_loader_workers(job, machine)
     if not batch_given:
@@ -90,6 +96,12 @@ def derive(job: Job, machine: Machine) -> None:
         job.model.truncated_label = f"{job.model.name} truncated to {job.model.layers} of {full} layers"
     if job.run.run_id is None:
         job.run.run_id = f"{entry.label}-{job.fingerprint()}"  # a folder's or hub id's last part: no slashes
+
+
+LORA_LR = 3e-4
+"""A LoRA run's learning rate when --lr is not given: adapters start at zero (B) and train far fewer weights, so they
+take a larger rate than a full fine-tune (torchtune's Llama 2 7B LoRA config, recipes/configs/llama2/7B_lora.yaml:
+3e-4; Hu et al. 2021 tuned 2e-4 for GPT-3's)."""
 
 
 def family_notes(family: Family, job: Job, entry) -> list[str]:
@@ -205,6 +217,10 @@ def fitted_micro_batch(global_batch: int, micro: int, world: int) -> int:
     return micro
 
 
+def _shown(value) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def continue_run(previous: Job, job: Job, step: int | None) -> str | None:
     """`job` launched into the folder of an existing run (`previous`, its spec.json), whose last checkpoint is at
     `step` (0: none yet; None: the workload keeps its own). What it trains must be the run's: a field that changes
@@ -217,7 +233,7 @@ def continue_run(previous: Job, job: Job, step: int | None) -> str | None:
         "lr": o.lr_derived and before.lr_derived,
     }
     changed = [
-        spec.flag
+        f"{spec.flag} (the run's: {_shown(spec.get(previous))})"
         for spec in all_fields()
         if spec.trains and not chosen.get(spec.name) and spec.get(previous) != spec.get(job)
     ]

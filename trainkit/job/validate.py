@@ -13,6 +13,7 @@ from training.spec import SHARDING_STRATEGIES, ZERO_1, Job, all_fields, by_key, 
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.held_out import validate_eval_data_here, validate_evaluation, validate_keeping
+from trainkit.job.lora import validate_lora
 from trainkit.job.models import HUB_ID, ModelEntry, get_model
 
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
@@ -56,6 +57,7 @@ def validate(job: Job, machine: Machine) -> None:
         else:
             _validate_images(job, machine)
         _validate_model(job, entry)
+        validate_lora(job, entry)
     require(
         job.elastic.rdzv != "etcd" or bool(job.elastic.rdzv_endpoint),
         "--rdzv etcd needs an etcd server: run `make up` (starts one on this machine) or give "

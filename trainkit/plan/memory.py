@@ -45,6 +45,7 @@ from training.spec import ZERO_1, Job
 from trainkit.errors import SpecError
 from trainkit.hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import DEFAULT_INSTANCE_TYPE
+from trainkit.job.lora import check_shape
 from trainkit.job.models import get_model
 from trainkit.job.validate import check_family, check_language_model
 from trainkit.plan import data_parallel
@@ -107,6 +108,12 @@ class Plan:
     price_source: str
     communication: scaling.Point | None = None
     """The scaling model at the job's node count for its strategy: the step with the communication it exposes."""
+    fewest_nodes: int | None = None
+    """The fewest nodes on which the job's strategy fits (None: not within 64)."""
+    adapter_params: int | None = None
+    """LoRA: the adapters' parameters (the ones trained)."""
+    full_finetune: tuple[float, int | None] | None = None
+    """LoRA: the same job as a full fine-tune, (memory per GPU, fewest nodes), at the plan's node count."""
 
 
 def shard_group_size(sharding: str, world: int, gpus_per_node: int) -> int:
@@ -134,20 +141,37 @@ def memory_per_gpu(job: Job, sharding: str, world: int) -> MemoryBreakdown:
     activations = recomputed * 2 * s * b * h + (layers - recomputed) * per_layer_full
     if recomputed:
         activations += per_layer_full  # the layer being recomputed
+    adapters = shape.adapter_params(job.lora.rank, job.lora.target_names) if job.lora.enabled else 0
     if sharding in data_parallel.DATA_PARALLEL:
         state = data_parallel.state_bytes(sharding, n, world)
+        if adapters:  # DDP over the adapters only: the frozen base in bf16, nothing of it in a bucket
+            state = {"parameters": 2 * n + 4 * adapters, "gradients": 4 * adapters, "optimizer": 8 * adapters}
+            state["buckets"] = 4 * adapters
         return MemoryBreakdown(**state, gathered_parameters=0, activations=activations, logits=8 * s * b * v)
     group = shard_group_size(sharding, world, job.parallelism.nproc)
     largest_unit = max(shape.params_per_layer(), v * h)
     gathered = {"FULL_SHARD": 2 * largest_unit * 2, "HYBRID_SHARD": 2 * largest_unit * 2, "SHARD_GRAD_OP": 2 * n}
+    if adapters:  # LoRA: the frozen base sharded in bf16, fp32 adapters with their gradients and moments
+        trained, parameters = adapters, 2 * n + 4 * adapters
+    else:
+        trained, parameters = n, 4 * n
     return MemoryBreakdown(
-        parameters=4 * n / group,
-        gradients=4 * n / group,
-        optimizer=8 * n / group,
+        parameters=parameters / group,
+        gradients=4 * trained / group,
+        optimizer=8 * trained / group,
         gathered_parameters=gathered[sharding],
         activations=activations,
         logits=8 * s * b * v,
     )
+
+
+def fewest_nodes(job: Job, sharding: str, gpu_bytes: float, most: int = 64) -> int | None:
+    """The fewest nodes (of the job's GPUs per node) on which `sharding` fits a GPU, up to `most`; None: not even
+    then. The memory is the plan's at each count, the micro batch the job's."""
+    for nodes in range(1, most + 1):
+        if memory_per_gpu(job, sharding, nodes * job.parallelism.nproc).total <= USABLE_FRACTION * gpu_bytes:
+            return nodes
+    return None
 
 
 def step_cost(plan: Plan) -> scaling.StepCost:
@@ -231,12 +255,15 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
             )
         global_batch = -(-global_batch // per_step) * per_step
     o.global_batch_size = global_batch
+    check_shape(job, entry)  # as `invoke train` refuses a rank or targets the model cannot take
     strategies = family_of(entry.family).shardings
     memory = {name: memory_per_gpu(job, name, world) for name in strategies}
     gpu_bytes = instance.gpu_memory_gib * GIB
     fits = {name: breakdown.total <= USABLE_FRACTION * gpu_bytes for name, breakdown in memory.items()}
     arch = entry.arch.truncated(model.layers)
-    flops_per_token = arch.shape().flops_per_token(job.data.seq_len)
+    lora = job.lora
+    adapters = arch.shape().adapter_params(lora.rank, lora.target_names) if lora.enabled else None
+    flops_per_token = arch.shape().flops_per_token(job.data.seq_len, adapter_params=adapters)
     tokens_per_step = global_batch * job.data.seq_len
     peak = PEAK_BF16_TFLOPS[instance.gpu] * 1e12
     step_time = flops_per_token * tokens_per_step / (options.mfu * peak * world)
@@ -263,6 +290,11 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
         usd_per_epoch=usd_per_epoch,
         price_source=source if price else "no price known; pass --price-per-hour",
     )
+    plan.fewest_nodes = fewest_nodes(job, p.sharding, gpu_bytes)
+    plan.adapter_params = adapters
+    if lora.enabled:  # the same job as a full fine-tune, for the comparison the plan prints
+        full = replace(job, lora=replace(lora, rank=None, alpha=None, dropout=None, targets=None))
+        plan.full_finetune = (memory_per_gpu(full, p.sharding, world).total, fewest_nodes(full, p.sharding, gpu_bytes))
     fabric = replace(scaling.fabric_for(instance_type), per_node=p.nproc)
     plan.communication = scaling.predict(step_cost(plan), p.sharding, p.nodes, fabric)
     return plan
@@ -289,76 +321,3 @@ def bench_mfu(model: str, gpu: str, folder: Path) -> tuple[float, str] | None:
         return None
     shape = f"{job.get('layers') or 'all'} layers, seq {job.get('seq_len')}, {data.get('measured', 'undated')}"
     return statistics.median(values), f"measured: {path}, median of {len(values)} runs ({shape})"
-
-
-COLUMNS = (
-    ("params", "parameters", 9),
-    ("grads", "gradients", 9),
-    ("optim", "optimizer", 9),
-    ("gathered", "gathered_parameters", 10),
-    ("buckets", "buckets", 9),
-    ("activ", "activations", 9),
-    ("logits", "logits", 9),
-)
-NOTES = {  # what the data-parallel rows hold (trainkit/plan/data_parallel.py)
-    ZERO_1: "ZERO_1: DeepSpeed ZeRO stage 1: bf16 parameters and gradients and their fp32 sum on every GPU, fp32\n"
-    "          master weights and two moments (12 bytes a parameter) over the {world} ranks; buckets: the fp32\n"
-    "          all-reduce's copy",
-    "NO_SHARD": "NO_SHARD: DDP: fp32 parameters, gradients and two moments on every GPU; buckets: DDP's copy of the\n"
-    "          gradients",
-}
-
-
-def render_plan(plan: Plan) -> str:
-    job, options = plan.job, plan.options
-    layers, sharding = job.model.layers, job.parallelism.sharding
-    label = f" (truncated to {layers} layers)" if layers else ""
-    every = job.parallelism.ac_every or 1
-    checkpointing = "off" if not job.parallelism.activation_checkpointing else "on" if every == 1 else f"every {every}"
-    breakdowns = plan.memory_per_gpu.values()  # a part no strategy of this family holds gets no column
-    columns = [c for c in COLUMNS if any(getattr(m, c[1]) for m in breakdowns)] + [("total", "total", 9)]
-    header = "".join(f"{title:>{width}}" for title, _, width in columns)
-    lines = [
-        f"Plan: {job.model.name}{label} on {job.parallelism.nodes} x {job.placement.instance_type} "
-        f"({plan.world_size} GPUs)",
-        f"  parameters          {plan.param_count:,} ({plan.param_count / 1e9:.2f} B)",
-        f"  batch               global {plan.global_batch_size} x seq {job.data.seq_len}, "
-        f"micro {job.optimisation.micro_batch_size}, "
-        f"grad accumulation {plan.grad_accum_steps}, activation checkpointing {checkpointing}",
-        "",
-        f"  memory per GPU (GiB; {USABLE_FRACTION:.0%} of {plan.gpu_memory_bytes / GIB:.0f} GiB usable)",
-        f"  {'strategy':<14}{header}  fits",
-    ]
-    for name, m in plan.memory_per_gpu.items():
-        marker = "*" if name == sharding else " "
-        row = "".join(f"{getattr(m, field) / GIB:>{width}.1f}" for _, field, width in columns)
-        lines.append(f" {marker}{name:<14}{row}  {'yes' if plan.fits[name] else 'NO'}")
-    lines += [f"  {NOTES[name].format(world=plan.world_size)}" for name in plan.memory_per_gpu if name in NOTES]
-    seq, point = job.data.seq_len, plan.communication  # the scaling model at the job's nodes
-    with_communication = plan.tokens_per_s * plan.step_time_s / point.step_s
-    lines += [
-        "",
-        f"  throughput ({sharding}, MFU {options.mfu:.1%} of {plan.flops_per_token / 1e9:.1f} GFLOP/token; "
-        f"{options.mfu_source})",
-        f"    step time         {plan.step_time_s:.2f} s compute; {point.step_s:.2f} s with "
-        f"{point.exposed_s:.3f} s of its {point.communication_s:.3f} s of collectives exposed (scaling model)",
-        f"    tokens/s          {plan.tokens_per_s:,.0f} ({plan.tokens_per_s / plan.world_size:,.0f} per GPU, "
-        f"{plan.tokens_per_s / seq:,.0f} sequences/s); {with_communication:,.0f} with the communication",
-    ]
-    if plan.usd_per_hour is not None:
-        lines += [
-            f"  cost ({plan.price_source}; at the compute rate)",
-            f"    $ per hour        {plan.usd_per_hour:,.2f}",
-            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {options.epoch_tokens:,} tokens; "
-            "set --epoch-tokens)",
-        ]
-    else:
-        lines.append(f"  cost                {plan.price_source}")
-    return "\n".join(lines)
-
-
-def plan_json(plan: Plan) -> str:
-    data = asdict(plan)
-    for name, breakdown in plan.memory_per_gpu.items():
-        data["memory_per_gpu"][name]["total"] = breakdown.total
-    return json.dumps(data, indent=2, default=str)  # PlanOptions.bench_dir: a path
