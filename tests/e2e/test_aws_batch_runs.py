@@ -19,6 +19,7 @@ import pytest
 from tests.helpers.batch_moto import P_QUOTA, batch_account
 from tests.helpers.containers import processes_with
 from tests.helpers.product import invoke_in, read_jsonl
+from tests.helpers.tiny_decoders import write_pretrained
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.faults import HANG_ENV, RELEASE_FILE
 
@@ -157,3 +158,16 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert "ref step 8/16 (50%)" in leader.stdout and "stopped early at step 8: " in leader.stdout, leader.stdout[
         -2000:
     ]
+
+    # A LoRA fine-tune (issue 53) of a model folder on FSx, on two nodes: the adapters train, the checkpoint holds
+    # them alone (adapters/), and the export is PEFT's adapter folder.
+    write_pretrained(account.service.fsx / "base", "llama2-tiny", seed=2)
+    lora = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "4")
+    lora += ("--checkpoint-interval", "2", "--init", "pretrained", "--weights", "base", "--lora-rank", "4")
+    adapted = submit(tmp_path, account, "lra", *lora)
+    done = account.wait(adapted, timeout=300)
+    assert done["status"] == "SUCCEEDED", done
+    run = runs / "lra"
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    assert (run / "checkpoints" / "step-00000004" / "adapters").is_dir()
+    assert json.loads((run / "model" / "adapter_config.json").read_text())["r"] == 4

@@ -80,3 +80,24 @@ def test_one_vision_pair_on_cpu_writes_the_reference_ratio_and_the_input_pipelin
     synthetic = json.loads((folder / "vision-runs" / runs[1] / "spec.json").read_text())
     assert synthetic["data"]["synthetic"] is True
     assert "input pipeline: images/s =" in result.stdout and f"results: {folder / 'vision.json'}" in result.stdout
+
+
+def test_one_lora_pair_on_cpu_adapts_the_same_pretrained_model_on_both_sides(train_bench_pair):
+    """`invoke bench train --init pretrained --weights <folder> --lora-rank 8` (issue 53): trainkit's LoRA run and
+    the bare loop with PEFT's get_peft_model on the same folder, both training only adapters, the FLOPs counted for
+    LoRA (4 a frozen weight, 6 an adapter's)."""
+    from training.decoders import DecoderArch
+
+    result, folder = train_bench_pair
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads((folder / "lora.json").read_text())
+    job = record["job"]
+    assert job["lora"] == {"rank": 8, "alpha": None, "targets": None}
+    shape = DecoderArch.from_config(json.loads((folder / "base" / "config.json").read_text())).shape()
+    assert job["flops_per_token"] == shape.flops_per_token(job["seq_len"], adapter_params=shape.adapter_params(8))
+    (ours,), (theirs,) = record["trainkit"], record["reference"]
+    for side in (ours, theirs):
+        assert side["tokens_per_s"] > 0 and math.isfinite(side["first_loss"])
+    (reference,) = (folder / "lora-runs").glob("reference-*.json")
+    assert "LoRA through PEFT's get_peft_model" in json.loads(reference.read_text())["what"]
+    assert theirs["first_loss"] == pytest.approx(ours["first_loss"], abs=0.05)  # the same base, the same data

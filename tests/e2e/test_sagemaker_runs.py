@@ -19,6 +19,7 @@ from tests.helpers.aws import REGION
 from tests.helpers.paths import REPO
 from tests.helpers.product import invoke_in, job_processes
 from tests.helpers.sagemaker_moto import sagemaker_account
+from tests.helpers.tiny_decoders import write_pretrained
 from tests.helpers.waiting import wait_for
 from training.common.faults import HANG_ENV, MARKERS_ENV
 from training.text.dialogues import write_dialogues
@@ -112,6 +113,10 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     # definitions read the figures.
     write_dialogues(tmp_path / "held" / "held.jsonl", count=40, seed=9)
     held = ("--eval-data", upload_tree(account, tmp_path / "held", "datasets/held"))
+    # A LoRA fine-tune (issue 53) of pretrained weights in S3, the job's weights channel: the adapters' checkpoints
+    # are published per host and restored from S3 as any other's.
+    base = upload_tree(account, write_pretrained(tmp_path / "base", "llama2-tiny", seed=2), "datasets/base")
+    held += ("--init", "pretrained", "--weights", base, "--lora-rank", "8")
     reference = submit(tmp_path, account, "ref", *JOB, *held)
     spot = submit(tmp_path, account, "spot", *JOB, *held, "--spot", *stall)
     hung = submit(tmp_path, account, "hung", *JOB, *held, *stall, "--max-restarts", "0")
@@ -143,11 +148,11 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     assert summary["steps"] == 12 and summary["world_size"] == 2, summary
     metrics = s3_object(account, "checkpoints/ref/ref/metrics.jsonl").decode().splitlines()
     assert json.loads(metrics[-1])["step"] == 12
-    # the exported model, packed from the /opt/ml/model of the host that exported it
+    # the exported adapter, packed from the /opt/ml/model of the host that exported it
     packed = s3_object(account, f"runs/ref/output/{reference}/output/model.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(packed)) as archive:
         names = archive.getnames()
-    assert "config.json" in names and any(n.endswith(".safetensors") for n in names), names
+    assert "adapter_config.json" in names and "adapter_model.safetensors" in names, names
 
     # the metric definitions read the leader's log: the last evaluation's figures, as metrics.jsonl has them
     final = {m["MetricName"]: m["Value"] for m in described["FinalMetricDataList"]}

@@ -100,13 +100,21 @@ def write_tiny(folder: Path, kind: str, tokenizer: bool = False) -> Path:
 
 
 def write_pretrained(folder: Path, kind: str, seed: int = 0) -> Path:
-    """A model folder of `kind` with weights (random, from `seed`) and the byte tokenizer: what `--init pretrained`
-    loads, made here with nothing downloaded."""
+    """A model folder of `kind` (a key of TINY, or a registry model: its own shape) with weights (random, from `seed`)
+    and the byte tokenizer: what `--init pretrained` loads, made here with nothing downloaded."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    write_tiny(folder, kind, tokenizer=True)
+    if kind in TINY:
+        write_tiny(folder, kind, tokenizer=True)
+        config = tiny_config(kind)
+    else:
+        from training.registry import REGISTRY
+        from training.text.tokenizer import byte_tokenizer
+
+        config = REGISTRY[kind].arch.hf_config()
+        byte_tokenizer().save_pretrained(folder)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny_config(kind)))
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
     model.save_pretrained(folder, safe_serialization=True)
     return folder

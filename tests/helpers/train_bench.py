@@ -1,5 +1,6 @@
-"""One `invoke bench train` pair on CPU for llama2-tiny and one for resnet-tiny, in the background from early
-in the session (tests/helpers/background.py): ~35 s + ~40 s on 2 cores on their own, mostly process start-ups.
+"""One `invoke bench train` pair on CPU for llama2-tiny, one for resnet-tiny and one for llama2-tiny with LoRA, in
+the background from early in the session (tests/helpers/background.py): ~35 s + ~40 s + ~35 s on 2 cores on their
+own, mostly process start-ups.
 tests/e2e/test_bench_train.py reads what they wrote.
 """
 
@@ -7,12 +8,14 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN
 
 MODULE = "e2e/test_bench_train.py"  # relative to tests/
+WRITE_BASE = "from pathlib import Path; from tests.helpers.tiny_decoders import write_pretrained"
 
 
 def start() -> Background:
@@ -20,7 +23,11 @@ def start() -> Background:
     bench = [str(BIN / "invoke"), "bench", "train", "--steps", "6", "--repeats", "1"]
     llm = [*bench, "--model", "llama2-tiny", "--output", "{root}/bench.json", "--workdir", "{root}/runs"]
     vision = [*bench, "--model", "resnet-tiny", "--output", "{root}/vision.json", "--workdir", "{root}/vision-runs"]
-    script = f"{shlex.join(llm)} && {shlex.join(vision)}"
+    # LoRA (issue 53): a pretrained llama2-tiny folder made here, adapted on both sides
+    base = [sys.executable, "-c", f"{WRITE_BASE}; write_pretrained(Path('{{root}}/base'), 'llama2-tiny', seed=1)"]
+    lora = [*bench, "--model", "llama2-tiny", "--init", "pretrained", "--weights", "{root}/base", "--lora-rank", "8"]
+    lora += ["--output", "{root}/lora.json", "--workdir", "{root}/lora-runs"]
+    script = " && ".join(shlex.join(command) for command in (llm, vision, base, lora))
     return Background("train-bench", ["bash", "-c", script], 1200)
 
 

@@ -150,6 +150,13 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
         ("--init", "pretrained", "--weights", "{tiny}", "--lora-rank", "8", "--lora-targets", "q_proj,wq"),
         "its decoder layer's linear layers are q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
     ),
+    "weights in S3 for a run on this machine": ((), ("--init", "pretrained", "--weights", "s3://b/base/"), "no S3"),
+    "weights on this machine for SageMaker": (
+        SAGEMAKER,
+        ("--init", "pretrained", "--weights", "{tiny}", "--runs-dir", "/opt/ml/checkpoints"),
+        "SageMaker's instances cannot read",
+    ),
+    "weights off the FSx volume": (EKS, ("--init", "pretrained", "--weights", "../base"), "--weights ../base"),
     "LoRA on a BERT model": (("--model", "bert-tiny"), ("--lora-rank", "8"), "--lora-rank applies to decoder models"),
     "LoRA on a vision model": (VISION, ("--lora-rank", "8"), "--lora-rank applies to decoder models"),
     "a fraction that holds out no record": ((), ("--dataset", "{pairs}", "--eval-fraction", "0.1"), "holds out 0"),

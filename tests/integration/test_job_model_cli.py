@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.helpers.crd import schema_errors, webhook_errors
 from tests.helpers.eks import dry_run_job
 from tests.helpers.jobs import WALKS
 from tests.helpers.paths import REPO
@@ -38,6 +39,8 @@ def _printed_job(result) -> dict:
             return next(body for path, body in printed["uploads"].items() if path.endswith("/spec.json"))
         return printed
     manifest = dry_run_job(result.stdout)
+    # the PyTorchJob the walk makes (LoRA's options and all) is one the operator's CRD and webhook accept
+    assert schema_errors(manifest) == [] and webhook_errors(manifest) == []
     container = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     return json.loads(next(e["value"] for e in container["env"] if e["name"] == "TRAINKIT_SPEC"))
 

@@ -59,3 +59,24 @@ def test_tiny_is_the_same_architecture_at_a_few_million_parameters():
     assert 1_000_000 < count < 10_000_000
     assert count == arch.shape().param_count()
     assert arch.num_key_value_heads < arch.num_attention_heads  # exercises GQA like 70B
+
+
+@pytest.mark.parametrize(
+    ("weights", "downloads"),
+    [
+        ("meta-llama/Llama-2-7b-hf", True),  # a hub id: the workers download it with the token
+        ("s3://runs/datasets/base/", False),  # SageMaker's weights channel
+        ("/fsx/models/base", False),  # a folder on the volume, by its absolute path
+        ("./models/base", False),
+        ("base", False),  # one part: no hub id, a folder relative to the volume
+    ],
+)
+def test_only_weights_from_the_hub_need_the_token(weights, downloads):
+    from training.spec import Job
+    from trainkit.job.models import downloads_weights
+
+    job = Job()
+    job.model.init, job.model.weights = "pretrained", weights
+    assert downloads_weights(job) is downloads
+    job.model.init = "random"
+    assert downloads_weights(job) is False

@@ -28,10 +28,10 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from training.bench import timing
 from training.llm.model import build_model
-from training.spec import MODEL_CONFIG
+from training.spec import MODEL_CONFIG, weights_path
 from training.text import dataset as text
 from training.text.formats import IGNORE_INDEX
-from training.text.tokenizer import load_tokenizer
+from training.text.tokenizer import job_tokenizer_source, load_tokenizer
 
 SHARDED = {"FULL_SHARD": True, "SHARD_GRAD_OP": False}  # strategy -> reshard_after_forward
 
@@ -43,11 +43,23 @@ def main(argv: list[str] | None = None) -> NoReturn:
         raise SystemExit(f"the reference shards with FSDP2 only ({', '.join(SHARDED)}), not {job.parallelism.sharding}")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    dataset = text.load(job, run_dir, load_tokenizer("byte"), text.DECODER, rank)
+    dataset = text.load(job, run_dir, load_tokenizer(job_tokenizer_source(job)), text.DECODER, rank)
     # What the trainer passes the model (--packing masked: per-example positions, attention kept to each example).
     names = ("input_ids", "labels", "position_ids" if (job.data.packing or "masked") == "masked" else None)
 
-    model = build_model(str(run_dir / MODEL_CONFIG), None, job.run.seed)
+    pretrained = job.model.init == "pretrained"
+    model = build_model(None if pretrained else str(run_dir / MODEL_CONFIG), weights_path(job), job.run.seed)
+    if job.lora.enabled:  # PEFT as its docs have a user do it: the adapted model, its trainable parameters only
+        from peft import LoraConfig, get_peft_model
+
+        lora = job.lora
+        config = LoraConfig(
+            r=lora.rank,
+            lora_alpha=lora.scale_alpha,
+            lora_dropout=lora.dropout or 0.0,
+            target_modules=list(lora.target_names) if lora.target_names else "all-linear",  # PEFT: all but the head
+        )
+        model = get_peft_model(model, config)
     if job.parallelism.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mesh = init_device_mesh(device.type, (world,))
@@ -56,12 +68,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
     shard = {"mesh": mesh, "reshard_after_forward": SHARDED[job.parallelism.sharding]}
     if policy is not None:
         shard["mp_policy"] = policy
-    for block in model.model.layers:
+    layers = model.base_model.model.model.layers if job.lora.enabled else model.model.layers
+    for block in layers:
         fully_shard(block, **shard)
     fully_shard(model, **shard)
     opt = job.optimisation
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        [p for p in model.parameters() if p.requires_grad],
         lr=opt.lr,
         betas=(0.9, 0.95),
         weight_decay=opt.weight_decay,
@@ -98,7 +111,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         rate = {"tokens_per_s": opt.global_batch_size * job.data.seq_len}
         steps.append(timing.step_record(step + 1, loss_sum.item() / world, started, data_s, optimizer_s, rate))
     what = {
-        "what": "bare FSDP2 reference loop (training/bench/reference.py)",
+        "what": "bare FSDP2 reference loop (training/bench/reference.py)"
+        + (", LoRA through PEFT's get_peft_model" if job.lora.enabled else ""),
         "precision": "bf16" if bf16 else "fp32",
         "reshard_after_forward": SHARDED[job.parallelism.sharding],
     }

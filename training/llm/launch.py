@@ -38,6 +38,9 @@ def prepare(job: Job, entry) -> None:
 
 
 def flops_per_item(job: Job, config: dict) -> float:
-    """Training FLOPs per token at the job's sequence length (`invoke bench train`'s MFU); `config`: the run folder's
-    model config.json."""
-    return DecoderArch.from_config(config).shape().flops_per_token(job.data.seq_len)
+    """Training FLOPs per token at the job's sequence length (`invoke bench train`'s MFU), under LoRA the frozen
+    weights' 4 and the adapters' 6 (training/common/flops.py); `config`: the model's config.json."""
+    shape = DecoderArch.from_config(config).shape()
+    lora = job.lora
+    adapters = shape.adapter_params(lora.rank, lora.target_names) if lora.enabled else None
+    return shape.flops_per_token(job.data.seq_len, adapter_params=adapters)

@@ -28,7 +28,7 @@ from training.common.trainer import Step, Trainer, parameter_groups
 from training.common.training_state import AdapterCheckpoint
 from training.families import DECODER
 from training.registry import DecoderArch
-from training.spec import EXPORT_DIR, MERGED_DIR, MODEL_CONFIG, Job, data_source
+from training.spec import EXPORT_DIR, MERGED_DIR, MODEL_CONFIG, Job, data_source, weights_path
 from training.text import dataset as text
 from training.text.dataset import TextData
 from training.text.formats import IGNORE_INDEX
@@ -49,7 +49,8 @@ class DecoderTrainer(Trainer):
         parallel = job.parallelism
         selective = bool(parallel.activation_checkpointing) and (parallel.ac_every or 1) > 1
         # The weights' config, or the run's (random init: no weights): its model class names the decoder layer.
-        source = load_config(str(run_dir / MODEL_CONFIG), job.model.weights)
+        weights = weights_path(job)  # where this machine reads them (an s3:// prefix: where the target mounted it)
+        source = load_config(str(run_dir / MODEL_CONFIG), weights)
         layer_class = decoder_layer_class(source)
         self.accelerator = acc = make_accelerator(
             parallel.sharding,
@@ -72,12 +73,12 @@ class DecoderTrainer(Trainer):
         # Under FSDP only rank 0 builds real weights; the others get them, sharded, in prepare().
         model_config = None if pretrained else str(run_dir / MODEL_CONFIG)
         model = build_model(
-            model_config, job.model.weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
+            model_config, weights, job.run.seed, acc.is_main_process or job.parallelism.sharding == "NO_SHARD"
         )
         self.config = model.config
         # What the export keeps of a pretrained source (training/llm/export.py): its dtype and generation config.
         self.source_dtype = export.config_dtype(source) if pretrained else None
-        self.source_generation = export.source_generation(job.model.weights if pretrained else None)
+        self.source_generation = export.source_generation(weights if pretrained else None)
         problem = vocabulary_problem(len(self.tokenizer), self.config.vocab_size, self.tokenizer_source)
         if problem:
             raise ValueError(problem)

@@ -48,6 +48,8 @@ the URL as given, so a run resubmitted with other data is still refused as anoth
 
 EVAL_MOUNT_ENV = "TRAINKIT_EVAL_MOUNT"
 """The folder where the target mounted an s3:// --eval-data (SageMaker: the job's `eval` channel)."""
+WEIGHTS_MOUNT_ENV = "TRAINKIT_WEIGHTS_MOUNT"
+"""The folder where the target mounted s3:// --weights (SageMaker: the job's `weights` channel)."""
 
 
 def dataset_path(job: Job) -> str:
@@ -60,6 +62,12 @@ def eval_data_path(job: Job) -> str | None:
     """--eval-data as this machine reads it, as `dataset_path` reads --data (EVAL_MOUNT_ENV)."""
     data = job.evaluation.data
     return _mounted(data, os.environ.get(EVAL_MOUNT_ENV)) if data else None
+
+
+def weights_path(job: Job) -> str | None:
+    """--weights as this machine reads them (a hub id, a folder, or an s3:// prefix where the target mounted it)."""
+    weights = job.model.weights
+    return _mounted(weights, os.environ.get(WEIGHTS_MOUNT_ENV)) if weights else None
 
 
 def _mounted(url: str, mount: str | None) -> str:

@@ -74,9 +74,10 @@ def tokenizer_size(source: str) -> int:
 def job_tokenizer_source(job) -> str:
     """`tokenizer_source` of a decoder job (a registry model is known by its name)."""
     from training.registry import REGISTRY
+    from training.spec import weights_path
 
     model = job.model
-    return tokenizer_source(model.name, model.init, model.weights, model.name in REGISTRY)
+    return tokenizer_source(model.name, model.init, weights_path(job), model.name in REGISTRY)
 
 
 def tokenizer_source(model: str, init: str, weights: str | None, registry_name: bool) -> str:

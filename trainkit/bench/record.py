@@ -190,6 +190,9 @@ def make_record(
     else:
         job |= {"image_size": spec["data"]["image_size"], "loader_workers": spec["data"]["loader_workers"]}
         job |= {f"flops_per_{unit.removesuffix('s')}": flops}
+    lora = spec.get("lora") or {}
+    if lora.get("rank"):  # both sides trained adapters; MFU counts 4 FLOPs a frozen weight (training/common/flops.py)
+        job["lora"] = {key: lora[key] for key in ("rank", "alpha", "targets")}
     loop = "FSDP2" if family.fsdp2 else "DDP"
     reference = f"the bare {loop} loop of {str(family.bench_reference).replace('.', '/')}.py"
     record = {

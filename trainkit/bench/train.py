@@ -32,7 +32,7 @@ from training.common.files import read_jsonl
 from training.common.flops import peak_tflops_for_device
 from training.common.profiling import ENV as PROFILE_ENV
 from training.families import FAMILIES, family_of
-from training.spec import MODEL_CONFIG, SPEC_FILE
+from training.spec import MODEL_CONFIG, SPEC_FILE, Job
 from trainkit import hardware
 from trainkit.bench.record import (
     device_slug,
@@ -102,6 +102,16 @@ def run_trainkit(flags: list[str], runs: Path, run_id: str, profile: str | None 
     if not steps:
         raise SpecError(f"{run}/metrics.jsonl has no timed steps (log every step: the bench passes --log-interval 1)")
     return run, steps, max(r["peak_memory_bytes"] for r in steps)
+
+
+def model_config(run: Path, spec: dict) -> dict:
+    """The model's config: the run folder's (random init), else the pretrained weights' own config.json."""
+    if (run / MODEL_CONFIG).is_file():
+        return json.loads((run / MODEL_CONFIG).read_text())
+    weights = Path(str(Job.from_dict(spec).model.weights)).expanduser()
+    if not (weights / "config.json").is_file():
+        raise SpecError(f"--weights {weights}: the bench reads a pretrained model's shape from a local folder's config")
+    return json.loads((weights / "config.json").read_text())
 
 
 def run_reference(run: Path, nproc: int, out: Path, family: str = "decoder") -> dict:
@@ -182,7 +192,7 @@ def bench(flags: list[str], repeats: int, output: str | None, workdir: str | Non
         command = [*without(flags, leave_out), *extra, "--log-interval", "1"]
         run, steps, memory = run_trainkit(command, runs, run_id, profile_window(total_steps))
         spec = json.loads((run / SPEC_FILE).read_text())
-        config = json.loads((run / MODEL_CONFIG).read_text())
+        config = model_config(run, spec)
         profile = json.loads((run / "summary.json").read_text()).get("profile")
         world, flops = job_shape(spec, config)
         for weights in ("checkpoints", "model"):  # a bench needs the metrics and logs, not GBs of weights

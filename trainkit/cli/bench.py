@@ -16,7 +16,7 @@ TRAIN_FLAGS = ("model", "layers", "seq_len", "steps", "nproc", "micro_batch_size
 TRAIN_FLAGS += ("sharding", "activation_checkpointing", "ac_every", "prefetch", "reshard_last_layer", "reduce_dtype")
 TRAIN_FLAGS += ("attention", "fused_adamw", "compile")
 TRAIN_FLAGS += ("loader_workers", "channels_last", "pin_memory", "persistent_workers", "prefetch_factor")
-TRAIN_FLAGS += ("dataset",)
+TRAIN_FLAGS += ("dataset", "init", "weights", "lora_rank", "lora_alpha", "lora_targets")
 
 
 @task(help={**CHAOS_HELP, "workdir": "Where the runs go (default: a new temporary directory)."})
@@ -67,6 +67,12 @@ def chaos(c, scenario="all", rdzv="all", workdir=None, parallel=1):
         "pin-memory": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "persistent-workers": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
         "prefetch-factor": "train, vision: as for invoke train (trainkit's side; the reference stays plain).",
+        "init": "train: as for invoke train (both sides; `pretrained` loads --weights).",
+        "weights": "train: as for invoke train (both sides; a local model folder or a hub id).",
+        "lora-rank": "train: as for invoke train (both sides: the reference adapts the model with PEFT's "
+        "get_peft_model, as its docs have a user do it).",
+        "lora-alpha": "train: as for invoke train (both sides).",
+        "lora-targets": "train: as for invoke train (both sides; the reference's default is PEFT's all-linear).",
         "workdir": "train, runs, startup, restart: where the runs go (default: a new temporary directory).",
         "records": "startup: chat conversations in the generated dataset (default 100000).",
         "pairs": "startup: write the conversations as prompt/response records (what a checkout before chat reads).",
@@ -107,6 +113,11 @@ def bench(
     persistent_workers=None,
     prefetch_factor=None,
     dataset=None,
+    init=None,
+    weights=None,
+    lora_rank=None,
+    lora_alpha=None,
+    lora_targets=None,
     workdir=None,
     only=None,
     records=100_000,

@@ -71,8 +71,8 @@ def derive(job: Job, machine: Machine) -> None:
     if job.lora.enabled and not lr_given:
         o.lr = LORA_LR
         job.run.notes.append(
-            f"learning rate {LORA_LR:g}, LoRA's (the recipe's {recipe.get('lr')} is a full fine-tune's; set --lr "
-            "to change it)"
+            f"learning rate {LORA_LR:g}, LoRA's default (the recipe's {recipe.get('lr')} is for training every "
+            "weight; set --lr to change it)"
         )
     if workers_from_cpus and "loader_workers" not in given:
         _size_loader_workers(job, machine)

@@ -29,6 +29,16 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 CONFIG_FILE = "config.json"
 
 
+def downloads_weights(job) -> bool:
+    """Whether a cluster job's workers download --weights from the hub (and so need the Hugging Face token): a hub id
+    (owner/name), not an s3:// prefix (SageMaker's weights channel) nor a folder's absolute or ./ path (on the FSx
+    volume). A relative owner/name is taken for a hub id: give a folder on the volume by its absolute path."""
+    weights = job.model.weights or ""
+    if job.model.init != "pretrained" or weights.startswith(("s3://", "/", ".", "~")):
+        return False
+    return HUB_ID.fullmatch(weights) is not None
+
+
 def get_model(name: str) -> ModelEntry:
     """The model `--model` names: a registry entry; else the causal LM of a local model folder (its config.json), of
     a config.json file, or of a hub id (its config fetched, HF_TOKEN from the environment). Anything else, and a

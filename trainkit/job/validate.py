@@ -170,6 +170,12 @@ def _validate_local(job: Job) -> None:
         f"--runs-dir {job.run.runs_dir}: {existing} is not writable by you; choose a folder you can write",
     )
     validate_eval_data_here(job)
+    weights = job.model.weights or ""
+    require(
+        job.model.init != "pretrained" or not weights.startswith("s3://"),
+        f"--weights {weights}: a run on this machine reads no S3 (a SageMaker job mounts it as a channel); copy the "
+        "model folder here (`aws s3 cp --recursive`) and give the local path, or a Hugging Face hub id",
+    )
     data = job.data.dataset
     if job.run.workload != "recipe" or data == "synthetic" or Path(data).expanduser().exists():
         return

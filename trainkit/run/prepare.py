@@ -19,6 +19,7 @@ from training.spec import (
     SYNTHETIC,
     Job,
     dataset_path,
+    weights_path,
 )
 from trainkit.errors import SpecError
 from trainkit.job.derive import continue_run
@@ -89,7 +90,7 @@ def _check_held_out(job: Job, trained: tuple[str, int] | None) -> None:
 def _check_inputs(job: Job, entry: ModelEntry) -> dict[str, str]:
     """What can only be checked now (token, data on disk), before anything is written. Returns secrets."""
     env: dict[str, str] = {}
-    if job.model.init == "pretrained" and not Path(job.model.weights).expanduser().is_dir():
+    if job.model.init == "pretrained" and not Path(weights_path(job)).expanduser().is_dir():  # a hub id
         env["HF_TOKEN"] = require_hf_token(job.model.weights, job.placement.hf_token_file)
     family = family_of(job.model.family)
     check = launcher_hook(family, "check_inputs")

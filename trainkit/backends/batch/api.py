@@ -30,6 +30,7 @@ from trainkit.backends.batch import request
 from trainkit.backends.batch.stack import BatchStack
 from trainkit.errors import SpecError
 from trainkit.infra.outputs import BATCH_ACTIVE
+from trainkit.job.models import downloads_weights
 from trainkit.run.workload import Workload
 
 ON_DEMAND_QUOTAS = {"p": ("L-417A185B", "Running On-Demand P instances")}
@@ -52,7 +53,7 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: BatchStack)
     problems = stack_problems(job, stack) + queue_problems(clients, job, stack) + role_problems(clients, stack)
     problems += image_problems(job, clients("ecr"))
     problems += quota_problems(clients, job)
-    if job.run.workload == "recipe" and job.model.init == "pretrained" and secret_state(clients, stack) != "value":
+    if job.run.workload == "recipe" and downloads_weights(job) and secret_state(clients, stack) != "value":
         problems.append(f"--init pretrained needs the Hugging Face token in {stack.hf_token_secret_arn}; {STORE}")
     active = active_jobs(clients, stack, job.run.run_id)
     if active:

@@ -91,14 +91,17 @@ def check(job: Job) -> None:
         )
     if job.run.workload != "recipe":
         return
-    for flag, data in (("--data", job.data.dataset), ("--eval-data", job.evaluation.data)):
+    weights = job.model.weights if job.model.init == "pretrained" else None
+    read = (("--data", job.data.dataset), ("--eval-data", job.evaluation.data), ("--weights", weights))
+    for flag, data in read:
         if data is None or data == SYNTHETIC:
             continue
         local = Path(data).expanduser().exists() and not PurePosixPath(data).is_relative_to(mount)
         if data.startswith("s3://") or local or not on_mount(data, mount):
             raise SpecError(
-                f"{flag} {data}: Batch's nodes read data from the FSx volume at {mount}; copy it there and give its "
-                "path (or one relative to it), a Hugging Face dataset name"
+                f"{flag} {data}: Batch's nodes read {'model folders' if flag == '--weights' else 'data'} from the FSx "
+                f"volume at {mount}; copy it there and give its path (or one relative to it), a Hugging Face "
+                + ("hub id" if flag == "--weights" else "dataset name")
                 + (", or 'synthetic'" if flag == "--data" else "")
             )
 

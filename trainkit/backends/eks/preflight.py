@@ -14,7 +14,7 @@ from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, 
 from trainkit.backends.eks.render import job_name
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
-from trainkit.job.models import get_model
+from trainkit.job.models import downloads_weights, get_model
 from trainkit.run.storage import check_fsx_capacity
 
 
@@ -128,7 +128,7 @@ def check_volume(kube: Kube, namespace: str) -> None:
 
 
 def check_secret(kube: Kube, job: Job) -> None:
-    if job.model.init != "pretrained":
+    if not downloads_weights(job):  # a model folder on the volume needs no token
         return
     if unless_missing(kube.core.read_namespaced_secret, cluster.HF_TOKEN_SECRET, job.placement.namespace) is None:
         raise SpecError(

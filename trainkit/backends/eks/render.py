@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster, fsx, resources
+from trainkit.job.models import downloads_weights
 from trainkit.run.torchrun import RDZV_KEY_ENV, TORCH_ENV
 from trainkit.run.workload import WORKLOAD_ENV, Workload
 
@@ -147,8 +148,9 @@ def _env(job: Job, workload: Workload, key_secret: str = "") -> list[dict]:
                 "secretKeyRef": {
                     "name": cluster.HF_TOKEN_SECRET,
                     "key": cluster.HF_TOKEN_KEY,
-                    # Pretrained weights need it; otherwise it only opens gated hub datasets.
-                    "optional": job.run.workload != "recipe" or job.model.init != "pretrained",
+                    # Weights from the hub need it (a model folder on the volume does not); otherwise it only opens
+                    # gated hub datasets.
+                    "optional": job.run.workload != "recipe" or not downloads_weights(job),
                 }
             },
         }

@@ -39,6 +39,12 @@ def check(job: Job) -> None:
         f"there and give a path under {cluster.FSX_MOUNT} (or relative to it), a Hugging Face dataset name, or "
         "'synthetic'",
     )
+    weights = job.model.weights if job.model.init == "pretrained" else None
+    require(
+        weights is None or (not weights.startswith("s3://") and on_fsx(weights)),
+        f"--weights {weights}: training pods read model folders from the FSx volume and this path leaves it; copy "
+        f"the folder there and give a path under {cluster.FSX_MOUNT} (or relative to it), or a Hugging Face hub id",
+    )
     held_out = job.evaluation.data
     require(
         held_out is None or on_fsx(held_out),

@@ -37,6 +37,7 @@ from trainkit.backends.base import deadline_cause_line
 from trainkit.backends.sagemaker import request
 from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.errors import SpecError
+from trainkit.job.models import downloads_weights
 from trainkit.run.state import RunState, RunStatus, finished_said, sagemaker_state, stopped_early
 from trainkit.run.torchrun import GROUP_RANK
 from trainkit.run.workload import Workload
@@ -113,7 +114,7 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: SageMakerSt
     except ClientError as error:
         problems.append(f"runs bucket {stack.bucket}: {_error_code(error)}; `make up PROFILE=aws` creates it")
     problems += image_problems(job, clients("ecr"))
-    if job.run.workload == "recipe" and job.model.init == "pretrained":  # other runs may do without the token
+    if job.run.workload == "recipe" and downloads_weights(job):  # weights from S3, and other runs, need no token
         problems += _secret_problems(clients, stack)
     running = running_jobs(clients, job.run.run_id)
     if running:
@@ -136,7 +137,7 @@ def _data_problems(job: Job, stack: SageMakerStack) -> list[str]:
         bucket, key = s3_parts(data)
         if (bucket == stack.bucket and key.startswith(DATASETS_PREFIX)) or bucket in stack.data_buckets:
             continue
-        flag = "--eval-data" if channel == request.EVAL_CHANNEL else "--data"
+        flag = {request.EVAL_CHANNEL: "--eval-data", request.WEIGHTS_CHANNEL: "--weights"}.get(channel, "--data")
         problems.append(
             f"{flag} {data}: the execution role may read datasets only under {readable}: upload it under "
             f's3://{stack.bucket}/{DATASETS_PREFIX}, or add "{bucket}" to data_source_buckets in '

@@ -86,6 +86,12 @@ def check(job: Job) -> None:
             f"--data {data} is on this machine, which SageMaker's instances cannot read; upload it and give its "
             "s3:// prefix (it becomes the job's data channel)"
         )
+    weights = job.model.weights if job.model.init == "pretrained" else None
+    if weights and not weights.startswith("s3://") and Path(weights).expanduser().exists():
+        raise SpecError(
+            f"--weights {weights} is on this machine, which SageMaker's instances cannot read; upload the model folder "
+            "and give its s3:// prefix (it becomes the job's weights channel), or a Hugging Face hub id"
+        )
     held_out = job.evaluation.data
     if held_out and not held_out.startswith("s3://") and Path(held_out).expanduser().exists():
         raise SpecError(

@@ -39,9 +39,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from training.common.checkpoint import HOST_ENV, HOSTS_ENV
-from training.spec import DATA_MOUNT_ENV, EVAL_MOUNT_ENV, SPEC_FILE, read_job
+from training.spec import DATA_MOUNT_ENV, EVAL_MOUNT_ENV, SPEC_FILE, WEIGHTS_MOUNT_ENV, read_job
 from trainkit.backends.sagemaker import restore
-from trainkit.backends.sagemaker.request import DATA_CHANNEL, EVAL_CHANNEL, REGION_ENV
+from trainkit.backends.sagemaker.request import DATA_CHANNEL, EVAL_CHANNEL, REGION_ENV, WEIGHTS_CHANNEL
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
@@ -134,7 +134,8 @@ def main() -> int:
         workload = replace(workload, code=str(launch / "code"))
     submitted = str(job.run_dir)
     job.run.runs_dir = str(base / "checkpoints")
-    for name, variable in ((DATA_CHANNEL, DATA_MOUNT_ENV), (EVAL_CHANNEL, EVAL_MOUNT_ENV)):
+    mounts = ((DATA_CHANNEL, DATA_MOUNT_ENV), (EVAL_CHANNEL, EVAL_MOUNT_ENV), (WEIGHTS_CHANNEL, WEIGHTS_MOUNT_ENV))
+    for name, variable in mounts:
         channel = base / "input" / "data" / name
         if channel.is_dir():  # the s3:// data the job named, as SageMaker mounts it (FastFile)
             os.environ[variable] = str(channel)

@@ -10,7 +10,8 @@ What goes where, and why:
 - Checkpoints: `CheckpointConfig` syncs `/opt/ml/checkpoints` with `<prefix>/checkpoints` while the job runs and
   restores it onto every instance when a job (or a spot restart) starts (SageMaker Developer Guide, "Use
   checkpoints in Amazon SageMaker AI"); the run folder lives there, so the same run id resumes across jobs.
-- Data: an `s3://` dataset is the `data` channel, an `s3://` --eval-data the `eval` channel, in FastFile mode
+- Data: an `s3://` dataset is the `data` channel, an `s3://` --eval-data the `eval` channel and `s3://` pretrained
+  --weights the `weights` channel, in FastFile mode
   (streamed on first read, no copy before the first step; Developer Guide, "Setting up training jobs to access
   datasets": FastFile suits sequential reads of large files); the generated data of the recipes is made on the
   instances.
@@ -49,6 +50,7 @@ REGION_ENV = "TRAINKIT_AWS_REGION"
 LAUNCH_CHANNEL = "trainkit"
 DATA_CHANNEL = "data"
 EVAL_CHANNEL = "eval"
+WEIGHTS_CHANNEL = "weights"
 DEFAULT_MAX_RUNTIME_S = 86_400
 """StoppingCondition.MaxRuntimeInSeconds when --max-runtime is not given: SageMaker's own default, one day (API
 reference, StoppingCondition)."""
@@ -170,11 +172,12 @@ def channels(job: Job, stack: SageMakerStack, name: str) -> list[dict]:
 
 
 def s3_data(job: Job) -> dict[str, str]:
-    """{channel: s3:// URL} of the recipe's data that SageMaker mounts: --data, and --eval-data apart (the hosts
-    read each where SageMaker mounted its channel: training/spec/run_folder.py)."""
+    """{channel: s3:// URL} of what SageMaker mounts for the recipe: --data, --eval-data and pretrained --weights,
+    each its own channel (the hosts read each where SageMaker mounted it: training/spec/run_folder.py)."""
     if job.run.workload != "recipe":
         return {}
-    found = {DATA_CHANNEL: job.data.dataset, EVAL_CHANNEL: job.evaluation.data or ""}
+    weights = (job.model.weights or "") if job.model.init == "pretrained" else ""
+    found = {DATA_CHANNEL: job.data.dataset, EVAL_CHANNEL: job.evaluation.data or "", WEIGHTS_CHANNEL: weights}
     return {name: url for name, url in found.items() if url.startswith("s3://")}
 
 
