@@ -140,6 +140,11 @@ def test_spec_json_written_and_a_different_job_refused_in_the_same_run(tmp_path)
     # the refusal names the run's value, so the command that continues it can be written from it
     with pytest.raises(SpecError, match=r"run 'demo' already exists with different --lr \(the run's: 0.003\), which"):
         write_spec(spec_of(runs_dir=str(tmp_path), run_id="demo", steps=10, lr=0.5).job)
+    # LoRA (issue 53): a run continued with another rank is another training; the refusal gives the run's rank
+    lora = {"runs_dir": str(tmp_path), "run_id": "adapted", "init": "pretrained", "weights": str(tmp_path)}
+    write_spec(spec_of(**lora, lora_rank=4).job)
+    with pytest.raises(SpecError, match=r"different --lora-rank \(the run's: 4\), which changes what it trains"):
+        write_spec(spec_of(**lora, lora_rank=8).job)
 
 
 def test_a_run_continues_at_another_size_with_its_own_global_batch_and_learning_rate(monkeypatch, tmp_path):
