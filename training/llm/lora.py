@@ -38,6 +38,9 @@ def default_targets(model: torch.nn.Module, layer_class: str) -> list[str]:
 def lora_config(job: Job, targets: list[str], base: str | None):
     from peft import LoraConfig
 
+    if base is not None and Path(base).expanduser().is_dir():  # a local folder: loadable from anywhere here
+        base = str(Path(base).expanduser().resolve())
+
     lora = job.lora
     return LoraConfig(
         r=int(lora.rank),
@@ -81,22 +84,19 @@ def adapter_state(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     }
 
 
-def merged_state(full: dict[str, torch.Tensor], job: Job) -> dict[str, torch.Tensor]:
-    """The base model's state dict with each adapter merged into its weight: W + (alpha / rank) * B @ A, computed in
-    fp32 (PEFT's `merge` does the same sum: peft/tuners/lora/layer.py `get_delta_weight`)."""
+def merge_into(base: torch.nn.Module, full: dict[str, torch.Tensor], job: Job) -> torch.nn.Module:
+    """`base` (the source's weights as loaded, in fp32, not the run's bf16 copy of them) with each adapter of `full`
+    merged into its weight: W + (alpha / rank) * B @ A in fp32 (PEFT's `merge` adds the same delta:
+    peft/tuners/lora/layer.py `get_delta_weight`), so the export is cast to its dtype once."""
     scale = job.lora.scale_alpha / int(job.lora.rank)
-    merged = {}
-    for name, tensor in full.items():
-        if is_adapter(name):
-            continue
-        if name.endswith(".base_layer.weight"):
-            layer = name.removesuffix(".base_layer.weight")
-            a = full[f"{layer}.lora_A.{ADAPTER}.weight"].float()
-            b = full[f"{layer}.lora_B.{ADAPTER}.weight"].float()
-            merged[f"{layer}.weight"] = (tensor.float() + scale * (b @ a)).to(tensor.dtype)
-        else:
-            merged[name.replace(".base_layer.", ".")] = tensor
-    return merged
+    weights = dict(base.named_parameters())
+    with torch.no_grad():
+        for name in full:
+            if name.endswith(f".lora_A.{ADAPTER}.weight"):
+                layer = name.removesuffix(f".lora_A.{ADAPTER}.weight")
+                a, b = full[name].float(), full[f"{layer}.lora_B.{ADAPTER}.weight"].float()
+                weights[f"{layer}.weight"].add_(scale * (b @ a))
+    return base
 
 
 def save_adapter(full: dict[str, torch.Tensor], folder: Path, job: Job, targets: list[str], dtype: torch.dtype) -> None:

@@ -243,7 +243,8 @@ class DecoderTrainer(Trainer):
                     (tmp / "README.md").write_text(export.model_card(self._card(dtype) | {"adapter": self._adapter()}))
                 if self.job.lora.export == "merged":
                     with self._publishing(self.run_dir / MERGED_DIR) as tmp:
-                        merged = consolidated_copy(self.config, lora.merged_state(state_dict, self.job))
+                        source = build_model(None, weights_path(self.job), self.job.run.seed)  # fp32, as at the start
+                        merged = lora.merge_into(source, state_dict, self.job)
                         export.save(merged, tmp, dtype, generation, self._card(dtype) | {"adapter": "merged in"})
             else:
                 with self._publishing(target) as tmp:

@@ -108,10 +108,13 @@ def model_config(run: Path, spec: dict) -> dict:
     """The model's config: the run folder's (random init), else the pretrained weights' own config.json."""
     if (run / MODEL_CONFIG).is_file():
         return json.loads((run / MODEL_CONFIG).read_text())
-    weights = Path(str(Job.from_dict(spec).model.weights)).expanduser()
-    if not (weights / "config.json").is_file():
-        raise SpecError(f"--weights {weights}: the bench reads a pretrained model's shape from a local folder's config")
-    return json.loads((weights / "config.json").read_text())
+    weights = str(Job.from_dict(spec).model.weights)
+    folder = Path(weights).expanduser()
+    if (folder / "config.json").is_file():
+        return json.loads((folder / "config.json").read_text())
+    from transformers import AutoConfig  # a hub id: its config, from the cache the run's download filled
+
+    return AutoConfig.from_pretrained(weights, token=os.environ.get("HF_TOKEN")).to_dict()
 
 
 def run_reference(run: Path, nproc: int, out: Path, family: str = "decoder") -> dict:

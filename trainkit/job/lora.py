@@ -20,7 +20,8 @@ def validate_lora(job: Job, entry: ModelEntry) -> None:
             ("--export", lora.export),
         ):
             if value is not None:
-                raise SpecError(f"{flag} {value} sets LoRA's adapters and the run trains none; give --lora-rank R too")
+                what = "exports a LoRA run" if flag == "--export" else "sets LoRA's adapters"
+                raise SpecError(f"{flag} {value} {what} and the run trains no adapters; give --lora-rank R too")
         return
     if job.model.init != "pretrained":
         raise SpecError(

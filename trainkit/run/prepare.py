@@ -23,7 +23,7 @@ from training.spec import (
 )
 from trainkit.errors import SpecError
 from trainkit.job.derive import continue_run
-from trainkit.job.models import ModelEntry, get_model
+from trainkit.job.models import ModelEntry, downloads_weights, get_model
 from trainkit.run.secrets import require_hf_token
 from trainkit.run.storage import check_free_space
 
@@ -90,7 +90,13 @@ def _check_held_out(job: Job, trained: tuple[str, int] | None) -> None:
 def _check_inputs(job: Job, entry: ModelEntry) -> dict[str, str]:
     """What can only be checked now (token, data on disk), before anything is written. Returns secrets."""
     env: dict[str, str] = {}
-    if job.model.init == "pretrained" and not Path(weights_path(job)).expanduser().is_dir():  # a hub id
+    where = weights_path(job) if job.model.init == "pretrained" else None
+    if where is not None and not Path(where).expanduser().is_dir():
+        if not downloads_weights(job):  # a folder's path (or a channel's mount) with no folder there
+            raise SpecError(
+                f"--weights {job.model.weights}: no model folder at {where}; give the folder of a Hugging Face model "
+                "(its config.json and weights) or a hub id (owner/name)"
+            )
         env["HF_TOKEN"] = require_hf_token(job.model.weights, job.placement.hf_token_file)
     family = family_of(job.model.family)
     check = launcher_hook(family, "check_inputs")

@@ -100,7 +100,9 @@ def check(job: Job) -> None:
         if data.startswith("s3://") or local or not on_mount(data, mount):
             raise SpecError(
                 f"{flag} {data}: Batch's nodes read {'model folders' if flag == '--weights' else 'data'} from the FSx "
-                f"volume at {mount}; copy it there and give its path (or one relative to it), a Hugging Face "
+                f"volume at {mount}; copy it there and give its path (or one relative to it"
+                + ("; a relative owner/name is taken for a hub id" if flag == "--weights" else "")
+                + "), a Hugging Face "
                 + ("hub id" if flag == "--weights" else "dataset name")
                 + (", or 'synthetic'" if flag == "--data" else "")
             )

@@ -43,7 +43,8 @@ def check(job: Job) -> None:
     require(
         weights is None or (not weights.startswith("s3://") and on_fsx(weights)),
         f"--weights {weights}: training pods read model folders from the FSx volume and this path leaves it; copy "
-        f"the folder there and give a path under {cluster.FSX_MOUNT} (or relative to it), or a Hugging Face hub id",
+        f"the folder there and give its absolute path under {cluster.FSX_MOUNT} (a relative owner/name is taken for "
+        "a hub id), or a Hugging Face hub id",
     )
     held_out = job.evaluation.data
     require(
