@@ -148,7 +148,7 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     assert summary["steps"] == 12 and summary["world_size"] == 2, summary
     metrics = s3_object(account, "checkpoints/ref/ref/metrics.jsonl").decode().splitlines()
     assert json.loads(metrics[-1])["step"] == 12
-    # the exported adapter, packed from the /opt/ml/model of the host that exported it
+    # the exported adapter, packed from the model folder of the host that exported it
     packed = s3_object(account, f"runs/ref/output/{reference}/output/model.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(packed)) as archive:
         names = archive.getnames()

@@ -16,6 +16,7 @@ import pytest
 from tests.helpers.product import invoke
 from tests.helpers.tiny_decoders import write_tiny
 from training.spec import all_fields
+from trainkit.backends.sagemaker.request import CHECKPOINTS
 from trainkit.cli.options import task_arguments
 from trainkit.cli.run import RUN_KEYS
 from trainkit.cli.run import run as run_task
@@ -24,6 +25,7 @@ from trainkit.cli.train import PLAN_FLAGS
 VISION = ("--model", "resnet-tiny")
 EKS = ("--target", "eks")
 SAGEMAKER = ("--target", "sagemaker")
+SAGEMAKER_RUNS = CHECKPOINTS  # the only --runs-dir a SageMaker job takes (the folder SageMaker syncs with S3)
 
 # option -> (extra flags that put the bad value in context, the bad flag and value, text the message names)
 TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
@@ -136,7 +138,7 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "held-out data in S3 for a run on this machine": ((), ("--eval-data", "s3://corpora/held/"), "reads no S3"),
     "held-out data on this machine for SageMaker": (
         SAGEMAKER,
-        ("--eval-data", "{chat}", "--runs-dir", "/opt/ml/checkpoints"),  # the run folder SageMaker syncs
+        ("--eval-data", "{chat}", "--runs-dir", SAGEMAKER_RUNS),  # the run folder SageMaker syncs
         "upload it and give",
     ),
     "LoRA on random weights": ((), ("--lora-rank", "8"), "adapters trained on random base weights teach nothing"),
@@ -153,7 +155,7 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "weights in S3 for a run on this machine": ((), ("--init", "pretrained", "--weights", "s3://b/base/"), "no S3"),
     "weights on this machine for SageMaker": (
         SAGEMAKER,
-        ("--init", "pretrained", "--weights", "{tiny}", "--runs-dir", "/opt/ml/checkpoints"),
+        ("--init", "pretrained", "--weights", "{tiny}", "--runs-dir", SAGEMAKER_RUNS),
         "SageMaker's instances cannot read",
     ),
     "weights off the FSx volume": (EKS, ("--init", "pretrained", "--weights", "../base"), "--weights ../base"),

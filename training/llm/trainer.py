@@ -116,7 +116,7 @@ class DecoderTrainer(Trainer):
         adapters = AdapterCheckpoint(acc, self.model, self.optimizer) if self.lora_targets else None
         self.run = RunContext(acc, job, run_dir, self.nodes, adapters)
         self.run.start_fields["data"] = self.dataset.event()
-        trained = lora.counts(model)[0] if self.lora_targets else None  # LoRA: 4 FLOPs a frozen weight, not 6
+        trained = self.lora_trained if self.lora_targets else None  # LoRA: 4 FLOPs a frozen weight, not 6
         shape = DecoderArch.from_config(self.config.to_dict()).shape()
         self.flops_per_token = shape.flops_per_token(job.data.seq_len, adapter_params=trained)
         device_peak = peak_tflops_for_device(torch.cuda.get_device_name()) if on_gpu else None
@@ -130,8 +130,9 @@ class DecoderTrainer(Trainer):
             for parameter in model.parameters():
                 if not parameter.requires_grad:
                     parameter.data = parameter.data.to(torch.bfloat16)
+        trained, total = lora.counts(model)
+        self.lora_trained = trained  # counted once: for this line and the FLOPs per token
         if self.accelerator.is_main_process:
-            trained, total = lora.counts(model)
             job = self.job
             print(
                 f"LoRA rank {job.lora.rank}, alpha {job.lora.scale_alpha:g} on {', '.join(targets)}: {trained:,} of "
