@@ -166,6 +166,29 @@ def measured_run(name: str) -> str:
     return notice + text + "\n"
 
 
+def lora_sizes() -> str:
+    """A LoRA run's checkpoint and export against the full fine-tune's, as `invoke bench runs` measured them."""
+    names = ("llama2-tiny-full", "llama2-tiny-lora")
+    notice = NOTICE.format(source=f"benchmarks/{RUNS_FILE.name} (`invoke bench runs --only {','.join(names)}`)")
+    record = json.loads(RUNS_FILE.read_text()) if RUNS_FILE.is_file() else {"runs": {}}
+    if any(name not in record["runs"] for name in names):
+        return notice + f"Not measured yet: `invoke bench runs --only {','.join(names)}` records it.\n"
+    full, lora = (record["runs"][name] for name in names)
+    mb = 1e6
+    return notice + (
+        f"Measured on {record['device']['name']} (torch {record['versions']['torch']}; `benchmarks/{RUNS_FILE.name}`, "
+        f"{lora['measured']}): `{full['command']}`, then `{lora['command']}` on the weights it exported. "
+        f"Rank 8 on every linear layer trains {lora['trained']:,} of llama2-tiny's {lora['parameters']:,} parameters "
+        f"({lora['trained'] / lora['parameters']:.2%}). The LoRA checkpoint is {lora['checkpoint_bytes'] / mb:.2f} MB "
+        f"against the full fine-tune's {full['checkpoint_bytes'] / mb:.2f} MB "
+        f"({lora['checkpoint_bytes'] / full['checkpoint_bytes']:.1%}); 12 bytes an adapter parameter are "
+        f"{lora['checkpoint_bytes_predicted'] / mb:.2f} MB of it, the rest DCP's framing of each small tensor and "
+        f"Accelerate's RNG states: costs by the tensor, not by its size. The adapter's weights "
+        f"(adapter_model.safetensors) are {lora['adapter_bytes'] / mb:.2f} MB against the full export's "
+        f"{full['export_bytes'] / mb:.2f} MB.\n"
+    )
+
+
 def disk_examples() -> str:
     """What the launcher's disk check works out for the Llama 2 recipes on EKS (trainkit/run/storage.py)."""
     from trainkit.job import build
@@ -540,6 +563,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "docs/generated/disk-examples.md": disk_examples,
     "docs/generated/run-resnet-tiny.md": lambda: measured_run("resnet-tiny"),
     "docs/generated/run-llama2-7b-2-layers.md": lambda: measured_run("llama2-7b-2-layers"),
+    "docs/generated/lora-sizes.md": lora_sizes,
     "docs/generated/suite.md": suite,
     "docs/generated/local-runs.md": local_runs,
     "docs/generated/bench-llm.md": lambda: bench_results("tokens"),

@@ -152,6 +152,7 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
         ("--init", "pretrained", "--weights", "{tiny}", "--lora-rank", "8", "--lora-targets", "q_proj,wq"),
         "its decoder layer's linear layers are q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
     ),
+    "weights folder missing": ((), ("--init", "pretrained", "--weights", "{missing}", "--dry-run"), "no model folder"),
     "weights in S3 for a run on this machine": ((), ("--init", "pretrained", "--weights", "s3://b/base/"), "no S3"),
     "weights on this machine for SageMaker": (
         SAGEMAKER,

@@ -4,6 +4,7 @@ being the ones the docs quote, and the suite's record read from a CI log (docs/g
 from __future__ import annotations
 
 import json
+import re
 import runpy
 
 import pytest
@@ -18,10 +19,19 @@ GENERATOR = runpy.run_path(str(REPO / "docs" / "generate.py"))
 
 
 def test_each_recorded_command_is_quoted_as_written_in_the_page_it_serves():
+    """In the page or a generated part of it, which is rendered from that run's record (its notice names it)."""
     for name, (quoted, flags) in runs.RUNS.items():
         page = (REPO / quoted.split(":")[0].split(" and ")[0]).read_text()
-        assert "invoke train " + " ".join(flags) in page, name
-        assert f'--8<-- "docs/generated/run-{name}.md"' in page, name
+        parts = [(REPO / part).read_text() for part in re.findall(r'--8<-- "(docs/generated/[^"]+)"', page)]
+        command = "invoke train " + " ".join(flag.format(runs="runs") for flag in flags)
+        assert command in page + "".join(parts), name
+        rendered_from = {
+            run
+            for part in parts
+            for only in re.findall(r"bench runs --only ([\w,.-]+)", part)
+            for run in only.split(",")
+        }
+        assert name in rendered_from, name
 
 
 def test_what_a_run_wrote_is_measured_from_its_files_beside_the_prediction(tmp_path):
@@ -40,6 +50,21 @@ def test_what_a_run_wrote_is_measured_from_its_files_beside_the_prediction(tmp_p
     assert wrote["export_bytes"] == 3
     assert wrote["checkpoint_bytes_predicted"] == 12 * wrote["parameters"]  # fp32 weights + AdamW's two moments
     assert wrote["export_bytes_predicted"] == 4 * wrote["parameters"]
+
+
+def test_a_lora_run_is_measured_by_its_adapters_and_both_its_exports(tmp_path):
+    flags = {"model": "llama2-7b", "layers": 1, "steps": 5, "init": "pretrained", "lora_rank": 8}
+    job = build({**flags, "export": "merged"})
+    (tmp_path / SPEC_FILE).write_text(json.dumps(job.to_dict()))
+    for folder, name, size in (("model", "adapter_model.safetensors", 5), ("model-merged", "model.safetensors", 11)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(b"z" * size)
+    wrote = runs.written(tmp_path)
+    assert wrote["adapter_bytes"] == 5 and wrote["export_bytes"] == 16  # the adapter folder and the merged model
+    trained = wrote["trained"]
+    assert 0 < trained < wrote["parameters"] and wrote["checkpoint_bytes"] is None  # no checkpoint published
+    assert wrote["checkpoint_bytes_predicted"] == 12 * trained
+    assert wrote["export_bytes_predicted"] == 4 * trained + 4 * wrote["parameters"]
 
 
 def test_an_unknown_run_is_refused_with_the_choices():

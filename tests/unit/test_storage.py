@@ -143,3 +143,19 @@ def test_on_sagemaker_each_host_writes_its_part_of_a_checkpoint_and_the_export_i
 
     alone = budgets(None, c.phase_bytes, c.storage_mb_s)  # as one shared volume: 16 times the checkpoint's time
     assert alone["checkpoint"].seconds > 15 * 600
+
+
+def test_a_lora_checkpoint_holds_the_adapters_and_their_moments_and_the_merged_export_the_whole_model_too():
+    """LoRA (training/common/training_state.py AdapterCheckpoint): 12 bytes an adapter parameter, nothing of the
+    frozen base; the adapter export 4 bytes an adapter parameter, and --export merged adds the whole model's."""
+    entry = get_model("llama2-7b")
+    flags = {"model": "llama2-7b", "init": "pretrained", "lora_rank": 8}
+    full = storage_need(build_spec({"model": "llama2-7b"}), entry)
+    adapter = storage_need(build_spec(flags), entry)
+    merged = storage_need(build_spec({**flags, "export": "merged"}), entry)
+    trained = 19_988_480  # rank 8 on every linear layer: PEFT's own count (tests/unit/test_plan.py)
+    assert adapter.trained == merged.trained == trained and full.trained is None
+    assert adapter.checkpoint_bytes == 12 * trained == merged.checkpoint_bytes
+    assert full.checkpoint_bytes == 12 * full.parameters == 12 * adapter.parameters
+    assert (adapter.export_bytes, merged.export_bytes) == (4 * trained, 4 * trained + full.export_bytes)
+    assert "20.0 M of them trained" in adapter.describe()

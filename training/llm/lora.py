@@ -74,6 +74,26 @@ def counts(model: torch.nn.Module) -> tuple[int, int]:
     return trainable, sum(p.numel() for p in model.parameters())
 
 
+def held(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """What the prepared model and its optimizer hold, for the run's summary: the dtypes the frozen and the trained
+    parameters are stored in, how many frozen ones ask for a gradient (none: FSDP2 and DDP reduce only the gradients
+    there are), and how many elements the optimizer steps (global counts: FSDP2's DTensors give their whole size)."""
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    stepped = [p for group in getattr(optimizer, "optimizer", optimizer).param_groups for p in group["params"]]
+
+    def dtypes(parameters: list[torch.Tensor]) -> list[str]:
+        return sorted({str(p.dtype).removeprefix("torch.") for p in parameters})
+
+    return {
+        "frozen_dtypes": dtypes(frozen),
+        "trained_dtypes": dtypes(trained),
+        "trained_params": sum(p.numel() for p in trained),
+        "optimizer_params": sum(p.numel() for p in stepped),
+        "frozen_in_optimizer": sum(not p.requires_grad for p in stepped),
+    }
+
+
 def adapter_state(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The adapter's tensors of a consolidated state dict, named as PEFT saves them: SAVED_PREFIX before, the
     adapter's name out (`...q_proj.lora_A.weight`)."""

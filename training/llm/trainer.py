@@ -327,6 +327,7 @@ class DecoderTrainer(Trainer):
             "truncated": self.job.model.truncated_label,
             "sharding": self.sharding_report,
             "fast_paths": self.fast_paths | {"graphs_compiled": fast_paths.compiled_graphs()},
+            "lora": lora.held(self.model, self.optimizer) if self.lora_targets else None,
             "hf_model_dir": str(exported) if exported else None,
             "peak_tflops": self.peak_tflops,
             "data": self.dataset.event(),

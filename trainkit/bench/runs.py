@@ -16,6 +16,7 @@ from pathlib import Path
 
 from training.common.checkpoint import CHECKPOINTS_DIR, complete_steps
 from training.spec import SPEC_FILE, read_job
+from training.spec.run_folder import MERGED_DIR
 from trainkit.bench.record import device_slug, environment
 from trainkit.bench.train import run_trainkit
 from trainkit.errors import SpecError
@@ -42,6 +43,26 @@ RUNS: dict[str, tuple[str, list[str]]] = {
             "2",
         ],
     ),
+    # docs/lora.md: a checkpoint and an export of LoRA against a full fine-tune's, the second run adapting the weights
+    # the first exported ({runs}: the bench's runs folder)
+    "llama2-tiny-full": (
+        "docs/lora.md: the full fine-tune LoRA is held against",
+        ["--model", "llama2-tiny", "--steps", "20"],
+    ),
+    "llama2-tiny-lora": (
+        "docs/lora.md: a LoRA checkpoint and export against the full fine-tune's",
+        [
+            "--model",
+            "llama2-tiny",
+            "--steps",
+            "20",
+            "--init",
+            "pretrained",
+            "--weights",
+            "{runs}/llama2-tiny-full/model",
+        ]
+        + ["--lora-rank", "8", "--export", "merged"],
+    ),
 }
 SUMMARY_KEYS = (
     "steps",
@@ -64,24 +85,27 @@ def written(run: Path) -> dict:
     job = read_job(run / SPEC_FILE)
     need = storage_need(job, get_model(job.model.name))
     steps = complete_steps(run / CHECKPOINTS_DIR)
-    export = run / "model"
-    return {
+    exports = [folder for folder in (run / "model", run / MERGED_DIR) if folder.is_dir()]
+    said = {
         "parameters": need.parameters,
         "checkpoint_bytes": folder_bytes(steps[-1]) if steps else None,
         "checkpoint_bytes_predicted": need.checkpoint_bytes,
-        "export_bytes": folder_bytes(export) if export.is_dir() else None,
+        "export_bytes": sum(folder_bytes(folder) for folder in exports) if exports else None,
         "export_bytes_predicted": need.export_bytes or None,
     }
+    if need.trained is not None:  # LoRA: the adapters' weights alone, as PEFT saved them
+        said |= {"trained": need.trained, "adapter_bytes": (run / "model" / "adapter_model.safetensors").stat().st_size}
+    return said
 
 
 def record_one(name: str, runs: Path) -> dict:
     quoted, flags = RUNS[name]
     started = time.monotonic()
-    run, _steps, _memory = run_trainkit(flags, runs, name)
+    run, _steps, _memory = run_trainkit([flag.format(runs=runs) for flag in flags], runs, name)
     wall = time.monotonic() - started
     summary = json.loads((run / "summary.json").read_text())
     return {
-        "command": "invoke train " + " ".join(flags),
+        "command": "invoke train " + " ".join(flag.format(runs="runs") for flag in flags),
         "quoted_in": quoted,
         "command_wall_s": round(wall, 1),
         "world_size": read_job(run / SPEC_FILE).parallelism.nproc,
@@ -99,6 +123,7 @@ def bench(output: str | None, names: list[str] | None = None, workdir: str | Non
     path = Path(output or f"benchmarks/runs-{device_slug(env)}.json")
     record = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     runs = Path(workdir or tempfile.mkdtemp(prefix="trainkit-bench-runs-"))
+    runs.mkdir(parents=True, exist_ok=True)
     for name in names or RUNS:
         print(f"running {name}: invoke train {' '.join(RUNS[name][1])}", flush=True)
         record["runs"][name] = {**record_one(name, runs), "measured": time.strftime("%Y-%m-%d", time.gmtime())}

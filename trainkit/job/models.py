@@ -29,6 +29,24 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 CONFIG_FILE = "config.json"
 
 
+def validate_weights_here(job) -> None:
+    """--weights of a run on this machine: a local model folder or a hub id (a dry run says so too; the run's own
+    check before it starts is trainkit/run/prepare.py's)."""
+    weights = job.model.weights or ""
+    if job.model.init != "pretrained":
+        return
+    if weights.startswith("s3://"):
+        raise SpecError(
+            f"--weights {weights}: a run on this machine reads no S3 (a SageMaker job mounts it as a channel); copy "
+            "the model folder here (`aws s3 cp --recursive`) and give the local path, or a Hugging Face hub id"
+        )
+    if not downloads_weights(job) and not Path(weights).expanduser().is_dir():
+        raise SpecError(
+            f"--weights {weights}: no model folder there; give the folder of a Hugging Face model (its config.json "
+            "and weights) or a hub id (owner/name)"
+        )
+
+
 def downloads_weights(job) -> bool:
     """Whether a cluster job's workers download --weights from the hub (and so need the Hugging Face token): a hub id
     (owner/name), not an s3:// prefix (SageMaker's weights channel) nor a folder's absolute or ./ path (on the FSx

@@ -14,7 +14,7 @@ from trainkit.errors import SpecError
 from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.held_out import validate_eval_data_here, validate_evaluation, validate_keeping
 from trainkit.job.lora import validate_lora
-from trainkit.job.models import HUB_ID, ModelEntry, get_model
+from trainkit.job.models import HUB_ID, ModelEntry, get_model, validate_weights_here
 
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
 
@@ -170,12 +170,7 @@ def _validate_local(job: Job) -> None:
         f"--runs-dir {job.run.runs_dir}: {existing} is not writable by you; choose a folder you can write",
     )
     validate_eval_data_here(job)
-    weights = job.model.weights or ""
-    require(
-        job.model.init != "pretrained" or not weights.startswith("s3://"),
-        f"--weights {weights}: a run on this machine reads no S3 (a SageMaker job mounts it as a channel); copy the "
-        "model folder here (`aws s3 cp --recursive`) and give the local path, or a Hugging Face hub id",
-    )
+    validate_weights_here(job)
     data = job.data.dataset
     if job.run.workload != "recipe" or data == "synthetic" or Path(data).expanduser().exists():
         return

@@ -12,6 +12,9 @@ What a run writes, per the trainers:
     in flight    a new checkpoint is written in full before the oldest is pruned, so the disk holds
                  `keep + 1` of them at the peak -- or fewer when the run saves fewer times than that.
     export       the LLM's consolidated weights at the end, fp32 safetensors (4 bytes a parameter).
+    LoRA         the checkpoint holds the adapters and their AdamW moments only (12 bytes an adapter parameter:
+                 the frozen base is read from its source at every start); the export is PEFT's adapter folder
+                 (4 bytes an adapter parameter), and with --export merged the whole model too.
 
 `invoke bench runs` records what a real run wrote beside this prediction (benchmarks/runs-cpu.json, rendered in
 docs/checkpoints.md). Checkpoints already in the run folder (a resumed run) count as written.
@@ -45,6 +48,8 @@ class StorageNeed:
     checkpoints: int
     """Checkpoints on disk at the peak that are still to be written."""
     export_bytes: int
+    trained: int | None = None
+    """LoRA: the adapter parameters, which alone are checkpointed (None: a full fine-tune's, every parameter)."""
 
     @property
     def total(self) -> int:
@@ -54,7 +59,8 @@ class StorageNeed:
         parts = [f"{self.checkpoints} checkpoint(s) of {self.checkpoint_bytes / GB:,.1f} GB"]
         if self.export_bytes:
             parts.append(f"an export of {self.export_bytes / GB:,.1f} GB")
-        return f"{self.total / GB:,.1f} GB ({' and '.join(parts)}, {self.parameters / 1e9:.2f} B parameters)"
+        trained = f", {self.trained / 1e6:,.1f} M of them trained" if self.trained is not None else ""
+        return f"{self.total / GB:,.1f} GB ({' and '.join(parts)}, {self.parameters / 1e9:.2f} B parameters{trained})"
 
 
 def saves(steps: int | None, interval: int | None) -> int | None:
@@ -75,12 +81,17 @@ def storage_need(job, entry: ModelEntry, existing: int = 0) -> StorageNeed:
     optimizer = optimizer_of(family, job.optimisation.optimizer)
     export = PARAM_BYTES * parameters if family.exports else 0  # BERT, vision: the checkpoint is the result
     master = MASTER_BYTES if job.parallelism.sharding == ZERO_1 else 0
-    checkpoint = (PARAM_BYTES + master + OPTIMIZER_BYTES[optimizer]) * parameters
+    lora = job.lora
+    trained = None
+    if lora.enabled and family.text:  # training/common/training_state.py AdapterCheckpoint; training/llm/lora.py
+        trained = entry.arch.truncated(job.model.layers).shape().adapter_params(lora.rank, lora.target_names)
+        export = PARAM_BYTES * trained + (export if lora.export == "merged" else 0)
+    checkpoint = (PARAM_BYTES + master + OPTIMIZER_BYTES[optimizer]) * (parameters if trained is None else trained)
     peak = job.checkpointing.keep_checkpoints + 1
     written = saves(job.optimisation.steps, job.checkpointing.checkpoint_interval)
     if written is not None:
         peak = min(peak, written)
-    return StorageNeed(parameters, checkpoint, max(peak - existing, 0), export)
+    return StorageNeed(parameters, checkpoint, max(peak - existing, 0), export, trained)
 
 
 SLOW_DISK_MB_S = 100.0
