@@ -82,10 +82,10 @@ down: setup ## Take down PROFILE (local: stop etcd; aws: ordered destroy, then a
 ##@ Quality
 
 .PHONY: test-services
-test-services: ## Install what the tests start themselves (etcd, Prometheus + promtool; buildah, debootstrap for the image; gpg) when missing.
+test-services: ## Install what the tests start themselves (etcd, Prometheus + promtool; buildah, debootstrap for the image; gpg; Chromium for the MLflow UI test) when missing.
 	command -v etcd >/dev/null && command -v promtool >/dev/null && command -v buildah >/dev/null \
-	  && command -v debootstrap >/dev/null && command -v gpg >/dev/null || { \
-	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q etcd-server prometheus buildah debootstrap gpg; }
+	  && command -v debootstrap >/dev/null && command -v gpg >/dev/null && command -v chromium >/dev/null || { \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q etcd-server prometheus buildah debootstrap gpg chromium; }
 
 .PHONY: test
 test: setup scan-tools test-services ## Run the whole test suite, offline.

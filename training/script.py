@@ -37,7 +37,8 @@ trainkit_train_loss, trainkit_last_step_timestamp_seconds, and lr, samples_per_s
 given: training/common/metrics.py) on the job's metrics port + its local rank, where the platform scrapes a
 recipe's, so dashboards, the stall alert and `invoke status` follow a script as they follow a recipe. The first
 report of a process that redoes steps (a restart resumed from an earlier checkpoint) drops the lines it redoes, and
-notes in events.jsonl that the run started, or resumed after the last step it reported, as a recipe does.
+notes in events.jsonl that the run started, or resumed after the last step it reported, as a recipe does. Under
+`invoke run --track mlflow` rank 0's reports also reach the run's MLflow run, as a recipe's steps do (docs/tracking.md).
 Outside trainkit (no TRAINKIT_RUN_DIR) both calls work on ./runs/script/ and serve no metrics.
 
 trainkit starts the script through this module, `python -m training.script FILE ARGS` (see `main`), so that an
@@ -47,6 +48,7 @@ without the script changing.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import runpy
@@ -119,6 +121,10 @@ def report_step(step: int, loss: float | None = None, **values: float) -> None:
         if _sink.is_main:  # the run's story, as a recipe tells it (`invoke status` counts the resumes)
             kind, since = ("resume", earlier[-1]["step"]) if earlier else ("start", 0)
             append_event(_sink.run_dir, kind, step=since, world_size=int(os.environ.get("WORLD_SIZE", 1)))
+            spec = _sink.run_dir / SPEC_FILE
+            if spec.is_file():  # `invoke run --track mlflow`: the script's steps reach MLflow as a recipe's do
+                _sink.start_tracking(read_job(spec), earlier)
+                atexit.register(_sink.close_tracking)
     process_heartbeat().beat(int(step))  # what the node's stall watchdog watches (training/common/heartbeat.py)
     record = {"step": int(step), "time": time.time(), **values}
     if loss is not None:

@@ -22,6 +22,7 @@ from tests.helpers.product import invoke, invoke_in, output, read_jsonl, run_fol
 from tests.helpers.waiting import wait_for
 from tests.helpers.wheels import pip_hash, write_wheel
 from training.common.failure import EXIT_NO_RETRY
+from training.spec import EMBEDDED_STORE
 from trainkit.services import EtcdServer
 
 
@@ -67,13 +68,30 @@ def kill_rank_1_after(run_dir: Path, step: int) -> None:
 def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_and_finishes(
     tmp_path, script, args, total, resumed
 ):
-    process = start_invoke(*run_args(tmp_path, script, *args))
+    tracked = run_args(tmp_path, script, *args)
+    tracked[tracked.index("--") : tracked.index("--")] = ["--track", "mlflow"]  # its report_step reaches MLflow
+    process = start_invoke(*tracked)
     run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     kill_rank_1_after(run_dir, 8)  # past the first checkpoint (every 5 steps)
     assert process.wait(timeout=300) == 0, output(process)
     assert resumed in output(process)
     assert reported_steps(run_dir) == list(range(1, total + 1))  # the redone steps once each
     assert (run_dir / "code").is_dir() and (run_dir / "checkpoints").is_dir()
+    # One MLflow run in the embedded store, as a recipe's: the steps once each, FINISHED, the code's hash as a tag.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / EMBEDDED_STORE}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "FINISHED" and run.data.tags["trainkit.workload"] == "script"
+    assert run.data.tags["trainkit.code_hash"] == next((run_dir / "code").iterdir()).name
+    losses = {r["step"]: r["loss"] for r in read_jsonl(run_dir / "metrics.jsonl")}
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(1, total + 1)), [m.step for m in history]
+    # Each step's first value: the killed attempt's for a step it reported after the checkpoint and the restart redid
+    # (a script's redo need not repeat it: Lightning's does not here); the others are metrics.jsonl's.
+    (resumed,) = [e["step"] for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "resume"]
+    sent = {m.step: m.value for m in history}
+    assert all(sent[step] == losses[step] for step in (*range(1, resumed + 1), total)), (sent, losses, resumed)
 
 
 def test_a_script_run_is_followed_stopped_and_resumed_by_the_same_command(tmp_path):

@@ -121,6 +121,9 @@ WALKS = {
         "lora_dropout": 0.05,
         "lora_targets": "q_proj,v_proj",
         "export": "merged",
+        "track": "mlflow",
+        "tracking_uri": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/walk",
+        "experiment": "walk",
     },
     "llama-sagemaker": {
         "model": "llama2-tiny",

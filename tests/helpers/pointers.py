@@ -21,6 +21,8 @@ import functools
 import re
 from pathlib import Path
 
+from training.common.tracking import TAG_NAMES  # MLflow tag names, not modules
+
 PACKAGES = ("trainkit", "training", "observability")
 SOURCES = (
     "README.md",
@@ -167,7 +169,7 @@ def stale_pointers(root: Path, files: list[Path] | None = None) -> list[str]:
                     missing.append((f"{where}:{number}", pointer))
             for match in MODULE.finditer(line):
                 dotted = match.group(0).rstrip(".")
-                if not DOMAIN.search(dotted) and not name_exists(root, dotted):
+                if not DOMAIN.search(dotted) and not name_exists(root, dotted) and dotted not in TAG_NAMES:
                     missing.append((f"{where}:{number}", dotted))
     skip = ignored(root, {pointer for _, pointer in missing if "/" in pointer})
     return [f"{place}: {pointer}" for place, pointer in missing if pointer not in skip]

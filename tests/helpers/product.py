@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.waiting import latest_step, wait_for
 from training.common.files import read_jsonl as read_jsonl  # the product's reader, for the tests that import it here
+from training.common.tracking import ARTIFACTS_DIR
 
 
 def invoke(
@@ -103,9 +104,14 @@ def job_processes(marker: str) -> list[str]:
     return [line for line in ps.splitlines() if marker in line and "ps -eo" not in line]
 
 
+def is_run_folder(path: Path) -> bool:
+    """Not `.cache` (the tokenised data) nor the embedded MLflow store's artifacts (training/common/tracking.py)."""
+    return path.is_dir() and not path.name.startswith(".") and path.name != ARTIFACTS_DIR
+
+
 def run_folder(runs_dir: Path) -> Path | None:
-    """The first run folder in `runs_dir` (not `.cache`, the tokenised data), or None while there is none."""
-    return next((p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")), None)
+    """The first run folder in `runs_dir`, or None while there is none."""
+    return next((p for p in runs_dir.iterdir() if is_run_folder(p)), None)
 
 
 def killed_after_checkpoint(runs_dir: Path, step: int, *args: str, env: dict | None = None) -> tuple[int, Path, int]:
@@ -122,6 +128,6 @@ def killed_after_checkpoint(runs_dir: Path, step: int, *args: str, env: dict | N
 
 
 def only_run_dir(runs_dir: Path) -> Path:
-    runs = [p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]  # not .cache
+    runs = [p for p in runs_dir.iterdir() if is_run_folder(p)]
     assert len(runs) == 1, runs
     return runs[0]

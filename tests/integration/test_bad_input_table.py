@@ -106,11 +106,35 @@ TRAIN: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
     "lora_dropout": ((), ("--lora-dropout", "1"), "--lora-dropout"),
     "lora_targets": ((), ("--lora-targets", "q_proj"), "give --lora-rank R too"),  # without adapters
     "export": ((), ("--export", "gguf"), "--export"),
+    "track": ((), ("--track", "wandb"), "--track"),
+    "tracking_uri": (("--track", "mlflow"), ("--tracking-uri", "ftp://mlflow.example"), "ftp scheme is not one"),
+    "experiment": ((), ("--experiment", "lr-sweep"), "add --track mlflow"),
 }
 
 # Values each valid alone that the job cannot use: per rank or per node, past the model, off the volume the pods
 # see; and local files whose records have the wrong types. case -> (context flags, bad flags, text the message names)
 JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "a tracking URI without --track": ((), ("--tracking-uri", "http://127.0.0.1:5000"), "add --track mlflow"),
+    "an ARN that is not a tracking server's": (
+        ("--track", "mlflow"),
+        ("--tracking-uri", "arn:aws:sagemaker:us-east-1:123456789012:training-job/llama"),
+        "is not a SageMaker MLflow tracking server's ARN",
+    ),
+    "credentials in the tracking URI": (
+        ("--track", "mlflow"),
+        ("--tracking-uri", "https://alice:s3cret@mlflow.example"),
+        "https://***@mlflow.example carries credentials",
+    ),
+    "a tracking server that does not answer, for a run here": (
+        ("--track", "mlflow"),
+        ("--tracking-uri", "http://127.0.0.1:9"),
+        "no MLflow server answers there",
+    ),
+    "a SQLite tracking store for a cluster target": (
+        (*EKS, "--track", "mlflow"),
+        ("--tracking-uri", "sqlite:///runs/mlflow.db"),
+        "a SQLite file is this machine's",
+    ),
     "metrics port past 65535 for rank 1": (("--nproc", "2"), ("--metrics-port", "65535"), "--metrics-port"),
     "metrics port past 65535 for node 1": (("--nodes", "2", "--nproc", "1"), ("--metrics-port", "65535"), "ports"),
     "metrics port past 65535 for a pod's rank 7": (EKS, ("--nproc", "8", "--metrics-port", "65530"), "--metrics-port"),

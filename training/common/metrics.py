@@ -96,6 +96,7 @@ class MetricsSink:
         self.jsonl = self.run_dir / "metrics.jsonl"
         if is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.tracker = None
         self.registry = CollectorRegistry()
         names = sorted(labels)
         self._gauges = {name: Gauge(name, doc, names, registry=self.registry) for name, doc in GAUGES.items()}
@@ -129,6 +130,21 @@ class MetricsSink:
                 self.set(gauge, record[field])
         if self.is_main:
             append_jsonl(self.jsonl, record)  # not fsynced at every step; NaN/Infinity refused (not JSON)
+            if self.tracker is not None:
+                self.tracker.log(record)
+
+    def start_tracking(self, job, kept: list[dict]) -> None:
+        """Rank 0 of a job that tracks: its MLflow run (training/common/tracking.py), which first gets the steps
+        the run kept (`kept`, what truncate_after returned) that it does not hold yet."""
+        if self.is_main and self.tracker is None:
+            from training.common.tracking import open_tracker
+
+            self.tracker = open_tracker(job, self.run_dir, kept)
+
+    def close_tracking(self) -> None:
+        """Send what the tracker still holds, within its bound (FLUSH_S)."""
+        if self.tracker is not None:
+            self.tracker.close()
 
     def read_records(self) -> list[dict]:
         return read_jsonl(self.jsonl)

@@ -64,7 +64,7 @@ class RunContext:
         checkpoint holds; default: everything the Accelerator prepared (a DeepSpeed engine brings its own)."""
         self.accelerator = acc = accelerator
         self.state = state or AcceleratorCheckpoint(accelerator)
-        self.run_dir = run_dir
+        self.run_dir, self.job = run_dir, job
         self.run_id, self.model_name = run_id, model_name = job.run.run_id, job.model.name
         keep_checkpoints, metrics_port = job.checkpointing.keep_checkpoints, job.run.metrics_port
         self.started = time.perf_counter()
@@ -151,7 +151,8 @@ class RunContext:
             state = self.resumed_state = self.checkpoints.read_state(latest)
             self.restarts = state.get("restarts", 0) + 1
             step = self.saved_step = state["step"]
-        self.metrics.truncate_after(step)  # lines of steps after the checkpoint (all, without one) are redone
+        kept = self.metrics.truncate_after(step)  # lines of steps after the checkpoint (all, without one) are redone
+        self.metrics.start_tracking(self.job, kept)
         # Exported from the start (0), so the first restart is a change a rule can see.
         self.metrics.set("trainkit_restarts", self.restarts)
         self.metrics.set("trainkit_stall_restarts", self._stall_restarts())
@@ -224,6 +225,9 @@ class RunContext:
                 "(pass a new --run-id or more --steps to train again)",
                 flush=True,
             )
+            # Steps its tracking server never got (it was away at the end) are sent now.
+            self.metrics.start_tracking(self.job, self.metrics.read_records())
+            self.metrics.close_tracking()
         self.accelerator.end_training()
         return True
 
@@ -362,6 +366,7 @@ class RunContext:
                 path = self.metrics.write_summary({**common, **extra}, eval_metric, lower_is_better)
             self.event("finish", step=json.loads(path.read_text())["steps"])
             print(f"summary: {path}", flush=True)
+            self.metrics.close_tracking()
         self.accelerator.wait_for_everyone()
         if not self.accelerator.is_main_process:  # rank 0's console ends with the summary
             print(f"rank {self.accelerator.process_index}: run published by rank 0, leaving", flush=True)

@@ -19,6 +19,7 @@ from training.spec.adapted import LoraOptions
 from training.spec.evaluated import EvaluationOptions
 from training.spec.options import SPEC_VERSION
 from training.spec.running import CheckpointingOptions, ElasticOptions, ParallelismOptions, PlacementOptions
+from training.spec.tracked import TrackingOptions
 from training.spec.trained import DataOptions, ModelOptions, OptimisationOptions, RunOptions
 
 
@@ -36,6 +37,7 @@ class Job:
     placement: PlacementOptions = field(default_factory=PlacementOptions)
     evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
     lora: LoraOptions = field(default_factory=LoraOptions)
+    tracking: TrackingOptions = field(default_factory=TrackingOptions)
     family_options: dict[str, Any] = field(default_factory=lambda: _family_sections())
     """The options of the families that declare their own (Family.options), by family name: spec.json's sections of
     those names."""

@@ -34,6 +34,21 @@ def report(c, run=None, runs_dir="runs", output=None):
 
 @task(
     help={
+        "runs-dir": "The runs folder whose embedded MLflow store (<runs-dir>/mlflow.db) to show (default runs).",
+        "port": "Port on 127.0.0.1 (default 5000; a free one when 5000 is taken).",
+    }
+)
+@user_errors
+def mlflow(c, runs_dir="runs", port=5000):
+    """MLflow's UI over the runs folder's embedded store (runs tracked with --track mlflow), on 127.0.0.1 until
+    Ctrl-C. Grafana is for operations (is the job alive, are the GPUs busy); MLflow compares runs."""
+    from trainkit.services.mlflow import show_store
+
+    show_store(runs_dir, int(port))
+
+
+@task(
+    help={
         "port": "Local port for Grafana (default 3000).",
         "kubeconfig": "kubeconfig of the cluster (default the one `make up PROFILE=aws` wrote).",
     }
@@ -46,4 +61,4 @@ def grafana(c, port=3000, kubeconfig=None):
     raise Exit(code=port_forward_grafana(int(port), kubeconfig))
 
 
-collection = Collection("obs", generate, report, grafana)
+collection = Collection("obs", generate, report, mlflow, grafana)

@@ -24,6 +24,9 @@ RUN_KEYS = [
     "image",
     "namespace",
     "hf_token_file",
+    "track",
+    "tracking_uri",
+    "experiment",
 ]
 
 

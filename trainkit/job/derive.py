@@ -15,6 +15,7 @@ from trainkit.errors import SpecError
 from trainkit.job.build import Machine, compiler_missing
 from trainkit.job.held_out import derive_evaluation
 from trainkit.job.models import get_model
+from trainkit.job.tracking import launcher_commit
 from trainkit.job.validate import validate_batch
 
 SYNTHETIC_STEPS = 50
@@ -38,6 +39,8 @@ def derive(job: Job, machine: Machine) -> None:
     p = job.parallelism
     if p.min_nodes is None:
         p.min_nodes = p.nodes
+    if job.tracking.enabled and job.tracking.commit is None:
+        job.tracking.commit = launcher_commit()
     if job.run.workload != "recipe":  # a script or the sweep: the model's recipe says nothing about it
         job.run.run_id = job.run.run_id or f"{job.run.workload}-{job.fingerprint()}"
         return

@@ -15,6 +15,7 @@ from trainkit.job.build import Machine, check_fields, compiler_missing
 from trainkit.job.held_out import validate_eval_data_here, validate_evaluation, validate_keeping
 from trainkit.job.lora import validate_lora
 from trainkit.job.models import HUB_ID, ModelEntry, get_model, validate_weights_here
+from trainkit.job.tracking import validate_tracking
 
 DATA_PARALLEL_SAID = {ZERO_1: f"{ZERO_1} (DeepSpeed ZeRO stage 1)", "NO_SHARD": "NO_SHARD (DDP)"}
 
@@ -85,6 +86,7 @@ def validate(job: Job, machine: Machine) -> None:
     )
     _validate_names(job)
     _validate_deadline(job)
+    validate_tracking(job)
     if job.placement.target == "local":
         _validate_local(job)
 

@@ -57,6 +57,7 @@ from trainkit.run.torchrun import (
     rendezvous_id,
     torchrun_command,
 )
+from trainkit.run.tracked import FAILED, FINISHED, KILLED, end_tracked
 from trainkit.run.workload import Workload, ready
 from trainkit.services import LocalEtcd, LocalPrometheus
 
@@ -298,9 +299,11 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
         remove_partial(run.job.run_dir / CHECKPOINTS_DIR)
     run_id = run.job.run.run_id
     if expired is not None:
+        end_tracked(run.job, KILLED, expired)
         raise JobFailed(EXIT_DEADLINE, expired)
     if received:
         name = signal.Signals(received[0]).name
+        end_tracked(run.job, KILLED, f"stopped ({name}); the same command resumes it")
         raise JobFailed(128 + received[0], f"run {run_id} stopped ({name}); the same command resumes it")
     if failed is not None:
         code, cause = failed
@@ -308,7 +311,9 @@ def run_foreground(run: PreparedRun, keep_open: tuple[int, ...] = ()) -> int:
             others = other_ranks_errors(run.job.run_dir, console.since)
             if others:
                 print(others, file=sys.stderr, flush=True)
+        end_tracked(run.job, FAILED, failure_summary(cause))
         raise JobFailed(code, f"run {run_id} failed: {failure_summary(cause)}")
+    end_tracked(run.job, FINISHED)
     summary = summary_block(run.job, time.monotonic() - started)
     if summary:
         print(summary, flush=True)

@@ -1,0 +1,91 @@
+"""Experiment tracking's pure parts (issue 54): what the tracking options may say (trainkit/job/tracking.py), the
+spec as MLflow parameters and a metrics record as MLflow metrics (training/common/tracking.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from training.common.tracking import MAX_PARAM_LENGTH, record_metrics, shown_uri, spec_params, store_uri
+from trainkit.errors import SpecError
+from trainkit.job import build
+from trainkit.job.tracking import TRACKING_SERVER_ARN, redacted, validate_tracking
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:5000",
+        "https://mlflow.example.com/prefix",
+        "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team-server-1",
+        "arn:aws-us-gov:sagemaker:us-gov-west-1:123456789012:mlflow-tracking-server/a",
+        "arn:aws:sagemaker:eu-west-1:123456789012:mlflow-app/app-0123abcd",
+        "sqlite:////tmp/mlflow.db",
+    ],
+)
+def test_the_uris_trainkit_sends_to_are_accepted(uri):
+    validate_tracking(build({"track": "mlflow", "tracking_uri": uri}))
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        ({"tracking_uri": "http://h:1"}, "add --track mlflow"),
+        ({"experiment": "x"}, "add --track mlflow"),
+        ({"track": "mlflow", "tracking_uri": "ftp://h"}, "ftp scheme is not one trainkit sends to"),
+        ({"track": "mlflow", "tracking_uri": "databricks"}, "databricks scheme is not one"),
+        ({"track": "mlflow", "tracking_uri": "file:///tmp/mlruns"}, "file scheme is not one"),
+        ({"track": "mlflow", "tracking_uri": "http://"}, "names no host"),
+        ({"track": "mlflow", "tracking_uri": "sqlite://relative.db"}, "sqlite:///FILE"),
+        ({"track": "mlflow", "tracking_uri": "arn:aws:sagemaker:us-east-1:123456789012:model/x"}, "ARN"),
+        ({"track": "mlflow", "tracking_uri": "arn:aws:s3:::bucket"}, "ARN"),
+        ({"track": "mlflow", "tracking_uri": "arn:aws:sagemaker:us-east-1:1234:mlflow-tracking-server/x"}, "ARN"),
+        ({"track": "mlflow", "experiment": "  "}, "--experiment is empty"),
+    ],
+)
+def test_what_the_tracking_options_may_not_say_is_refused_naming_the_flag(flags, said):
+    with pytest.raises(SpecError, match=said.replace("(", r"\(")):
+        validate_tracking(build(flags))
+
+
+def test_a_server_name_follows_the_service_model():
+    """TrackingServerName: `[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}` (botocore's SageMaker model)."""
+    stem = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/"
+    assert TRACKING_SERVER_ARN.fullmatch(stem + "a--b")
+    assert not TRACKING_SERVER_ARN.fullmatch(stem + "-a") and not TRACKING_SERVER_ARN.fullmatch(stem + "a_b")
+
+
+def test_credentials_never_reach_a_message_or_a_console_line():
+    uri = "https://alice:s3cret@mlflow.example:8443/x"
+    assert "s3cret" not in redacted(uri) and "s3cret" not in shown_uri(uri)
+    with pytest.raises(SpecError) as refused:
+        validate_tracking(build({"track": "mlflow", "tracking_uri": uri}))
+    assert "s3cret" not in str(refused.value) and "alice" not in str(refused.value)
+
+
+def test_the_spec_becomes_flat_text_parameters():
+    job = build({"model": "llama2-tiny", "track": "mlflow", "lr": 0.002})
+    params = spec_params(job.to_dict())
+    assert params["optimisation.lr"] == "0.002" and params["model.name"] == "llama2-tiny"
+    assert params["tracking.track"] == "mlflow" and params["tracking.uri"] == "null"
+    assert all(isinstance(v, str) for v in params.values())
+    long = spec_params({"run": {"notes": ["x" * (2 * MAX_PARAM_LENGTH)]}})["run.notes"]
+    assert len(long) == MAX_PARAM_LENGTH and long.endswith("...")
+
+
+def test_a_records_numbers_are_its_metrics():
+    record = {"step": 3, "time": 1.5, "loss": 2.5, "lr": 1e-4, "warmup": True, "mfu": None, "epoch": 0}
+    record |= {"note": "x", "grad_norm": math.inf, "tokens_seen": 4096}
+    assert record_metrics(record) == {"loss": 2.5, "lr": 1e-4, "epoch": 0.0, "tokens_seen": 4096.0}
+    json.dumps(record_metrics(record))
+
+
+def test_the_embedded_store_lies_beside_the_run_folders(tmp_path):
+    job = build({"track": "mlflow"})
+    assert store_uri(job, tmp_path / "runs" / "r1") == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
+    given = build({"track": "mlflow", "tracking_uri": "http://h:5000"})
+    assert store_uri(given, tmp_path / "runs" / "r1") == "http://h:5000"

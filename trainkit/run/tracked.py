@@ -1,0 +1,25 @@
+"""The end of a tracked run (issue 54), recorded by whoever knows how it ended: the launcher for a run on this
+machine, the job's node on a cluster. Its MLflow run gets the end state with the one-line cause, the summary and the
+report PNG (trainkit/plan/report.py, as `invoke obs.report` draws it) as artifacts, and the export's location."""
+
+from __future__ import annotations
+
+import contextlib
+
+from training.common.tracking import end_run
+from training.spec import SUMMARY_FILE, Job
+
+FINISHED, FAILED, KILLED = "FINISHED", "FAILED", "KILLED"
+
+
+def end_tracked(job: Job, status: str, cause: str | None = None) -> None:
+    if not job.tracking.enabled:
+        return
+    artifacts = [job.run_dir / SUMMARY_FILE]
+    if (job.run_dir / "metrics.jsonl").is_file():
+        # A report that cannot be drawn (no step logged, an odd record) leaves the other records to be made.
+        with contextlib.suppress(Exception):
+            from trainkit.plan.report import write_report
+
+            artifacts.append(write_report(job.run_dir, None))
+    end_run(job, job.run_dir, status, cause, artifacts)
