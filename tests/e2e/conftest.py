@@ -34,3 +34,13 @@ def tiny_make_train(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess
 def tiny_run(tiny_make_train) -> Path:
     """The run folder of the session's `make train MODEL=llama2-tiny`."""
     return tiny_make_train[0]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 for the session, standing in for a team's server or SageMaker's managed one:
+    the cloud stand-ins' jobs log to it (their hosts and nodes reach it through their network's gateway)."""
+    from trainkit.services.mlflow import MlflowServer
+
+    with MlflowServer(tmp_path_factory.mktemp("mlflow-server") / "mlflow.db") as server:
+        yield server

@@ -20,7 +20,6 @@ from tests.helpers.product import (
 )
 from tests.helpers.waiting import wait_for
 from training.common.faults import HANG_ENV, SLOW_SAVE_ENV, TIME_SCALE_ENV
-from training.spec import EMBEDDED_STORE
 
 STALL = "6"  # seconds: far above a tiny step here (~0.3 s), far below what the CI run may wait
 
@@ -52,7 +51,7 @@ def test_a_hang_restarts_in_place_a_sigkill_continues_on_one_process_and_a_froze
     frozen = start_invoke(*tiny_args(frozen_runs, *flags, "--max-restarts", "2", "--run-id", "frozen"), env=scaled)
     runs = tmp_path / "runs"
     runs.mkdir()
-    command = tiny_args(runs, "--stall-timeout", STALL, "--track", "mlflow")  # the embedded MLflow store (issue 54)
+    command = tiny_args(runs, "--stall-timeout", STALL)
     hangs = {HANG_ENV: "data@0:22,deadlock@1:22"}
     launcher, run_dir, resumed_from = killed_after_checkpoint(runs, 40, *command, env=hangs)  # after the restart
     assert 40 <= resumed_from < 60
@@ -84,20 +83,6 @@ def test_a_hang_restarts_in_place_a_sigkill_continues_on_one_process_and_a_froze
     assert sorted(losses) == list(range(1, 61)), "steps must not repeat or vanish"
     for step in range(1, 61):
         assert abs(losses[step] - reference[step]) <= 1e-4, (step, losses[step], reference[step])
-    # Its MLflow run went through the stall's restart, the SIGKILL and the take-over on one process: still one run,
-    # every step once, FINISHED. The store keeps the first value it got for a step: a step the killed job logged
-    # after its checkpoint and the take-over redid on one process holds the first value, within the same tolerance.
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{runs / EMBEDDED_STORE}")
-    (tracked,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert tracked.info.status == "FINISHED" and tracked.info.run_name == run_dir.name
-    history = client.get_metric_history(tracked.info.run_id, "loss")
-    assert sorted(m.step for m in history) == list(range(1, 61)), [m.step for m in history]
-    tracked_losses = {m.step: m.value for m in history}
-    assert all(tracked_losses[step] == losses[step] for step in range(1, resumed_from + 1))
-    assert all(abs(tracked_losses[step] - losses[step]) <= 1e-4 for step in range(resumed_from + 1, 61))
-    assert "tracking:" not in result.stdout + result.stderr, result.stdout[-2000:]  # nothing went unsent
 
     assert frozen.wait(timeout=240) != 0
     said = output(frozen)

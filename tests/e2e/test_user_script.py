@@ -69,7 +69,8 @@ def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_an
     tmp_path, script, args, total, resumed
 ):
     tracked = run_args(tmp_path, script, *args)
-    tracked[tracked.index("--") : tracked.index("--")] = ["--track", "mlflow"]  # its report_step reaches MLflow
+    if script.endswith("native_ddp.py"):  # its report_step reaches MLflow (issue 54)
+        tracked[tracked.index("--") : tracked.index("--")] = ["--track", "mlflow"]
     process = start_invoke(*tracked)
     run_dir = wait_for(lambda: run_folder(tmp_path), 60, "run dir")
     kill_rank_1_after(run_dir, 8)  # past the first checkpoint (every 5 steps)
@@ -77,6 +78,8 @@ def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_an
     assert resumed in output(process)
     assert reported_steps(run_dir) == list(range(1, total + 1))  # the redone steps once each
     assert (run_dir / "code").is_dir() and (run_dir / "checkpoints").is_dir()
+    if not script.endswith("native_ddp.py"):
+        return
     # One MLflow run in the embedded store, as a recipe's: the steps once each, FINISHED, the code's hash as a tag.
     from mlflow.tracking import MlflowClient
 
@@ -88,7 +91,7 @@ def test_a_script_that_loses_a_rank_to_kill_9_resumes_from_its_own_checkpoint_an
     history = client.get_metric_history(run.info.run_id, "loss")
     assert sorted(m.step for m in history) == list(range(1, total + 1)), [m.step for m in history]
     # Each step's first value: the killed attempt's for a step it reported after the checkpoint and the restart redid
-    # (a script's redo need not repeat it: Lightning's does not here); the others are metrics.jsonl's.
+    # (a script's redo need not repeat it); the others are metrics.jsonl's.
     (resumed,) = [e["step"] for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "resume"]
     sent = {m.step: m.value for m in history}
     assert all(sent[step] == losses[step] for step in (*range(1, resumed + 1), total)), (sent, losses, resumed)

@@ -33,7 +33,18 @@ def fonts_listed():
     assert font_manager.fontManager.ttflist  # matplotlib ships DejaVu: never empty
 
 
+@pytest.fixture(scope="session", autouse=True)
+def processor_named():
+    """Python's platform.processor() runs `uname -p` once per process (then cached). MLflow asks it when imported,
+    and DeepSpeed imports MLflow inside a `try ... except Exception` (deepspeed/autotuning/autotuner.py): under the
+    guard that import failed half-way, silently, and left MLflow's submodules behind, so every later `import mlflow`
+    in the same pytest process broke (the tracking tests of the layers after this one). Ask before the guard."""
+    import platform
+
+    platform.processor()
+
+
 @pytest.fixture(autouse=True)
-def no_processes(monkeypatch, gpus_counted_once, fonts_listed):
+def no_processes(monkeypatch, gpus_counted_once, fonts_listed, processor_named):
     """Starting a process in a unit test raises ProcessInUnitTest."""
     monkeypatch.setattr(subprocess, "Popen", RefusedPopen)

@@ -86,6 +86,14 @@ class MlflowServer(OwnedServer):
         self._signal(signal.SIGKILL)
         self._gone(30)
 
+    def pause(self) -> None:
+        """SIGSTOP to the whole server: it accepts connections (the kernel does) and answers none, as a server that
+        hangs or a network that drops its answers; `resume` lets it go on."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
     def _signal(self, sig: int) -> None:
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError):
