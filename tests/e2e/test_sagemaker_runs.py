@@ -20,6 +20,7 @@ from tests.helpers.paths import REPO
 from tests.helpers.product import invoke_in, job_processes
 from tests.helpers.sagemaker_moto import sagemaker_account
 from tests.helpers.tiny_decoders import write_pretrained
+from tests.helpers.tracked import steps_of, tracked_runs
 from tests.helpers.waiting import wait_for
 from training.common.faults import HANG_ENV, MARKERS_ENV
 from training.text.dialogues import write_dialogues
@@ -100,7 +101,7 @@ JOB = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "12"
 
 
 def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resumes_with_the_same_losses(
-    tmp_path, account
+    tmp_path, account, mlflow_server
 ):
     """`spot` hangs in step 6 (rank 1 sleeps, outside any collective; rank 0 waits for it in one): the hosts'
     watchdogs end the ranks, each host fetches the other's part of the step-4 checkpoint from S3 and the workers
@@ -118,7 +119,9 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     base = upload_tree(account, write_pretrained(tmp_path / "base", "llama2-tiny", seed=2), "datasets/base")
     held += ("--init", "pretrained", "--weights", base, "--lora-rank", "8")
     reference = submit(tmp_path, account, "ref", *JOB, *held)
-    spot = submit(tmp_path, account, "spot", *JOB, *held, "--spot", *stall)
+    # `spot` logs to an MLflow server (issue 54): one MLflow run through its stall restart and its spot interruption
+    tracked = ("--track", "mlflow", "--tracking-uri", mlflow_server.url, "--experiment", "sagemaker")
+    spot = submit(tmp_path, account, "spot", *JOB, *held, "--spot", *stall, *tracked)
     hung = submit(tmp_path, account, "hung", *JOB, *held, *stall, "--max-restarts", "0")
     # the job's region in the request (moto's describe leaves Environment out): the hosts' boto3 clients need one
     assert account.runners[hung].request["Environment"]["TRAINKIT_AWS_REGION"] == REGION
@@ -187,6 +190,10 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     assert any(d.startswith(("not in a collective: ", "waiting in a collective")) for d in doing), doing
     assert [e["step"] for e in found if e["event"] == "resume"] == [4, 8], found
     assert losses(account, "spot") == losses(account, "ref")
+    client, (run,) = tracked_runs(mlflow_server.url, "spot")
+    assert run.info.status == "FINISHED" and run.data.tags["trainkit.target"] == "sagemaker"
+    assert steps_of(client, run.info.run_id) == list(range(1, 13))  # each step once, through both restarts
+    assert steps_of(client, run.info.run_id, "eval_loss") == [4, 8, 12]
 
 
 def test_a_users_lightning_script_stopped_and_resubmitted_and_the_vision_recipe_complete_on_two_hosts(

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from training.common.tracking import MAX_PARAM_LENGTH, record_metrics, shown_uri, spec_params, store_uri
 from trainkit.errors import SpecError
 from trainkit.job import build
-from trainkit.job.tracking import TRACKING_SERVER_ARN, redacted, validate_tracking
+from trainkit.job.tracking import (
+    PLACEHOLDER_SERVER,
+    TRACKING_SERVER_ARN,
+    egress_note,
+    redacted,
+    stack_tracking,
+    validate_tracking,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -89,3 +97,34 @@ def test_the_embedded_store_lies_beside_the_run_folders(tmp_path):
     assert store_uri(job, tmp_path / "runs" / "r1") == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
     given = build({"track": "mlflow", "tracking_uri": "http://h:5000"})
     assert store_uri(given, tmp_path / "runs" / "r1") == "http://h:5000"
+
+
+def test_an_aws_job_without_a_uri_logs_to_the_stacks_tracking_server_or_is_refused():
+    server = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/trainkit-mlflow"
+    recorded = SimpleNamespace(recorded=True, mlflow={"tracking_server_arn": server})
+    job = build({"track": "mlflow", "target": "batch"})
+    stack_tracking(job, recorded)
+    assert job.tracking.uri == server and any(server in note for note in job.run.notes)
+    given = build({"track": "mlflow", "target": "batch", "tracking_uri": "https://mlflow.example"})
+    stack_tracking(given, recorded)
+    assert given.tracking.uri == "https://mlflow.example"  # a given URI stays
+    unrecorded = build({"track": "mlflow", "target": "sagemaker"})
+    stack_tracking(unrecorded, SimpleNamespace(recorded=False, mlflow=None))
+    assert unrecorded.tracking.uri == PLACEHOLDER_SERVER and "placeholder" in unrecorded.run.notes[-1]
+    with pytest.raises(SpecError, match="mlflow_enabled = true"):
+        stack_tracking(build({"track": "mlflow", "target": "eks"}), SimpleNamespace(recorded=True, mlflow=None))
+
+
+@pytest.mark.parametrize(
+    ("uri", "target", "said"),
+    [
+        ("http://mlflow.internal:5000", "batch", "port 5000"),
+        ("http://mlflow.internal", "sagemaker", "port 80"),
+        ("https://mlflow.internal", "batch", None),
+        ("https://mlflow.internal:443/x", "sagemaker", None),
+        ("http://mlflow.internal:5000", "eks", None),  # EKS's nodes may go out anywhere
+    ],
+)
+def test_a_port_the_jobs_security_group_does_not_let_out_is_said(uri, target, said):
+    note = egress_note(build({"track": "mlflow", "tracking_uri": uri, "target": target}))
+    assert (note is None) if said is None else (said in note and "TCP 443 only" in note), note

@@ -59,7 +59,14 @@ PERMANENT_NAMES = frozenset({"OutOfMemoryError"})
 WHILE = "while "
 # Secrets a worker may hold in its environment: an error message that quotes one (a URL with a token, a signed
 # request) never carries it into a record, a termination message or a log line from here.
-SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+SECRET_ENV = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "MLFLOW_TRACKING_TOKEN",  # an MLflow server's bearer token (MLflow's client reads it from the environment)
+    "MLFLOW_TRACKING_PASSWORD",
+)
 # Credentials by their shape, wherever they came from (a script's own, a node role's session in a presigned URL): the
 # secret is the first group. The user and password in a URL; a signed AWS request's token, signature and credential
 # (SigV4 query parameters); a bearer token; an AWS access key id (AKIA long-term, ASIA temporary); a Hugging Face

@@ -17,7 +17,7 @@ from trainkit.backends.aws import Submissions
 from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError
 from trainkit.job import Machine, build, derive, validate
-from trainkit.job.tracking import check_reachable
+from trainkit.job.tracking import tracking_notes
 from trainkit.run.storage import plan_slow_phases
 
 # target -> "module:class"; a new backend is one module and one line here.
@@ -44,9 +44,7 @@ def resolve_job(flags: dict[str, Any], profile: str = "local") -> tuple[Job, Bac
     derive(job, machine)
     validate(job, machine)
     backend.check(job)
-    unreachable = check_reachable(job, "here" if job.placement.target == "local" else "elsewhere")
-    if unreachable:
-        job.run.notes.append(unreachable)
+    job.run.notes.extend(tracking_notes(job))
     plan_slow_phases(job, backend.storage_mb_s, backend.storage_hosts)
     return job, backend, machine
 

@@ -81,6 +81,9 @@ class InfraOutputs:
     gpu_nodegroup: dict | None = None  # the infra stack's `gpu_nodegroup` output: cluster_name, region, nodegroup
     idle_guard_repository: str | None = None  # its own ECR repository (IDLE_GUARD_REPOSITORY)
     idle_guard_image: str | None = None  # the guard's image pushed there last (IDLE_GUARD_IMAGE_FILE)
+    mlflow: dict | None = (
+        None  # the infra stack's `mlflow` output: its managed tracking server (terraform/modules/mlflow)
+    )
 
     @property
     def default_image(self) -> str:
@@ -114,6 +117,7 @@ def load_outputs() -> InfraOutputs:
         pushed_image=_pushed(PUSHED_IMAGE_FILE, repository),
         idle_guard_repository=guard_repository,
         idle_guard_image=_pushed(IDLE_GUARD_IMAGE_FILE, guard_repository),
+        mlflow=data.get("mlflow"),
     )
 
 

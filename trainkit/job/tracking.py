@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -104,6 +105,35 @@ def check_reachable(job: Job, where_runs: str) -> str | None:
     )
 
 
+def tracking_notes(job: Job) -> list[str]:
+    """What is worth saying at submit about where the job logs: a server that does not answer from here (refused
+    when the job runs here), a port the job's security group does not let out."""
+    said = (check_reachable(job, "here" if job.placement.target == "local" else "elsewhere"), egress_note(job))
+    return [note for note in said if note]
+
+
+def egress_note(job: Job) -> str | None:
+    """An http(s) server on a port other than 443, for a target whose jobs the infra stack lets out on 443 only."""
+    uri, target = job.tracking.uri or "", job.placement.target
+    if not job.tracking.enabled or target not in EGRESS_443 or not uri.lower().startswith(("http://", "https://")):
+        return None
+    parts = urllib.parse.urlsplit(uri)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    if port == 443:
+        return None
+    return (
+        f"--tracking-uri {uri}: a {target} job's security group lets it out on TCP 443 only ({EGRESS_443[target]}); "
+        f"a server on port {port} is reached only where a rule lets it out"
+    )
+
+
+EGRESS_443 = {
+    "sagemaker": "terraform/modules/sagemaker, training_https",
+    "batch": "terraform/modules/batch, https",
+}
+"""The targets whose jobs the infra stack lets out on HTTPS only (their security groups' egress rules)."""
+
+
 def launcher_commit(root: Path | None = None) -> str:
     """The trainkit commit that launches the job (`-dirty` when its checkout has changes), else the version."""
     from trainkit import __version__
@@ -122,3 +152,30 @@ def launcher_commit(root: Path | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         pass
     return f"trainkit {__version__}"
+
+
+PLACEHOLDER_SERVER = "arn:aws:sagemaker:us-east-1:000000000000:mlflow-tracking-server/trainkit-mlflow"
+
+
+def stack_tracking(job: Job, infra) -> None:
+    """A tracked job on an AWS target without --tracking-uri logs to the infra stack's SageMaker managed MLflow
+    tracking server (`mlflow_enabled`, its `mlflow` output); the embedded store is this machine's."""
+    t = job.tracking
+    if not t.enabled or t.uri:
+        return
+    server = (infra.mlflow or {}).get("tracking_server_arn")
+    if server:
+        t.uri = server
+        job.run.notes.append(f"tracking: the infra stack's SageMaker MLflow tracking server, {server}")
+    elif not infra.recorded:
+        t.uri = PLACEHOLDER_SERVER
+        job.run.notes.append(
+            "tracking: no infra stack recorded (`make up PROFILE=aws` records its MLflow tracking server): the "
+            "server's ARN in this job is a placeholder"
+        )
+    else:
+        raise SpecError(
+            f"--track mlflow on --target {job.placement.target}: the infra stack has no MLflow tracking server; set "
+            "mlflow_enabled = true and run `make up PROFILE=aws`, or give --tracking-uri (an https MLflow server the "
+            "job's network reaches, or a SageMaker MLflow tracking server's ARN)"
+        )

@@ -40,6 +40,7 @@ from trainkit.run.failures import FailureChannel, failure_summary, forget_failur
 from trainkit.run.stalls import stall_elsewhere
 from trainkit.run.state import run_summary, stopped_early
 from trainkit.run.torchrun import Placement, torchrun_command
+from trainkit.run.tracked import FAILED, FINISHED, end_tracked
 from trainkit.run.workload import Workload, ready
 
 # 128 and above is retryable to the ExitCode policy; not 128 + a signal's number, so no signal is implied.
@@ -137,8 +138,21 @@ def run_node(
         report(line)
         record_failure(job.run_dir, cause, exit_code, rdzv_id)  # beside the run too, when its volume takes it
     else:
-        report(f"{name}: torchrun exited with code {code}; every rank's log: {log_dir}")
+        line = f"{name}: torchrun exited with code {code}; every rank's log: {log_dir}"
+        report(line)
+    track_end(job, exit_code, line if exit_code else None)
     return exit_code
+
+
+def track_end(job: Job, exit_code: int, cause: str | None) -> None:
+    """The MLflow run's end, from each node whose end is the run's: FINISHED when it finished (every node says so: the
+    same state, the same files), FAILED with the node's line when no restart mends it. A code the scheduler retries
+    (128 and above: a lost node, an eviction, a spot interruption) ends nothing: the replacement continues the same
+    MLflow run."""
+    if exit_code == 0:
+        end_tracked(job, FINISHED)
+    elif exit_code in (1, EXIT_NO_RETRY):
+        end_tracked(job, FAILED, cause)
 
 
 def finished_since(run_dir: Path, started: float) -> bool:

@@ -498,3 +498,15 @@ resource "aws_iam_role_policy" "job" {
   role   = aws_iam_role.job[0].id
   policy = data.aws_iam_policy_document.job.json
 }
+
+################################################################################
+# Experiment tracking: the job role (the containers' credentials) logs to the stack's managed MLflow tracking server
+################################################################################
+
+resource "aws_iam_role_policy" "mlflow" {
+  count = var.create && var.mlflow_enabled ? 1 : 0
+
+  name   = "trainkit-mlflow-client"
+  role   = aws_iam_role.job[0].id
+  policy = var.mlflow_client_policy_json
+}

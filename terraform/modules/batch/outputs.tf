@@ -122,3 +122,8 @@ output "role_policies" {
     instance  = [for attachment in aws_iam_role_policy_attachment.instance : attachment.policy_arn]
   }
 }
+
+output "mlflow_policy" {
+  description = "The MLflow client policy attached to the job role; null when the role has none."
+  value       = var.create && var.mlflow_enabled ? aws_iam_role_policy.mlflow[0].policy : null
+}

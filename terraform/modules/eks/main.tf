@@ -342,6 +342,7 @@ locals {
     fsx_csi     = { create = local.create && var.enable_pod_identity, namespace = "kube-system", service_account = "fsx-csi-controller-sa" }
     ebs_csi     = { create = local.ebs_csi, namespace = "kube-system", service_account = "ebs-csi-controller-sa" }
     data_reader = { create = local.data_reader, namespace = var.data_reader.namespace, service_account = var.data_reader.service_account }
+    training    = { create = local.training_identity, namespace = var.training_identity.namespace, service_account = var.training_identity.service_account }
   }
 }
 
@@ -549,5 +550,40 @@ resource "aws_eks_pod_identity_association" "data_reader" {
   namespace       = local.pod_identities.data_reader.namespace
   service_account = local.pod_identities.data_reader.service_account
   role_arn        = aws_iam_role.data_reader[0].arn
+  tags            = var.tags
+}
+
+# The training pods' credentials: what they reach with AWS credentials (the stack's SageMaker managed MLflow tracking
+# server, whose requests the sagemaker-mlflow plugin signs with them). Their pods run as training_identity's service
+# account (the platform stack creates it; the launcher names it in a job that logs to such a server); the Pod Identity
+# agent add-on hands them this role's credentials through its own projected token, so no Kubernetes API token is
+# mounted.
+locals {
+  training_identity = local.create && var.enable_pod_identity && var.training_identity.enabled
+}
+
+resource "aws_iam_role" "training" {
+  count = local.training_identity ? 1 : 0
+
+  name_prefix        = "${substr(var.name, 0, 24)}-training-"
+  assume_role_policy = data.aws_iam_policy_document.pod_identity_assume["training"].json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy" "training" {
+  count = local.training_identity ? 1 : 0
+
+  name   = "trainkit-mlflow-client"
+  role   = aws_iam_role.training[0].id
+  policy = var.training_identity.policy_json
+}
+
+resource "aws_eks_pod_identity_association" "training" {
+  count = local.training_identity ? 1 : 0
+
+  cluster_name    = aws_eks_cluster.this[0].name
+  namespace       = local.pod_identities.training.namespace
+  service_account = local.pod_identities.training.service_account
+  role_arn        = aws_iam_role.training[0].arn
   tags            = var.tags
 }

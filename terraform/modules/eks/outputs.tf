@@ -80,3 +80,12 @@ output "vpc_cni_role_arn" {
   description = "The VPC CNI's (aws-node) Pod Identity role; null when it uses the node role (pod identity or add-ons off)."
   value       = try(aws_iam_role.vpc_cni[0].arn, null)
 }
+
+output "training_identity" {
+  description = "The training pods' AWS identity: the service account its Pod Identity association names and the policy its role has; null when they have none."
+  value = local.training_identity ? {
+    namespace       = aws_eks_pod_identity_association.training[0].namespace
+    service_account = aws_eks_pod_identity_association.training[0].service_account
+    policy          = aws_iam_role_policy.training[0].policy
+  } : null
+}

@@ -199,3 +199,15 @@ variable "data_reader" {
     error_message = "data_reader.buckets: bucket names only (e.g. my-datasets), not s3:// URLs or ARNs."
   }
 }
+
+variable "training_identity" {
+  description = "AWS credentials for the training pods (EKS Pod Identity), for what they reach with them: today the stack's SageMaker managed MLflow tracking server (`policy_json`: the mlflow module's client policy). The namespace and service account the pods run as; no policy: no role, no association, and the pods have no AWS credentials."
+  type = object({
+    namespace       = optional(string, "trainkit-jobs")
+    service_account = optional(string, "trainkit-training")
+    enabled         = optional(bool, false)
+    policy_json     = optional(string)
+  })
+  default  = {}
+  nullable = false
+}

@@ -349,3 +349,15 @@ resource "aws_iam_role_policy" "training" {
   role   = aws_iam_role.training[0].id
   policy = data.aws_iam_policy_document.training.json
 }
+
+################################################################################
+# Experiment tracking: the execution role logs to the stack's managed MLflow tracking server
+################################################################################
+
+resource "aws_iam_role_policy" "mlflow" {
+  count = var.create && var.mlflow_enabled ? 1 : 0
+
+  name   = "trainkit-mlflow-client"
+  role   = aws_iam_role.training[0].id
+  policy = var.mlflow_client_policy_json
+}

@@ -84,3 +84,8 @@ output "grant_actions" {
   description = "The execution role's actions by statement, sorted."
   value       = { for statement in data.aws_iam_policy_document.training.statement : statement.sid => sort(statement.actions) }
 }
+
+output "mlflow_policy" {
+  description = "The MLflow client policy attached to the execution role; null when the role has none."
+  value       = var.create && var.mlflow_enabled ? aws_iam_role_policy.mlflow[0].policy : null
+}

@@ -69,3 +69,16 @@ variable "force_destroy" {
   type        = bool
   default     = true
 }
+
+variable "mlflow_enabled" {
+  description = "Let this module's job role log to the stack's SageMaker managed MLflow tracking server (mlflow_client_policy_json)."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
+variable "mlflow_client_policy_json" {
+  description = "The mlflow module's client policy: what the job role needs to log to the tracking server and write its artifacts."
+  type        = string
+  default     = null
+}

@@ -167,6 +167,7 @@ module "eks" {
   enable_pod_identity      = var.enable_pod_identity
   fsx_scope_tag            = { key = "trainkit:stack-id", value = var.stack_id } # FSx carries it (default_tags)
   data_reader              = { buckets = var.data_source_buckets }
+  training_identity        = { enabled = var.mlflow_enabled, policy_json = module.mlflow.client_policy_json }
   tags                     = local.tags # the system nodes' instances, volumes and interfaces: default_tags do not reach them
 }
 
@@ -251,6 +252,9 @@ module "sagemaker" {
   checkpoint_retention_days = var.sagemaker_checkpoint_retention_days
 
   inter_container_traffic_encryption = var.sagemaker_inter_container_traffic_encryption
+
+  mlflow_enabled            = var.mlflow_enabled
+  mlflow_client_policy_json = module.mlflow.client_policy_json
 }
 
 module "batch" {
@@ -281,6 +285,18 @@ module "batch" {
     ports             = module.fsx_lustre.lustre_ports
   } : null
   tags = local.tags # Batch's instances, volumes and interfaces: default_tags do not reach them
+
+  mlflow_enabled            = var.mlflow_enabled
+  mlflow_client_policy_json = module.mlflow.client_policy_json
+}
+
+module "mlflow" {
+  source = "../../modules/mlflow"
+
+  create               = var.mlflow_enabled
+  name                 = var.name
+  kms_key_arn          = aws_kms_key.this.arn
+  tracking_server_size = var.mlflow_tracking_server_size
 }
 
 ################################################################################

@@ -127,3 +127,8 @@ output "batch" {
   description = "The AWS Batch part (job queue, compute environment, roles, instance types, FSx mount path, log group, token secret, max nodes); null unless batch_enabled."
   value       = module.batch.batch
 }
+
+output "mlflow" {
+  description = "The SageMaker managed MLflow tracking server (its ARN: a tracked job's default --tracking-uri on AWS; its UI's URL; the artifact bucket); null unless mlflow_enabled."
+  value       = module.mlflow.mlflow
+}

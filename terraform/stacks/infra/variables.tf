@@ -393,3 +393,21 @@ variable "batch_ami_id" {
   type        = string
   default     = null
 }
+
+################################################################################
+# Experiment tracking: SageMaker managed MLflow (opt-in)
+################################################################################
+
+variable "mlflow_enabled" {
+  description = "Create a SageMaker managed MLflow tracking server (docs/tracking.md): `--track mlflow` on AWS then logs there without a --tracking-uri, and the SageMaker and Batch job roles may log to it."
+  type        = bool
+  default     = false
+  nullable    = false
+}
+
+variable "mlflow_tracking_server_size" {
+  description = "The tracking server's size: Small, Medium or Large."
+  type        = string
+  default     = "Small"
+  nullable    = false
+}

@@ -106,6 +106,24 @@ resource "kubernetes_manifest" "data_service_account" {
   depends_on = [kubernetes_manifest.namespace]
 }
 
+# The identity of a training job that logs to the infra stack's SageMaker managed MLflow tracking server: EKS Pod
+# Identity gives its pods the infra stack's training role (mlflow_enabled), whose credentials sign the requests;
+# like the data job's, the account mounts no Kubernetes API token.
+resource "kubernetes_manifest" "training_service_account" {
+  manifest = {
+    apiVersion = "v1"
+    kind       = "ServiceAccount"
+    metadata = {
+      name      = var.training_service_account
+      namespace = var.jobs_namespace
+      labels    = local.labels
+    }
+    automountServiceAccountToken = false
+  }
+
+  depends_on = [kubernetes_manifest.namespace]
+}
+
 ################################################################################
 # FSx for Lustre volume (static provisioning through the FSx CSI driver add-on)
 ################################################################################

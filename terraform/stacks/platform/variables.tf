@@ -19,6 +19,12 @@ variable "data_service_account" {
   default     = "trainkit-data"
 }
 
+variable "training_service_account" {
+  description = "Service account of a training job that logs to the infra stack's SageMaker managed MLflow tracking server; the infra stack's pod identity association (mlflow_enabled) names the same (trainkit.backends.eks.cluster.TRAINING_SERVICE_ACCOUNT)."
+  type        = string
+  default     = "trainkit-training"
+}
+
 variable "system_namespace" {
   description = "Namespace for the platform's own services, such as etcd (trainkit.backends.eks.cluster.PLATFORM_NAMESPACE)."
   type        = string

@@ -23,6 +23,7 @@ from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
+from trainkit.job.tracking import stack_tracking
 from trainkit.run.state import RunStatus
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.workload import Workload
@@ -35,6 +36,7 @@ def resolve(job: Job) -> Machine:
     if placement.instance_type is None:
         placement.instance_type = stack.instance_types[0] if stack.instance_types else infra.instance_type
     machine = cloud_machine(job, infra.default_image)
+    stack_tracking(job, infra)
     if elastic.rdzv not in (None, "c10d") or elastic.rdzv_endpoint:
         raise SpecError(
             "--rdzv/--rdzv-endpoint: a Batch job meets on its main node (c10d); drop them for --target batch"

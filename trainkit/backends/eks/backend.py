@@ -32,6 +32,7 @@ from trainkit.backends.eks.kube import (
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
+from trainkit.job.tracking import stack_tracking
 from trainkit.run.code import read_code
 from trainkit.run.state import RunStatus, early_in, finished_said, pytorchjob_state
 from trainkit.run.storage import fsx_mb_s
@@ -51,6 +52,7 @@ def resolve(job: Job) -> Machine:
                 f"{placement.instance_type} nodes; --instance-type sets it"
             )
     machine = cloud_machine(job, infra.default_image)
+    stack_tracking(job, infra)
     if placement.namespace is None:
         placement.namespace = cluster.JOBS_NAMESPACE
     if elastic.rdzv is None:

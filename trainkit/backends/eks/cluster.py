@@ -21,6 +21,9 @@ ETCD_PORT = 2379
 FSX_CLAIM = "fsx-shared"
 # The data-preparation job's service account (platform stack) with read access to data_source_buckets (infra stack).
 DATA_SERVICE_ACCOUNT = "trainkit-data"
+TRAINING_SERVICE_ACCOUNT = "trainkit-training"
+"""A training job's service account when it logs to a SageMaker managed MLflow tracking server: EKS Pod Identity gives
+it the infra stack's training role (terraform/modules/eks `training_identity`; the platform stack creates it)."""
 """PersistentVolumeClaim (ReadWriteMany) bound to the infra stack's FSx for Lustre file system."""
 FSX_MOUNT = "/fsx"
 """Where every training pod mounts the FSx claim; runs live in /fsx/<runs_dir>/<run-id>/."""

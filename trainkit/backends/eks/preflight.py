@@ -11,7 +11,7 @@ from trainkit import hardware
 from trainkit.backends.eks import cluster
 from trainkit.backends.eks.image import check_image
 from trainkit.backends.eks.kube import GROUP, PLURAL, TIMEOUT_S, VERSION, Kube, api_errors, unless_missing
-from trainkit.backends.eks.render import job_name
+from trainkit.backends.eks.render import job_name, signs_requests
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.models import downloads_weights, get_model
@@ -138,6 +138,20 @@ def check_secret(kube: Kube, job: Job) -> None:
         )
 
 
+def check_training_identity(kube: Kube, job: Job) -> None:
+    """A job that logs to a SageMaker managed MLflow tracking server runs as the training service account, whose AWS
+    credentials sign its requests: without it the pods are never created."""
+    if not signs_requests(job):
+        return
+    account = cluster.TRAINING_SERVICE_ACCOUNT
+    if unless_missing(kube.core.read_namespaced_service_account, account, job.placement.namespace) is None:
+        raise SpecError(
+            f"--tracking-uri {job.tracking.uri}: the pods sign their MLflow requests as the service account "
+            f"{job.placement.namespace}/{account}, which the cluster does not have: set mlflow_enabled = true and run "
+            "`make up PROFILE=aws` (the platform stack creates it, the infra stack gives it its AWS role)"
+        )
+
+
 def check_storage(job: Job) -> None:
     """What the run writes (checkpoints, export) must fit on the FSx file system `make up` recorded."""
     capacity = outputs.load_outputs().fsx_capacity_gib
@@ -202,6 +216,7 @@ def preflight(kube: Kube, job: Job, ecr=None, training: bool = True, planned: in
     notes = [check_capacity(kube, job, planned)]
     check_volume(kube, job.placement.namespace)
     notes.append(check_etcd_issuer(kube, job))
+    check_training_identity(kube, job)
     if training:
         check_storage(job)
         check_secret(kube, job)

@@ -203,13 +203,17 @@ def metrics_ports(job: Job) -> list[dict]:
 
 
 def render_pod_template(job: Job, rdzv_id: str, workload: Container) -> dict:
+    # Nothing in a training pod talks to the Kubernetes API; AWS credentials only where it logs to a SageMaker managed
+    # MLflow tracking server, whose requests they sign: EKS Pod Identity gives them to the training service account
+    # through the agent's own projected token.
+    identity = {"serviceAccountName": cluster.TRAINING_SERVICE_ACCOUNT} if signs_requests(job) else {}
     return {
         "metadata": {"labels": {**job_labels(job, workload), LABEL_RDZV: rdzv_label(rdzv_id)}},
         "spec": {
+            **identity,
             "nodeSelector": {"node.kubernetes.io/instance-type": job.placement.instance_type, "trainkit/pool": "gpu"},
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-            # Nothing in a training pod talks to the Kubernetes API or needs AWS credentials.
             "automountServiceAccountToken": False,
             "securityContext": {**fsx.POD_USER, "seccompProfile": {"type": "RuntimeDefault"}},
             "initContainers": [fsx.folders_container(job)],
@@ -222,6 +226,11 @@ def render_pod_template(job: Job, rdzv_id: str, workload: Container) -> dict:
             ],
         },
     }
+
+
+def signs_requests(job: Job) -> bool:
+    """Whether the job's pods log to a SageMaker managed MLflow tracking server (an ARN), with AWS credentials."""
+    return job.tracking.enabled and str(job.tracking.uri or "").startswith("arn:")
 
 
 def code_items(files: dict[str, bytes]) -> list[dict]:

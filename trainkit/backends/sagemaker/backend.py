@@ -22,6 +22,7 @@ from trainkit.backends.sagemaker.stack import NOT_RECORDED, SageMakerStack, load
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
+from trainkit.job.tracking import stack_tracking
 from trainkit.run.code import read_code
 from trainkit.run.state import RunStatus
 from trainkit.run.storage import GP3_BASELINE_MB_S
@@ -34,6 +35,7 @@ def resolve(job: Job) -> Machine:
     placement, elastic = job.placement, job.elastic
     placement.instance_type = request.instance_key(placement.instance_type or infra.instance_type)
     machine = cloud_machine(job, infra.default_image, request.INSTANCE_PREFIX)
+    stack_tracking(job, infra)
     if job.run.runs_dir == "runs":  # the profile's default: on SageMaker the run folder is what it syncs to S3
         job.run.runs_dir = request.CHECKPOINTS
     if elastic.rdzv not in (None, "c10d") or elastic.rdzv_endpoint:
