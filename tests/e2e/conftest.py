@@ -44,3 +44,13 @@ def mlflow_server(tmp_path_factory):
 
     with MlflowServer(tmp_path_factory.mktemp("mlflow-server") / "mlflow.db") as server:
         yield server
+
+
+@pytest.fixture
+def gated_mlflow(mlflow_server):
+    """The session's MLflow server as a team runs one, behind a proxy that takes only requests with its bearer token
+    (tests/helpers/tracked.py TokenGate): a job reaches it only with the token its target's secret gave it."""
+    from tests.helpers.tracked import TokenGate
+
+    with TokenGate(mlflow_server.url, "mlflow-token-never-shown") as gate:
+        yield gate

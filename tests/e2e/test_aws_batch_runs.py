@@ -54,7 +54,7 @@ def events(run_dir, kind: str) -> list[dict]:
     return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind]
 
 
-def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp_path, account, mlflow_server):
+def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp_path, account, gated_mlflow):
     runs = account.service.fsx / "runs"
     # Rank 1 of run stl sleeps in step 6 (outside any collective). Run lost's ranks wait in the save after step 8 until
     # the test has failed a host and lets them go; in the second attempt its rank 1 freezes (SIGSTOP) in step 10
@@ -165,7 +165,11 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     # holds them alone (adapters/), and the export is PEFT's adapter folder.
     write_pretrained(account.service.fsx / "base", "llama2-tiny", seed=2)
     lora = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "4", "--sharding", "NO_SHARD")
-    lora += ("--track", "mlflow", "--tracking-uri", mlflow_server.url)  # an MLflow server the nodes reach (issue 54)
+    # tracked to an MLflow server the nodes reach (issue 54), which takes only requests with the token that Batch puts
+    # into the containers' environment from the stack's secret
+    stored = account.client("secretsmanager")
+    stored.put_secret_value(SecretId=account.stack["mlflow_token_secret_arn"], SecretString=gated_mlflow.token)
+    lora += ("--track", "mlflow", "--tracking-uri", gated_mlflow.url)
     lora += ("--checkpoint-interval", "2", "--init", "pretrained", "--weights", "base", "--lora-rank", "4")
     adapted = submit(tmp_path, account, "lra", *lora)
     done = account.wait(adapted, timeout=300)
@@ -175,7 +179,7 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     assert summary["steps"] == 4 and summary["sharding"]["strategy"] == "NO_SHARD", summary["sharding"]
     held = summary["lora"]
     assert held["optimizer_params"] == held["trained_params"] > 0 and held["frozen_in_optimizer"] == 0, held
-    client, (tracked,) = tracked_runs(mlflow_server.url, "lra")
+    client, (tracked,) = tracked_runs(gated_mlflow.upstream, "lra")
     assert tracked.info.status == "FINISHED" and tracked.data.tags["trainkit.target"] == "batch"
     assert steps_of(client, tracked.info.run_id) == [1, 2, 3, 4] and tracked.data.params["lora.rank"] == "4"
     assert sorted(a.path for a in client.list_artifacts(tracked.info.run_id)) == ["report.png", "summary.json"]

@@ -14,6 +14,7 @@ from tests.helpers.containers import processes_with
 from tests.helpers.eks import IMAGE
 from tests.helpers.platform_etcd import platform_etcd
 from tests.helpers.product import invoke
+from tests.helpers.tracked import steps_of, tracked_runs
 from training.common.faults import HANG_ENV
 from trainkit.services import EtcdServer
 
@@ -55,9 +56,10 @@ def leader_pod(fake, job: str) -> str:
     raise AssertionError(f"no pod of {job} logged group rank 0")
 
 
-def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
+def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path, gated_mlflow):
     """A real 2-node job: pods run the pod entry point here, meet at the platform's etcd (TLS, the job's own
-    identity from the issuer: tests/helpers/platform_etcd.py), lose a worker and go on."""
+    identity from the issuer: tests/helpers/platform_etcd.py), lose a worker and go on; it is tracked to an MLflow
+    server that wants a token, which the pods get from the Secret `invoke secrets.mlflow-token` made."""
     stale = fake.fsx / "runs" / "e2e" / "failure.json"  # an earlier job of this run failed
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"cause": "DataError: old", "time": 1.0, "submission": "an-earlier-job"}))
@@ -65,6 +67,10 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         # Evaluated at steps 8 and 16; no evaluation can improve by 100, so patience 1 stops it at step 16.
         early = ("--eval-fraction", "0.1", "--eval-interval", "8", "--eval-batches", "2", "--early-stop-patience", "1")
         early += ("--early-stop-delta", "100")
+        (tmp_path / "mlflow-token").write_text(gated_mlflow.token)
+        stored = invoke("secrets.mlflow-token", "--file", str(tmp_path / "mlflow-token"))
+        assert stored.stdout.startswith("created Secret trainkit-jobs/mlflow-token;"), stored.stderr
+        early += ("--track", "mlflow", "--tracking-uri", gated_mlflow.url)
         submitted = invoke("train", *job_flags(None, "e2e", 24, "--checkpoint-interval", "4", *early))
         assert submitted.returncode == 0, submitted.stderr
         assert "submitted trainkit-jobs/e2e: 2 x p5.48xlarge, 1 processes each, rendezvous etcd" in submitted.stdout
@@ -111,6 +117,10 @@ def test_submit_status_logs_restart_stop_end_to_end(fake, tmp_path):
         assert job["status"]["conditions"][-1]["message"] == "PyTorchJob trainkit-jobs/e2e successfully completed."
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == 16 and summary["stopped_early"]["step"] == 16, summary
+        client, (tracked,) = tracked_runs(gated_mlflow.upstream, "e2e")  # one MLflow run through the pod's loss
+        assert tracked.info.status == "FINISHED" and tracked.data.tags["trainkit.target"] == "eks"
+        assert steps_of(client, tracked.info.run_id) == list(range(1, 17)), "each step once"
+        assert gated_mlflow.token not in submitted.stdout + submitted.stderr + stored.stdout
         # a pod's termination message says how it ended (trainkit/run/node.py), and status reads it from the API
         best = summary["stopped_early"]["best_step"]
         ended = invoke("status", "--run-id", "e2e").stdout

@@ -101,7 +101,7 @@ JOB = ("--model", "llama2-tiny", "--nodes", "2", "--nproc", "1", "--steps", "12"
 
 
 def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resumes_with_the_same_losses(
-    tmp_path, account, mlflow_server
+    tmp_path, account, gated_mlflow
 ):
     """`spot` hangs in step 6 (rank 1 sleeps, outside any collective; rank 0 waits for it in one): the hosts'
     watchdogs end the ranks, each host fetches the other's part of the step-4 checkpoint from S3 and the workers
@@ -119,8 +119,11 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     base = upload_tree(account, write_pretrained(tmp_path / "base", "llama2-tiny", seed=2), "datasets/base")
     held += ("--init", "pretrained", "--weights", base, "--lora-rank", "8")
     reference = submit(tmp_path, account, "ref", *JOB, *held)
-    # `spot` logs to an MLflow server (issue 54): one MLflow run through its stall restart and its spot interruption
-    tracked = ("--track", "mlflow", "--tracking-uri", mlflow_server.url, "--experiment", "sagemaker")
+    # `spot` logs to an MLflow server (issue 54): one MLflow run through its stall restart and its spot interruption;
+    # the server takes only requests with its token, which the hosts read from the stack's secret
+    stored = account.client("secretsmanager")
+    stored.put_secret_value(SecretId=account.stack["mlflow_token_secret_arn"], SecretString=gated_mlflow.token)
+    tracked = ("--track", "mlflow", "--tracking-uri", gated_mlflow.url, "--experiment", "sagemaker")
     spot = submit(tmp_path, account, "spot", *JOB, *held, "--spot", *stall, *tracked)
     hung = submit(tmp_path, account, "hung", *JOB, *held, *stall, "--max-restarts", "0")
     # the job's region in the request (moto's describe leaves Environment out): the hosts' boto3 clients need one
@@ -190,7 +193,7 @@ def test_a_two_host_job_completes_and_a_stalled_then_spot_interrupted_copy_resum
     assert any(d.startswith(("not in a collective: ", "waiting in a collective")) for d in doing), doing
     assert [e["step"] for e in found if e["event"] == "resume"] == [4, 8], found
     assert losses(account, "spot") == losses(account, "ref")
-    client, (run,) = tracked_runs(mlflow_server.url, "spot")
+    client, (run,) = tracked_runs(gated_mlflow.upstream, "spot")
     assert run.info.status == "FINISHED" and run.data.tags["trainkit.target"] == "sagemaker"
     assert steps_of(client, run.info.run_id) == list(range(1, 13))  # each step once, through both restarts
     assert steps_of(client, run.info.run_id, "eval_loss") == [4, 8, 12]

@@ -53,6 +53,8 @@ def test_a_run_killed_and_resumed_is_one_mlflow_run_with_every_step_once_which_t
     assert run.data.tags[RUN_TAG] == run_dir.name
     assert client.get_experiment(run.info.experiment_id).name == "lr-sweep"
     assert json.loads((run_dir / TRACKING_FILE).read_text())["run_id"] == run.info.run_id
+    status = invoke("status", "--runs-dir", str(runs), "--run-id", run_dir.name, env=env).stdout
+    assert f"  mlflow     run {run.info.run_id}, experiment {run.info.experiment_id}, the runs folder's store" in status
     records = read_jsonl(run_dir / "metrics.jsonl")
     for key in ("loss", "lr", "grad_norm", "tokens_per_s"):
         history = client.get_metric_history(run.info.run_id, key)

@@ -125,7 +125,9 @@ def _stack(session: dict, max_nodes: int, capacity: str, instance_types: list[st
         priority=1,
         computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
     )["jobQueueArn"]
-    secret = boto3.client("secretsmanager", **session).create_secret(Name="trainkit-batch-hf-token")["ARN"]
+    secrets = boto3.client("secretsmanager", **session)
+    secret = secrets.create_secret(Name="trainkit-batch-hf-token")["ARN"]  # empty, as Terraform makes them
+    mlflow_secret = secrets.create_secret(Name="trainkit-batch-mlflow-token")["ARN"]
     boto3.client("logs", **session).create_log_group(logGroupName=LOG_GROUP)
     return {
         "job_queue_arn": queue,
@@ -137,6 +139,7 @@ def _stack(session: dict, max_nodes: int, capacity: str, instance_types: list[st
         "fsx_mount_path": FSX_MOUNT,
         "log_group": LOG_GROUP,
         "hf_token_secret_arn": secret,
+        "mlflow_token_secret_arn": mlflow_secret,
         "max_nodes": max_nodes,
     }
 

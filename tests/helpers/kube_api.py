@@ -74,7 +74,9 @@ conditions FailureTarget and Failed (reason BackoffLimitExceeded, "Job has reach
 limit"); a failed pod whose container's exit code matches a podFailurePolicy rule with action FailJob ends the
 Job at once (FailureTarget, Failed; reason PodFailurePolicy, "Container <c> for pod <ns>/<pod> failed with exit
 code <n> matching FailJob rule at index <i>"); a succeeded pod gives SuccessCriteriaMet then Complete (v1.31+
-adds the first, then the terminal one). ServiceAccounts: GET of the ones in `service_accounts`.
+adds the first, then the terminal one). ServiceAccounts: GET of the ones in `service_accounts`; a pod naming
+another is refused at admission. A container's secretKeyRef is resolved as it starts: a required one that is
+missing holds it in CreateContainerConfigError until the Secret exists.
 status.active/succeeded/failed count the pods. Pods get what Pod Identity would inject only through `pod_env`.
 """
 
@@ -182,6 +184,7 @@ class Pod:
     created_at: str = field(default_factory=now)
     last_terminated: dict | None = None  # the run before an in-place restart
     on: Callable[[list[str]], list[str]] | None = None  # how a command runs on the pod's own host (its network)
+    waiting: str = ""  # why the kubelet holds a container it has not started (CreateContainerConfigError)
 
     @property
     def name(self) -> str:
@@ -212,7 +215,7 @@ class Pod:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.phase = "Running"
+        self.phase, self.waiting = "Running", ""
 
     def ended(self, code: int) -> None:
         """The kubelet records the container's end: exit code, reason and termination message."""
@@ -240,6 +243,8 @@ class Pod:
     def to_api(self) -> dict:
         body = json.loads(json.dumps(self.manifest))
         state = {"terminated": self.terminated} if self.terminated else {"running": {"startedAt": self.started_at}}
+        if self.waiting and self.process is None:
+            state = {"waiting": {"reason": self.waiting}}
         status = {
             "name": "pytorch",
             "restartCount": self.restarts,
@@ -490,6 +495,14 @@ class FakeCluster:
         controller injects, the test's `pod_env`; /fsx is the FSx folder. A pod whose ConfigMap volume does not
         exist yet stays Pending until it does (the kubelet retries the mount)."""
         name, container = manifest["metadata"]["name"], manifest["spec"]["containers"][0]
+        # The ServiceAccount admission plugin refuses a pod whose account does not exist (plugin/pkg/admission/
+        # serviceaccount/admission.go; `default` is in every namespace, its controller makes it).
+        account = manifest["spec"].get("serviceAccountName") or "default"
+        if account != "default" and (namespace, account) not in self.service_accounts:
+            missing = f'serviceaccount "{account}" not found'
+            refused = f'pods "{name}" is forbidden: error looking up service account {namespace}/{account}: {missing}'
+            self.refused_pods.append((namespace, name, refused))
+            return
         if refused := denial(self.admission, namespace, {**manifest, "metadata": {**manifest["metadata"]}}):
             self.refused_pods.append((namespace, name, refused))  # the creating controller gets the 422
             return
@@ -499,11 +512,6 @@ class FakeCluster:
                 env[item["name"]] = item["value"]
             elif "fieldRef" in item["valueFrom"]:
                 env[item["name"]] = name  # metadata.name is the only field the manifests use
-            else:
-                ref = item["valueFrom"]["secretKeyRef"]
-                value = self.secrets.get((namespace, ref["name"]), {}).get(ref["key"])
-                if value is not None:
-                    env[item["name"]] = value
         env.update(injected or {})
         env.update(self.pod_env)
         cwd = self.fsx if container.get("workingDir") == "/fsx" else self.root
@@ -530,6 +538,17 @@ class FakeCluster:
             return
         if any((namespace, source["secretName"]) not in self.secrets for source in secrets.values()):
             return
+        # Each secretKeyRef resolved as the kubelet starts the container (kubelet_pods.go makeEnvironmentVariables):
+        # a missing Secret or key leaves an optional variable unset, and holds the container otherwise
+        # (CreateContainerConfigError, retried) until it exists.
+        for item in pod.manifest["spec"]["containers"][0].get("env", []):
+            if ref := item.get("valueFrom", {}).get("secretKeyRef"):
+                value = self.secrets.get((namespace, ref["name"]), {}).get(ref["key"])
+                if value is None and not ref.get("optional"):
+                    pod.waiting = "CreateContainerConfigError"
+                    return
+                if value is not None:
+                    pod.env[item["name"]] = value
         for mount in pod.manifest["spec"]["containers"][0].get("volumeMounts", []):
             if mount["name"] in empty:  # a folder of the pod's; an env value naming the mount path names it
                 folder = self.root / "volumes" / pod.name / mount["name"]

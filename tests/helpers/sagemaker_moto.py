@@ -133,13 +133,15 @@ def sagemaker_account(folder: Path, quotas: dict | None = None, run_jobs: bool =
         role = moto.client("iam").create_role(RoleName="trainkit-sagemaker", AssumeRolePolicyDocument="{}")
         bucket = f"trainkit-runs-{ACCOUNT}"
         moto.client("s3").create_bucket(Bucket=bucket)
-        secret = moto.client("secretsmanager").create_secret(Name="trainkit-hf-token")["ARN"]
+        secret = moto.client("secretsmanager").create_secret(Name="trainkit-hf-token")["ARN"]  # empty, as Terraform's
+        mlflow_secret = moto.client("secretsmanager").create_secret(Name="trainkit-mlflow-token")["ARN"]
         stack = {
             "role_arn": role["Role"]["Arn"],
             "bucket": bucket,
             "subnet_ids": ["subnet-0a1b2c3d4e5f60718"],
             "security_group_ids": ["sg-0a1b2c3d4e5f60718"],
             "hf_token_secret_arn": secret,
+            "mlflow_token_secret_arn": mlflow_secret,
         }
         image = push_image_and_save(moto, blobs, STACK_ID, {"sagemaker": stack})
         yield Account(moto.endpoint, moto.env, stack, image, applied, runners, run_env)

@@ -58,6 +58,14 @@ def test_a_job_is_registered_submitted_and_found_without_target(tmp_path, accoun
     stored = invoke_in(tmp_path, "secrets.hf-token", "--target", "batch", "--file", str(token))
     assert stored.returncode == 0 and TOKEN not in stored.stdout + stored.stderr, stored.stderr
     flags = ("--nodes", "2", "--run-id", "pt", "--init", "pretrained", "--max-runtime", "2h")
+    flags += ("--track", "mlflow", "--tracking-uri", "http://127.0.0.1:9")  # a team's server, which wants a token
+    unstored = train(tmp_path, account, *flags, "--dry-run")  # the MLflow token's secret holds no value yet
+    assert "MLFLOW_TRACKING_TOKEN" in unstored.stdout and "holds a value at submission" in unstored.stderr
+    stored = invoke_in(tmp_path, "secrets.mlflow-token", "--target", "batch", "--file", str(token))
+    assert (
+        stored.returncode == 0
+        and f"MLflow tracking server's token in {account.stack['mlflow_token_secret_arn']}" in stored.stdout
+    )
     dry = train(tmp_path, account, *flags, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     done = train(tmp_path, account, *flags)
@@ -71,7 +79,10 @@ def test_a_job_is_registered_submitted_and_found_without_target(tmp_path, accoun
     definition = job.definition
     assert definition.name == shown["registerJobDefinition"]["jobDefinitionName"] and definition.revision == 1
     container = definition.node_properties["nodeRangeProperties"][0]["container"]
-    assert container["secrets"] == [{"name": "HF_TOKEN", "valueFrom": account.stack["hf_token_secret_arn"]}]
+    assert container["secrets"] == [
+        {"name": "HF_TOKEN", "valueFrom": account.stack["hf_token_secret_arn"]},
+        {"name": "MLFLOW_TRACKING_TOKEN", "valueFrom": account.stack["mlflow_token_secret_arn"]},
+    ]
     assert definition.timeout == {"attemptDurationSeconds": 7200}
     assert TOKEN not in json.dumps(job.request) + json.dumps(definition.node_properties)
     tags = account.client("ecr").describe_images(repositoryName="trainkit/train")["imageDetails"][0]["imageTags"]

@@ -15,6 +15,7 @@ import pytest
 
 from tests.helpers.product import invoke
 from tests.helpers.tiny_decoders import write_tiny
+from tests.helpers.tracked import TokenGate
 from training.spec import all_fields
 from trainkit.backends.sagemaker.request import CHECKPOINTS
 from trainkit.cli.options import task_arguments
@@ -129,6 +130,11 @@ JOINT: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
         ("--track", "mlflow"),
         ("--tracking-uri", "http://127.0.0.1:9"),
         "no MLflow server answers there",
+    ),
+    "a tracking server that refuses this environment's token, for a run here": (
+        ("--track", "mlflow"),
+        ("--tracking-uri", "{gate}"),  # a server behind a proxy that wants a bearer token; MLFLOW_TRACKING_TOKEN unset
+        "the server answered 401 to this environment's token (MLFLOW_TRACKING_TOKEN, not set)",
     ),
     "a SQLite tracking store for a cluster target": (
         (*EKS, "--track", "mlflow"),
@@ -275,12 +281,13 @@ def refused_train(tmp_path, context: tuple[str, ...], bad: tuple[str, ...], name
     written = ("numbers", "nulls", "mixed", "unknown", "silent", "pairs", "chat")
     files = {name: tmp_path / f"{name}.jsonl" for name in written}
     files["tiny"] = write_tiny(tmp_path / "tiny", "llama2")  # a model folder's config (no weights needed to refuse)
-    bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing", **files) for v in bad)
-    runs = tmp_path / "runs"
-    # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).
-    where = () if sets_runs or context[:2] == EKS else ("--runs-dir", str(runs))
-    env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none"), "HF_TOKEN": ""}
-    result = invoke("train", *where, *context, *bad, env=env, timeout=60)
+    with TokenGate("http://127.0.0.1:9", "unguessed") as gate:
+        bad = tuple(v.format(file=tmp_path / "file", missing=tmp_path / "missing", gate=gate.url, **files) for v in bad)
+        runs = tmp_path / "runs"
+        # The runs folder is the local one, except where the case sets it or the target is EKS (relative to FSx).
+        where = () if sets_runs or context[:2] == EKS else ("--runs-dir", str(runs))
+        env = {"TRAINKIT_STATE_DIR": str(tmp_path / "state"), "KUBECONFIG": str(tmp_path / "none"), "HF_TOKEN": ""}
+        result = invoke("train", *where, *context, *bad, env={**env, "MLFLOW_TRACKING_TOKEN": ""}, timeout=60)
     refused(result, runs, names)
 
 

@@ -22,6 +22,7 @@ from tests.helpers.pod_resources import DAEMONSET_REQUESTS, misfits, node_alloca
 from tests.helpers.product import invoke
 from trainkit import hardware
 from trainkit.backends.eks import cluster, render
+from trainkit.run.secrets import CREDENTIALS
 from trainkit.run.workload import WORKLOAD_ENV
 
 TOKEN = "hf_do_not_leak_0123456789abcdef"
@@ -42,10 +43,12 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
         "--dry-run",
         "--hf-token-file",
         str(token_file),
-        env=env,
+        *("--track", "mlflow", "--tracking-uri", "http://127.0.0.1:9"),  # nothing answers there: a note, not a refusal
+        env={**env, "MLFLOW_TRACKING_TOKEN": TOKEN},
     )
     assert result.returncode == 0, result.stderr
     assert TOKEN not in result.stdout + result.stderr
+    assert "no MLflow server answers from this machine" in result.stderr
     job = dry_run_job(result.stdout)  # stdout is only the YAML; notes go to stderr
     assert "assuming p5.48xlarge" in result.stderr and "rendezvous: etcd" in result.stderr
     assert admission_errors(job) is None, admission_errors(job)
@@ -88,6 +91,12 @@ def test_dry_run_llama2_7b_on_two_p5_nodes_prints_the_job_and_no_token(tmp_path)
     env_vars = {item["name"]: item for item in container(job)["env"]}
     assert env_vars["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == cluster.HF_TOKEN_SECRET
     assert "value" not in env_vars["HF_TOKEN"]
+    # The MLflow server's token from its Secret, if stored: a server may want none (the pods then start without it).
+    mlflow_token = {"name": "mlflow-token", "key": cluster.SECRET_KEY, "optional": True}
+    assert env_vars["MLFLOW_TRACKING_TOKEN"] == {
+        "name": "MLFLOW_TRACKING_TOKEN",
+        "valueFrom": {"secretKeyRef": mlflow_token},
+    }
     for name, value in render.NCCL_EFA_ENV.items():
         assert env_vars[name]["value"] == value
     policy = job["spec"]["elasticPolicy"]
@@ -192,10 +201,11 @@ def test_schema_and_core_validation_catch_mistakes(recorded_outputs):
         validate_core(bad_pod)
 
 
-def test_hf_token_secret_is_a_valid_secret_and_the_only_object_with_the_token():
-    secret = render.render_hf_token_secret(TOKEN, cluster.JOBS_NAMESPACE)
-    kubernetes_validate.validate(secret, kubernetes_version(), strict=True)
-    assert secret["stringData"][cluster.HF_TOKEN_KEY] == TOKEN
+def test_credential_secrets_are_valid_secrets_and_the_only_objects_with_the_token():
+    for credential in CREDENTIALS:
+        secret = render.render_secret(credential, TOKEN, cluster.JOBS_NAMESPACE)
+        kubernetes_validate.validate(secret, kubernetes_version(), strict=True)
+        assert secret["stringData"][cluster.SECRET_KEY] == TOKEN and secret["metadata"]["name"] == credential.name
 
 
 def test_local_dry_run_prints_the_job_and_creates_nothing(tmp_path):

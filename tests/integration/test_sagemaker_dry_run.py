@@ -49,8 +49,12 @@ def test_every_model_makes_a_request_the_service_model_accepts(model, tmp_path):
 
 def test_a_users_script_makes_a_request_the_service_model_accepts(tmp_path):
     script = REPO / "examples" / "lightning_ddp.py"
-    body, printed = dry_run(tmp_path, "run", "--script", str(script), script_args=("--steps", "3"))
+    tracked = ("--track", "mlflow", "--tracking-uri", "http://127.0.0.1:9")
+    body, printed = dry_run(tmp_path, "run", "--script", str(script), *tracked, script_args=("--steps", "3"))
     assert problems("sagemaker", "CreateTrainingJob", body) == []
+    # the MLflow token's secret by its ARN (the hosts read the value), as for the Hugging Face token
+    assert body["Environment"]["TRAINKIT_MLFLOW_TRACKING_TOKEN_SECRET_ARN"].endswith(":secret:trainkit-mlflow-token")
+    assert "MLFLOW_TRACKING_TOKEN" not in body["Environment"]
     assert body["ResourceConfig"]["InstanceCount"] == 2
     assert "/code/" in printed and "lightning_ddp.py" in printed  # the script's folder travels in the launch channel
 

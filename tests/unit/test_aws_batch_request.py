@@ -35,7 +35,7 @@ def batch_job(**flags):
 @pytest.mark.parametrize("instance", list(hardware.INSTANCE_TYPES))
 def test_every_instance_type_makes_requests_the_service_model_accepts(instance):
     job = batch_job(instance_type=instance)
-    register, submit = requests_for(job, recipe(job), PLACEHOLDER, SECRET)
+    register, submit = requests_for(job, recipe(job), PLACEHOLDER, {"HF_TOKEN": SECRET})
     assert problems("batch", "RegisterJobDefinition", register) == []
     assert problems("batch", "SubmitJob", submit) == []
     properties = register["nodeProperties"]
@@ -68,7 +68,7 @@ def test_the_host_table_covers_every_instance_type_of_the_instance_table():
 def test_the_launch_values_are_the_spec_and_the_workload_and_hold_no_token(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_neverInARequestNeverInARequest")
     job = batch_job()
-    _, submit = requests_for(job, recipe(job), PLACEHOLDER, SECRET)
+    _, submit = requests_for(job, recipe(job), PLACEHOLDER, {"HF_TOKEN": SECRET})
     (override,) = submit["nodeOverrides"]["nodePropertyOverrides"]
     values = {e["name"]: e["value"] for e in override["containerOverrides"]["environment"]}
     assert json.loads(values[request.SPEC_ENV])["run"]["run_id"] == job.run.run_id
@@ -79,9 +79,9 @@ def test_the_launch_values_are_the_spec_and_the_workload_and_hold_no_token(monke
 
 def test_one_shape_one_definition_name_and_another_shape_another():
     job = batch_job()
-    first = request.register_request(job, recipe(job), PLACEHOLDER, None)
-    again = request.register_request(batch_job(steps="7"), recipe(job), PLACEHOLDER, None)  # what is trained
-    other = request.register_request(batch_job(nodes="8"), recipe(job), PLACEHOLDER, None)
+    first = request.register_request(job, recipe(job), PLACEHOLDER, {})
+    again = request.register_request(batch_job(steps="7"), recipe(job), PLACEHOLDER, {})  # what is trained
+    other = request.register_request(batch_job(nodes="8"), recipe(job), PLACEHOLDER, {})
     assert first["jobDefinitionName"] == again["jobDefinitionName"]
     assert first["jobDefinitionName"].startswith("trainkit-p5-48xlarge-16x8-")
     assert other["jobDefinitionName"] != first["jobDefinitionName"]
@@ -90,7 +90,7 @@ def test_one_shape_one_definition_name_and_another_shape_another():
 
 def test_retries_come_from_max_restarts_and_the_timeout_from_max_runtime():
     job = batch_job(max_restarts="2", max_runtime="4h")
-    body = request.register_request(job, recipe(job), PLACEHOLDER, None)
+    body = request.register_request(job, recipe(job), PLACEHOLDER, {})
     assert body["retryStrategy"]["attempts"] == 3 and body["timeout"] == {"attemptDurationSeconds": 14400}
     assert request.attempts(batch_job(max_restarts="40"), recipe(job)) == request.MAX_ATTEMPTS
     once = Workload(label="sweep", module="training.comms.sweep", restarts=False)
@@ -155,4 +155,4 @@ def test_a_scripts_folder_travels_in_the_request_and_one_too_big_is_refused(tmp_
     job = batch_job()
     workload = Workload(label="train.py", script="runs/x/code/train.py", code=str(folder))
     with pytest.raises(SpecError, match="the SubmitJob request is .* KiB and AWS Batch takes at most 30 KiB"):
-        requests_for(job, workload, PLACEHOLDER, None)
+        requests_for(job, workload, PLACEHOLDER, {})

@@ -68,7 +68,7 @@ def test_the_host_that_holds_the_export_publishes_the_model(tmp_path, monkeypatc
 
 
 def test_no_secret_named_means_no_token_and_no_call():
-    assert host.hf_token(None) == {}
+    assert host.secret_env(None, "HF_TOKEN") == {}
 
 
 def test_the_token_is_read_in_the_secrets_own_region_whatever_the_environment_says(monkeypatch):
@@ -88,7 +88,7 @@ def test_the_token_is_read_in_the_secrets_own_region_whatever_the_environment_sa
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     monkeypatch.setattr(boto3, "client", lambda service, **kwargs: made.update(service=service, **kwargs) or Client())
     arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hf-token-AbCdEf"
-    assert host.hf_token(arn) == {"HF_TOKEN": "hf_abc"}
+    assert host.secret_env(arn, "HF_TOKEN") == {"HF_TOKEN": "hf_abc"}
     assert made == {"service": "secretsmanager", "region_name": "eu-west-1"}
 
 

@@ -20,6 +20,7 @@ from trainkit.job.tracking import (
     stack_tracking,
     validate_tracking,
 )
+from trainkit.run.secrets import HF_TOKEN, MLFLOW_TOKEN, job_credentials, token_to_store
 
 pytestmark = pytest.mark.unit
 
@@ -128,3 +129,31 @@ def test_an_aws_job_without_a_uri_logs_to_the_stacks_tracking_server_or_is_refus
 def test_a_port_the_jobs_security_group_does_not_let_out_is_said(uri, target, said):
     note = egress_note(build({"track": "mlflow", "tracking_uri": uri, "target": target}))
     assert (note is None) if said is None else (said in note and "TCP 443 only" in note), note
+
+
+def test_a_job_gets_the_mlflow_token_only_for_an_http_server_and_the_hf_token_only_where_its_workload_may_read_it():
+    workload = SimpleNamespace(token=False)
+    for uri, gets in (
+        ("https://mlflow.internal", (MLFLOW_TOKEN,)),
+        ("HTTP://mlflow.internal:5000", (MLFLOW_TOKEN,)),
+        ("arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/t", ()),  # signed with the job's role
+    ):
+        assert job_credentials(build({"track": "mlflow", "tracking_uri": uri, "target": "batch"}), workload) == gets
+    untracked = build({"tracking_uri": None, "target": "batch"})
+    assert job_credentials(untracked, SimpleNamespace(token=True)) == (HF_TOKEN,)
+
+
+def test_a_token_to_store_comes_from_a_file_or_the_environment_never_a_flag(tmp_path, monkeypatch):
+    (tmp_path / "t").write_text("  tok-file\n")
+    assert token_to_store(MLFLOW_TOKEN, str(tmp_path / "t")) == "tok-file"
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-env")
+    assert token_to_store(MLFLOW_TOKEN, None) == "tok-env"
+    with pytest.raises(SpecError, match="--file .*missing does not exist"):
+        token_to_store(MLFLOW_TOKEN, str(tmp_path / "missing"))
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN")
+    monkeypatch.setattr("sys.stdin", SimpleNamespace(isatty=lambda: False))
+    with pytest.raises(SpecError, match="no MLflow tracking server's token found: .* or set MLFLOW_TRACKING_TOKEN"):
+        token_to_store(MLFLOW_TOKEN, None)
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(SpecError, match="is empty; nothing was stored"):
+        token_to_store(MLFLOW_TOKEN, str(tmp_path / "empty"))

@@ -51,6 +51,13 @@ TRACKING_FILE = "tracking.json"
 FLUSH_ENV = "TRAINKIT_TRACKING_FLUSH_S"
 FLUSH_S = 5.0
 """How long the end of a process waits for the points still queued (TRAINKIT_TRACKING_FLUSH_S overrides)."""
+
+
+def flush_s(wait_s: float | None = None) -> float:
+    """`wait_s`, else the environment's TRAINKIT_TRACKING_FLUSH_S, else FLUSH_S."""
+    return float(os.environ.get(FLUSH_ENV, FLUSH_S)) if wait_s is None else wait_s
+
+
 RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 NOT_METRICS = frozenset({"step", "time"})
 MAX_PARAM_LENGTH = 6000
@@ -183,7 +190,7 @@ class Tracker:
     def close(self, wait_s: float | None = None) -> bool:
         """Send what is queued, waiting at most `wait_s` (FLUSH_S); True when everything reached the store, else
         one line says what did not."""
-        wait_s = float(os.environ.get(FLUSH_ENV, FLUSH_S)) if wait_s is None else wait_s
+        wait_s = flush_s(wait_s)
         deadline = time.monotonic() + wait_s
         with self._cond:
             self._closing = True
@@ -329,7 +336,7 @@ def end_run(
     if not job.tracking.enabled:
         return True
     uri = store_uri(job, run_dir)
-    wait_s = float(os.environ.get(FLUSH_ENV, FLUSH_S)) if wait_s is None else wait_s
+    wait_s = flush_s(wait_s)
     outcome: dict = {}
 
     def record() -> None:

@@ -19,6 +19,7 @@ from trainkit.backends.base import Backend, RunRef
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.paths import make_folder, state_dir
+from trainkit.run.secrets import Credential
 from trainkit.run.state import RunStatus
 from trainkit.run.workload import Workload
 
@@ -133,6 +134,34 @@ class AwsBackend(Backend):
     def stop(self, ref: RunRef) -> str:
         clients = self.clients()
         return self._stop(clients, self._newest(clients, ref.run_id)[1])
+
+    def put_secret(self, credential: Credential, token: str, ref: RunRef) -> str:
+        """The credential as its stack secret's new value (PutSecretValue: the value travels in the request body
+        only, never in Terraform's state, which made the secret empty)."""
+        stack = self._stack()
+        arn = stack.secret_arn(credential) if stack.recorded else None
+        if not arn:
+            raise SpecError(
+                f"no {self.label} stack recorded with a secret for the {credential.what}: `make up PROFILE=aws` with "
+                f"{self.name}_enabled = true creates it"
+            )
+        self.clients()("secretsmanager").put_secret_value(SecretId=arn, SecretString=token)
+        return f"stored the {credential.what} in {arn} ({self.label} {credential.readers})"
+
+
+def secret_state(clients: Clients, arn: str | None) -> str:
+    """ "value", "empty" (the secret exists without a value: Terraform made it, `invoke secrets.*` did not fill it
+    yet) or "missing" (no ARN, or no secret of it)."""
+    from botocore.exceptions import ClientError
+
+    if not arn:
+        return "missing"
+    try:
+        described = clients("secretsmanager").describe_secret(SecretId=arn)
+    except ClientError:
+        return "missing"
+    stages = [stage for stages in described.get("VersionIdsToStages", {}).values() for stage in stages]
+    return "value" if "AWSCURRENT" in stages else "empty"
 
 
 def s3_parts(uri: str) -> tuple[str, str]:

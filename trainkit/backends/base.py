@@ -12,6 +12,7 @@ from training.spec import Job
 from trainkit import hardware
 from trainkit.errors import SpecError
 from trainkit.job.build import Machine
+from trainkit.run.secrets import Credential
 from trainkit.run.state import RunStatus
 from trainkit.run.workload import Workload
 
@@ -110,6 +111,9 @@ class Backend(abc.ABC):
         into the local runs folder, where `invoke generate` loads it."""
         return f"--target {self.name} keeps its runs here: give --runs-dir"
 
-    def put_hf_token(self, token: str, ref: RunRef) -> str:
-        """Keep the Hugging Face token where this target's jobs read it (`invoke secrets.hf-token`); says where."""
-        raise SpecError(f"--target {self.name} keeps no token: its runs read HF_TOKEN or the Hugging Face CLI's file")
+    def put_secret(self, credential: Credential, token: str, ref: RunRef) -> str:
+        """Keep a credential where this target's jobs read it (`invoke secrets.<name>`); says where."""
+        raise SpecError(
+            f"--target {self.name} keeps no {credential.what}: its runs read {credential.env} from your environment"
+            + (" or the Hugging Face CLI's file" if credential.env == "HF_TOKEN" else "")
+        )

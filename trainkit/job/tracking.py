@@ -3,6 +3,7 @@ checked before anything is created, and the commit the MLflow run is tagged with
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import urllib.error
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from training.spec import Job
 from trainkit.errors import SpecError
+from trainkit.run.secrets import MLFLOW_TOKEN
 
 # botocore's SageMaker service model: TrackingServerArn and MlflowAppArn (the two resource types the sagemaker-mlflow
 # plugin signs requests for: sagemaker_mlflow/auth_provider.py _get_auth_service_name), with the name a
@@ -72,6 +74,12 @@ def validate_tracking(job: Job) -> None:
     )
 
 
+def sends_token(job: Job) -> bool:
+    """Whether the job's workers send MLflow a token (MLFLOW_TRACKING_TOKEN, from the target's secret when it holds
+    one): to an http(s) server, never to a SageMaker managed one, whose requests the job's IAM role signs."""
+    return job.tracking.enabled and (job.tracking.uri or "").lower().startswith(("http://", "https://"))
+
+
 def redacted(uri: str) -> str:
     scheme, sep, rest = uri.partition("://")
     host = rest.partition("/")[0]
@@ -83,14 +91,20 @@ def check_reachable(job: Job, where_runs: str) -> str | None:
     a refusal when the job runs here (`where_runs` is "here": it could not reach it either), else the warning to
     print (a cluster's network may reach what this machine cannot). None: it answers, or there is nothing to ask."""
     uri = job.tracking.uri
-    if not job.tracking.enabled or not uri or not uri.lower().startswith(("http://", "https://")):
+    if not sends_token(job):
         return None
+    token = os.environ.get(MLFLOW_TOKEN.env, "").strip()
+    asked = urllib.request.Request(
+        uri.rstrip("/") + "/health", headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(asked, timeout=HEALTH_TIMEOUT_S) as answer:
             if answer.status < 400:
                 return None
             problem = f"GET /health answered {answer.status}"
     except urllib.error.HTTPError as error:
+        if error.code in (401, 403):  # a server that wants a token (MLflow's client sends MLFLOW_TRACKING_TOKEN)
+            return token_note(job, error.code, where_runs)
         problem = f"GET /health answered {error.code}"
     except (OSError, ValueError) as error:
         problem = str(getattr(error, "reason", error))
@@ -105,6 +119,23 @@ def check_reachable(job: Job, where_runs: str) -> str | None:
     )
 
 
+def token_note(job: Job, code: int, where_runs: str) -> str:
+    """A server that refused the launcher's request for want of a valid token: refused when the run's processes run
+    here with this environment's token (none, or one the server refuses); for a cluster target, where its job reads
+    the token it sends."""
+    uri, target = job.tracking.uri, job.placement.target
+    if where_runs == "here":
+        raise SpecError(
+            f"--tracking-uri {uri}: the server answered {code} to this environment's token ({MLFLOW_TOKEN.env}, "
+            f"{'set' if os.environ.get(MLFLOW_TOKEN.env, '').strip() else 'not set'}); the run's processes would be "
+            f"refused too: set {MLFLOW_TOKEN.env} to a token the server takes"
+        )
+    return (
+        f"--tracking-uri {uri} answered {code} without a valid token: the job sends the one `invoke "
+        f"secrets.{MLFLOW_TOKEN.name} --target {target}` stored (none stored: its metrics wait and the run goes on)"
+    )
+
+
 def tracking_notes(job: Job) -> list[str]:
     """What is worth saying at submit about where the job logs: a server that does not answer from here (refused
     when the job runs here), a port the job's security group does not let out."""
@@ -115,7 +146,7 @@ def tracking_notes(job: Job) -> list[str]:
 def egress_note(job: Job) -> str | None:
     """An http(s) server on a port other than 443, for a target whose jobs the infra stack lets out on 443 only."""
     uri, target = job.tracking.uri or "", job.placement.target
-    if not job.tracking.enabled or target not in EGRESS_443 or not uri.lower().startswith(("http://", "https://")):
+    if target not in EGRESS_443 or not sends_token(job):
         return None
     parts = urllib.parse.urlsplit(uri)
     port = parts.port or (443 if parts.scheme.lower() == "https" else 80)

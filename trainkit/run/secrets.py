@@ -1,16 +1,63 @@
-"""Hugging Face token lookup. The token is only ever passed on in a child's environment.
+"""The credentials a job may need, and the Hugging Face token's lookup. A credential is only ever passed on in a
+child's environment, or kept where a cluster target's jobs read it (`invoke secrets.<name>`): never a flag, a spec
+field, a manifest value or a log line.
 
-Sources, first found wins: the file given by --hf-token-file (what the user asked for on this command
-wins over the environment), the HF_TOKEN environment variable, the file named by HF_TOKEN_PATH, then the
-Hugging Face CLI's default `~/.cache/huggingface/token`.
+The Hugging Face token's sources, first found wins: the file given by --hf-token-file (what the user asked for on
+this command wins over the environment), the HF_TOKEN environment variable, the file named by HF_TOKEN_PATH, then
+the Hugging Face CLI's default `~/.cache/huggingface/token`.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainkit.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Credential:
+    """A credential the jobs read from their environment, kept on a cluster target where its jobs get it: the EKS
+    Secret `name` (key `token`), or the infra stack's Secrets Manager secret (its ARN the stack output `stack_key`
+    of the SageMaker and Batch modules)."""
+
+    name: str
+    env: str
+    what: str
+    stack_key: str
+    readers: str
+    """Which jobs read it, as `invoke secrets.<name>` says once it is stored."""
+
+    @property
+    def arn_env(self) -> str:
+        """The variable that names its secret's ARN to a SageMaker host (trainkit/backends/sagemaker/host.py), which
+        reads the value itself: a training job's environment holds no secret value."""
+        return f"TRAINKIT_{self.env}_SECRET_ARN"
+
+
+HF_TOKEN = Credential(
+    "hf-token", "HF_TOKEN", "Hugging Face token", "hf_token_secret_arn", "jobs with --init pretrained read it"
+)
+# MLflow's client sends MLFLOW_TRACKING_TOKEN as a bearer token with every request to an http(s) server
+# (mlflow/utils/credentials.py reads it into MlflowHostCreds.token, mlflow/utils/rest_utils.py sends it); a SageMaker
+# managed server's requests are signed with the job's IAM role instead.
+MLFLOW_TOKEN = Credential(
+    "mlflow-token",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLflow tracking server's token",
+    "mlflow_token_secret_arn",
+    "jobs tracked to an http(s) --tracking-uri send it",
+)
+CREDENTIALS = (HF_TOKEN, MLFLOW_TOKEN)
+
+
+def job_credentials(job, workload) -> tuple[Credential, ...]:
+    """The credentials a cluster job gets, where its target keeps them: the Hugging Face token for a workload that may
+    read it, the MLflow token for a job tracked to an http(s) server."""
+    from trainkit.job.tracking import sends_token
+
+    return tuple(c for c, needs in ((HF_TOKEN, workload.token), (MLFLOW_TOKEN, sends_token(job))) if needs)
 
 
 def _token_files() -> list[Path]:
@@ -49,17 +96,25 @@ def require_hf_token(weights: str, token_file: str | None) -> str:
     return token
 
 
-def hf_token_to_store(token_file: str | None) -> str:
-    """The token from a file, HF_TOKEN or a hidden prompt (never from the command line), for the cluster's Secret
-    (`invoke secrets.hf-token` hands it to the EKS backend)."""
+def token_to_store(credential: Credential, token_file: str | None) -> str:
+    """The credential from a file, its environment variable (for the Hugging Face token, also its CLI's file) or a
+    hidden prompt, never from the command line, for the place a cluster target's jobs read it (`invoke secrets.*`)."""
     import getpass
     import sys
 
-    token = resolve_hf_token(token_file)
+    if credential is HF_TOKEN:
+        token = resolve_hf_token(token_file)
+    elif token_file:
+        path = Path(token_file).expanduser()
+        if not path.is_file():
+            raise SpecError(f"--file {token_file} does not exist; write the {credential.what} there")
+        token = path.read_text().strip()
+    else:
+        token = os.environ.get(credential.env, "").strip() or None
     if token is None:
         if not sys.stdin.isatty():
-            raise SpecError("no Hugging Face token found: pass --file with a file holding it, or set HF_TOKEN")
-        token = getpass.getpass("Hugging Face token (input hidden): ").strip()
+            raise SpecError(f"no {credential.what} found: pass --file with a file holding it, or set {credential.env}")
+        token = getpass.getpass(f"{credential.what} (input hidden): ").strip()
     if not token:
-        raise SpecError("the Hugging Face token is empty; nothing was created")
+        raise SpecError(f"the {credential.what} is empty; nothing was stored")
     return token

@@ -29,6 +29,8 @@ locals {
   data_arns      = [for bucket in var.data_source_buckets : "arn:${local.partition}:s3:::${bucket}"]
   first_type     = var.instance_types[0]
   instance_names = [for type in var.instance_types : type.name]
+  # The secrets the execution role reads: the Hugging Face token and a self-hosted MLflow server's bearer token.
+  token_secret_arns = compact([var.hf_token_secret_arn, var.mlflow_token_secret_arn])
   # A multi-node job's nodes are whole instances (one container each: multi-node-parallel-jobs), so max vCPUs is
   # a whole number of the first type's.
   max_vcpus = var.max_nodes * local.first_type.vcpus
@@ -389,7 +391,7 @@ resource "aws_iam_instance_profile" "instance" {
 }
 
 ################################################################################
-# The execution role (the ECS agent, for one job): pull the image, write the logs, read the token's secret
+# The execution role (the ECS agent, for one job): pull the image, write the logs, read the tokens' secrets
 ################################################################################
 
 data "aws_iam_policy_document" "task_trust" {
@@ -433,19 +435,20 @@ data "aws_iam_policy_document" "execution" {
     actions   = ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents"]
     resources = [local.log_group_arn, "${local.log_group_arn}:*"]
   }
-  # The job definition's `secrets` names the secret's ARN; the agent reads the value when the job starts and puts it
-  # in the container's environment: it is never in the job definition, the state or the logs
-  # (specifying-sensitive-data-secrets: secretsmanager:GetSecretValue, and kms:Decrypt for a customer key).
+  # The job definition's `secrets` names a secret's ARN (the Hugging Face token's, a self-hosted MLflow server's bearer
+  # token's); the agent reads the value when the job starts and puts it in the container's environment: it is never
+  # in the job definition, the state or the logs (specifying-sensitive-data-secrets: secretsmanager:GetSecretValue,
+  # and kms:Decrypt for a customer key). One statement for exactly these secrets.
   dynamic "statement" {
-    for_each = var.hf_token_secret_arn != null ? [1] : []
+    for_each = length(local.token_secret_arns) > 0 ? [1] : []
     content {
       sid       = "ReadTheToken"
       actions   = ["secretsmanager:GetSecretValue"]
-      resources = [var.hf_token_secret_arn]
+      resources = local.token_secret_arns
     }
   }
   dynamic "statement" {
-    for_each = var.hf_token_secret_arn != null ? [1] : []
+    for_each = length(local.token_secret_arns) > 0 ? [1] : []
     content {
       sid       = "DecryptTheToken"
       actions   = ["kms:Decrypt"]

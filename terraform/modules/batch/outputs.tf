@@ -14,6 +14,7 @@ output "batch" {
     fsx_mount_path          = var.fsx != null ? local.fsx_mount_path : null
     log_group               = local.log_group
     hf_token_secret_arn     = var.hf_token_secret_arn
+    mlflow_token_secret_arn = var.mlflow_token_secret_arn
     max_nodes               = var.max_nodes
   }, null)
 }

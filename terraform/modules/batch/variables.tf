@@ -135,7 +135,13 @@ variable "image_repository_arns" {
 }
 
 variable "hf_token_secret_arn" {
-  description = "The Hugging Face token's Secrets Manager secret, which Batch injects through the job definition's secrets field (the execution role reads exactly this one); null: jobs get no token."
+  description = "The Hugging Face token's Secrets Manager secret, which Batch injects through the job definition's secrets field (the execution role reads only this secret and mlflow_token_secret_arn); null: jobs get no token."
+  type        = string
+  default     = null
+}
+
+variable "mlflow_token_secret_arn" {
+  description = "The Secrets Manager secret of a self-hosted MLflow tracking server's bearer token (MLFLOW_TRACKING_TOKEN), which Batch injects through the job definition's secrets field (the execution role reads it); null: jobs get no such token. A SageMaker managed tracking server needs none."
   type        = string
   default     = null
 }

@@ -1,7 +1,8 @@
 ################################################################################
 # SageMaker Training (opt-in): the execution role, the runs bucket and the security group that lets one job's
 # instances reach each other. The Hugging Face token's secret is the infra stack's (shared with AWS Batch; its
-# value is put by `invoke secrets.hf-token`, never by Terraform, so it is never in the state): the role reads it.
+# value is put by `invoke secrets.hf-token`, never by Terraform, so it is never in the state): the role reads it,
+# and likewise a self-hosted MLflow tracking server's bearer token (`invoke secrets.mlflow-token`).
 #
 # Bucket layout (trainkit/backends/sagemaker/request.py):
 #   runs/<run-id>/launch/<job>/   spec.json, workload.json, a script's code (the job's `trainkit` channel)
@@ -21,6 +22,8 @@ locals {
   data_arns   = [for bucket in var.data_source_buckets : "arn:${local.partition}:s3:::${bucket}"]
   log_group   = "arn:${local.partition}:logs:${local.region}:${local.account}:log-group:/aws/sagemaker/TrainingJobs"
   subnet_arns = [for id in var.subnet_ids : "arn:${local.partition}:ec2:${local.region}:${local.account}:subnet/${id}"]
+  # The secrets the role reads: the Hugging Face token and a self-hosted MLflow server's bearer token (null: none).
+  token_secret_arns = compact([var.hf_token_secret_arn, var.mlflow_token_secret_arn])
 }
 
 ################################################################################
@@ -234,7 +237,7 @@ data "aws_iam_policy_document" "training" {
   }
   # The stack's key, only as S3 and Secrets Manager use it for the role (kms:ViaService, AWS KMS Developer Guide,
   # "kms:ViaService"): the runs bucket's objects and the job's output (OutputDataConfig.KmsKeyId: the role "must
-  # include permissions to call kms:Encrypt", SageMaker API Reference, OutputDataConfig), and the token's secret.
+  # include permissions to call kms:Encrypt", SageMaker API Reference, OutputDataConfig), and the tokens' secrets.
   statement {
     sid       = "UseTheStackKeyThroughS3"
     actions   = ["kms:Decrypt", "kms:GenerateDataKey", "kms:Encrypt"]
@@ -245,16 +248,18 @@ data "aws_iam_policy_document" "training" {
       values   = ["s3.${local.region}.amazonaws.com"]
     }
   }
+  # The tokens' secrets (the Hugging Face token, a self-hosted MLflow server's bearer token): exactly these, one
+  # statement for all of them.
   dynamic "statement" {
-    for_each = var.hf_token_secret_arn != null ? [1] : []
+    for_each = length(local.token_secret_arns) > 0 ? [1] : []
     content {
       sid       = "ReadTheToken"
       actions   = ["secretsmanager:GetSecretValue"]
-      resources = [var.hf_token_secret_arn]
+      resources = local.token_secret_arns
     }
   }
   dynamic "statement" {
-    for_each = var.hf_token_secret_arn != null ? [1] : []
+    for_each = length(local.token_secret_arns) > 0 ? [1] : []
     content {
       sid       = "DecryptTheToken"
       actions   = ["kms:Decrypt"]

@@ -5,11 +5,12 @@
 output "sagemaker" {
   description = "What trainkit's SageMaker backend reads (trainkit/backends/sagemaker/stack.py); null when not created."
   value = var.create ? {
-    role_arn            = aws_iam_role.training[0].arn
-    bucket              = aws_s3_bucket.runs[0].bucket
-    subnet_ids          = var.subnet_ids
-    security_group_ids  = [aws_security_group.training[0].id]
-    hf_token_secret_arn = var.hf_token_secret_arn
+    role_arn                = aws_iam_role.training[0].arn
+    bucket                  = aws_s3_bucket.runs[0].bucket
+    subnet_ids              = var.subnet_ids
+    security_group_ids      = [aws_security_group.training[0].id]
+    hf_token_secret_arn     = var.hf_token_secret_arn
+    mlflow_token_secret_arn = var.mlflow_token_secret_arn
     # The launcher encrypts each job's output (OutputDataConfig.KmsKeyId) and, where the instance type has no local
     # storage, its volume (ResourceConfig.VolumeKmsKeyId) with the stack's key.
     kms_key_arn                        = var.kms_key_arn

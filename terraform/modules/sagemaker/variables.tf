@@ -25,7 +25,7 @@ variable "subnet_ids" {
 }
 
 variable "kms_key_arn" {
-  description = "The stack's KMS key: the bucket and the role's decrypts (the bucket's objects, the token's secret)."
+  description = "The stack's KMS key: the bucket and the role's decrypts (the bucket's objects, the tokens' secrets)."
   type        = string
 }
 
@@ -36,6 +36,12 @@ variable "image_repository_arns" {
 
 variable "hf_token_secret_arn" {
   description = "The Hugging Face token's Secrets Manager secret (the infra stack's, shared with AWS Batch), which the execution role may read; null: no token."
+  type        = string
+  default     = null
+}
+
+variable "mlflow_token_secret_arn" {
+  description = "The Secrets Manager secret of a self-hosted MLflow tracking server's bearer token (MLFLOW_TRACKING_TOKEN; the infra stack's, shared with AWS Batch), which the execution role may read; null: no token. A SageMaker managed tracking server needs none."
   type        = string
   default     = null
 }

@@ -248,6 +248,7 @@ module "sagemaker" {
   kms_key_arn               = aws_kms_key.this.arn
   image_repository_arns     = values(module.ecr.repository_arns)
   hf_token_secret_arn       = one(aws_secretsmanager_secret.hf_token[*].arn)
+  mlflow_token_secret_arn   = one(aws_secretsmanager_secret.mlflow_token[*].arn)
   data_source_buckets       = var.data_source_buckets
   checkpoint_retention_days = var.sagemaker_checkpoint_retention_days
 
@@ -270,14 +271,15 @@ module "batch" {
     vcpus              = module.gpu_nodegroup.instance_types[type].vcpus
     network_interfaces = module.gpu_nodegroup.efa_interfaces[type]
   }]
-  max_nodes              = var.batch_max_nodes
-  capacity_wait_minutes  = var.batch_capacity_wait_minutes
-  ami_id                 = var.batch_ami_id
-  enable_placement_group = var.enable_placement_group
-  kms_key_arn            = aws_kms_key.this.arn
-  image_repository_arns  = values(module.ecr.repository_arns)
-  hf_token_secret_arn    = one(aws_secretsmanager_secret.hf_token[*].arn)
-  data_source_buckets    = var.data_source_buckets
+  max_nodes               = var.batch_max_nodes
+  capacity_wait_minutes   = var.batch_capacity_wait_minutes
+  ami_id                  = var.batch_ami_id
+  enable_placement_group  = var.enable_placement_group
+  kms_key_arn             = aws_kms_key.this.arn
+  image_repository_arns   = values(module.ecr.repository_arns)
+  hf_token_secret_arn     = one(aws_secretsmanager_secret.hf_token[*].arn)
+  mlflow_token_secret_arn = one(aws_secretsmanager_secret.mlflow_token[*].arn)
+  data_source_buckets     = var.data_source_buckets
   fsx = var.enable_fsx ? {
     dns_name          = module.fsx_lustre.dns_name
     mount_name        = module.fsx_lustre.mount_name
@@ -318,6 +320,23 @@ resource "aws_secretsmanager_secret" "hf_token" {
 moved {
   from = module.sagemaker.aws_secretsmanager_secret.hf_token[0]
   to   = aws_secretsmanager_secret.hf_token[0]
+}
+
+################################################################################
+# The bearer token of a self-hosted MLflow tracking server (MLflow's client reads MLFLOW_TRACKING_TOKEN), one for
+# SageMaker and Batch jobs: created empty, filled by `invoke secrets.mlflow-token` (PutSecretValue), so its value is
+# never in the state. A SageMaker managed tracking server (mlflow_enabled) needs none: its requests are signed with
+# the job's IAM role.
+################################################################################
+
+resource "aws_secretsmanager_secret" "mlflow_token" {
+  count = var.sagemaker_enabled || var.batch_enabled ? 1 : 0
+  #checkov:skip=CKV2_AWS_57:an MLflow tracking server's token is issued by that server's operator; AWS cannot rotate it
+
+  name_prefix             = "${var.name}-mlflow-token-"
+  description             = "Bearer token of a self-hosted MLflow tracking server for trainkit's SageMaker and Batch jobs (their execution roles read it), filled by `invoke secrets.mlflow-token`; a SageMaker managed tracking server needs none: its requests are signed with the job's IAM role"
+  kms_key_id              = aws_kms_key.this.arn
+  recovery_window_in_days = 0 # `make down` leaves nothing, not a secret pending deletion
 }
 
 # A plan-time error, not a warning: an AZ name the region does not have (us-east-1z, us-east-12a) would

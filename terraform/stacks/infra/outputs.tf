@@ -119,12 +119,12 @@ output "submitters" {
 }
 
 output "sagemaker" {
-  description = "The SageMaker part (role, bucket, subnets, security group, token secret, the stack's KMS key for the jobs' outputs and volumes, inter-container traffic encryption); null unless sagemaker_enabled."
+  description = "The SageMaker part (role, bucket, subnets, security group, the Hugging Face and MLflow token secrets, the stack's KMS key for the jobs' outputs and volumes, inter-container traffic encryption); null unless sagemaker_enabled."
   value       = module.sagemaker.sagemaker
 }
 
 output "batch" {
-  description = "The AWS Batch part (job queue, compute environment, roles, instance types, FSx mount path, log group, token secret, max nodes); null unless batch_enabled."
+  description = "The AWS Batch part (job queue, compute environment, roles, instance types, FSx mount path, log group, the Hugging Face and MLflow token secrets, max nodes); null unless batch_enabled."
   value       = module.batch.batch
 }
 

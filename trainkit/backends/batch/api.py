@@ -25,10 +25,9 @@ without `--target`.
 from __future__ import annotations
 
 from training.spec import Job
-from trainkit.backends.aws import Clients, Submissions, error_code, of_run
+from trainkit.backends.aws import Clients, Submissions, error_code, of_run, secret_state
 from trainkit.backends.batch import request
 from trainkit.backends.batch.stack import BatchStack
-from trainkit.errors import SpecError
 from trainkit.infra.outputs import BATCH_ACTIVE
 from trainkit.job.models import downloads_weights
 from trainkit.run.workload import Workload
@@ -53,7 +52,8 @@ def preflight(clients: Clients, job: Job, workload: Workload, stack: BatchStack)
     problems = stack_problems(job, stack) + queue_problems(clients, job, stack) + role_problems(clients, stack)
     problems += image_problems(job, clients("ecr"))
     problems += quota_problems(clients, job)
-    if job.run.workload == "recipe" and downloads_weights(job) and secret_state(clients, stack) != "value":
+    needs_token = job.run.workload == "recipe" and downloads_weights(job)
+    if needs_token and secret_state(clients, stack.hf_token_secret_arn) != "value":
         problems.append(f"--init pretrained needs the Hugging Face token in {stack.hf_token_secret_arn}; {STORE}")
     active = active_jobs(clients, stack, job.run.run_id)
     if active:
@@ -165,20 +165,6 @@ def quota_problems(clients: Clients, job: Job) -> list[str]:
     return []
 
 
-def secret_state(clients: Clients, stack: BatchStack) -> str:
-    """ "value", "empty" (the secret exists without a value) or "missing" (no secret recorded, or none of that ARN)."""
-    from botocore.exceptions import ClientError
-
-    if not stack.hf_token_secret_arn:
-        return "missing"
-    try:
-        described = clients("secretsmanager").describe_secret(SecretId=stack.hf_token_secret_arn)
-    except ClientError:
-        return "missing"
-    stages = [stage for stages in described.get("VersionIdsToStages", {}).values() for stage in stages]
-    return "value" if "AWSCURRENT" in stages else "empty"
-
-
 def run_jobs(clients: Clients, stack: BatchStack, run_id: str) -> list[dict]:
     """The run's jobs in the queue, newest first (ListJobs by the name prefix: jobStatus is then ignored and jobs
     of every status are listed, newest first)."""
@@ -218,11 +204,3 @@ def keep_image(clients: Clients, job: Job) -> None:
 
 def submit(clients: Clients, body: dict) -> str:
     return clients("batch").submit_job(**body)["jobId"]
-
-
-def put_hf_token(clients: Clients, stack: BatchStack, token: str) -> str:
-    """The token as the stack's secret's new value (PutSecretValue: the value travels in the request body only)."""
-    if not stack.recorded or not stack.hf_token_secret_arn:
-        raise SpecError("no Batch stack recorded: `make up PROFILE=aws` with batch_enabled = true creates the secret")
-    clients("secretsmanager").put_secret_value(SecretId=stack.hf_token_secret_arn, SecretString=token)
-    return f"stored the Hugging Face token in {stack.hf_token_secret_arn} (Batch jobs submitted from now on read it)"

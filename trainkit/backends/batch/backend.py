@@ -16,14 +16,15 @@ from pathlib import Path, PurePosixPath
 
 from training.spec import EXPORT_DIR, SYNTHETIC, Job
 from trainkit import hardware
-from trainkit.backends.aws import AwsBackend, Clients, stamp
-from trainkit.backends.base import RunRef, cloud_machine
+from trainkit.backends.aws import AwsBackend, Clients, secret_state, stamp
+from trainkit.backends.base import cloud_machine
 from trainkit.backends.batch import api, jobs, request
 from trainkit.backends.batch.stack import NOT_RECORDED, BatchStack, load_stack
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.job.tracking import stack_tracking
+from trainkit.run.secrets import job_credentials
 from trainkit.run.state import RunStatus
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.workload import Workload
@@ -118,18 +119,25 @@ def check_workload(workload: Workload, mount: str) -> None:
         )
 
 
-def requests_for(job: Job, workload: Workload, stack: BatchStack, token_secret: str | None) -> tuple[dict, dict]:
+def requests_for(job: Job, workload: Workload, stack: BatchStack, secrets: dict[str, str]) -> tuple[dict, dict]:
     """(RegisterJobDefinition, SubmitJob), the second naming the first's definition by name (its ACTIVE revision)."""
-    register = request.register_request(job, workload, stack, token_secret)
+    register = request.register_request(job, workload, stack, secrets)
     name = request.job_name(job.run.run_id, stamp())
     submit = request.submit_request(job, workload, stack, name, register["jobDefinitionName"])
     request.check_sizes(register, submit)
     return register, submit
 
 
+def job_secrets(job: Job, workload: Workload, stack: BatchStack, clients: Clients | None = None) -> dict[str, str]:
+    """{variable: secret ARN} of the credentials the job gets. With `clients` (a submission), only secrets that hold a
+    value: ECS fails a container whose secret it cannot read (ResourceInitializationError), and a job without the
+    Hugging Face token is refused earlier when it needs it (api.preflight)."""
+    held = {c.env: stack.secret_arn(c) for c in job_credentials(job, workload) if stack.secret_arn(c)}
+    return {env: arn for env, arn in held.items() if clients is None or secret_state(clients, arn) == "value"}
+
+
 def dry_run_text(job: Job, workload: Workload, stack: BatchStack) -> str:
-    token = stack.hf_token_secret_arn if workload.token else None
-    register, submit = requests_for(job, workload, stack, token)
+    register, submit = requests_for(job, workload, stack, job_secrets(job, workload, stack))
     return json.dumps({"registerJobDefinition": register, "submitJob": submit}, indent=2)
 
 
@@ -138,9 +146,9 @@ def submit_job(job: Job, workload: Workload, stack: BatchStack, clients: Clients
     if not stack.recorded:
         raise SpecError(f"{NOT_RECORDED}; a submission needs the real ones")
     problems = api.preflight(clients, job, workload, stack)
-    token = stack.hf_token_secret_arn if workload.token and api.secret_state(clients, stack) == "value" else None
+    secrets = job_secrets(job, workload, stack, clients)
     try:
-        register, submit = requests_for(job, workload, stack, token)
+        register, submit = requests_for(job, workload, stack, secrets)
     except SpecError as error:
         problems.append(str(error))
     if problems:
@@ -190,8 +198,8 @@ class BatchBackend(AwsBackend):
     def _dry_run_notes(self, job: Job, workload: Workload, stack: BatchStack) -> list[str]:
         notes = [] if stack.recorded else [NOT_RECORDED]
         notes += [f"a submission would be refused: {problem}" for problem in api.stack_problems(job, stack)]
-        if workload.token and stack.hf_token_secret_arn:
-            notes.append("the token's secret is named in the definition only if it holds a value at submission")
+        if job_secrets(job, workload, stack):
+            notes.append("a token's secret is named in the definition only if it holds a value at submission")
         return notes
 
     def _dry_run(self, job: Job, workload: Workload, stack: BatchStack) -> str:
@@ -222,6 +230,3 @@ class BatchBackend(AwsBackend):
             f"its checkpoints from a machine that mounts it (`rsync -a --exclude checkpoints HOST:{folder}/ "
             f"runs/{run}/`), then run this again"
         )
-
-    def put_hf_token(self, token: str, ref: RunRef) -> str:
-        return api.put_hf_token(self.clients(), self.stack(), token)

@@ -9,9 +9,10 @@ What goes where, and why (AWS Batch User Guide pages named in brackets):
   instance's vCPUs, most of its memory and a GPU per process as `resourceRequirements`, its EFA devices under
   `linuxParameters.devices` (/dev/infiniband/uverbs0 .. N-1, READ/WRITE/MKNOD: ["Elastic Fabric Adapter"]),
   shared memory, an unlimited `memlock` ulimit (EFA pins memory), the FSx mount of the hosts as a volume, the
-  Hugging Face token as a `secrets` entry (the secret's ARN; ECS puts the value into the container's environment,
-  no request carries it), and the logs through `awslogs` into the stack's log group ["Use the awslogs log driver"].
-  Its name carries a hash of its content, so a shape is registered once and reused while it is ACTIVE.
+  Hugging Face token and an MLflow server's token as `secrets` entries (the secrets' ARNs; ECS puts the values into
+  the container's environment, no request carries them), and the logs through `awslogs` into the stack's log group
+  ["Use the awslogs log driver"]. Its name carries a hash of its content, so a shape is registered once and reused
+  while it is ACTIVE.
 - The retry strategy: attempts = --max-restarts + 1 (at most 10, ["Automated job retries"]); each attempt runs every
   node afresh and resumes from the run's checkpoint on FSx. evaluateOnExit, first match wins: the host went away
   ("Host EC2*", a reclaimed or failed instance) or the main node exited EXIT_REPLACE (a peer lost, a failure a new
@@ -125,8 +126,9 @@ def efa_devices(count: int) -> list[dict]:
     ]
 
 
-def container(job: Job, stack: BatchStack, token_secret: str | None) -> dict:
-    """The container every node runs (ContainerProperties of the node range)."""
+def container(job: Job, stack: BatchStack, secrets: dict[str, str]) -> dict:
+    """The container every node runs (ContainerProperties of the node range); `secrets`: each variable its credential
+    is read into, and the ARN of the secret holding it."""
     instance = hardware.INSTANCE_TYPES[str(job.placement.instance_type)]
     vcpus, memory_mib = instance_host(instance.name)
     memory = int(memory_mib * MEMORY_SHARE)
@@ -160,8 +162,8 @@ def container(job: Job, stack: BatchStack, token_secret: str | None) -> dict:
             "options": {"awslogs-group": stack.log_group, "awslogs-create-group": "true"},
         },
     }
-    if token_secret:
-        body["secrets"] = [{"name": "HF_TOKEN", "valueFrom": token_secret}]  # the secret's ARN, never its value
+    if secrets:  # the secrets' ARNs, never their values
+        body["secrets"] = [{"name": name, "valueFrom": arn} for name, arn in sorted(secrets.items())]
     return body
 
 
@@ -172,7 +174,7 @@ def definition_name(job: Job, body: dict) -> str:
     return f"trainkit-{slug(shape)}-{digest}"
 
 
-def register_request(job: Job, workload: Workload, stack: BatchStack, token_secret: str | None) -> dict:
+def register_request(job: Job, workload: Workload, stack: BatchStack, secrets: dict[str, str]) -> dict:
     """The RegisterJobDefinition request of the job's shape."""
     body: dict = {
         "type": "multinode",
@@ -180,7 +182,7 @@ def register_request(job: Job, workload: Workload, stack: BatchStack, token_secr
         "nodeProperties": {
             "numNodes": job.parallelism.nodes,
             "mainNode": 0,
-            "nodeRangeProperties": [{"targetNodes": "0:", "container": container(job, stack, token_secret)}],
+            "nodeRangeProperties": [{"targetNodes": "0:", "container": container(job, stack, secrets)}],
         },
         "retryStrategy": retry_strategy(job, workload),
         "propagateTags": True,

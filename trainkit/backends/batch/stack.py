@@ -25,6 +25,13 @@ class BatchStack:
     max_nodes: int | None
     recorded: bool
     stack_id: str | None = None  # tags the jobs, so `infra.audit` finds one still running
+    mlflow_token_secret_arn: str | None = None
+    """The secret of a self-hosted MLflow server's token (`invoke secrets.mlflow-token`); None for outputs recorded
+    before the stack made it."""
+
+    def secret_arn(self, credential) -> str | None:
+        """The stack's Secrets Manager secret of a credential (trainkit/run/secrets.py), None: the stack has none."""
+        return getattr(self, credential.stack_key)
 
 
 PLACEHOLDER = BatchStack(
@@ -37,6 +44,7 @@ PLACEHOLDER = BatchStack(
     fsx_mount_path="/fsx",
     log_group="/aws/batch/job",
     hf_token_secret_arn="arn:aws:secretsmanager:us-east-1:000000000000:secret:trainkit-hf-token",
+    mlflow_token_secret_arn="arn:aws:secretsmanager:us-east-1:000000000000:secret:trainkit-mlflow-token",
     max_nodes=None,
     recorded=False,
 )
@@ -60,6 +68,7 @@ def load_stack(infra: InfraOutputs) -> BatchStack:
         fsx_mount_path=data.get("fsx_mount_path") or PLACEHOLDER.fsx_mount_path,
         log_group=data.get("log_group") or PLACEHOLDER.log_group,
         hf_token_secret_arn=data.get("hf_token_secret_arn"),
+        mlflow_token_secret_arn=data.get("mlflow_token_secret_arn"),
         max_nodes=data.get("max_nodes"),
         recorded=True,
         stack_id=infra.stack_id,

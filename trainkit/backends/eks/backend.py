@@ -34,6 +34,7 @@ from trainkit.infra import outputs
 from trainkit.job.build import Machine
 from trainkit.job.tracking import stack_tracking
 from trainkit.run.code import read_code
+from trainkit.run.secrets import Credential
 from trainkit.run.state import RunStatus, early_in, finished_said, pytorchjob_state
 from trainkit.run.storage import fsx_mb_s
 from trainkit.run.torchrun import GROUP_RANK, rank_prefix, rendezvous_id
@@ -280,11 +281,11 @@ def stop(namespace: str, run_id: str | None, kube: Kube | None = None) -> str:
     )
 
 
-def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:
-    """Create (or replace) the Secret the pods read HF_TOKEN from. The token goes only into the request body."""
+def put_secret(credential: Credential, token: str, namespace: str, kube: Kube | None = None) -> str:
+    """Create (or replace) the Secret the pods read a credential from. The value goes only into the request body."""
     kube = kube or Kube.connect()
     preflight.check_cluster(kube)
-    secret = render.render_hf_token_secret(token, namespace)
+    secret = render.render_secret(credential, token, namespace)
     api_error, _ = api_errors()
     try:
         kube.core.create_namespaced_secret(namespace, secret, _request_timeout=TIMEOUT_S)
@@ -292,9 +293,9 @@ def put_hf_token(token: str, namespace: str, kube: Kube | None = None) -> str:
     except api_error as error:
         if error.status != 409:
             raise
-        kube.core.replace_namespaced_secret(cluster.HF_TOKEN_SECRET, namespace, secret, _request_timeout=TIMEOUT_S)
+        kube.core.replace_namespaced_secret(credential.name, namespace, secret, _request_timeout=TIMEOUT_S)
         verb = "replaced"
-    return f"{verb} Secret {namespace}/{cluster.HF_TOKEN_SECRET}; training pods read it as HF_TOKEN"
+    return f"{verb} Secret {namespace}/{credential.name}; training pods read it as {credential.env}"
 
 
 class EksBackend(Backend):
@@ -343,8 +344,8 @@ class EksBackend(Backend):
             f"runs/{run}/{EXPORT_DIR}`, with its spec.json and summary.json), then run this again"
         )
 
-    def put_hf_token(self, token: str, ref: RunRef) -> str:
-        return put_hf_token(token, _namespace(ref))
+    def put_secret(self, credential: Credential, token: str, ref: RunRef) -> str:
+        return put_secret(credential, token, _namespace(ref))
 
 
 def _namespace(ref: RunRef) -> str:

@@ -19,6 +19,8 @@ from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster, fsx, resources
 from trainkit.job.models import downloads_weights
+from trainkit.job.tracking import sends_token
+from trainkit.run.secrets import HF_TOKEN, MLFLOW_TOKEN, Credential
 from trainkit.run.torchrun import RDZV_KEY_ENV, TORCH_ENV
 from trainkit.run.workload import WORKLOAD_ENV, Workload
 
@@ -137,25 +139,21 @@ def _env(job: Job, workload: Workload, key_secret: str = "") -> list[dict]:
     (trainkit/backends/eks/submission.py), optional: a dry run's has no key, and its pods then sign nothing."""
     env = worker_env(TRAINKIT_SPEC=json.dumps(job.to_dict(), sort_keys=True), **{WORKLOAD_ENV: workload.to_json()})
     if key_secret:
-        reference = {"name": key_secret, "key": RDZV_KEY_ITEM, "optional": True}
-        env.append({"name": RDZV_KEY_ENV, "valueFrom": {"secretKeyRef": reference}})
-    if not workload.token:
-        return env
-    env.append(
-        {
-            "name": "HF_TOKEN",
-            "valueFrom": {
-                "secretKeyRef": {
-                    "name": cluster.HF_TOKEN_SECRET,
-                    "key": cluster.HF_TOKEN_KEY,
-                    # Weights from the hub need it (a model folder on the volume does not); otherwise it only opens
-                    # gated hub datasets.
-                    "optional": job.run.workload != "recipe" or not downloads_weights(job),
-                }
-            },
-        }
-    )
+        env.append(secret_env(RDZV_KEY_ENV, key_secret, RDZV_KEY_ITEM, optional=True))
+    if workload.token:
+        # Weights from the hub need it (a model folder on the volume does not); otherwise it only opens gated datasets.
+        optional = job.run.workload != "recipe" or not downloads_weights(job)
+        env.append(secret_env(HF_TOKEN.env, HF_TOKEN.name, cluster.SECRET_KEY, optional))
+    if sends_token(job):  # a server that takes none runs the job without it
+        env.append(secret_env(MLFLOW_TOKEN.env, MLFLOW_TOKEN.name, cluster.SECRET_KEY, optional=True))
     return env
+
+
+def secret_env(name: str, secret: str, key: str, optional: bool) -> dict:
+    """An environment variable from a Secret's key. Optional: the container starts without it when the Secret or the
+    key is missing; otherwise the kubelet holds the container (CreateContainerConfigError) until it exists
+    (EnvVarSource.secretKeyRef, SecretKeySelector.optional)."""
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": optional}}}
 
 
 # No privilege escalation and no capability. EFA (libfabric's efa provider) and NCCL register pinned memory with the
@@ -383,12 +381,12 @@ def render_prep_job(
     }
 
 
-def render_hf_token_secret(token: str, namespace: str) -> dict:
-    """The only object that carries the token; created by `invoke secrets.hf-token`, never printed."""
+def render_secret(credential: Credential, token: str, namespace: str) -> dict:
+    """The only object that carries the credential; created by `invoke secrets.<name>`, never printed."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": cluster.HF_TOKEN_SECRET, "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": credential.name, "namespace": namespace, "labels": dict(MANAGED_BY)},
         "type": "Opaque",
-        "stringData": {cluster.HF_TOKEN_KEY: token},
+        "stringData": {cluster.SECRET_KEY: token},
     }

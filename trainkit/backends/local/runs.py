@@ -23,6 +23,7 @@ from pathlib import Path
 
 from training.common.failure import redact
 from training.common.files import append_event, read_events, read_jsonl
+from training.common.tracking import TRACKING_FILE
 from training.families import family_of
 from training.spec import RANK_LOGS_DIR, SPEC_FILE, read_job
 from trainkit.backends.base import RunRef
@@ -204,12 +205,26 @@ def status(ref: RunRef) -> RunStatus:
         if evaluated:
             lines.append(f"  eval       {evaluated}")
     lines.append(f"  restarts   {restarts_line(events)}")
+    if tracked := mlflow_line(run_dir):
+        lines.append(f"  mlflow     {tracked}")
     if pid is not None:
         lines.append(f"  launcher   pid {pid}; stop it with `invoke stop --run-id {job.run.run_id}`")
     if state is RunState.FAILED:
         lines.append(f"  again      {again_line(job.run.workload, failure, events)}")
     lines.append(f"  folder     {run_dir}")
     return RunStatus(state, "\n".join(lines))
+
+
+def mlflow_line(run_dir: Path) -> str | None:
+    """The run's MLflow run, as its rank 0 recorded it in the run folder (training/common/tracking.py), None: not
+    tracked (or not yet reached)."""
+    try:
+        tracked = json.loads((run_dir / TRACKING_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    embedded = str(tracked["uri"]).startswith("sqlite:")
+    where = "the runs folder's store: `invoke obs.mlflow` shows it" if embedded else tracked["uri"]
+    return f"run {tracked['run_id']}, experiment {tracked['experiment_id']}, {where}"
 
 
 def evaluation_line(job, records: list[dict]) -> str | None:

@@ -179,21 +179,6 @@ def _quota_problems(clients: Clients, job: Job) -> list[str]:
     return problems
 
 
-def put_hf_token(clients: Clients, token: str) -> str:
-    """The token as the stack's secret's new value (PutSecretValue: the value travels in the request body only)."""
-    from trainkit.backends.sagemaker.stack import load_stack
-    from trainkit.infra import outputs
-
-    infra = outputs.load_outputs()
-    stack = load_stack(infra)
-    if not stack.recorded or not stack.hf_token_secret_arn:
-        raise SpecError(
-            "no SageMaker stack recorded: `make up PROFILE=aws` with sagemaker_enabled = true creates the secret"
-        )
-    clients("secretsmanager").put_secret_value(SecretId=stack.hf_token_secret_arn, SecretString=token)
-    return f"stored the Hugging Face token in {stack.hf_token_secret_arn} (jobs with --init pretrained read it)"
-
-
 # --- submit ------------------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from training.spec import EXPORT_DIR, SPEC_FILE, Job
 from trainkit.backends.aws import AwsBackend, Clients, stamp
-from trainkit.backends.base import RunRef, cloud_machine
+from trainkit.backends.base import cloud_machine
 from trainkit.backends.sagemaker import api, request
 from trainkit.backends.sagemaker.stack import NOT_RECORDED, SageMakerStack, load_stack
 from trainkit.errors import SpecError
@@ -212,9 +212,6 @@ class SageMakerBackend(AwsBackend):
             f"here without its checkpoints: `aws s3 sync {folder} runs/{run}/ --exclude 'checkpoints/*'`, then run "
             "this again"
         )
-
-    def put_hf_token(self, token: str, ref: RunRef) -> str:
-        return api.put_hf_token(self.clients(), token)
 
     def fetch_run_files(self, run_id: str, into: Path) -> bool:
         clients = self.clients()

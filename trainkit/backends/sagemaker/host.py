@@ -45,6 +45,7 @@ from trainkit.backends.sagemaker.request import DATA_CHANNEL, EVAL_CHANNEL, REGI
 from trainkit.backends.sagemaker.restore import CHECKPOINT_S3_ENV
 from trainkit.run.agent import RESTART_HOOK_ENV
 from trainkit.run.node import run_node
+from trainkit.run.secrets import job_credentials
 from trainkit.run.torchrun import Placement
 from trainkit.run.workload import WORKLOAD_FILE, Workload
 
@@ -79,8 +80,9 @@ def report_failure(line: str) -> None:
     path.write_text(line[:FAILURE_LIMIT])
 
 
-def hf_token(arn: str | None) -> dict[str, str]:
-    """HF_TOKEN for this host's processes, from Secrets Manager (nothing when the job names no secret)."""
+def secret_env(arn: str | None, name: str) -> dict[str, str]:
+    """`name` for this host's processes, from the Secrets Manager secret `arn` (nothing when the job names no secret,
+    or the secret holds no value)."""
     if not arn:
         return {}
     import boto3
@@ -92,7 +94,7 @@ def hf_token(arn: str | None) -> dict[str, str]:
         value = client.get_secret_value(SecretId=arn)["SecretString"].strip()
     except client.exceptions.ResourceNotFoundException:  # no value stored: the run does without (the launcher's
         return {}  # preflight refused --init pretrained in that case)
-    return {"HF_TOKEN": value} if value else {}
+    return {name: value} if value else {}
 
 
 def publish_model(run_dir: Path) -> None:
@@ -140,9 +142,9 @@ def main() -> int:
         if channel.is_dir():  # the s3:// data the job named, as SageMaker mounts it (FastFile)
             os.environ[variable] = str(channel)
     workload = relocated(workload, submitted, str(job.run_dir))
-    secret = os.environ.get("TRAINKIT_HF_TOKEN_SECRET_ARN") if workload.token else None
     rdzv_id = os.environ.get("TRAINING_JOB_NAME", job.run.run_id)
-    os.environ.update(hf_token(secret))  # this host's processes only, as the Secret is a pod's environment on EKS
+    for credential in job_credentials(job, workload):  # this host's processes only, as a Secret is a pod's env on EKS
+        os.environ.update(secret_env(os.environ.get(credential.arn_env), credential.env))
     os.environ.update(interface_env(resources))
     # The hosts share no filesystem: checkpoints publish per host (training/common/checkpoint.py). Before torchrun
     # restarts the workers in place, each host fetches the others' parts from the checkpoint prefix (restore.py); a

@@ -37,6 +37,7 @@ from trainkit.backends.sagemaker.stack import SageMakerStack
 from trainkit.hardware import INSTANCE_TABLE
 from trainkit.infra.outputs import STACK_TAG
 from trainkit.job.models import get_model
+from trainkit.run.secrets import job_credentials
 from trainkit.run.storage import GB, storage_need
 from trainkit.run.torchrun import TORCH_ENV
 from trainkit.run.workload import Workload
@@ -201,8 +202,9 @@ def render(job: Job, workload: Workload, stack: SageMakerStack, name: str, regio
     }
     if region:  # a SageMaker container's environment is not documented to carry one; boto3 needs it (S3 restores)
         environment[REGION_ENV] = region
-    if workload.token and stack.hf_token_secret_arn:
-        environment["TRAINKIT_HF_TOKEN_SECRET_ARN"] = stack.hf_token_secret_arn  # the secret's name, not its value
+    for credential in job_credentials(job, workload):
+        if arn := stack.secret_arn(credential):
+            environment[credential.arn_env] = arn  # the secret's name, not its value
     algorithm = {
         "TrainingImage": job.placement.image,
         "TrainingInputMode": "File",

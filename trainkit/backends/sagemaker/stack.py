@@ -27,6 +27,13 @@ class SageMakerStack:
     inter_container_traffic_encryption: bool = False
     """EnableInterContainerTrafficEncryption for every job: the stack's choice (sagemaker_inter_container_traffic_
     encryption, off by default, terraform/modules/sagemaker says why)."""
+    mlflow_token_secret_arn: str | None = None
+    """The secret of a self-hosted MLflow server's token (`invoke secrets.mlflow-token`); None for outputs recorded
+    before the stack made it."""
+
+    def secret_arn(self, credential) -> str | None:
+        """The stack's Secrets Manager secret of a credential (trainkit/run/secrets.py), None: the stack has none."""
+        return getattr(self, credential.stack_key)
 
 
 PLACEHOLDER = SageMakerStack(
@@ -35,6 +42,7 @@ PLACEHOLDER = SageMakerStack(
     subnets=("subnet-00000000000000000",),
     security_group_ids=("sg-00000000000000000",),
     hf_token_secret_arn="arn:aws:secretsmanager:us-east-1:000000000000:secret:trainkit-hf-token",
+    mlflow_token_secret_arn="arn:aws:secretsmanager:us-east-1:000000000000:secret:trainkit-mlflow-token",
     recorded=False,
     kms_key_arn="arn:aws:kms:us-east-1:000000000000:key/00000000-0000-0000-0000-000000000000",
 )
@@ -54,6 +62,7 @@ def load_stack(infra: InfraOutputs) -> SageMakerStack:
         subnets=tuple(data["subnet_ids"]),
         security_group_ids=tuple(data["security_group_ids"]),
         hf_token_secret_arn=data.get("hf_token_secret_arn"),
+        mlflow_token_secret_arn=data.get("mlflow_token_secret_arn"),
         recorded=True,
         stack_id=infra.stack_id,
         data_buckets=infra.data_buckets,  # the infra stack's data_source_buckets, which the role may read

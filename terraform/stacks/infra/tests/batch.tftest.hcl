@@ -26,6 +26,12 @@ override_resource {
   target = module.batch.aws_iam_role.execution[0]
   values = { arn = "arn:aws:iam::123456789012:role/trainkit-batch-execution", name = "trainkit-batch-execution" }
 }
+# The MLflow token's secret gets its own ARN (the shared mocks give every secret the Hugging Face token's), so "the
+# role reads both secrets" cannot pass with one.
+override_resource {
+  target = aws_secretsmanager_secret.mlflow_token[0]
+  values = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl" }
+}
 
 variables {
   region                = "us-east-1"
@@ -50,6 +56,10 @@ run "nothing_is_created_when_batch_enabled_is_false" {
   assert {
     condition     = length(aws_secretsmanager_secret.hf_token) == 0
     error_message = "Neither SageMaker nor Batch: no token secret."
+  }
+  assert {
+    condition     = length(aws_secretsmanager_secret.mlflow_token) == 0
+    error_message = "Neither SageMaker nor Batch: no MLflow token secret."
   }
 }
 
@@ -184,7 +194,7 @@ run "p5_batch_part_with_32_efa_interfaces_in_the_gpu_subnet_from_zero_vcpus" {
   assert {
     condition = toset(keys(output.batch)) == toset([
       "job_queue_arn", "job_queue_name", "compute_environment_arn", "job_role_arn", "execution_role_arn",
-      "instance_types", "fsx_mount_path", "log_group", "hf_token_secret_arn", "max_nodes",
+      "instance_types", "fsx_mount_path", "log_group", "hf_token_secret_arn", "mlflow_token_secret_arn", "max_nodes",
     ])
     error_message = "The batch output has exactly the keys the Batch backend reads."
   }
@@ -200,9 +210,23 @@ run "p5_batch_part_with_32_efa_interfaces_in_the_gpu_subnet_from_zero_vcpus" {
     condition     = output.batch.hf_token_secret_arn == aws_secretsmanager_secret.hf_token[0].arn && output.sagemaker == null
     error_message = "Batch alone has the stack's token secret."
   }
+  assert {
+    condition     = output.batch.mlflow_token_secret_arn == aws_secretsmanager_secret.mlflow_token[0].arn && output.batch.mlflow_token_secret_arn != output.batch.hf_token_secret_arn
+    error_message = "Batch alone has the stack's MLflow token secret, a secret of its own."
+  }
+  # Made like the Hugging Face token's: empty (its value is put by `invoke secrets.mlflow-token`, never in the state),
+  # encrypted with the stack's key, deleted at once by `make down`.
+  assert {
+    condition     = aws_secretsmanager_secret.mlflow_token[0].name_prefix == "trainkit-mlflow-token-" && aws_secretsmanager_secret.mlflow_token[0].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.mlflow_token[0].recovery_window_in_days == 0
+    error_message = "The MLflow token's secret is the stack's, encrypted with its key, with no recovery window."
+  }
+  assert {
+    condition     = jsonencode(module.batch.execution_grants.ReadTheToken) == jsonencode({ actions = ["secretsmanager:GetSecretValue"], resources = sort([output.batch.hf_token_secret_arn, output.batch.mlflow_token_secret_arn]) })
+    error_message = "The execution role reads both token secrets, the Hugging Face token's and the MLflow token's."
+  }
 }
 
-run "the_execution_role_reads_only_the_token_secret_shared_with_sagemaker_and_the_job_role_only_the_datasets" {
+run "the_execution_role_reads_only_the_token_secrets_shared_with_sagemaker_and_the_job_role_only_the_datasets" {
   command = apply
 
   variables {
@@ -211,9 +235,16 @@ run "the_execution_role_reads_only_the_token_secret_shared_with_sagemaker_and_th
     data_source_buckets = ["datasets"]
   }
 
+  # AWS Batch User Guide, "Specifying sensitive data with Secrets Manager": the execution role needs
+  # secretsmanager:GetSecretValue on each secret a job definition's `secrets` names, and kms:Decrypt where the secret
+  # is encrypted with a customer managed key (the stack's).
   assert {
-    condition     = jsonencode(module.batch.execution_grants.ReadTheToken) == jsonencode({ actions = ["secretsmanager:GetSecretValue"], resources = [output.batch.hf_token_secret_arn] })
-    error_message = "The execution role reads exactly the Hugging Face token's secret."
+    condition     = jsonencode(module.batch.execution_grants.ReadTheToken) == jsonencode({ actions = ["secretsmanager:GetSecretValue"], resources = sort([output.batch.hf_token_secret_arn, output.batch.mlflow_token_secret_arn]) })
+    error_message = "The execution role reads exactly the token secrets: the Hugging Face token's and the MLflow token's."
+  }
+  assert {
+    condition     = output.batch.mlflow_token_secret_arn == aws_secretsmanager_secret.mlflow_token[0].arn && contains(module.batch.execution_grants.ReadTheToken.resources, "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl")
+    error_message = "The batch output carries the MLflow token secret's ARN, and the execution role's policy names it."
   }
   assert {
     condition     = [for sid, grant in module.batch.execution_grants : sid if anytrue([for action in grant.actions : startswith(action, "secretsmanager:")])] == ["ReadTheToken"]
@@ -246,8 +277,14 @@ run "the_execution_role_reads_only_the_token_secret_shared_with_sagemaker_and_th
     error_message = "One Hugging Face token secret serves both targets."
   }
   assert {
-    condition     = jsonencode(module.sagemaker.grants.ReadTheToken) == jsonencode([output.batch.hf_token_secret_arn]) && jsonencode(module.batch.execution_grants.ReadTheToken.resources) == jsonencode([output.sagemaker.hf_token_secret_arn])
-    error_message = "Both execution roles read that one secret."
+    condition     = jsonencode(module.sagemaker.grants.ReadTheToken) == jsonencode(sort([output.batch.hf_token_secret_arn, output.batch.mlflow_token_secret_arn])) && jsonencode(module.batch.execution_grants.ReadTheToken.resources) == jsonencode(sort([output.sagemaker.hf_token_secret_arn, output.sagemaker.mlflow_token_secret_arn]))
+    error_message = "Both execution roles read that one Hugging Face token secret and that one MLflow token secret."
+  }
+
+  # One MLflow token secret for SageMaker and Batch.
+  assert {
+    condition     = length(aws_secretsmanager_secret.mlflow_token) == 1 && output.batch.mlflow_token_secret_arn == output.sagemaker.mlflow_token_secret_arn
+    error_message = "One MLflow token secret serves both targets."
   }
 }
 

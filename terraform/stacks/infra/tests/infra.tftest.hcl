@@ -7,6 +7,12 @@ override_resource {
   target = module.network.aws_subnet.gpu[0]
   values = { id = "subnet-0fffffffffffffff1", availability_zone = "us-east-1b" }
 }
+# So does the MLflow token's secret (the shared mocks give every secret the Hugging Face token's ARN), so "the role
+# reads both secrets" cannot pass with one.
+override_resource {
+  target = aws_secretsmanager_secret.mlflow_token[0]
+  values = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl" }
+}
 
 variables {
   region                = "us-east-1"
@@ -364,6 +370,10 @@ run "sagemaker_is_off_by_default_and_creates_nothing" {
     condition     = output.sagemaker == null && module.sagemaker.self_traffic == null
     error_message = "Without sagemaker_enabled the stack has no SageMaker part."
   }
+  assert {
+    condition     = length(aws_secretsmanager_secret.hf_token) == 0 && length(aws_secretsmanager_secret.mlflow_token) == 0
+    error_message = "Neither SageMaker nor Batch: no token secret, the Hugging Face token's or the MLflow token's."
+  }
 }
 
 run "sagemaker_part_is_private_encrypted_and_least_privilege" {
@@ -381,6 +391,16 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
   assert {
     condition     = startswith(output.sagemaker.role_arn, "arn:aws:iam::") && startswith(output.sagemaker.hf_token_secret_arn, "arn:aws:secretsmanager:")
     error_message = "The role and the token's secret are exported for the launcher."
+  }
+  # A self-hosted MLflow tracking server's bearer token (MLflow's client reads MLFLOW_TRACKING_TOKEN) has a secret of
+  # its own, made with SageMaker alone, which the launcher gets.
+  assert {
+    condition     = length(aws_secretsmanager_secret.mlflow_token) == 1 && output.sagemaker.mlflow_token_secret_arn == aws_secretsmanager_secret.mlflow_token[0].arn && output.sagemaker.mlflow_token_secret_arn != output.sagemaker.hf_token_secret_arn
+    error_message = "The MLflow token's secret is made with SageMaker alone and exported for the launcher."
+  }
+  assert {
+    condition     = aws_secretsmanager_secret.mlflow_token[0].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.mlflow_token[0].recovery_window_in_days == 0
+    error_message = "The MLflow token's secret is encrypted with the stack's key and deleted at once by `make down`, like the Hugging Face token's."
   }
   assert {
     condition = alltrue([
@@ -406,8 +426,10 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
     condition     = jsonencode(module.sagemaker.trust) == jsonencode({ service = ["sagemaker.amazonaws.com"], source_account = ["123456789012"] })
     error_message = "Only SageMaker, acting for this account, assumes the role."
   }
-  # The stack's key only through S3 (the bucket, the job's output) and Secrets Manager (the token): AWS KMS Developer
-  # Guide, kms:ViaService.
+  # The stack's key only through S3 (the bucket, the job's output) and Secrets Manager (the tokens): AWS KMS Developer
+  # Guide, kms:ViaService. Reading a secret encrypted with a customer managed key needs kms:Decrypt on the key besides
+  # secretsmanager:GetSecretValue (Secrets Manager User Guide, "Secret encryption and decryption in AWS Secrets
+  # Manager"): DecryptTheToken covers both token secrets, which share the stack's key.
   assert {
     condition = alltrue([
       jsonencode(module.sagemaker.grant_conditions.UseTheStackKeyThroughS3) == jsonencode({ "kms:ViaService" = ["StringEquals", ["s3.us-east-1.amazonaws.com"]] }),
@@ -435,10 +457,13 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
       jsonencode(module.sagemaker.grants.ReadRuns) == jsonencode(["arn:aws:s3:::trainkit-runs-123456789012/checkpoints/*", "arn:aws:s3:::trainkit-runs-123456789012/datasets/*", "arn:aws:s3:::trainkit-runs-123456789012/runs/*"]),
       jsonencode(module.sagemaker.grants.WriteOutputsAndCheckpoints) == jsonencode(["arn:aws:s3:::trainkit-runs-123456789012/checkpoints/*", "arn:aws:s3:::trainkit-runs-123456789012/runs/*/output/*"]),
       jsonencode(module.sagemaker.grants.ReadDatasets) == jsonencode(["arn:aws:s3:::datasets", "arn:aws:s3:::datasets/*"]),
-      jsonencode(module.sagemaker.grants.ReadTheToken) == jsonencode([output.sagemaker.hf_token_secret_arn]),
+      jsonencode(module.sagemaker.grants.ReadTheToken) == jsonencode(sort([output.sagemaker.hf_token_secret_arn, output.sagemaker.mlflow_token_secret_arn])),
+      contains(module.sagemaker.grants.ReadTheToken, "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl"),
+      jsonencode(module.sagemaker.grant_actions.ReadTheToken) == jsonencode(["secretsmanager:GetSecretValue"]),
+      jsonencode(module.sagemaker.grants.DecryptTheToken) == jsonencode([aws_kms_key.this.arn]),
       jsonencode(module.sagemaker.grants.PullTheImage) == jsonencode(sort(distinct(values(module.ecr.repository_arns)))),
     ])
-    error_message = "The role writes only outputs and checkpoints, reads only the named datasets, the token's secret and this stack's images."
+    error_message = "The role writes only outputs and checkpoints, reads only the named datasets, the tokens' secrets (the Hugging Face token's and the MLflow token's) and this stack's images."
   }
 }
 
