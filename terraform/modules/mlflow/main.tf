@@ -125,15 +125,13 @@ resource "aws_iam_role" "server" {
   assume_role_policy = data.aws_iam_policy_document.server_trust.json
 }
 
-data "aws_iam_policy_document" "server" {
-  statement {
-    sid       = "ArtifactStore"
-    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:GetBucketLocation"]
-    resources = [local.bucket_arn, "${local.bucket_arn}/*"]
-  }
+# The artifact bucket's key, only as S3 uses it (kms:ViaService, AWS KMS Developer Guide): the same statement for
+# the server's role (sid ArtifactStoreKey) and a job's role (sid ArtifactsKey, in the client policy).
+data "aws_iam_policy_document" "artifacts_key" {
+  for_each = toset(["ArtifactStoreKey", "ArtifactsKey"])
 
   statement {
-    sid       = "ArtifactStoreKey"
+    sid       = each.key
     actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
     resources = [var.kms_key_arn]
     condition {
@@ -142,6 +140,17 @@ data "aws_iam_policy_document" "server" {
       values   = ["s3.${local.region}.amazonaws.com"]
     }
   }
+}
+
+data "aws_iam_policy_document" "server" {
+  statement {
+    sid       = "ArtifactStore"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket", "s3:GetBucketLocation"]
+    resources = [local.bucket_arn, "${local.bucket_arn}/*"]
+  }
+
+  # ArtifactStoreKey, last, as before: no statement here has its sid, so it overrides nothing.
+  override_policy_documents = [data.aws_iam_policy_document.artifacts_key["ArtifactStoreKey"].json]
 }
 
 resource "aws_iam_role_policy" "server" {
@@ -190,14 +199,6 @@ data "aws_iam_policy_document" "client" {
     resources = [local.bucket_arn, "${local.bucket_arn}/*"]
   }
 
-  statement {
-    sid       = "ArtifactsKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
-    resources = [var.kms_key_arn]
-    condition {
-      test     = "StringEquals"
-      variable = "kms:ViaService"
-      values   = ["s3.${local.region}.amazonaws.com"]
-    }
-  }
+  # ArtifactsKey, last, as before: no statement here has its sid, so it overrides nothing.
+  override_policy_documents = [data.aws_iam_policy_document.artifacts_key["ArtifactsKey"].json]
 }

@@ -35,7 +35,7 @@ output "server_trust" {
 
 output "client_grants" {
   description = "The client policy: sid => {actions, resources}, sorted."
-  value = { for statement in data.aws_iam_policy_document.client.statement : statement.sid => {
+  value = { for statement in concat(data.aws_iam_policy_document.client.statement, data.aws_iam_policy_document.artifacts_key["ArtifactsKey"].statement) : statement.sid => {
     actions   = sort(statement.actions)
     resources = sort(statement.resources)
   } }

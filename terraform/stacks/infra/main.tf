@@ -247,8 +247,8 @@ module "sagemaker" {
   subnet_ids                = [module.network.gpu_subnet_id] # the GPU subnet: one AZ, where the capacity is
   kms_key_arn               = aws_kms_key.this.arn
   image_repository_arns     = values(module.ecr.repository_arns)
-  hf_token_secret_arn       = one(aws_secretsmanager_secret.hf_token[*].arn)
-  mlflow_token_secret_arn   = one(aws_secretsmanager_secret.mlflow_token[*].arn)
+  hf_token_secret_arn       = try(aws_secretsmanager_secret.job_token["hf-token"].arn, null)
+  mlflow_token_secret_arn   = try(aws_secretsmanager_secret.job_token["mlflow-token"].arn, null)
   data_source_buckets       = var.data_source_buckets
   checkpoint_retention_days = var.sagemaker_checkpoint_retention_days
 
@@ -277,8 +277,8 @@ module "batch" {
   enable_placement_group  = var.enable_placement_group
   kms_key_arn             = aws_kms_key.this.arn
   image_repository_arns   = values(module.ecr.repository_arns)
-  hf_token_secret_arn     = one(aws_secretsmanager_secret.hf_token[*].arn)
-  mlflow_token_secret_arn = one(aws_secretsmanager_secret.mlflow_token[*].arn)
+  hf_token_secret_arn     = try(aws_secretsmanager_secret.job_token["hf-token"].arn, null)
+  mlflow_token_secret_arn = try(aws_secretsmanager_secret.job_token["mlflow-token"].arn, null)
   data_source_buckets     = var.data_source_buckets
   fsx = var.enable_fsx ? {
     dns_name          = module.fsx_lustre.dns_name
@@ -302,41 +302,47 @@ module "mlflow" {
 }
 
 ################################################################################
-# The Hugging Face token's secret, one for SageMaker and Batch jobs: created empty, filled by
-# `invoke secrets.hf-token` (PutSecretValue), so its value is never in the state
+# The tokens of SageMaker and Batch jobs, a secret each, one for both targets: created empty, filled by
+# `invoke secrets.hf-token` / `invoke secrets.mlflow-token` (PutSecretValue), so their values are never in the state.
+# The Hugging Face token; the bearer token of a self-hosted MLflow tracking server (MLflow's client reads
+# MLFLOW_TRACKING_TOKEN). A SageMaker managed tracking server (mlflow_enabled) needs none: its requests are signed
+# with the job's IAM role.
 ################################################################################
 
-resource "aws_secretsmanager_secret" "hf_token" {
-  count = var.sagemaker_enabled || var.batch_enabled ? 1 : 0
-  #checkov:skip=CKV2_AWS_57:a Hugging Face token is issued by Hugging Face; AWS cannot rotate it
+locals {
+  # The secret's name prefix (after the stack's name) => its description.
+  job_tokens = var.sagemaker_enabled || var.batch_enabled ? {
+    "hf-token"     = "Hugging Face token of trainkit's SageMaker and Batch jobs (their execution roles read it)"
+    "mlflow-token" = "Bearer token of a self-hosted MLflow tracking server for trainkit's SageMaker and Batch jobs (their execution roles read it), filled by `invoke secrets.mlflow-token`; a SageMaker managed tracking server needs none: its requests are signed with the job's IAM role"
+  } : {}
+}
 
-  name_prefix             = "${var.name}-hf-token-"
-  description             = "Hugging Face token of trainkit's SageMaker and Batch jobs (their execution roles read it)"
+resource "aws_secretsmanager_secret" "job_token" {
+  for_each = local.job_tokens
+  #checkov:skip=CKV2_AWS_57:the tokens are issued by Hugging Face and by the MLflow tracking server's operator; AWS cannot rotate them
+
+  name_prefix             = "${var.name}-${each.key}-"
+  description             = each.value
   kms_key_id              = aws_kms_key.this.arn
   recovery_window_in_days = 0 # `make down` leaves nothing, not a secret pending deletion
 }
 
-# It used to be the SageMaker module's: a stack made then keeps its secret (and the value put in it).
+# The Hugging Face token's secret used to be the SageMaker module's, then this stack's own resource; the MLflow
+# token's had one of its own too. A stack made then keeps its secrets (and the values put in them): Terraform
+# follows the chain of moves.
 moved {
   from = module.sagemaker.aws_secretsmanager_secret.hf_token[0]
   to   = aws_secretsmanager_secret.hf_token[0]
 }
 
-################################################################################
-# The bearer token of a self-hosted MLflow tracking server (MLflow's client reads MLFLOW_TRACKING_TOKEN), one for
-# SageMaker and Batch jobs: created empty, filled by `invoke secrets.mlflow-token` (PutSecretValue), so its value is
-# never in the state. A SageMaker managed tracking server (mlflow_enabled) needs none: its requests are signed with
-# the job's IAM role.
-################################################################################
+moved {
+  from = aws_secretsmanager_secret.hf_token[0]
+  to   = aws_secretsmanager_secret.job_token["hf-token"]
+}
 
-resource "aws_secretsmanager_secret" "mlflow_token" {
-  count = var.sagemaker_enabled || var.batch_enabled ? 1 : 0
-  #checkov:skip=CKV2_AWS_57:an MLflow tracking server's token is issued by that server's operator; AWS cannot rotate it
-
-  name_prefix             = "${var.name}-mlflow-token-"
-  description             = "Bearer token of a self-hosted MLflow tracking server for trainkit's SageMaker and Batch jobs (their execution roles read it), filled by `invoke secrets.mlflow-token`; a SageMaker managed tracking server needs none: its requests are signed with the job's IAM role"
-  kms_key_id              = aws_kms_key.this.arn
-  recovery_window_in_days = 0 # `make down` leaves nothing, not a secret pending deletion
+moved {
+  from = aws_secretsmanager_secret.mlflow_token[0]
+  to   = aws_secretsmanager_secret.job_token["mlflow-token"]
 }
 
 # A plan-time error, not a warning: an AZ name the region does not have (us-east-1z, us-east-12a) would

@@ -29,7 +29,7 @@ override_resource {
 # The MLflow token's secret gets its own ARN (the shared mocks give every secret the Hugging Face token's), so "the
 # role reads both secrets" cannot pass with one.
 override_resource {
-  target = aws_secretsmanager_secret.mlflow_token[0]
+  target = aws_secretsmanager_secret.job_token["mlflow-token"]
   values = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl" }
 }
 
@@ -54,11 +54,11 @@ run "nothing_is_created_when_batch_enabled_is_false" {
     error_message = "Without batch_enabled there is no queue, security group or role."
   }
   assert {
-    condition     = length(aws_secretsmanager_secret.hf_token) == 0
+    condition     = !contains(keys(aws_secretsmanager_secret.job_token), "hf-token")
     error_message = "Neither SageMaker nor Batch: no token secret."
   }
   assert {
-    condition     = length(aws_secretsmanager_secret.mlflow_token) == 0
+    condition     = !contains(keys(aws_secretsmanager_secret.job_token), "mlflow-token")
     error_message = "Neither SageMaker nor Batch: no MLflow token secret."
   }
 }
@@ -207,18 +207,22 @@ run "p5_batch_part_with_32_efa_interfaces_in_the_gpu_subnet_from_zero_vcpus" {
     error_message = "The mount path, the log group and the instance types are exported."
   }
   assert {
-    condition     = output.batch.hf_token_secret_arn == aws_secretsmanager_secret.hf_token[0].arn && output.sagemaker == null
+    condition     = output.batch.hf_token_secret_arn == aws_secretsmanager_secret.job_token["hf-token"].arn && output.sagemaker == null
     error_message = "Batch alone has the stack's token secret."
   }
   assert {
-    condition     = output.batch.mlflow_token_secret_arn == aws_secretsmanager_secret.mlflow_token[0].arn && output.batch.mlflow_token_secret_arn != output.batch.hf_token_secret_arn
+    condition     = output.batch.mlflow_token_secret_arn == aws_secretsmanager_secret.job_token["mlflow-token"].arn && output.batch.mlflow_token_secret_arn != output.batch.hf_token_secret_arn
     error_message = "Batch alone has the stack's MLflow token secret, a secret of its own."
   }
   # Made like the Hugging Face token's: empty (its value is put by `invoke secrets.mlflow-token`, never in the state),
   # encrypted with the stack's key, deleted at once by `make down`.
   assert {
-    condition     = aws_secretsmanager_secret.mlflow_token[0].name_prefix == "trainkit-mlflow-token-" && aws_secretsmanager_secret.mlflow_token[0].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.mlflow_token[0].recovery_window_in_days == 0
+    condition     = aws_secretsmanager_secret.job_token["mlflow-token"].name_prefix == "trainkit-mlflow-token-" && aws_secretsmanager_secret.job_token["mlflow-token"].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.job_token["mlflow-token"].recovery_window_in_days == 0
     error_message = "The MLflow token's secret is the stack's, encrypted with its key, with no recovery window."
+  }
+  assert {
+    condition     = aws_secretsmanager_secret.job_token["hf-token"].name_prefix == "trainkit-hf-token-" && aws_secretsmanager_secret.job_token["hf-token"].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.job_token["hf-token"].recovery_window_in_days == 0
+    error_message = "The Hugging Face token's secret keeps its name prefix, encrypted with the stack's key, with no recovery window."
   }
   assert {
     condition     = jsonencode(module.batch.execution_grants.ReadTheToken) == jsonencode({ actions = ["secretsmanager:GetSecretValue"], resources = sort([output.batch.hf_token_secret_arn, output.batch.mlflow_token_secret_arn]) })
@@ -243,7 +247,7 @@ run "the_execution_role_reads_only_the_token_secrets_shared_with_sagemaker_and_t
     error_message = "The execution role reads exactly the token secrets: the Hugging Face token's and the MLflow token's."
   }
   assert {
-    condition     = output.batch.mlflow_token_secret_arn == aws_secretsmanager_secret.mlflow_token[0].arn && contains(module.batch.execution_grants.ReadTheToken.resources, "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl")
+    condition     = output.batch.mlflow_token_secret_arn == aws_secretsmanager_secret.job_token["mlflow-token"].arn && contains(module.batch.execution_grants.ReadTheToken.resources, "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl")
     error_message = "The batch output carries the MLflow token secret's ARN, and the execution role's policy names it."
   }
   assert {
@@ -273,7 +277,7 @@ run "the_execution_role_reads_only_the_token_secrets_shared_with_sagemaker_and_t
 
   # One Hugging Face token secret for SageMaker and Batch.
   assert {
-    condition     = length(aws_secretsmanager_secret.hf_token) == 1 && output.batch.hf_token_secret_arn == output.sagemaker.hf_token_secret_arn
+    condition     = contains(keys(aws_secretsmanager_secret.job_token), "hf-token") && output.batch.hf_token_secret_arn == output.sagemaker.hf_token_secret_arn
     error_message = "One Hugging Face token secret serves both targets."
   }
   assert {
@@ -283,7 +287,7 @@ run "the_execution_role_reads_only_the_token_secrets_shared_with_sagemaker_and_t
 
   # One MLflow token secret for SageMaker and Batch.
   assert {
-    condition     = length(aws_secretsmanager_secret.mlflow_token) == 1 && output.batch.mlflow_token_secret_arn == output.sagemaker.mlflow_token_secret_arn
+    condition     = contains(keys(aws_secretsmanager_secret.job_token), "mlflow-token") && output.batch.mlflow_token_secret_arn == output.sagemaker.mlflow_token_secret_arn
     error_message = "One MLflow token secret serves both targets."
   }
 }

@@ -10,7 +10,7 @@ override_resource {
 # So does the MLflow token's secret (the shared mocks give every secret the Hugging Face token's ARN), so "the role
 # reads both secrets" cannot pass with one.
 override_resource {
-  target = aws_secretsmanager_secret.mlflow_token[0]
+  target = aws_secretsmanager_secret.job_token["mlflow-token"]
   values = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainkit-mlflow-token-GhIjKl" }
 }
 
@@ -371,7 +371,7 @@ run "sagemaker_is_off_by_default_and_creates_nothing" {
     error_message = "Without sagemaker_enabled the stack has no SageMaker part."
   }
   assert {
-    condition     = length(aws_secretsmanager_secret.hf_token) == 0 && length(aws_secretsmanager_secret.mlflow_token) == 0
+    condition     = length(aws_secretsmanager_secret.job_token) == 0
     error_message = "Neither SageMaker nor Batch: no token secret, the Hugging Face token's or the MLflow token's."
   }
 }
@@ -395,11 +395,11 @@ run "sagemaker_part_is_private_encrypted_and_least_privilege" {
   # A self-hosted MLflow tracking server's bearer token (MLflow's client reads MLFLOW_TRACKING_TOKEN) has a secret of
   # its own, made with SageMaker alone, which the launcher gets.
   assert {
-    condition     = length(aws_secretsmanager_secret.mlflow_token) == 1 && output.sagemaker.mlflow_token_secret_arn == aws_secretsmanager_secret.mlflow_token[0].arn && output.sagemaker.mlflow_token_secret_arn != output.sagemaker.hf_token_secret_arn
+    condition     = contains(keys(aws_secretsmanager_secret.job_token), "mlflow-token") && output.sagemaker.mlflow_token_secret_arn == aws_secretsmanager_secret.job_token["mlflow-token"].arn && output.sagemaker.mlflow_token_secret_arn != output.sagemaker.hf_token_secret_arn
     error_message = "The MLflow token's secret is made with SageMaker alone and exported for the launcher."
   }
   assert {
-    condition     = aws_secretsmanager_secret.mlflow_token[0].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.mlflow_token[0].recovery_window_in_days == 0
+    condition     = aws_secretsmanager_secret.job_token["mlflow-token"].kms_key_id == aws_kms_key.this.arn && aws_secretsmanager_secret.job_token["mlflow-token"].recovery_window_in_days == 0
     error_message = "The MLflow token's secret is encrypted with the stack's key and deleted at once by `make down`, like the Hugging Face token's."
   }
   assert {
