@@ -13,7 +13,7 @@ from pathlib import Path
 
 from training.spec import Job
 from trainkit.errors import SpecError
-from trainkit.run.secrets import MLFLOW_TOKEN
+from trainkit.run.secrets import MLFLOW_TOKEN, sends_token
 
 # botocore's SageMaker service model: TrackingServerArn and MlflowAppArn (the two resource types the sagemaker-mlflow
 # plugin signs requests for: sagemaker_mlflow/auth_provider.py _get_auth_service_name), with the name a
@@ -72,12 +72,6 @@ def validate_tracking(job: Job) -> None:
     raise SpecError(
         f"--tracking-uri {redacted(uri)}: {scheme or 'no'} scheme is not one trainkit sends to; give {ACCEPTED}"
     )
-
-
-def sends_token(job: Job) -> bool:
-    """Whether the job's workers send MLflow a token (MLFLOW_TRACKING_TOKEN, from the target's secret when it holds
-    one): to an http(s) server, never to a SageMaker managed one, whose requests the job's IAM role signs."""
-    return job.tracking.enabled and (job.tracking.uri or "").lower().startswith(("http://", "https://"))
 
 
 def redacted(uri: str) -> str:

@@ -52,11 +52,15 @@ MLFLOW_TOKEN = Credential(
 CREDENTIALS = (HF_TOKEN, MLFLOW_TOKEN)
 
 
+def sends_token(job) -> bool:
+    """Whether the job's workers send MLflow a token (MLFLOW_TRACKING_TOKEN, from the target's secret when it holds
+    one): to an http(s) server, never to a SageMaker managed one, whose requests the job's IAM role signs."""
+    return job.tracking.enabled and (job.tracking.uri or "").lower().startswith(("http://", "https://"))
+
+
 def job_credentials(job, workload) -> tuple[Credential, ...]:
     """The credentials a cluster job gets, where its target keeps them: the Hugging Face token for a workload that may
     read it, the MLflow token for a job tracked to an http(s) server."""
-    from trainkit.job.tracking import sends_token
-
     return tuple(c for c, needs in ((HF_TOKEN, workload.token), (MLFLOW_TOKEN, sends_token(job))) if needs)
 
 

@@ -19,8 +19,7 @@ from training.spec import Job
 from trainkit import hardware
 from trainkit.backends.eks import cluster, fsx, resources
 from trainkit.job.models import downloads_weights
-from trainkit.job.tracking import sends_token
-from trainkit.run.secrets import HF_TOKEN, MLFLOW_TOKEN, Credential
+from trainkit.run.secrets import HF_TOKEN, MLFLOW_TOKEN, Credential, sends_token
 from trainkit.run.torchrun import RDZV_KEY_ENV, TORCH_ENV
 from trainkit.run.workload import WORKLOAD_ENV, Workload
 
