@@ -44,16 +44,6 @@ def _load_instance_types() -> dict[str, InstanceType]:
 
 INSTANCE_TYPES = _load_instance_types()
 
-# On-demand Linux list prices in us-east-1, USD per instance-hour, as published on the EC2
-# on-demand pricing page and quoted by The Next Platform ("H100 GPU Instance Pricing On AWS",
-# 2023-07-27). AWS announced cuts of up to 45% for P4 and P5 in June 2025 and prices differ by
-# region and purchase option (Savings Plans, Capacity Blocks): pass --price-per-hour with your rate.
-PRICE_TABLE_AS_OF = "2023-07-27 list prices (pre June-2025 reduction)"
-ON_DEMAND_USD_PER_HOUR = {
-    "p4d.24xlarge": 32.77,
-    "p5.48xlarge": 98.32,
-}
-
 
 @functools.cache
 def local_gpu_count() -> int:

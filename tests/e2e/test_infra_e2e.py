@@ -7,6 +7,7 @@ and the emulator); these tests, ordered last, read what each step did.
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from tests.helpers.infra_round_trip import FAULTS
@@ -16,7 +17,14 @@ def test_up_then_down_leaves_nothing(infra_round_trip_record):
     round_trip = infra_round_trip_record
     up = round_trip["up"]
     assert up["returncode"] == 0, up["stdout"][-4000:] + up["stderr"][-4000:]
-    assert "Estimated cost: $98.32/hour for 1 x p5.48xlarge" in up["stdout"]
+    # Priced as `invoke plan` prices an EKS job: the Price List API's (its stand-in's) price, dated, and the standing
+    # parts beside it (issue 55).
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    assert (
+        f"Estimated cost: $51.23/hour for 1 x p5.48xlarge (on-demand, price list API, {today}); standing"
+        in up["stdout"]
+    )
+    assert f"EKS control plane (1 cluster) $0.100 (price list API, {today})" in up["stdout"]
     # Read from the real plan's variables: its tfvars ask for one node, and without pod identity no guard runs.
     assert "GPU node group: created with 1 node(s), which `make up` waits for" in up["stdout"]
     assert "nothing scales it down (the idle guard is off)" in up["stdout"]

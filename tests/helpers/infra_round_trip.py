@@ -28,6 +28,7 @@ from tests.helpers.aws import FAKE_AWS, moto_server
 from tests.helpers.aws_faults import FaultyProxy
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN, REPO
+from tests.helpers.pricing_standin import PricingStandIn
 
 MODULE = "e2e/test_infra_e2e.py"  # relative to tests/
 RESULTS = "round_trip.json"
@@ -91,8 +92,10 @@ def round_trip(root: Path) -> dict:
     kubeconfig = state / "aws" / "kubeconfig"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     moto = moto_server(root / "moto.log", {"MOTO_IAM_LOAD_MANAGED_POLICIES": "true"})
-    with moto as endpoint, FaultyProxy(endpoint) as proxy:
+    # The Price List API, which moto lacks, from its stand-in: `make up`'s estimate prices as `invoke plan` does.
+    with moto as endpoint, FaultyProxy(endpoint) as proxy, PricingStandIn() as prices:
         env = {**clean, "AWS_ENDPOINT_URL": proxy.endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(state)}
+        env["AWS_ENDPOINT_URL_PRICING"] = prices.url
         record: dict = {"kubeconfig_path": str(kubeconfig), "faults": {}}
 
         def save(**steps) -> None:

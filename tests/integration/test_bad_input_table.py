@@ -224,6 +224,8 @@ PLAN: dict[str, tuple[tuple[str, ...], str]] = {
     "global_batch_size": (("--global-batch-size", "0"), "--global-batch-size"),
     "instance_type": (("--instance-type", "p9.huge"), "--instance-type"),
     "mfu": (("--mfu", "1.5"), "--mfu"),
+    "target": (("--target", "gcp"), "--target"),
+    "spot": (("--spot",), "--spot prices SageMaker's managed spot training"),  # on EKS, whose nodes are on demand
     "price_per_hour": (("--price-per-hour", "-3"), "--price-per-hour"),
     "epoch_tokens": (("--epoch-tokens", "0"), "--epoch-tokens"),
     "output": (("--scaling", "--output", "/proc/trainkit/scaling"), "--output"),

@@ -15,7 +15,6 @@ from moto import mock_aws
 from tests.helpers.ecr_blobs import EcrBlobs
 from tests.helpers.eks import IMAGE
 from tests.helpers.product import invoke
-from trainkit import hardware
 from trainkit.backends import job_from_flags as build_spec
 from trainkit.backends.eks import backend as eks
 from trainkit.backends.eks import cluster, image, preflight
@@ -23,6 +22,7 @@ from trainkit.backends.eks.etcd_issuer import STATUS_PASSED
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
 from trainkit.infra import outputs
+from trainkit.plan.prices import table
 from trainkit.workloads.recipe import recipe
 
 TOKEN = "hf_never_print_me_42"
@@ -292,7 +292,7 @@ def test_status_without_a_job_shows_what_is_up_and_the_idle_guard(fake):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "no trainkit job in namespace trainkit-jobs (`invoke train --target eks` submits one)",
-        f"GPU nodes up: 2 x p5.48xlarge, about $196.64/h (on-demand us-east-1, {hardware.PRICE_TABLE_AS_OF})",
+        f"GPU nodes up: 2 x p5.48xlarge, about $110.08/h (on-demand, table of {table()['as_of']})",
         "idle guard: on (30 min window); last check 2026-05-04T10:15:02Z: keep, job llama-run ended 3 min ago",
     ]
 

@@ -2,20 +2,61 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 
 from PIL import Image
 
+from tests.helpers.pricing_standin import PricingStandIn
 from tests.helpers.product import invoke
 from tests.helpers.published import N7
 from tests.helpers.tiny_decoders import tiny_config, write_tiny
 from training.registry import REGISTRY, DecoderArch
+from trainkit.plan.prices import table
 
 
-def test_invoke_plan_prints_the_table_and_json():
-    text = invoke("plan", "--model", "llama2-70b", "--nodes", "16", "--gpus-per-node", "8")
+def test_invoke_plan_prints_the_table_and_json(tmp_path):
+    job = ("--model", "llama2-70b", "--nodes", "16", "--gpus-per-node", "8")
+    offline = {"TRAINKIT_STATE_DIR": str(tmp_path / "offline"), "HOME": str(tmp_path)}  # no credentials anywhere
+    text = invoke("plan", *job, env=offline, drop_env_prefix="AWS_")
     assert text.returncode == 0, text.stderr
     assert "68,976,648,192" in text.stdout and "*FULL_SHARD" in text.stdout and "$ per hour" in text.stdout
+    # Issue 55. Without credentials: the shipped table's price, with its date (after AWS's June 2025 reduction).
+    dated = table()["as_of"]
+    assert dated > "2025-06" and f"cost on eks (table of {dated}; at the compute rate)" in text.stdout
+    assert f"{16 * table()['ec2_hour']['p5.48xlarge']:,.2f} (16 x p5.48xlarge at $" in text.stdout
+    assert "capacity block    Capacity Block offerings need AWS credentials" in text.stdout
+    # With credentials, the Price List API's price (the stand-in's: botocore's model checks every request), dated
+    # today; EKS's and SageMaker's instance prices differ; the EKS plan shows the Capacity Block offering.
+    with PricingStandIn() as aws:
+        env = {**aws.env(), "TRAINKIT_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+        eks = invoke("plan", *job, "--target", "eks", env=env, drop_env_prefix="AWS_")
+        sagemaker = invoke("plan", *job, "--target", "sagemaker", "--spot", env=env, drop_env_prefix="AWS_")
+        refresh = ("infra.prices", "--refresh-table", "--output", str(tmp_path / "prices.json"))
+        refreshed = invoke(*refresh, env=env, drop_env_prefix="AWS_")
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    assert eks.returncode == 0 and sagemaker.returncode == 0, eks.stderr + sagemaker.stderr
+    assert f"cost on eks (price list API, {today}; at the compute rate)" in eks.stdout
+    assert "$ per hour        819.68 (16 x p5.48xlarge at $51.23)" in eks.stdout  # the stand-in's EC2 Linux price
+    assert f"0.100  EKS control plane (1 cluster) (price list API, {today})" in eks.stdout
+    assert "0.048  NAT gateway" in eks.stdout and "FSx for Lustre (2,400 GiB Persistent-2 at 250" in eks.stdout
+    block = re.search(
+        r"capacity block    16 x p5\.48xlarge for 24 h from (\S+) \(us-east-1b\): \$([\d,.]+) upfront", eks.stdout
+    )
+    assert block and float(block[2].replace(",", "")) == round(31.464 * 16 * 24, 2), eks.stdout  # the cheaper one
+    assert "$ per hour        957.92 (16 x p5.48xlarge at $59.87)" in sagemaker.stdout  # ml.p5.48xlarge training
+    assert "EKS control plane" not in sagemaker.stdout and "capacity block" not in sagemaker.stdout
+    assert "SageMaker bills managed spot training at the spot rate" in sagemaker.stdout
+    asked = [params for operation, params in aws.requests if operation == "GetProducts"]
+    assert len(asked) == 4 + 2, asked  # EC2, EKS, NAT; SageMaker (NAT: the day's cache); then the two p4d prices
+    # The maintainer's refresh of the shipped table: every row the API prices, dated today; FSx's tiers kept.
+    assert refreshed.returncode == 0, refreshed.stderr
+    written = json.loads((tmp_path / "prices.json").read_text())
+    assert written["as_of"] == today and written["ec2_hour"] == {"p4d.24xlarge": 20.11, "p5.48xlarge": 51.23}
+    assert written["sagemaker_training_hour"] == {"ml.p4d.24xlarge": 23.42, "ml.p5.48xlarge": 59.87}
+    assert (written["eks_cluster_hour"], written["nat_gateway_hour"]) == (0.1, 0.048)
+    assert written["fsx_lustre_persistent_2_gb_month"] == table()["fsx_lustre_persistent_2_gb_month"]
     data = json.loads(invoke("plan", "--model", "llama2-7b", "--json").stdout)
     assert data["param_count"] == N7 and data["memory_per_gpu"]["FULL_SHARD"]["total"] > 0
 

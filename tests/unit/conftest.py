@@ -48,3 +48,11 @@ def processor_named():
 def no_processes(monkeypatch, gpus_counted_once, fonts_listed, processor_named):
     """Starting a process in a unit test raises ProcessInUnitTest."""
     monkeypatch.setattr(subprocess, "Popen", RefusedPopen)
+
+
+@pytest.fixture(autouse=True)
+def prices_from_the_table(monkeypatch):
+    """The unit layer never asks AWS: prices come from the shipped table even where credentials exist."""
+    from trainkit.plan.prices import OFFLINE_ENV
+
+    monkeypatch.setenv(OFFLINE_ENV, "table")

@@ -8,6 +8,7 @@ from tests.helpers.published import N7, N13, N70
 from trainkit.errors import SpecError
 from trainkit.job import build
 from trainkit.plan.memory import GIB, PlanOptions, make_plan
+from trainkit.plan.prices import table
 
 
 def plan_of(mfu=0.40, price_per_hour=None, gpus_per_node=None, **flags):
@@ -57,8 +58,9 @@ def test_llama2_70b_on_16_nodes_throughput_and_cost():
     assert plan.flops_per_token == flops_per_token
     step_time = flops_per_token * 128 * 4096 / (0.4 * 989e12 * 128)
     assert plan.step_time_s == pytest.approx(step_time)
-    assert plan.usd_per_hour == pytest.approx(16 * 98.32)
-    assert plan.usd_per_epoch == pytest.approx(16 * 98.32 * 1e8 / (128 * 4096 / step_time) / 3600)
+    hourly = table()["ec2_hour"]["p5.48xlarge"]  # no credentials in the unit layer: the shipped table's price
+    assert plan.usd_per_hour == pytest.approx(16 * hourly) and plan.cost.price.source.startswith("table of 2026-")
+    assert plan.usd_per_epoch == pytest.approx(16 * hourly * 1e8 / (128 * 4096 / step_time) / 3600)
 
 
 def test_price_override_and_bad_input():

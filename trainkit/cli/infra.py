@@ -76,4 +76,33 @@ def audit(c, var_file=None):
     print(lifecycle.audit(var_file))
 
 
-collection = Collection("infra", up, down, plan, outputs, audit)
+@task(
+    help={
+        "region": "The region to price (default: the infra stack's, else AWS_REGION, else us-east-1).",
+        "refresh-table": "Rewrite trainkit/tables/prices.json from the price list API (needs AWS credentials).",
+        "output": "With --refresh-table: write here instead of the shipped table.",
+    }
+)
+@user_errors
+def prices(c, region=None, refresh_table=False, output=None):
+    """Today's prices as `invoke plan` and `make up` use them, each with its source (the AWS Price List API with
+    credentials, else the shipped table); --refresh-table rewrites that table from the API."""
+    from pathlib import Path
+
+    from trainkit.infra.outputs import load_outputs
+    from trainkit.plan.prices import PriceBook, plan_region, price_rows, refreshed_table, write_table
+
+    book = PriceBook(region or plan_region(load_outputs().region))
+    if refresh_table:
+        path = write_table(refreshed_table(book), Path(output) if output else None)
+        print(f"wrote {path}: the price list API's prices in {book.region} on {book.today}")
+        return
+    for row in price_rows(book).values():
+        for what, price in row.items():
+            shown = what if " " in what else f"{what} ({'SageMaker training' if what.startswith('ml.') else 'EC2'})"
+            print(f"{shown:48} {price if price else 'no price known'}")
+    for note in book.notes:
+        print(f"note: {note}")
+
+
+collection = Collection("infra", up, down, plan, outputs, audit, prices)

@@ -38,6 +38,8 @@ PLAN_FLAGS = (
     "instance_type",
     "lora_rank",
     "lora_targets",
+    "target",
+    "spot",
 )
 
 

@@ -17,10 +17,10 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from trainkit.errors import SpecError
-from trainkit.hardware import ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
 from trainkit.infra.outputs import BATCH_ACTIVE, STACK_TAG, aws_state_dir, load_outputs
 from trainkit.infra.terraform import PlanSummary, TerraformStack
 from trainkit.paths import make_folder, terraform_dir
+from trainkit.plan.prices import Price, PriceBook, Standing, plan_region
 
 # Apply order; teardown runs it backwards (the platform stack lives on the cluster the infra makes).
 STACK_ORDER = ("infra", "platform")
@@ -113,27 +113,41 @@ def teardown_order() -> list[str]:
 
 @dataclass
 class CostEstimate:
+    """What the stack costs per hour, priced as `invoke plan` prices an EKS job (trainkit/plan/prices.py): its GPU nodes
+    at the on-demand price of the plan's region, and the standing parts beside them."""
+
     instance_type: str
     nodes: int
-    usd_per_node_hour: float | None
+    price: Price | None
+    standing: list[Standing]
 
     def describe(self) -> str:
-        if self.usd_per_node_hour is None:
-            return f"GPU nodes: {self.nodes} x {self.instance_type} (no price in the table; check the EC2 pricing page)"
-        price = f"(on-demand list price, {PRICE_TABLE_AS_OF}); EKS control plane, FSx, NAT and storage come on top"
+        standing = sum(s.usd_per_hour for s in self.standing)
+        parts = "; ".join(f"{s.what} ${s.usd_per_hour:,.3f} ({s.source})" for s in self.standing)
+        rest = f"standing ${standing:,.2f}/hour: {parts}; EBS, S3 and data transfer come on top"
+        if self.price is None:
+            return (
+                f"GPU nodes: {self.nodes} x {self.instance_type} (no price known: neither the price list API nor "
+                f"trainkit/tables/prices.json has it; check the EC2 pricing page); {rest}"
+            )
+        price = f"(on-demand, {self.price.source})"
         if not self.nodes:
             return (
-                f"Estimated cost: no GPU node at first; ${self.usd_per_node_hour:,.2f}/hour for each "
-                f"{self.instance_type} while a job has it {price}"
+                f"Estimated cost: no GPU node at first; ${self.price.usd:,.2f}/hour for each {self.instance_type} "
+                f"while a job has it {price}; {rest}"
             )
-        total = self.usd_per_node_hour * self.nodes
-        return f"Estimated cost: ${total:,.2f}/hour for {self.nodes} x {self.instance_type} {price}"
+        total = self.price.usd * self.nodes
+        return f"Estimated cost: ${total:,.2f}/hour for {self.nodes} x {self.instance_type} {price}; {rest}"
 
 
 def estimate_cost(plan: PlanSummary) -> CostEstimate:
-    instance_type = plan.variables.get("gpu_instance_type", "p5.48xlarge")
-    nodes = int(plan.variables.get("gpu_desired_nodes", 0))
-    return CostEstimate(instance_type, nodes, ON_DEMAND_USD_PER_HOUR.get(instance_type))
+    variables = plan.variables
+    instance_type = variables.get("gpu_instance_type", "p5.48xlarge")
+    nodes = int(variables.get("gpu_desired_nodes", 0))
+    book = PriceBook(plan_region(variables.get("region")))
+    fsx = (variables.get("fsx_storage_capacity_gib"), variables.get("fsx_throughput_per_tib"))
+    standing = book.standing("eks", *(fsx if variables.get("enable_fsx", True) else (None, None)))
+    return CostEstimate(instance_type, nodes, book.instance_hour("eks", instance_type), standing)
 
 
 def describe_gpu_nodes(variables: dict) -> str:

@@ -43,13 +43,14 @@ from training.common.flops import PEAK_BF16_TFLOPS
 from training.families import family_of
 from training.spec import ZERO_1, Job
 from trainkit.errors import SpecError
-from trainkit.hardware import INSTANCE_TYPES, ON_DEMAND_USD_PER_HOUR, PRICE_TABLE_AS_OF
+from trainkit.hardware import INSTANCE_TYPES
 from trainkit.infra.outputs import DEFAULT_INSTANCE_TYPE
 from trainkit.job.lora import check_shape
 from trainkit.job.models import get_model
 from trainkit.job.validate import check_family, check_language_model
 from trainkit.plan import data_parallel
 from trainkit.plan import scaling_model as scaling
+from trainkit.plan.cost import Cost, price_job
 
 GIB = 1024**3
 USABLE_FRACTION = 0.9
@@ -106,6 +107,8 @@ class Plan:
     usd_per_hour: float | None
     usd_per_epoch: float | None
     price_source: str
+    cost: Cost | None = None
+    """Where the price comes from, the stack's standing costs, a Capacity Block (trainkit/plan/cost.py)."""
     communication: scaling.Point | None = None
     """The scaling model at the job's node count for its strategy: the step with the communication it exposes."""
     fewest_nodes: int | None = None
@@ -268,10 +271,7 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     peak = PEAK_BF16_TFLOPS[instance.gpu] * 1e12
     step_time = flops_per_token * tokens_per_step / (options.mfu * peak * world)
     tokens_per_s = tokens_per_step / step_time
-    price = options.price_per_hour or ON_DEMAND_USD_PER_HOUR.get(instance_type)
-    usd_per_hour = price * p.nodes if price else None
-    usd_per_epoch = usd_per_hour * options.epoch_tokens / tokens_per_s / 3600 if usd_per_hour else None
-    source = "--price-per-hour" if options.price_per_hour else f"on-demand us-east-1, {PRICE_TABLE_AS_OF}"
+    cost = price_job(job, options.price_per_hour, options.epoch_tokens, tokens_per_s)
     plan = Plan(
         job=job,
         options=options,
@@ -286,9 +286,10 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
         flops_per_token=flops_per_token,
         step_time_s=step_time,
         tokens_per_s=tokens_per_s,
-        usd_per_hour=usd_per_hour,
-        usd_per_epoch=usd_per_epoch,
-        price_source=source if price else "no price known; pass --price-per-hour",
+        usd_per_hour=cost.usd_per_hour,
+        usd_per_epoch=cost.usd_per_epoch,
+        price_source=cost.source,
+        cost=cost,
     )
     plan.fewest_nodes = fewest_nodes(job, p.sharding, gpu_bytes)
     plan.adapter_params = adapters

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 
 from training.spec import ZERO_1
+from trainkit.plan.cost import cost_lines
 from trainkit.plan.memory import GIB, USABLE_FRACTION, Plan
 
 COLUMNS = (
@@ -71,15 +72,7 @@ def render_plan(plan: Plan) -> str:
         f"    tokens/s          {plan.tokens_per_s:,.0f} ({plan.tokens_per_s / plan.world_size:,.0f} per GPU, "
         f"{plan.tokens_per_s / seq:,.0f} sequences/s); {with_communication:,.0f} with the communication",
     ]
-    if plan.usd_per_hour is not None:
-        lines += [
-            f"  cost ({plan.price_source}; at the compute rate)",
-            f"    $ per hour        {plan.usd_per_hour:,.2f}",
-            f"    $ per epoch       {plan.usd_per_epoch:,.2f} (epoch = {options.epoch_tokens:,} tokens; "
-            "set --epoch-tokens)",
-        ]
-    else:
-        lines.append(f"  cost                {plan.price_source}")
+    lines += cost_lines(plan.cost, job.parallelism.nodes, str(job.placement.instance_type), options.epoch_tokens)
     return "\n".join(lines)
 
 

@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from trainkit import hardware
 from trainkit.backends.eks import cluster
 from trainkit.backends.eks.idle_decision import (
     DEFAULT_STEP_S,
@@ -59,6 +58,7 @@ from trainkit.backends.eks.idle_inputs import (
 from trainkit.backends.eks.kube import TIMEOUT_S, Kube, api_errors, connect_here, unless_missing
 from trainkit.backends.eks.nodegroup import describe_group, scale_to
 from trainkit.errors import SpecError
+from trainkit.plan.prices import PriceBook, plan_region
 
 STATUS_KEYS = (
     "checked_at",
@@ -141,15 +141,17 @@ def describe(kube: Kube, infra) -> list[str]:
     """`invoke status` lines: the guard's last record and what the GPU nodes up now cost per hour."""
     nodes = kube.core.list_node(label_selector="trainkit/pool=gpu", _request_timeout=TIMEOUT_S).items
     types = [(n.metadata.labels or {}).get("node.kubernetes.io/instance-type", "?") for n in nodes]
-    prices = [hardware.ON_DEMAND_USD_PER_HOUR.get(t) for t in types]
+    book = PriceBook(plan_region(infra.region))
+    prices = [book.instance_hour("eks", t) for t in types] if nodes else []
     if not nodes:
         cost = "GPU nodes up: none ($0/h)"
     elif None in prices:
-        cost = f"GPU nodes up: {len(nodes)} ({', '.join(sorted(set(types)))}; no price in trainkit/hardware.py)"
+        cost = f"GPU nodes up: {len(nodes)} ({', '.join(sorted(set(types)))}; no price known: pass it to `invoke plan`)"
     else:
+        sources = ", ".join(sorted({p.source for p in prices}))
         cost = (
-            f"GPU nodes up: {len(nodes)} x {', '.join(sorted(set(types)))}, about ${sum(prices):,.2f}/h "
-            f"(on-demand us-east-1, {hardware.PRICE_TABLE_AS_OF})"
+            f"GPU nodes up: {len(nodes)} x {', '.join(sorted(set(types)))}, about ${sum(p.usd for p in prices):,.2f}/h "
+            f"(on-demand, {sources})"
         )
     if not infra.idle_guard:
         return [
