@@ -10,9 +10,10 @@ output shape's member names (their locationName, lists as <item>), so botocore p
 GetProducts answers PriceList entries as JSON strings in the documented shape of a real answer
 (tests/data/pricing/aws-cli-get-products.json: product{productFamily, attributes, sku}, serviceCode,
 terms.OnDemand.<sku>.<offer>.priceDimensions.<rate>.pricePerUnit.USD, version, publicationDate); its filters match
-as the API documents them (TERM_MATCH: the attribute equals the value; CONTAINS: holds it). The service's own rules
-for Capacity Blocks are kept (EC2 API Reference, DescribeCapacityBlockOfferings): 1, 2, 4, 8, 16, 32 or 64
-instances; 1-day increments up to 14 days, then 7-day increments up to 182 days.
+as the API documents them (TERM_MATCH: the attribute equals the value; CONTAINS: holds it); its catalogue names
+the attributes as trainkit/plan/prices.py cites them, beside products of other values the filters must leave
+out. The service's own rules for Capacity Blocks are kept (EC2 API Reference, DescribeCapacityBlockOfferings): 1,
+2, 4, 8, 16, 32 or 64 instances; 1-day increments up to 14 days, then 7-day increments up to 182 days.
 """
 
 from __future__ import annotations
@@ -135,6 +136,21 @@ def catalogue(region: str = "us-east-1") -> list[dict]:
         ),
         product(
             "AmazonEC2", "NAT Gateway", "NATHOURS", 0.048, "Hrs", regionCode=region, usagetype="USE1-NatGateway-Hours"
+        ),
+        *(
+            product(
+                "AmazonFSx",
+                "Storage",
+                f"FSXLUSTRE{tier}",
+                usd,
+                "GB-Mo",
+                regionCode=region,
+                fileSystemType="Lustre",
+                storageType=kind,
+                throughputCapacity=str(tier),
+                usagetype=f"USE1-Storage.{kind}.{tier}",
+            )
+            for kind, tier, usd in (("SSD", 125, 0.15), ("SSD", 250, 0.205), ("SSD", 200, 0.29), ("HDD", 12, 0.025))
         ),
         product(
             "AmazonEC2", "NAT Gateway", "NATBYTES", 0.045, "GB", regionCode=region, usagetype="USE1-NatGateway-Bytes"

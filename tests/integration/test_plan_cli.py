@@ -40,7 +40,11 @@ def test_invoke_plan_prints_the_table_and_json(tmp_path):
     assert f"cost on eks (price list API, {today}; at the compute rate)" in eks.stdout
     assert "$ per hour        819.68 (16 x p5.48xlarge at $51.23)" in eks.stdout  # the stand-in's EC2 Linux price
     assert f"0.100  EKS control plane (1 cluster) (price list API, {today})" in eks.stdout
-    assert "0.048  NAT gateway" in eks.stdout and "FSx for Lustre (2,400 GiB Persistent-2 at 250" in eks.stdout
+    assert "0.048  NAT gateway" in eks.stdout
+    assert (
+        f"0.674  FSx for Lustre (2,400 GiB Persistent-2 at 250 MB/s/TiB, $0.205/GB-month) (price list API, {today})"
+        in eks.stdout
+    )
     block = re.search(
         r"capacity block    16 x p5\.48xlarge for 24 h from (\S+) \(us-east-1b\): \$([\d,.]+) upfront", eks.stdout
     )
@@ -49,7 +53,7 @@ def test_invoke_plan_prints_the_table_and_json(tmp_path):
     assert "EKS control plane" not in sagemaker.stdout and "capacity block" not in sagemaker.stdout
     assert "SageMaker bills managed spot training at the spot rate" in sagemaker.stdout
     asked = [params for operation, params in aws.requests if operation == "GetProducts"]
-    assert len(asked) == 4 + 2, asked  # EC2, EKS, NAT; SageMaker (NAT: the day's cache); then the two p4d prices
+    assert len(asked) == 5 + 2, asked  # EC2, EKS, NAT, FSx; SageMaker (NAT: the day's cache); then the p4d prices
     # The maintainer's refresh of the shipped table: every row the API prices, dated today; FSx's tiers kept.
     assert refreshed.returncode == 0, refreshed.stderr
     written = json.loads((tmp_path / "prices.json").read_text())

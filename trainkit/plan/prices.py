@@ -19,8 +19,9 @@ Filters, as AWS's price list names the attributes (and as infracost's AWS resour
 internal/resources/aws/instance.go, eks_cluster.go, nat_gateway.go): EC2 instanceType, operatingSystem Linux,
 tenancy Shared, preInstalledSw NA, licenseModel "No License required", capacitystatus Used; the EKS cluster hour
 usagetype `*AmazonEKS-Hours:perCluster`; the NAT gateway productFamily "NAT Gateway", usagetype `*NatGateway-Hours`;
-SageMaker component Training and instanceName ml.<type>. FSx for Lustre's Persistent-2 tiers come from the table
-only: its price-list attributes could not be checked against a real answer here (docs/cost.md says so).
+SageMaker component Training and instanceName ml.<type>; FSx for Lustre fileSystemType Lustre, storageType SSD and
+throughputCapacity the tier, per GB-Mo. Whether AWS's live list still names them so only AWS shows: an answer with
+not exactly one price falls back to the table, and the plan's note says so (docs/cost.md).
 """
 
 from __future__ import annotations
@@ -166,12 +167,17 @@ class PriceBook:
         nat = self._priced(self._api("nat:hour", "AmazonEC2", filters, "Hrs"), "hour", "nat_gateway_hour")
         lines.append(Standing("NAT gateway (1; data processed comes on top)", nat.usd, nat.source))
         if target in ("eks", "batch") and fsx_gib:
-            tiers = table()["fsx_lustre_persistent_2_gb_month"]
-            per_gb = tiers.get(str(fsx_per_tib))
+            # Persistent-2's SSD tiers (125, 250, 500, 1000 MB/s/TiB) are throughputCapacity values no other Lustre
+            # deployment type has (Persistent-1: 50, 100, 200): the tier names the storage price.
+            filters = [_match("regionCode", self.region), _match("fileSystemType", "Lustre")]
+            filters += [_match("storageType", "SSD"), _match("throughputCapacity", str(fsx_per_tib))]
+            usd = self._api(f"fsx:lustre-ssd-{fsx_per_tib}", "AmazonFSx", filters, "GB-Mo")
+            per_gb = self._priced(usd, "GB-month", "fsx_lustre_persistent_2_gb_month", str(fsx_per_tib))
             if per_gb is not None:
-                source = self._table_source()
-                what = f"FSx for Lustre ({fsx_gib:,} GiB Persistent-2 at {fsx_per_tib} MB/s/TiB, ${per_gb}/GB-month)"
-                lines.append(Standing(what, fsx_gib * per_gb / HOURS_PER_MONTH, source))
+                what = (
+                    f"FSx for Lustre ({fsx_gib:,} GiB Persistent-2 at {fsx_per_tib} MB/s/TiB, ${per_gb.usd}/GB-month)"
+                )
+                lines.append(Standing(what, fsx_gib * per_gb.usd / HOURS_PER_MONTH, per_gb.source))
         return lines
 
     def capacity_block(self, instance_type: str, count: int, hours: float) -> CapacityBlock | str:
