@@ -28,6 +28,12 @@ from tests.helpers.product import stop_started
 from training.vision.synthetic import SyntheticTree, write_tree
 from trainkit.infra import outputs
 from trainkit.paths import STATE_ENV
+from trainkit.plan.prices import OFFLINE_ENV
+
+# No test asks AWS for a price: the launcher and every process it starts price from the shipped table, even where a
+# developer's credentials are in the environment. A test that wants the Price List API points boto3 at its stand-in
+# (tests/helpers/pricing_standin.py), whose env() says so.
+os.environ.setdefault(OFFLINE_ENV, "table")
 
 LAYERS = ("unit", "integration", "e2e")
 ALIASES = {"e2e": ("slow",)}  # the marker the training runs had before the layers

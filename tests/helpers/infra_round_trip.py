@@ -29,6 +29,7 @@ from tests.helpers.aws_faults import FaultyProxy
 from tests.helpers.background import Background
 from tests.helpers.paths import BIN, REPO
 from tests.helpers.pricing_standin import PricingStandIn
+from trainkit.plan.prices import OFFLINE_ENV
 
 MODULE = "e2e/test_infra_e2e.py"  # relative to tests/
 RESULTS = "round_trip.json"
@@ -95,7 +96,7 @@ def round_trip(root: Path) -> dict:
     # The Price List API, which moto lacks, from its stand-in: `make up`'s estimate prices as `invoke plan` does.
     with moto as endpoint, FaultyProxy(endpoint) as proxy, PricingStandIn() as prices:
         env = {**clean, "AWS_ENDPOINT_URL": proxy.endpoint, **FAKE_AWS, "TRAINKIT_STATE_DIR": str(state)}
-        env["AWS_ENDPOINT_URL_PRICING"] = prices.url
+        env.update(AWS_ENDPOINT_URL_PRICING=prices.url, **{OFFLINE_ENV: "api"})
         record: dict = {"kubeconfig_path": str(kubeconfig), "faults": {}}
 
         def save(**steps) -> None:

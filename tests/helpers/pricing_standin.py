@@ -12,8 +12,9 @@ GetProducts answers PriceList entries as JSON strings in the documented shape of
 terms.OnDemand.<sku>.<offer>.priceDimensions.<rate>.pricePerUnit.USD, version, publicationDate); its filters match
 as the API documents them (TERM_MATCH: the attribute equals the value; CONTAINS: holds it); its catalogue names
 the attributes as trainkit/plan/prices.py cites them, beside products of other values the filters must leave
-out. The service's own rules for Capacity Blocks are kept (EC2 API Reference, DescribeCapacityBlockOfferings): 1,
-2, 4, 8, 16, 32 or 64 instances; 1-day increments up to 14 days, then 7-day increments up to 182 days.
+out. The service's own rules for Capacity Blocks are kept, as botocore's EC2 model (1.44) documents
+DescribeCapacityBlockOfferings: up to 64 instances a block; 1-day increments up to 14 days, then 7-day increments up
+to 182 days; an offering starts no earlier than StartDateRange and ends no later than EndDateRange.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from xml.sax.saxutils import escape
 import botocore.session
 
 from tests.helpers.aws_model import problems
+from trainkit.plan.prices import OFFLINE_ENV
 
 OFFER = "JRTCKXETXF"  # the on-demand offer term code real answers carry
 RATE = "6YS6EN2CT7"
@@ -70,6 +72,7 @@ def ec2_instance(sku: str, usd: float, instance_type: str, region: str, **change
         "preInstalledSw": "NA",
         "licenseModel": "No License required",
         "capacitystatus": "Used",
+        "marketoption": "OnDemand",
         "usagetype": f"BoxUsage:{instance_type}",
     }
     return product("AmazonEC2", "Compute Instance", sku, usd, "Hrs", **{**attributes, **changed})
@@ -85,6 +88,7 @@ def catalogue(region: str = "us-east-1") -> list[dict]:
         ec2_instance("P5SQL", 70.25, "p5.48xlarge", region, preInstalledSw="SQL Std"),
         ec2_instance("P5UNUSED", 12.5, "p5.48xlarge", region, capacitystatus="UnusedCapacityReservation"),
         ec2_instance("P5OTHER", 58.0, "p5.48xlarge", "eu-west-1"),
+        ec2_instance("P5BLOCK", 31.46, "p5.48xlarge", region, marketoption="CapacityBlock"),
         ec2_instance("P4DLINUX", 20.11, "p4d.24xlarge", region),
         product(
             "AmazonSageMaker",
@@ -150,7 +154,14 @@ def catalogue(region: str = "us-east-1") -> list[dict]:
                 throughputCapacity=str(tier),
                 usagetype=f"USE1-Storage.{kind}.{tier}",
             )
-            for kind, tier, usd in (("SSD", 125, 0.15), ("SSD", 250, 0.205), ("SSD", 200, 0.29), ("HDD", 12, 0.025))
+            for kind, tier, usd in (
+                ("SSD", 125, 0.15),
+                ("SSD", 250, 0.205),
+                ("SSD", 500, 0.335),
+                ("SSD", 1000, 0.59),
+                ("SSD", 200, 0.29),  # Persistent-1's tier
+                ("HDD", 12, 0.025),
+            )
         ),
         product(
             "AmazonEC2", "NAT Gateway", "NATBYTES", 0.045, "GB", regionCode=region, usagetype="USE1-NatGateway-Bytes"
@@ -173,9 +184,9 @@ def matches(item: dict, flt: dict) -> bool:
 
 
 def block_problem(count: int, hours: int) -> str | None:
-    """The service's rule on a block's size (not in the model)."""
-    if count not in (1, 2, 4, 8, 16, 32, 64):
-        return f"InstanceCount {count}: a Capacity Block holds 1, 2, 4, 8, 16, 32 or 64 instances"
+    """The service's rule on a block's size (in the model's documentation, not its shapes)."""
+    if not 1 <= count <= 64:
+        return f"InstanceCount {count}: a Capacity Block holds up to 64 instances"
     days, rest = divmod(hours, 24)
     if rest or days < 1 or (days > 14 and (days % 7 or days > 182)):
         return f"CapacityDurationHours {hours}: 1-day increments up to 14 days, then 7-day increments up to 182"
@@ -206,6 +217,7 @@ class PricingStandIn:
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1",
+            OFFLINE_ENV: "api",  # the suite keeps the launcher on the table unless a test points it here
         }
 
     def __enter__(self) -> PricingStandIn:
@@ -241,10 +253,7 @@ class PricingStandIn:
     def _params(self, form: dict[str, str]) -> tuple[dict, list[str]]:
         """The form as the operation's input (top-level members by their query names), and what is unknown."""
         shape = self.ec2.operation_model("DescribeCapacityBlockOfferings").input_shape
-        names = {
-            (m.serialization.get("name") or name)[:1].upper() + (m.serialization.get("name") or name)[1:]: name
-            for name, m in shape.members.items()
-        }
+        names = {_query_name(name, m): name for name, m in shape.members.items()}
         params, unknown = {}, []
         for key, value in form.items():
             if key in ("Action", "Version"):
@@ -268,7 +277,10 @@ class PricingStandIn:
         params, unknown = self._params(form)
         self.requests.append(("DescribeCapacityBlockOfferings", params))
         refused = unknown + problems("ec2", "DescribeCapacityBlockOfferings", params)
-        refused += [p for p in [block_problem(params.get("InstanceCount", 0), params["CapacityDurationHours"])] if p]
+        if not refused:  # the model's rules first: a request without a duration never reaches the service's
+            refused += [
+                p for p in [block_problem(params.get("InstanceCount", 1), params["CapacityDurationHours"])] if p
+            ]
         if refused:
             error = f"<Error><Code>InvalidParameterValue</Code><Message>{escape('; '.join(refused))}</Message></Error>"
             return 400, f"<Response><Errors>{error}</Errors><RequestID>standin</RequestID></Response>"
@@ -278,7 +290,12 @@ class PricingStandIn:
             start = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2)).replace(
                 hour=11, minute=30, second=0, microsecond=0
             )  # blocks start at 11:30 UTC (EC2 User Guide, Capacity Blocks)
+            earliest = params.get("StartDateRange", start)
+            latest = params.get("EndDateRange", start + datetime.timedelta(days=365))
             for index, factor in enumerate((1.08, 1.0)):
+                begins = start + datetime.timedelta(days=index)
+                if begins < earliest or begins + datetime.timedelta(hours=hours) > latest:
+                    continue  # outside the window the request gives
                 offer = {
                     "CapacityBlockOfferingId": f"cbr-0standin{index}",
                     "InstanceType": params["InstanceType"],
@@ -330,6 +347,15 @@ class PricingStandIn:
                 self.wfile.write(data)
 
         return Handler
+
+
+def _query_name(name: str, member) -> str:
+    """How the EC2 query protocol names a top-level member (botocore/serialize.py, EC2Serializer._get_serialized_name:
+    queryName, else locationName capitalised, else the member's name)."""
+    if "queryName" in member.serialization:
+        return member.serialization["queryName"]
+    located = member.serialization.get("name")
+    return located[0].upper() + located[1:] if located else name
 
 
 def _xml(shape, value) -> str:

@@ -13,12 +13,14 @@ from tests.helpers.product import invoke
 from tests.helpers.published import N7
 from tests.helpers.tiny_decoders import tiny_config, write_tiny
 from training.registry import REGISTRY, DecoderArch
-from trainkit.plan.prices import table
+from trainkit.plan.prices import OFFLINE_ENV, table
 
 
 def test_invoke_plan_prints_the_table_and_json(tmp_path):
     job = ("--model", "llama2-70b", "--nodes", "16", "--gpus-per-node", "8")
-    offline = {"TRAINKIT_STATE_DIR": str(tmp_path / "offline"), "HOME": str(tmp_path)}  # no credentials anywhere
+    # No credentials anywhere (none in the environment, HOME or an instance-metadata endpoint): the launcher asks none.
+    offline = {"TRAINKIT_STATE_DIR": str(tmp_path / "offline"), "HOME": str(tmp_path), OFFLINE_ENV: "api"}
+    offline["AWS_EC2_METADATA_DISABLED"] = "true"
     text = invoke("plan", *job, env=offline, drop_env_prefix="AWS_")
     assert text.returncode == 0, text.stderr
     assert "68,976,648,192" in text.stdout and "*FULL_SHARD" in text.stdout and "$ per hour" in text.stdout
@@ -49,18 +51,19 @@ def test_invoke_plan_prints_the_table_and_json(tmp_path):
         r"capacity block    16 x p5\.48xlarge for 24 h from (\S+) \(us-east-1b\): \$([\d,.]+) upfront", eks.stdout
     )
     assert block and float(block[2].replace(",", "")) == round(31.464 * 16 * 24, 2), eks.stdout  # the cheaper one
-    assert "$ per hour        957.92 (16 x p5.48xlarge at $59.87)" in sagemaker.stdout  # ml.p5.48xlarge training
-    assert "EKS control plane" not in sagemaker.stdout and "capacity block" not in sagemaker.stdout
-    assert "SageMaker bills managed spot training at the spot rate" in sagemaker.stdout
+    assert "$ per hour        957.92 (16 x ml.p5.48xlarge at $59.87)" in sagemaker.stdout  # SageMaker's training price
+    assert "EKS control plane" in sagemaker.stdout and "capacity block" not in sagemaker.stdout  # the stack's, still
+    assert "no discount is guessed here" in sagemaker.stdout and "ml.p5.48xlarge at $59.87" in sagemaker.stdout
     asked = [params for operation, params in aws.requests if operation == "GetProducts"]
-    assert len(asked) == 5 + 2, asked  # EC2, EKS, NAT, FSx; SageMaker (NAT: the day's cache); then the p4d prices
-    # The maintainer's refresh of the shipped table: every row the API prices, dated today; FSx's tiers kept.
+    assert len(asked) == 5 + 5, asked  # EC2, EKS, NAT, FSx; SageMaker (the rest: the day's cache); then the refresh's
+    # p4d prices and three FSx tiers
+    # The maintainer's refresh of the shipped table: every row as the API prices it, dated today.
     assert refreshed.returncode == 0, refreshed.stderr
     written = json.loads((tmp_path / "prices.json").read_text())
     assert written["as_of"] == today and written["ec2_hour"] == {"p4d.24xlarge": 20.11, "p5.48xlarge": 51.23}
     assert written["sagemaker_training_hour"] == {"ml.p4d.24xlarge": 23.42, "ml.p5.48xlarge": 59.87}
     assert (written["eks_cluster_hour"], written["nat_gateway_hour"]) == (0.1, 0.048)
-    assert written["fsx_lustre_persistent_2_gb_month"] == table()["fsx_lustre_persistent_2_gb_month"]
+    assert written["fsx_lustre_persistent_2_gb_month"] == {"125": 0.15, "250": 0.205, "500": 0.335, "1000": 0.59}
     data = json.loads(invoke("plan", "--model", "llama2-7b", "--json").stdout)
     assert data["param_count"] == N7 and data["memory_per_gpu"]["FULL_SHARD"]["total"] > 0
 

@@ -14,7 +14,8 @@ from tests.helpers.paths import REPO
 from tests.helpers.pricing_standin import PricingStandIn, catalogue
 from trainkit.errors import SpecError
 from trainkit.plan.cost import FSX_DEFAULTS
-from trainkit.plan.prices import OFFLINE_ENV, PriceBook, block_size, on_demand_usd, refreshed_table, table
+from trainkit.plan.price_table import refreshed_table
+from trainkit.plan.prices import OFFLINE_ENV, PriceBook, block_size, on_demand_usd, table
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +43,7 @@ def test_the_parser_reads_a_real_answer_and_the_stand_in_answers_in_its_shape():
 
 @pytest.mark.parametrize(
     ("count", "hours", "size"),
-    [(16, 0.3, (16, 24)), (3, 400, (4, 21 * 24)), (1, 14 * 24, (1, 14 * 24)), (65, 1, None), (1, 183 * 24, None)],
+    [(16, 0.3, (16, 24)), (3, 400, (3, 21 * 24)), (1, 14 * 24, (1, 14 * 24)), (65, 1, None), (1, 183 * 24, None)],
 )
 def test_a_capacity_block_is_the_smallest_that_aws_offers_for_the_job(count, hours, size):
     assert block_size(count, hours) == size
@@ -65,8 +66,10 @@ def test_requests_botocore_or_the_service_refuses_fail_and_prices_are_cached_for
         pricing, ec2 = client_of(aws.url)("pricing"), client_of(aws.url)("ec2")
         with pytest.raises(botocore.exceptions.ClientError, match="InvalidParameterException"):
             pricing.get_products(ServiceCode="AmazonEC2", Filters=[{"Type": "REGEX", "Field": "x", "Value": "x"}])
-        with pytest.raises(botocore.exceptions.ClientError, match="1, 2, 4, 8, 16, 32 or 64 instances"):
-            ec2.describe_capacity_block_offerings(InstanceType="p5.48xlarge", InstanceCount=3, CapacityDurationHours=24)
+        with pytest.raises(botocore.exceptions.ClientError, match="holds up to 64 instances"):
+            ec2.describe_capacity_block_offerings(
+                InstanceType="p5.48xlarge", InstanceCount=65, CapacityDurationHours=48
+            )
         with pytest.raises(botocore.exceptions.ClientError, match="7-day increments"):
             ec2.describe_capacity_block_offerings(
                 InstanceType="p5.48xlarge", InstanceCount=1, CapacityDurationHours=15 * 24
@@ -82,6 +85,8 @@ def test_requests_botocore_or_the_service_refuses_fail_and_prices_are_cached_for
         block = book.capacity_block("p5.48xlarge", 8, 30)  # 8 instances for 2 days: the cheaper of two offerings
         assert (block.count, block.hours, block.zone) == (8, 48, "us-east-1b")
         assert block.per_instance_hour == pytest.approx(31.464)
+        long = book.capacity_block("p5.48xlarge", 16, 60 * 24)  # past 8 weeks: EndDateRange is the block's latest end
+        assert (long.count, long.hours) == (16, 63 * 24), long
     unknown = PriceBook("eu-west-1", clients=client_of("http://127.0.0.1:9"))  # nothing answers: the table stands in
     assert (
         unknown.instance_hour("eks", "p5.48xlarge").source

@@ -90,17 +90,22 @@ def prices(c, region=None, refresh_table=False, output=None):
     from pathlib import Path
 
     from trainkit.infra.outputs import load_outputs
-    from trainkit.plan.prices import PriceBook, plan_region, price_rows, refreshed_table, write_table
+    from trainkit.plan.price_table import price_rows, refreshed_table, write_table
+    from trainkit.plan.prices import PriceBook, plan_region
 
     book = PriceBook(region or plan_region(load_outputs().region))
     if refresh_table:
         path = write_table(refreshed_table(book), Path(output) if output else None)
         print(f"wrote {path}: the price list API's prices in {book.region} on {book.today}")
         return
-    for row in price_rows(book).values():
+    labels = {
+        "ec2_hour": "{} (EC2 on demand: EKS, Batch)",
+        "sagemaker_training_hour": "{} (SageMaker training)",
+        "fsx_lustre_persistent_2_gb_month": "FSx for Lustre Persistent-2, {} MB/s/TiB",
+    }
+    for key, row in price_rows(book).items():
         for what, price in row.items():
-            shown = what if " " in what else f"{what} ({'SageMaker training' if what.startswith('ml.') else 'EC2'})"
-            print(f"{shown:48} {price if price else 'no price known'}")
+            print(f"{labels.get(key, '{}').format(what):52} {price if price else 'no price known'}")
     for note in book.notes:
         print(f"note: {note}")
 

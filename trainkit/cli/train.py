@@ -140,7 +140,8 @@ plan = task(
         "gpus-per-node": "Alias of --nproc: GPUs per instance (default: all GPUs of --instance-type).",
         "mfu": "Model FLOPs utilisation for time and cost (default: the median of benchmarks/<model>-<gpu>.json "
         "from invoke bench train when it exists, else 0.40).",
-        "price-per-hour": "USD per instance-hour; default from the price table in trainkit/hardware.py.",
+        "price-per-hour": "USD per instance-hour (default: today's for --target in the plan's region, from the AWS "
+        "Price List API with credentials, else the dated table trainkit/tables/prices.json; docs/cost.md).",
         "epoch-tokens": "Tokens in one epoch, for $ per epoch (default 100M).",
         "json": "Print the plan as JSON.",
         "scaling": "Predict step time, tokens/s and efficiency on 1..64 nodes for every strategy and choose one "

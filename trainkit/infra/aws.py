@@ -113,8 +113,7 @@ def teardown_order() -> list[str]:
 
 @dataclass
 class CostEstimate:
-    """What the stack costs per hour, priced as `invoke plan` prices an EKS job (trainkit/plan/prices.py): its GPU nodes
-    at the on-demand price of the plan's region, and the standing parts beside them."""
+    """The stack's cost per hour, priced as `invoke plan` prices an EKS job (trainkit/plan/prices.py)."""
 
     instance_type: str
     nodes: int
@@ -122,14 +121,11 @@ class CostEstimate:
     standing: list[Standing]
 
     def describe(self) -> str:
-        standing = sum(s.usd_per_hour for s in self.standing)
         parts = "; ".join(f"{s.what} ${s.usd_per_hour:,.3f} ({s.source})" for s in self.standing)
-        rest = f"standing ${standing:,.2f}/hour: {parts}; EBS, S3 and data transfer come on top"
+        rest = f"standing ${sum(s.usd_per_hour for s in self.standing):,.2f}/hour: {parts}; EBS, S3 and data transfer "
+        rest += "come on top"
         if self.price is None:
-            return (
-                f"GPU nodes: {self.nodes} x {self.instance_type} (no price known: neither the price list API nor "
-                f"trainkit/tables/prices.json has it; check the EC2 pricing page); {rest}"
-            )
+            return f"GPU nodes: {self.nodes} x {self.instance_type} (no price known: `invoke infra.prices`); {rest}"
         price = f"(on-demand, {self.price.source})"
         if not self.nodes:
             return (
@@ -146,7 +142,7 @@ def estimate_cost(plan: PlanSummary) -> CostEstimate:
     nodes = int(variables.get("gpu_desired_nodes", 0))
     book = PriceBook(plan_region(variables.get("region")))
     fsx = (variables.get("fsx_storage_capacity_gib"), variables.get("fsx_throughput_per_tib"))
-    standing = book.standing("eks", *(fsx if variables.get("enable_fsx", True) else (None, None)))
+    standing = book.standing(*(fsx if variables.get("enable_fsx", True) else (None, None)))
     return CostEstimate(instance_type, nodes, book.instance_hour("eks", instance_type), standing)
 
 

@@ -71,6 +71,7 @@ class InfraOutputs:
     recorded: bool
     fsx_capacity_gib: int | None = None
     fsx_throughput_per_tib: int | None = None  # MB/s per TiB of the FSx file system (PERSISTENT_2)
+    fsx_file_system_id: str | None = None  # None in a recorded stack: enable_fsx = false
     pushed_image: str | None = None
     data_buckets: tuple[str, ...] = ()  # what the data-preparation job may read (data_source_buckets)
     fsx_zone: str | None = None  # the GPU nodes' and FSx's availability zone
@@ -107,6 +108,7 @@ def load_outputs() -> InfraOutputs:
         recorded=True,
         fsx_capacity_gib=data.get("fsx_storage_capacity_gib"),
         fsx_throughput_per_tib=data.get("fsx_throughput_per_tib"),
+        fsx_file_system_id=data.get("fsx_file_system_id"),
         data_buckets=tuple((data.get("data_reader") or {}).get("buckets") or ()),
         fsx_zone=data.get("gpu_availability_zone"),
         sagemaker=data.get("sagemaker"),

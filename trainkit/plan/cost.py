@@ -14,8 +14,9 @@ FSX_DEFAULTS = (2400, 250)
 """The infra stack's FSx size (GiB) and throughput (MB/s/TiB) when no stack is recorded: the defaults of
 fsx_storage_capacity_gib and fsx_throughput_per_tib in terraform/stacks/infra/variables.tf (a test holds them)."""
 SPOT_NOTE = (
-    "--spot: SageMaker bills managed spot training at the spot rate for the billable seconds it reports; after a run "
-    "`invoke status` shows BillableTimeInSeconds against TrainingTimeInSeconds (no discount is guessed here)"
+    "--spot: managed spot training is billed at the training price for the seconds SageMaker counts as billable, which "
+    "spot lowers; no discount is guessed here: after a run `invoke status` shows TrainingTimeInSeconds, "
+    "BillableTimeInSeconds and the saving, 1 - billable / training"
 )
 
 
@@ -54,7 +55,9 @@ def price_job(job: Job, price_per_hour: float | None, epoch_tokens: int, tokens_
     usd_per_hour = price.usd * nodes if price else None
     cost = Cost(price, usd_per_hour, usd_per_hour * epoch_hours if usd_per_hour else None, target)
     gib, per_tib = infra.fsx_capacity_gib or FSX_DEFAULTS[0], infra.fsx_throughput_per_tib or FSX_DEFAULTS[1]
-    cost.standing = book.standing(target, gib, per_tib)
+    if infra.recorded and not infra.fsx_file_system_id:
+        gib = None  # the recorded stack has no FSx (enable_fsx = false)
+    cost.standing = book.standing(gib, per_tib)
     if target in ("eks", "batch"):
         cost.capacity_block = book.capacity_block(kind, nodes, epoch_hours)
     if target == "sagemaker" and job.placement.spot:
@@ -69,9 +72,10 @@ def cost_lines(cost: Cost, nodes: int, kind: str, epoch_tokens: int) -> list[str
     """The plan's cost section."""
     if cost.usd_per_hour is None:
         return [f"  cost                {cost.source}"]
+    shown = f"ml.{kind}" if cost.target == "sagemaker" else kind
     lines = [
         f"  cost on {cost.target} ({cost.source}; at the compute rate)",
-        f"    $ per hour        {cost.usd_per_hour:,.2f} ({nodes} x {kind} at ${cost.price.usd:,.2f})",
+        f"    $ per hour        {cost.usd_per_hour:,.2f} ({nodes} x {shown} at ${cost.price.usd:,.2f})",
         f"    $ per epoch       {cost.usd_per_epoch:,.2f} (epoch = {epoch_tokens:,} tokens; set --epoch-tokens)",
     ]
     if cost.standing:

@@ -70,6 +70,8 @@ class PlanOptions:
     epoch_tokens: int = 100_000_000
     bench_dir: Path = BENCH_DIR
     mfu_source: str = "assumed (--mfu)"
+    priced: bool = True
+    """False: no cost (`--scaling` prints none, so it asks no price)."""
 
 
 @dataclass
@@ -271,7 +273,10 @@ def make_plan(job: Job, options: PlanOptions | None = None) -> Plan:
     peak = PEAK_BF16_TFLOPS[instance.gpu] * 1e12
     step_time = flops_per_token * tokens_per_step / (options.mfu * peak * world)
     tokens_per_s = tokens_per_step / step_time
-    cost = price_job(job, options.price_per_hour, options.epoch_tokens, tokens_per_s)
+    if options.priced:
+        cost = price_job(job, options.price_per_hour, options.epoch_tokens, tokens_per_s)
+    else:
+        cost = Cost(None, None, None, job.placement.target)
     plan = Plan(
         job=job,
         options=options,

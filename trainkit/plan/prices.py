@@ -45,10 +45,12 @@ HOURS_PER_MONTH = 730
 """How AWS turns a monthly price into an hourly one on its pricing pages (730 hours a month)."""
 OFFLINE_ENV = "TRAINKIT_PRICES"
 """`table`: never ask the API (a machine without network access to AWS)."""
-BLOCK_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-BLOCK_DAYS, BLOCK_WEEKS_MAX_DAYS = 14, 182
-"""Capacity Block sizes (EC2 API Reference, DescribeCapacityBlockOfferings): 1, 2, 4, 8, 16, 32 or 64 instances;
-1-day increments up to 14 days, then 7-day increments up to 182 days."""
+BLOCK_MAX_INSTANCES, BLOCK_DAYS, BLOCK_WEEKS_MAX_DAYS = 64, 14, 182
+"""Capacity Block sizes, as botocore's EC2 model (1.44) documents DescribeCapacityBlockOfferings: InstanceCount "up
+to 64 instances" a block; CapacityDurationHours "in 1-day increments up 14 days, and in 7-day increments up to 182
+days"."""
+BLOCK_SEARCH_DAYS = 56
+"""How far ahead a block may start (the plan looks 8 weeks out; EndDateRange is the block's latest end)."""
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,12 @@ def table() -> dict:
 
 def block_size(count: int, hours: float) -> tuple[int, int] | None:
     """The smallest Capacity Block that holds `count` instances for `hours`: (instances, hours); None: none does."""
-    instances = next((n for n in BLOCK_COUNTS if n >= count), None)
     days = max(1, math.ceil(hours / 24))
     if days > BLOCK_DAYS:
         days = math.ceil(days / 7) * 7
-    if instances is None or days > BLOCK_WEEKS_MAX_DAYS:
+    if count > BLOCK_MAX_INSTANCES or days > BLOCK_WEEKS_MAX_DAYS:
         return None
-    return instances, days * 24
+    return count, days * 24
 
 
 def on_demand_usd(price_list: list[str], unit: str, accept=lambda attributes: True) -> set[float]:
@@ -121,6 +122,10 @@ def _match(field_name: str, value: str, kind: str = "TERM_MATCH") -> dict:
     return {"Type": kind, "Field": field_name, "Value": value}
 
 
+EKS_FILTERS = [_match("usagetype", "AmazonEKS-Hours:perCluster", "CONTAINS")]
+NAT_FILTERS = [_match("productFamily", "NAT Gateway"), _match("usagetype", "NatGateway-Hours", "CONTAINS")]
+
+
 @dataclass
 class PriceBook:
     """Prices in `region`: the API's (cached for the day) when credentials exist, else the table's. `clients` is a
@@ -130,6 +135,8 @@ class PriceBook:
     clients: object = None
     today: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).date().isoformat())
     notes: list[str] = field(default_factory=list)
+    unreachable: bool = False
+    """The API did not answer once: no other call waits for it (each would pay the timeouts again)."""
 
     # ------------------------------------------------------------------ what is priced
 
@@ -138,47 +145,44 @@ class PriceBook:
         Linux otherwise. None: neither the API nor the table knows it."""
         if target == "sagemaker":
             name = f"ml.{instance_type}"
-            filters = [_match("regionCode", self.region), _match("component", "Training")]
-            filters.append(_match("instanceName", name))
+            filters = [_match("component", "Training"), _match("instanceName", name)]
             usd = self._api(f"sagemaker:{name}", "AmazonSageMaker", filters, "Hrs")
             return self._priced(usd, "hour", "sagemaker_training_hour", name)
-        filters = [_match("regionCode", self.region), _match("instanceType", instance_type)]
+        filters = [_match("instanceType", instance_type)]
         for name, value in (
             ("operatingSystem", "Linux"),
             ("tenancy", "Shared"),
             ("preInstalledSw", "NA"),
             ("licenseModel", "No License required"),
             ("capacitystatus", "Used"),
+            ("marketoption", "OnDemand"),  # not a Capacity Block's or a reservation's product of the same type
         ):
             filters.append(_match(name, value))
         usd = self._api(f"ec2:{instance_type}", "AmazonEC2", filters, "Hrs")
         return self._priced(usd, "hour", "ec2_hour", instance_type)
 
-    def standing(self, target: str, fsx_gib: int | None, fsx_per_tib: int | None) -> list[Standing]:
-        """The stack's costs per hour while a job runs on `target`: the EKS control plane (eks), the NAT gateway
-        (every target in the stack's VPC), FSx for Lustre (eks and batch, whose runs live on it)."""
-        lines = []
-        if target == "eks":
-            filters = [_match("regionCode", self.region), _match("usagetype", "AmazonEKS-Hours:perCluster", "CONTAINS")]
-            eks = self._priced(self._api("eks:cluster", "AmazonEKS", filters, "Hrs"), "hour", "eks_cluster_hour")
-            lines.append(Standing("EKS control plane (1 cluster)", eks.usd, eks.source))
-        filters = [_match("regionCode", self.region), _match("productFamily", "NAT Gateway")]
-        filters.append(_match("usagetype", "NatGateway-Hours", "CONTAINS"))
-        nat = self._priced(self._api("nat:hour", "AmazonEC2", filters, "Hrs"), "hour", "nat_gateway_hour")
-        lines.append(Standing("NAT gateway (1; data processed comes on top)", nat.usd, nat.source))
-        if target in ("eks", "batch") and fsx_gib:
-            # Persistent-2's SSD tiers (125, 250, 500, 1000 MB/s/TiB) are throughputCapacity values no other Lustre
-            # deployment type has (Persistent-1: 50, 100, 200): the tier names the storage price.
-            filters = [_match("regionCode", self.region), _match("fileSystemType", "Lustre")]
-            filters += [_match("storageType", "SSD"), _match("throughputCapacity", str(fsx_per_tib))]
-            usd = self._api(f"fsx:lustre-ssd-{fsx_per_tib}", "AmazonFSx", filters, "GB-Mo")
-            per_gb = self._priced(usd, "GB-month", "fsx_lustre_persistent_2_gb_month", str(fsx_per_tib))
-            if per_gb is not None:
-                what = (
-                    f"FSx for Lustre ({fsx_gib:,} GiB Persistent-2 at {fsx_per_tib} MB/s/TiB, ${per_gb.usd}/GB-month)"
-                )
-                lines.append(Standing(what, fsx_gib * per_gb.usd / HOURS_PER_MONTH, per_gb.source))
+    def standing(self, fsx_gib: int | None, fsx_per_tib: int | None) -> list[Standing]:
+        """What the infra stack costs per hour while it is up, whatever runs: its EKS control plane, its NAT gateway
+        and its FSx for Lustre file system (`fsx_gib` None: the stack has none)."""
+        eks = self._priced(self._api("eks:cluster", "AmazonEKS", EKS_FILTERS, "Hrs"), "hour", "eks_cluster_hour")
+        nat = self._priced(self._api("nat:hour", "AmazonEC2", NAT_FILTERS, "Hrs"), "hour", "nat_gateway_hour")
+        lines = [
+            Standing("EKS control plane (1 cluster)", eks.usd, eks.source),
+            Standing("NAT gateway (1; data processed comes on top)", nat.usd, nat.source),
+        ]
+        per_gb = self.fsx_gb_month(fsx_per_tib) if fsx_gib else None
+        if per_gb is not None:
+            what = f"FSx for Lustre ({fsx_gib:,} GiB Persistent-2 at {fsx_per_tib} MB/s/TiB, ${per_gb.usd}/GB-month)"
+            lines.append(Standing(what, fsx_gib * per_gb.usd / HOURS_PER_MONTH, per_gb.source))
         return lines
+
+    def fsx_gb_month(self, per_tib: int) -> Price | None:
+        """A GB-month of FSx for Lustre Persistent-2 SSD at `per_tib` MB/s/TiB. Its tiers (125, 250, 500, 1000) are
+        throughputCapacity values no other Lustre deployment type has (Persistent-1: 50, 100, 200)."""
+        filters = [_match("fileSystemType", "Lustre"), _match("storageType", "SSD")]
+        filters.append(_match("throughputCapacity", str(per_tib)))
+        usd = self._api(f"fsx:lustre-ssd-{per_tib}", "AmazonFSx", filters, "GB-Mo")
+        return self._priced(usd, "GB-month", "fsx_lustre_persistent_2_gb_month", str(per_tib))
 
     def capacity_block(self, instance_type: str, count: int, hours: float) -> CapacityBlock | str:
         """The cheapest Capacity Block offering that holds `count` instances for `hours` in the region, or why there
@@ -190,18 +194,21 @@ class PriceBook:
             return "Capacity Block offerings need AWS credentials (DescribeCapacityBlockOfferings)"
         instances, block_hours = size
         start = datetime.datetime.now(datetime.UTC)
+        latest_end = start + datetime.timedelta(days=BLOCK_SEARCH_DAYS, hours=block_hours)
         try:
-            answer = self._client("ec2").describe_capacity_block_offerings(
+            found = _all_pages(
+                self._client("ec2").describe_capacity_block_offerings,
+                "CapacityBlockOfferings",
                 InstanceType=instance_type,
                 InstanceCount=instances,
                 CapacityDurationHours=block_hours,
                 StartDateRange=start,
-                EndDateRange=start + datetime.timedelta(days=56),
+                EndDateRange=latest_end,
                 MaxResults=100,
             )
         except Exception as error:  # noqa: BLE001 - any failure of the call is said, and the plan goes on
             return f"Capacity Block offerings: {_said(error)}"
-        offers = [o for o in answer.get("CapacityBlockOfferings", []) if o.get("CurrencyCode", "USD") == "USD"]
+        offers = [o for o in found if o.get("CurrencyCode", "USD") == "USD"]
         if not offers:
             return f"no Capacity Block offering for {instances} x {instance_type} for {block_hours} h in {self.region}"
         best = min(offers, key=lambda o: float(o["UpfrontFee"]))
@@ -226,7 +233,7 @@ class PriceBook:
         return None if value is None else Price(float(value), unit, self._table_source())
 
     def _online(self) -> bool:
-        if os.environ.get(OFFLINE_ENV) == "table":
+        if os.environ.get(OFFLINE_ENV) == "table" or self.unreachable:
             return False
         if self.clients is not None:
             return True
@@ -243,7 +250,7 @@ class PriceBook:
         import boto3
         from botocore.config import Config
 
-        config = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 2})
+        config = Config(connect_timeout=5, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2})
         region = PRICING_REGION if service == "pricing" else self.region
         return boto3.client(service, region_name=region, config=config)
 
@@ -251,9 +258,11 @@ class PriceBook:
         return state_dir() / "prices" / f"{self.region}.json"
 
     def _api(self, key: str, service: str, filters: list[dict], unit: str) -> float | None:
-        """One price from GetProducts (the day's cache first); None: offline, or the API did not give exactly one."""
+        """One price in the region from GetProducts (the day's cache first); None: offline, or the API did not give
+        exactly one."""
         if not self._online():
             return None
+        filters = [_match("regionCode", self.region), *filters]
         cache = self._cache()
         try:
             held = json.loads(cache.read_text())
@@ -264,21 +273,18 @@ class PriceBook:
         if key in held["prices"]:
             return held["prices"][key]
         try:
-            price_list, token = [], None
-            for _ in range(5):  # a few pages at most: the filters leave one product, or a handful
-                page = self._client("pricing").get_products(
-                    ServiceCode=service,
-                    Filters=filters,
-                    FormatVersion="aws_v1",
-                    MaxResults=100,
-                    **({"NextToken": token} if token else {}),
-                )
-                price_list += page.get("PriceList", [])
-                token = page.get("NextToken")
-                if not token:
-                    break
+            pricing = self._client("pricing")
+            price_list = _all_pages(
+                pricing.get_products,
+                "PriceList",
+                ServiceCode=service,
+                Filters=filters,
+                FormatVersion="aws_v1",
+                MaxResults=100,
+            )
         except Exception as error:  # noqa: BLE001 - any failure: the table stands in, and the plan says why
             self._note(f"price list API: {_said(error)}")
+            self.unreachable = not hasattr(error, "response")  # no answer at all, not a refusal of this one request
             return None
         found = on_demand_usd(price_list, unit)
         if len(found) != 1:
@@ -298,6 +304,18 @@ class PriceBook:
             self.notes.append(line)
 
 
+def _all_pages(call, items: str, **params) -> list:
+    """Every item of a paginated call (a few pages at most: the requests leave one product, or a handful)."""
+    found, token = [], None
+    for _ in range(5):
+        answer = call(**params, **({"NextToken": token} if token else {}))
+        found += answer.get(items, [])
+        token = answer.get("NextToken")
+        if not token:
+            break
+    return found
+
+
 def _said(error: Exception) -> str:
     code = getattr(error, "response", {}).get("Error", {}).get("Code")
     return f"{code or type(error).__name__}: {str(error)[:160]}"
@@ -306,48 +324,3 @@ def _said(error: Exception) -> str:
 def plan_region(recorded: str | None) -> str:
     """The region prices are for: the infra stack's, else the environment's, else the table's."""
     return recorded or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or table()["region"]
-
-
-def price_rows(book: PriceBook) -> dict[str, dict[str, Price | None]]:
-    """Every price the table holds (FSx's tiers aside, which only the table prices), as `book` prices it now, by the
-    table's keys: {"ec2_hour": {type: price}, "sagemaker_training_hour": {ml.type: price}, "eks_cluster_hour": {...},
-    "nat_gateway_hour": {...}}."""
-    sagemaker = {name: book.instance_hour("sagemaker", name[3:]) for name in table()["sagemaker_training_hour"]}
-    rows: dict[str, dict[str, Price | None]] = {
-        "ec2_hour": {kind: book.instance_hour("eks", kind) for kind in table()["ec2_hour"]},
-        "sagemaker_training_hour": sagemaker,
-    }
-    eks, nat = book.standing("eks", None, None)
-    rows["eks_cluster_hour"] = {eks.what: Price(eks.usd_per_hour, "hour", eks.source)}
-    rows["nat_gateway_hour"] = {nat.what: Price(nat.usd_per_hour, "hour", nat.source)}
-    return rows
-
-
-def refreshed_table(book: PriceBook) -> dict:
-    """The table with those rows as the Price List API gives them today in `book.region` (FSx's tiers kept).
-    Refused unless every one of them came from the API."""
-    from trainkit.errors import SpecError
-
-    rows = price_rows(book)
-    stale = [name for row in rows.values() for name, price in row.items() if not _from_api(price)]
-    if stale:
-        why = "; ".join(book.notes) or "no AWS credentials"
-        raise SpecError(f"the price list API did not price {', '.join(stale)} ({why}); the table is unchanged")
-    new = json.loads(json.dumps(table()))
-    new.update(as_of=book.today, region=book.region)
-    for key in ("ec2_hour", "sagemaker_training_hour"):
-        new[key] = {name: price.usd for name, price in rows[key].items()}
-    for key in ("eks_cluster_hour", "nat_gateway_hour"):
-        (new[key],) = (price.usd for price in rows[key].values())
-    return new
-
-
-def _from_api(price: Price | None) -> bool:
-    return price is not None and price.source.startswith("price list API")
-
-
-def write_table(data: dict, path: Path | None = None) -> Path:
-    path = path or Path(str(files("trainkit").joinpath(*TABLE)))
-    path.write_text(json.dumps(data, indent=2) + "\n")
-    table.cache_clear()
-    return path

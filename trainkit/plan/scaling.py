@@ -48,7 +48,7 @@ def make_scaling(job: Job, options: PlanOptions | None = None, node_counts=scali
     if o.global_batch_size:
         o.global_batch_size //= nodes
     job.parallelism.nodes, job.parallelism.min_nodes = 1, None
-    plan = make_plan(job, options)
+    plan = make_plan(job, replace(options, priced=False))
     gpus = plan.job.parallelism.nproc
     fabric = replace(scaling.fabric_for(plan.job.placement.instance_type), per_node=gpus)
     workload = step_cost(plan)

@@ -146,7 +146,8 @@ def describe(kube: Kube, infra) -> list[str]:
     if not nodes:
         cost = "GPU nodes up: none ($0/h)"
     elif None in prices:
-        cost = f"GPU nodes up: {len(nodes)} ({', '.join(sorted(set(types)))}; no price known: pass it to `invoke plan`)"
+        unpriced = ", ".join(sorted(set(types)))
+        cost = f"GPU nodes up: {len(nodes)} ({unpriced}; no price known: `invoke infra.prices` says why)"
     else:
         sources = ", ".join(sorted({p.source for p in prices}))
         cost = (
