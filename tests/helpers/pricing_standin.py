@@ -141,6 +141,15 @@ def catalogue(region: str = "us-east-1") -> list[dict]:
         product(
             "AmazonEC2", "NAT Gateway", "NATHOURS", 0.048, "Hrs", regionCode=region, usagetype="USE1-NatGateway-Hours"
         ),
+        product(  # another NAT gateway hour (grafana/cloudcost-exporter's tests model such usage types beside it)
+            "AmazonEC2",
+            "NAT Gateway",
+            "NATMORE",
+            0.01,
+            "Hrs",
+            regionCode=region,
+            usagetype="USE1-NatGateway-Hours-Additional",
+        ),
         *(
             product(
                 "AmazonFSx",

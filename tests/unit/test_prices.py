@@ -41,6 +41,29 @@ def test_the_parser_reads_a_real_answer_and_the_stand_in_answers_in_its_shape():
         assert ours["product"].keys() == real["product"].keys()
 
 
+def test_an_instance_price_is_asked_by_the_attribute_names_real_ec2_entries_carry(tmp_path, monkeypatch):
+    """The EC2 request's fields, held to a real instance entry (tests/data/pricing/ec2-instance-entry.json), and the
+    stand-in's EC2 products to the same names: a filter on a name the price list lacks would match nothing."""
+    monkeypatch.delenv(OFFLINE_ENV)
+    monkeypatch.setenv("TRAINKIT_STATE_DIR", str(tmp_path))
+    real = json.loads((REPO / "tests" / "data" / "pricing" / "ec2-instance-entry.json").read_text())["PriceList"]
+    assert on_demand_usd(real, "Hrs") == {0.468}
+    attributes = json.loads(real[0])["product"]["attributes"]
+    asked = []
+
+    class Pricing:
+        def get_products(self, **request):
+            asked.append(request)
+            return {"PriceList": []}
+
+    PriceBook("us-east-1", clients=lambda service: Pricing()).instance_hour("eks", "p5.48xlarge")
+    (request,) = asked
+    assert request["ServiceCode"] == "AmazonEC2" and {f["Field"] for f in request["Filters"]} <= attributes.keys()
+    for product in catalogue():
+        if product["product"]["productFamily"] == "Compute Instance":
+            assert product["product"]["attributes"].keys() <= attributes.keys()
+
+
 @pytest.mark.parametrize(
     ("count", "hours", "size"),
     [(16, 0.3, (16, 24)), (3, 400, (3, 21 * 24)), (1, 14 * 24, (1, 14 * 24)), (65, 1, None), (1, 183 * 24, None)],

@@ -122,8 +122,15 @@ def _match(field_name: str, value: str, kind: str = "TERM_MATCH") -> dict:
     return {"Type": kind, "Field": field_name, "Value": value}
 
 
-EKS_FILTERS = [_match("usagetype", "AmazonEKS-Hours:perCluster", "CONTAINS")]
-NAT_FILTERS = [_match("productFamily", "NAT Gateway"), _match("usagetype", "NatGateway-Hours", "CONTAINS")]
+EKS_HOURS, NAT_HOURS = "AmazonEKS-Hours:perCluster", "NatGateway-Hours"
+"""Usage types, after their region's prefix (USE1-...): a CONTAINS filter finds them, and only a usage type that ends
+so is the one priced (not extended support's, nor another NAT gateway hour such as a regional one)."""
+EKS_FILTERS = [_match("usagetype", EKS_HOURS, "CONTAINS")]
+NAT_FILTERS = [_match("productFamily", "NAT Gateway"), _match("usagetype", NAT_HOURS, "CONTAINS")]
+
+
+def usage_ends(suffix: str):
+    return lambda attributes: str(attributes.get("usagetype", "")).endswith(suffix)
 
 
 @dataclass
@@ -164,8 +171,9 @@ class PriceBook:
     def standing(self, fsx_gib: int | None, fsx_per_tib: int | None) -> list[Standing]:
         """What the infra stack costs per hour while it is up, whatever runs: its EKS control plane, its NAT gateway
         and its FSx for Lustre file system (`fsx_gib` None: the stack has none)."""
-        eks = self._priced(self._api("eks:cluster", "AmazonEKS", EKS_FILTERS, "Hrs"), "hour", "eks_cluster_hour")
-        nat = self._priced(self._api("nat:hour", "AmazonEC2", NAT_FILTERS, "Hrs"), "hour", "nat_gateway_hour")
+        eks = self._api("eks:cluster", "AmazonEKS", EKS_FILTERS, "Hrs", usage_ends(EKS_HOURS))
+        nat = self._api("nat:hour", "AmazonEC2", NAT_FILTERS, "Hrs", usage_ends(NAT_HOURS))
+        eks, nat = self._priced(eks, "hour", "eks_cluster_hour"), self._priced(nat, "hour", "nat_gateway_hour")
         lines = [
             Standing("EKS control plane (1 cluster)", eks.usd, eks.source),
             Standing("NAT gateway (1; data processed comes on top)", nat.usd, nat.source),
@@ -257,7 +265,7 @@ class PriceBook:
     def _cache(self) -> Path:
         return state_dir() / "prices" / f"{self.region}.json"
 
-    def _api(self, key: str, service: str, filters: list[dict], unit: str) -> float | None:
+    def _api(self, key: str, service: str, filters: list[dict], unit: str, accept=None) -> float | None:
         """One price in the region from GetProducts (the day's cache first); None: offline, or the API did not give
         exactly one."""
         if not self._online():
@@ -286,7 +294,7 @@ class PriceBook:
             self._note(f"price list API: {_said(error)}")
             self.unreachable = not hasattr(error, "response")  # no answer at all, not a refusal of this one request
             return None
-        found = on_demand_usd(price_list, unit)
+        found = on_demand_usd(price_list, unit, accept or (lambda attributes: True))
         if len(found) != 1:
             self._note(f"price list API: {len(found)} prices for {key} in {self.region}, not one")
             return None
