@@ -173,7 +173,11 @@ def test_two_node_jobs_complete_resume_after_a_stall_or_a_lost_node_and_stop(tmp
     lora += ("--checkpoint-interval", "2", "--init", "pretrained", "--weights", "base", "--lora-rank", "4")
     adapted = submit(tmp_path, account, "lra", *lora)
     done = account.wait(adapted, timeout=300)
-    assert done["status"] == "SUCCEEDED", done
+    if done["status"] != "SUCCEEDED":  # why, in the failure: the reason and the nodes' logs
+        said = invoke_in(tmp_path, "logs", "--run-id", "lra")
+        raise AssertionError(
+            f"{done['status']}: {done.get('statusReason')}\n{said.stdout[-4000:]}{said.stderr[-1000:]}"
+        )
     run = runs / "lra"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["sharding"]["strategy"] == "NO_SHARD", summary["sharding"]

@@ -9,6 +9,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -70,10 +71,17 @@ def moto_keys() -> dict:
     }
 
 
+CLIENT_LOCK = threading.Lock()
+"""boto3's default session makes clients one thread at a time (boto3 User Guide, "Multithreading or
+multiprocessing with clients": a client is thread-safe, its creation from the shared default session is not). The
+stand-ins make them from several threads at once: a Batch node's container reading its secrets, the scheduler."""
+
+
 def moto_client(service: str, endpoint: str):
     import boto3
 
-    return boto3.client(service, region_name=REGION, endpoint_url=endpoint, **moto_keys())
+    with CLIENT_LOCK:
+        return boto3.client(service, region_name=REGION, endpoint_url=endpoint, **moto_keys())
 
 
 class ThreadedMoto:

@@ -33,6 +33,7 @@ from trainkit.backends.eks import backend, cluster, idle_guard, idle_inputs, nod
 from trainkit.backends.eks.kube import Kube
 from trainkit.errors import SpecError
 from trainkit.infra import images, outputs
+from trainkit.plan.prices import table
 from trainkit.services.prometheus import GPU_JOB, PrometheusServer, write_targets
 from trainkit.workloads.recipe import recipe
 
@@ -482,10 +483,8 @@ def test_status_shows_the_guards_last_action_and_the_cost_per_hour(history, moto
     decision, _, _, _, _ = guard(history, moto, api, request, "idle")
     assert decision.scale_down
     lines = idle_guard.describe(Kube.connect(), _infra("gpu"))
-    assert lines[0] == (
-        "GPU nodes up: 1 x p5.48xlarge, about $98.32/h (on-demand us-east-1, 2023-07-27 list prices (pre June-2025 "
-        "reduction))"
-    )
+    # the suite prices from the shipped table (tests/conftest.py): its p5.48xlarge on-demand hour, with its date
+    assert lines[0] == f"GPU nodes up: 1 x p5.48xlarge, about $55.04/h (on-demand, table of {table()['as_of']})"
     assert lines[1].startswith("idle guard: on (30 min window); last check ") and "scaled-down, no job for" in lines[1]
     assert "scaled to zero at 20" in lines[1]
 
